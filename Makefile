@@ -1,0 +1,43 @@
+# gpu-airgap developer targets. `make test` and `make demo` do all set-up on a fresh machine.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+
+.PHONY: test demo lint typecheck pycompat pytest sysdeps venv bench clean
+
+test: venv sysdeps lint typecheck pycompat pytest
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	@rm -f $(VENV)/.installed-*
+	@touch $@
+
+sysdeps:
+	@bash scripts/install-system-tools
+
+lint: venv
+	$(VENV)/bin/ruff check .
+
+typecheck: venv
+	$(VENV)/bin/mypy
+
+# The node side (installer/, configure/) runs on the node's python3 >= 3.9.
+pycompat: venv
+	$(VENV)/bin/vermin --target=3.9- --violations --no-tips --eval-annotations --feature union-types --backport typing installer configure
+
+pytest: venv sysdeps
+	$(VENV)/bin/pytest $(PYTEST_ARGS)
+
+demo: venv sysdeps
+	$(PY) -m tests.demo
+
+bench: venv sysdeps
+	@for b in bench/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+
+clean:
+	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache build *.egg-info

@@ -1,0 +1,106 @@
+"""The one exception root of gpu-airgap and the exit codes the CLI maps errors to.
+
+Every error a user can see is a :class:`ToolError` whose ``str()`` is one sentence they can act
+on. Library exceptions (OSError, subprocess, gnupg, requests, tomlkit) are turned into these at
+the module that owns the side effect. ``cli`` is the only place that prints them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    """Process exit codes, documented in README.md ("Exit codes")."""
+
+    OK = 0
+    ERROR = 1  #: any other failure
+    USAGE = 2  #: bad command line (click's own code)
+    VERIFICATION_FAILED = 3  #: a signature, checksum or size did not match
+    NETWORK = 4  #: a download failed after its retries
+    CONFIG = 5  #: a configuration file is invalid or cannot be changed safely
+    UNRESOLVABLE = 6  #: no package set satisfies the version and dependency constraints
+    PREFLIGHT = 7  #: the node does not meet the bundle's requirements
+    BUSY = 8  #: another gpu-airgap process holds the lock
+    PROBLEMS_FOUND = 9  #: a check (verify, status) found problems and listed them
+
+
+class ToolError(Exception):
+    """Root of every error gpu-airgap reports; ``str()`` is one sentence for the user."""
+
+    exit_code: ExitCode = ExitCode.ERROR
+
+
+class UsageError(ToolError):
+    """Options that cannot work together or a value the command cannot use."""
+
+    exit_code = ExitCode.USAGE
+
+
+class ConfigFormatError(ToolError):
+    """A configuration file could not be parsed or is not the shape we can edit."""
+
+    exit_code = ExitCode.CONFIG
+
+    def __init__(self, path: object, detail: str) -> None:
+        self.path = str(path)
+        self.detail = detail
+        super().__init__(f"{self.path}: {detail}")
+
+
+class CommandError(ToolError):
+    """An external command (dpkg, rpm, gpg, containerd, ...) failed."""
+
+    def __init__(self, argv: Sequence[str], returncode: int, stderr: str) -> None:
+        self.argv = list(argv)
+        self.returncode = returncode
+        self.stderr = stderr
+        last = stderr.strip().splitlines()[-1] if stderr.strip() else "no error output"
+        super().__init__(f"{self.argv[0]} exited with status {returncode}: {last}")
+
+
+class VerificationError(ToolError):
+    """A signature, checksum or size check failed."""
+
+    exit_code = ExitCode.VERIFICATION_FAILED
+
+
+class SignatureError(VerificationError):
+    """A signature is missing, bad, or made by a key we were not told to trust."""
+
+
+class ChecksumMismatch(VerificationError):
+    """Bytes on disk or on the wire do not match the digest the signed metadata names."""
+
+    def __init__(self, what: str, expected: str, actual: str) -> None:
+        self.what = what
+        self.expected = expected
+        self.actual = actual
+        super().__init__(f"{what} does not match its signed checksum (expected {expected[:16]}…, got {actual[:16]}…)")
+
+
+class UnsafePathError(VerificationError):
+    """A path from metadata or an archive would land outside the directory it belongs to."""
+
+    def __init__(self, path: str, root: object) -> None:
+        self.path = path
+        self.root = str(root)
+        super().__init__(f"refusing path {path!r}: it would land outside {self.root}")
+
+
+class BusyError(ToolError):
+    """Another process holds the lock on a mirror or node state."""
+
+    exit_code = ExitCode.BUSY
+
+
+class ProblemsFound(ToolError):
+    """A check found one or more problems; ``problems`` lists every one of them."""
+
+    exit_code = ExitCode.PROBLEMS_FOUND
+
+    def __init__(self, summary: str, problems: Sequence[str]) -> None:
+        self.summary = summary
+        self.problems = list(problems)
+        super().__init__(f"{summary}: " + "; ".join(self.problems))

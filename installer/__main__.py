@@ -1,0 +1,7 @@
+"""``python -m installer`` and the zipapp entry point."""
+
+import sys
+
+from installer.cli import main
+
+sys.exit(main())

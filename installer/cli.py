@@ -1,0 +1,117 @@
+"""The node-side command line: ``install``, ``uninstall``, ``status``, ``bundle verify|inspect``, ``configure``.
+
+This is also the zipapp's entry point. :func:`run` is the only place that turns a
+:class:`~configure.errors.ToolError` into a message on stderr and an exit code; tracebacks are
+shown only with ``--debug``. ``mirror.cli`` adds the connected-side groups to the same app.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import traceback
+from collections.abc import Mapping, Sequence
+from typing import Optional
+
+import click
+import typer
+
+from configure import cli as configure_cli
+from configure.errors import ExitCode, ToolError
+from configure.version import VERSION
+
+PROG = "gpu-airgap"
+_debug = False
+
+
+def _version_callback(value: bool) -> None:
+    if value:
+        print(f"{PROG} {VERSION}")
+        raise typer.Exit()
+
+
+def _root_callback(
+    debug: bool = typer.Option(False, "--debug", help="Show tracebacks and debug logging."),
+    version: Optional[bool] = typer.Option(
+        None, "--version", callback=_version_callback, is_eager=True, help="Print the version and exit."
+    ),
+) -> None:
+    """Get the NVIDIA Container Toolkit onto air-gapped GPU nodes and wire it into their container engines."""
+    global _debug
+    _debug = debug
+    logging.basicConfig(level=logging.DEBUG if debug else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+
+
+def make_bundle_app() -> typer.Typer:
+    """The ``bundle`` group with the node-side commands; ``mirror.cli`` adds ``build``."""
+    return typer.Typer(help="Build, inspect and verify signed offline bundles.", no_args_is_help=True)
+
+
+def make_app(
+    *, bundle_app: Optional[typer.Typer] = None, groups: Optional[Mapping[str, typer.Typer]] = None
+) -> typer.Typer:
+    """Build the root app; ``groups`` adds connected-side groups such as ``mirror``."""
+    app = typer.Typer(
+        name=PROG,
+        callback=_root_callback,
+        no_args_is_help=True,
+        pretty_exceptions_show_locals=False,
+        add_completion=False,
+    )
+    for name, group in (groups or {}).items():
+        app.add_typer(group, name=name)
+    app.add_typer(bundle_app or make_bundle_app(), name="bundle")
+    app.add_typer(configure_cli.app, name="configure")
+    _add_node_commands(app)
+    return app
+
+
+def _add_node_commands(app: typer.Typer) -> None:
+    @app.command("install")
+    def install() -> None:
+        """Verify a bundle, check the node, install the toolkit and register the runtime."""
+        raise ToolError("install is not available in this build yet")
+
+    @app.command("uninstall")
+    def uninstall() -> None:
+        """Restore every configuration file the install changed and remove the packages."""
+        raise ToolError("uninstall is not available in this build yet")
+
+    @app.command("status")
+    def status() -> None:
+        """Show the installed toolkit, registered runtimes and drift from the last install."""
+        raise ToolError("status is not available in this build yet")
+
+
+def run(app: typer.Typer, argv: Optional[Sequence[str]] = None) -> int:
+    """Run ``app`` on ``argv`` and return the exit code; the one place errors are printed."""
+    command = typer.main.get_command(app)
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        result = command.main(args=args, prog_name=PROG, standalone_mode=False)
+    except ToolError as exc:
+        if _debug or "--debug" in args:
+            traceback.print_exc()
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return int(exc.exit_code)
+    except click.exceptions.Exit as exc:
+        return int(exc.exit_code)
+    except click.ClickException as exc:
+        exc.show()
+        return int(exc.exit_code)
+    except click.exceptions.Abort:
+        print(f"{PROG}: aborted", file=sys.stderr)
+        return int(ExitCode.ERROR)
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
+    return int(result) if isinstance(result, int) else int(ExitCode.OK)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Entry point of the node-side zipapp."""
+    return run(make_app(), argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

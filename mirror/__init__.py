@@ -1,0 +1,1 @@
+"""The connected host's side: sync NVIDIA's signed apt/yum channels and build signed offline bundles."""

@@ -1,0 +1,1 @@
+"""gpu-airgap's tests and their fixtures (the local upstream lives in :mod:`tests.upstream`)."""

@@ -1,0 +1,34 @@
+"""The command-line contract: groups, version, one-sentence errors and named exit codes."""
+
+from __future__ import annotations
+
+import pytest
+
+from configure.errors import ExitCode
+from configure.version import VERSION
+from tests.cli_runner import run_cli
+
+
+def test_help_lists_every_group_and_node_command() -> None:
+    result = run_cli("--help")
+    assert result.exit_code == 0
+    for name in ("mirror", "bundle", "configure", "install", "uninstall", "status"):
+        assert name in result.stdout
+
+
+def test_version_prints_the_single_sourced_version() -> None:
+    result = run_cli("--version")
+    assert result.exit_code == 0
+    assert result.stdout.strip() == f"gpu-airgap {VERSION}"
+
+
+def test_unknown_option_is_a_usage_error() -> None:
+    result = run_cli("--no-such-option")
+    assert result.exit_code == ExitCode.USAGE
+
+
+@pytest.mark.parametrize("group", ["mirror", "bundle", "configure"])
+def test_each_group_has_help(group: str) -> None:
+    result = run_cli(group, "--help")
+    assert result.exit_code == 0
+    assert "Usage" in result.stdout

@@ -1,0 +1,55 @@
+"""The write discipline every config and mirror file goes through."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from configure.errors import ConfigFormatError, UnsafePathError
+from configure.fsutil import atomic_write, rooted, safe_join
+
+
+@pytest.mark.parametrize(
+    "relative",
+    ["../etc/passwd", "/etc/passwd", "a/../../b", "", "a/\x00b", "..", "a\\..\\b"],
+)
+def test_safe_join_refuses_paths_that_escape(tmp_path: Path, relative: str) -> None:
+    with pytest.raises(UnsafePathError):
+        safe_join(tmp_path, relative)
+
+
+def test_safe_join_accepts_flat_repo_filenames(tmp_path: Path) -> None:
+    assert safe_join(tmp_path, "./pkg_1.0-1_amd64.deb") == tmp_path / "pkg_1.0-1_amd64.deb"
+
+
+def test_rooted_maps_system_paths_under_the_root(tmp_path: Path) -> None:
+    assert rooted(tmp_path, "/etc/containerd/config.toml") == tmp_path / "etc/containerd/config.toml"
+    assert rooted("/", "/etc/docker/daemon.json") == Path("/etc/docker/daemon.json")
+
+
+def test_atomic_write_keeps_mode_and_leaves_no_temp_files(tmp_path: Path) -> None:
+    target = tmp_path / "config.toml"
+    target.write_bytes(b"old")
+    target.chmod(0o600)
+    atomic_write(target, b"new")
+    assert target.read_bytes() == b"new"
+    assert stat.S_IMODE(target.stat().st_mode) == 0o600
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.toml"]
+
+
+def test_atomic_write_creates_parents_with_default_mode(tmp_path: Path) -> None:
+    target = tmp_path / "etc" / "cdi" / "nvidia.yaml"
+    atomic_write(target, b"x")
+    assert stat.S_IMODE(target.stat().st_mode) == 0o644
+
+
+def test_atomic_write_into_unwritable_directory_is_a_clear_error(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_bytes(b"")
+    with pytest.raises(ConfigFormatError, match="cannot write"):
+        atomic_write(blocker / "child.toml", b"x")
+    assert blocker.read_bytes() == b""
+    assert not any(name.endswith(".tmp") for name in os.listdir(tmp_path))
