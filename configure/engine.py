@@ -1,0 +1,63 @@
+"""The seam every container engine implements, and the options a ``configure <engine>`` run takes.
+
+An engine never writes: :meth:`Engine.plan` loads the current files under the root, changes them
+in memory and returns a :class:`ConfigPlan` with the complete new bytes of each file it would
+touch. The CLI (or the installer) then prints the diff (``--dry-run``) or applies the plan through
+:func:`configure.changes.apply_changes`, which journals a backup per write for ``revert``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Optional, Protocol
+
+from configure.changes import FileChange
+
+
+@dataclass(frozen=True)
+class RuntimeOptions:
+    """What the operator asked for; paths are node paths, mapped under ``root`` by the engine."""
+
+    root: Path = Path("/")
+    config: Optional[str] = None  #: main config file (engine default when None)
+    drop_in: Optional[str] = None  #: drop-in file (engine default when None)
+    no_drop_in: bool = False  #: edit the main config in place
+    runtime_name: str = "nvidia"
+    runtime_path: str = "/usr/bin/nvidia-container-runtime"
+    set_as_default: bool = False
+    cdi: bool = False
+    systemd_cgroup: str = "auto"  #: auto | true | false
+    hook: bool = False  #: CRI-O/podman: write the OCI hook instead of a runtime entry
+
+
+@dataclass
+class ConfigPlan:
+    """What one engine run would do: the files, and what the user should know."""
+
+    engine: str
+    changes: List[FileChange] = field(default_factory=list)
+    warnings: List[str] = field(default_factory=list)
+    #: facts read back from the rendered files, e.g. CONFIG_VERSION=2, RUNTIME=nvidia, DEFAULT=runc
+    facts: Dict[str, str] = field(default_factory=dict)
+    #: recorded with each write so revert and verify know the operator's choice and the old default
+    notes: Dict[str, object] = field(default_factory=dict)
+
+    @property
+    def changed(self) -> bool:
+        """True when applying the plan would write at least one file."""
+        return any(change.changed for change in self.changes)
+
+
+class Engine(Protocol):
+    """One container engine's configuration (containerd, docker, crio)."""
+
+    name: str
+
+    def plan(self, options: RuntimeOptions) -> ConfigPlan:
+        """Load, change in memory and render; never write."""
+        ...
+
+    def report(self, root: Path, runtime_name: str) -> Dict[str, str]:
+        """Read back the files on disk and return the facts (KEY=value pairs) about ``runtime_name``."""
+        ...
