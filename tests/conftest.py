@@ -19,8 +19,14 @@ def upstream_tree(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Upstream
     Set ``GPU_AIRGAP_TEST_CACHE=`` (empty) to build into the session's tmp dir instead.
     """
     cache = os.environ.get("GPU_AIRGAP_TEST_CACHE")
-    cache_dir = Path(cache) if cache else (
-        tmp_path_factory.mktemp("upstream-cache") if cache == "" else Path.home() / ".cache" / "gpu-airgap-tests"
+    cache_dir = (
+        Path(cache)
+        if cache
+        else (
+            tmp_path_factory.mktemp("upstream-cache")
+            if cache == ""
+            else Path.home() / ".cache" / "gpu-airgap-tests"
+        )
     )
     tree = cached_upstream(cache_dir)
     yield tree

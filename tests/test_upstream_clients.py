@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,7 +25,7 @@ HOST_APT_LISTS = Path("/var/lib/apt/lists")
 
 
 @pytest.fixture(scope="module")
-def wrong_key(tmp_path_factory: pytest.TempPathFactory) -> SigningKey:
+def wrong_key(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SigningKey]:
     key = make_wrong_key(tmp_path_factory.mktemp("wrong") / "gnupg")
     yield key
     stop_agent(key.gnupghome)
@@ -61,12 +62,21 @@ def apt(sandbox: Path, *args: str, cwd: Path | None = None) -> subprocess.Comple
 
 def apt_sandbox(tmp_path: Path, tree: UpstreamTree, url: str) -> Path:
     sandbox = tmp_path / "apt"
-    for sub in ("state/lists/partial", "cache/archives/partial", "sources.list.d", "apt.conf.d", "preferences.d", "dl"):
+    for sub in (
+        "state/lists/partial",
+        "cache/archives/partial",
+        "sources.list.d",
+        "apt.conf.d",
+        "preferences.d",
+        "dl",
+    ):
         (sandbox / sub).mkdir(parents=True)
     (sandbox / "state/status").touch()
     keyring = sandbox / "nvidia-container-toolkit-keyring.gpg"
     armored = tree.public_key.read_bytes()
-    keyring.write_bytes(subprocess.run(["gpg", "--dearmor"], input=armored, capture_output=True, check=True).stdout)
+    keyring.write_bytes(
+        subprocess.run(["gpg", "--dearmor"], input=armored, capture_output=True, check=True).stdout
+    )
     # NVIDIA's documented sed: add signed-by to the real .list, then point it at our server.
     text = (tree.root / "stable/deb/nvidia-container-toolkit.list").read_text()
     text = text.replace("deb https://", f"deb [signed-by={keyring}] https://")
@@ -83,11 +93,16 @@ def test_real_apt_get_updates_from_the_flat_repo_and_downloads_identical_debs(
     sandbox = apt_sandbox(tmp_path, upstream_tree, upstream_server.url)
     update = apt(sandbox, "update")
     assert update.returncode == 0 and "W:" not in update.stdout + update.stderr, update.stdout + update.stderr
-    assert {r.path for r in upstream_server.log} >= {"/stable/deb/amd64/InRelease", "/stable/deb/amd64/Packages.xz"}
+    assert {r.path for r in upstream_server.log} >= {
+        "/stable/deb/amd64/InRelease",
+        "/stable/deb/amd64/Packages.xz",
+    }
     download = apt(sandbox, "download", "nvidia-container-toolkit=1.17.8-1", cwd=sandbox / "dl")
     assert download.returncode == 0, download.stderr
     name = "nvidia-container-toolkit_1.17.8-1_amd64.deb"
-    assert (sandbox / "dl" / name).read_bytes() == (upstream_tree.deb_repo("stable", "amd64") / name).read_bytes()
+    assert (sandbox / "dl" / name).read_bytes() == (
+        upstream_tree.deb_repo("stable", "amd64") / name
+    ).read_bytes()
     assert snapshot(HOST_APT_LISTS) == before
 
 
@@ -124,7 +139,12 @@ def dnf(tmp_path: Path, tree: UpstreamTree, url: str, *args: str) -> subprocess.
         "--releasever=1",
         "--forcearch=x86_64",
     ]  # fmt: skip
-    return subprocess.run([*argv, *args], capture_output=True, text=True, timeout=120)
+    try:
+        return subprocess.run([*argv, *args], capture_output=True, text=True, timeout=120)
+    finally:
+        # repo_gpgcheck makes dnf start a gpg-agent per repo keyring; end exactly those.
+        for pubring in (base / "cache").glob("*/pubring"):
+            stop_agent(pubring)
 
 
 @pytest.mark.skipif(shutil.which("dnf") is None, reason="dnf is not installed")
@@ -132,7 +152,15 @@ def test_real_dnf_accepts_the_yum_repo_with_repo_gpgcheck(
     upstream_tree: UpstreamTree, upstream_server: UpstreamServer, tmp_path: Path
 ) -> None:
     assert "repo_gpgcheck=1" in (upstream_tree.root / "stable/rpm/nvidia-container-toolkit.repo").read_text()
-    result = dnf(tmp_path, upstream_tree, upstream_server.url, "repoquery", "--available", "--repo", "nvidia-container-toolkit")
+    result = dnf(
+        tmp_path,
+        upstream_tree,
+        upstream_server.url,
+        "repoquery",
+        "--available",
+        "--repo",
+        "nvidia-container-toolkit",
+    )
     assert result.returncode == 0, result.stderr
     found = set(result.stdout.split())
     assert "nvidia-container-toolkit-0:1.17.8-1.x86_64" in found
@@ -147,7 +175,9 @@ def test_real_dnf_rejects_repomd_signed_by_another_key(
     copy = copy_upstream(upstream_tree, tmp_path / "site")
     resign_repomd(copy, copy.rpm_repo("stable", "x86_64"), key=wrong_key)
     with UpstreamServer(copy.root) as server:
-        result = dnf(tmp_path, copy, server.url, "repoquery", "--available", "--repo", "nvidia-container-toolkit")
+        result = dnf(
+            tmp_path, copy, server.url, "repoquery", "--available", "--repo", "nvidia-container-toolkit"
+        )
     assert result.returncode != 0
     assert "repomd.xml GPG signature verification error" in result.stderr, result.stderr
     assert "nvidia-container-toolkit-0:1.17.8-1.x86_64" not in result.stdout

@@ -14,7 +14,9 @@ from tests.upstream import Fault, UpstreamServer, UpstreamTree
 PATH = "/stable/deb/amd64/Packages"
 
 
-def request(server: UpstreamServer, method: str, path: str, headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
+def request(
+    server: UpstreamServer, method: str, path: str, headers: dict[str, str] | None = None
+) -> tuple[int, dict[str, str], bytes]:
     conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
     try:
         conn.request(method, path, headers=headers or {})
@@ -28,14 +30,18 @@ def content(tree: UpstreamTree, path: str = PATH) -> bytes:
     return (tree.root / path.lstrip("/")).read_bytes()
 
 
-def test_get_serves_the_file_with_validators(upstream_server: UpstreamServer, upstream_tree: UpstreamTree) -> None:
+def test_get_serves_the_file_with_validators(
+    upstream_server: UpstreamServer, upstream_tree: UpstreamTree
+) -> None:
     status, headers, body = request(upstream_server, "GET", PATH)
     assert status == 200 and body == content(upstream_tree)
     assert headers["content-length"] == str(len(body)) and headers["accept-ranges"] == "bytes"
     assert headers["etag"].startswith('"') and headers["last-modified"].endswith("GMT")
 
 
-def test_head_sends_headers_without_body(upstream_server: UpstreamServer, upstream_tree: UpstreamTree) -> None:
+def test_head_sends_headers_without_body(
+    upstream_server: UpstreamServer, upstream_tree: UpstreamTree
+) -> None:
     status, headers, body = request(upstream_server, "HEAD", PATH)
     assert status == 200 and body == b""
     assert int(headers["content-length"]) == len(content(upstream_tree))
@@ -44,7 +50,12 @@ def test_head_sends_headers_without_body(upstream_server: UpstreamServer, upstre
 
 @pytest.mark.parametrize(
     ("header", "start", "end"),
-    [("bytes=10-19", 10, 19), ("bytes=100-", 100, None), ("bytes=-5", -5, None), ("bytes=0-999999999", 0, None)],
+    [
+        ("bytes=10-19", 10, 19),
+        ("bytes=100-", 100, None),
+        ("bytes=-5", -5, None),
+        ("bytes=0-999999999", 0, None),
+    ],
 )
 def test_range_returns_206_with_content_range(
     upstream_server: UpstreamServer, upstream_tree: UpstreamTree, header: str, start: int, end: int | None
@@ -59,7 +70,9 @@ def test_range_returns_206_with_content_range(
 
 
 @pytest.mark.parametrize("header", ["bytes=999999999-", "bytes=50-10", "bytes=-0", "lines=1-2"])
-def test_unsatisfiable_range_returns_416(upstream_server: UpstreamServer, upstream_tree: UpstreamTree, header: str) -> None:
+def test_unsatisfiable_range_returns_416(
+    upstream_server: UpstreamServer, upstream_tree: UpstreamTree, header: str
+) -> None:
     status, headers, _ = request(upstream_server, "GET", PATH, {"Range": header})
     assert status == 416 and headers["content-range"] == f"bytes */{len(content(upstream_tree))}"
 
@@ -78,7 +91,9 @@ def test_if_modified_since_returns_304_unless_the_file_is_newer(upstream_server:
     assert request(upstream_server, "GET", PATH, {"If-Modified-Since": old})[0] == 200
 
 
-def test_if_range_with_a_stale_etag_sends_the_whole_file(upstream_server: UpstreamServer, upstream_tree: UpstreamTree) -> None:
+def test_if_range_with_a_stale_etag_sends_the_whole_file(
+    upstream_server: UpstreamServer, upstream_tree: UpstreamTree
+) -> None:
     status, _, body = request(upstream_server, "GET", PATH, {"Range": "bytes=0-9", "If-Range": '"stale"'})
     assert status == 200 and body == content(upstream_tree)
 
@@ -91,7 +106,9 @@ def test_drop_after_closes_the_connection_mid_body(upstream_server: UpstreamServ
     assert fault.hits == 1 and upstream_server.log[-1].bytes_sent == 100
 
 
-def test_drop_after_also_cuts_a_resumed_range(upstream_server: UpstreamServer, upstream_tree: UpstreamTree) -> None:
+def test_drop_after_also_cuts_a_resumed_range(
+    upstream_server: UpstreamServer, upstream_tree: UpstreamTree
+) -> None:
     upstream_server.inject(PATH, Fault.drop_after(10))
     with pytest.raises(http.client.IncompleteRead) as excinfo:
         request(upstream_server, "GET", PATH, {"Range": "bytes=50-"})
@@ -140,7 +157,9 @@ def test_clear_removes_faults_and_log(upstream_server: UpstreamServer) -> None:
     assert request(upstream_server, "GET", "/gpgkey")[0] == 200
 
 
-@pytest.mark.parametrize("path", ["/../../etc/passwd", "/stable/../../etc/passwd", "/%2e%2e/%2e%2e/etc/passwd"])
+@pytest.mark.parametrize(
+    "path", ["/../../etc/passwd", "/stable/../../etc/passwd", "/%2e%2e/%2e%2e/etc/passwd"]
+)
 def test_paths_outside_the_root_are_refused(upstream_server: UpstreamServer, path: str) -> None:
     status, _, body = request(upstream_server, "GET", path)
     assert status in (403, 404) and b"root:" not in body
@@ -151,7 +170,9 @@ def test_missing_files_and_directories_are_404(upstream_server: UpstreamServer) 
     assert request(upstream_server, "GET", "/stable/deb/")[0] == 404
 
 
-def test_log_records_method_path_status_headers_and_bytes(upstream_server: UpstreamServer, upstream_tree: UpstreamTree) -> None:
+def test_log_records_method_path_status_headers_and_bytes(
+    upstream_server: UpstreamServer, upstream_tree: UpstreamTree
+) -> None:
     request(upstream_server, "GET", PATH + "?x=1", {"Range": "bytes=0-3", "User-Agent": "t"})
     record = upstream_server.requests_for(PATH)[-1]
     assert (record.method, record.path, record.status, record.bytes_sent) == ("GET", PATH, 206, 4)

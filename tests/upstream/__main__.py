@@ -18,10 +18,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     build = sub.add_parser("build", help="build a local upstream into DIR (DIR/site is the web root)")
     build.add_argument("dir", type=Path)
-    build.add_argument("--payload-mb", type=float, default=0.0, help="pad every package with N MiB of random bytes")
+    build.add_argument(
+        "--payload-mb", type=float, default=0.0, help="pad every package with N MiB of random bytes"
+    )
     build.add_argument("--extra-versions", type=int, default=0, help="add N more real stable versions")
     build.add_argument("--versions", nargs="+", default=list(DEFAULT_STABLE), help="stable deb versions")
-    build.add_argument("--experimental", nargs="*", default=list(DEFAULT_EXPERIMENTAL), help="experimental versions")
+    build.add_argument(
+        "--experimental", nargs="*", default=list(DEFAULT_EXPERIMENTAL), help="experimental versions"
+    )
     serve = sub.add_parser("serve", help="serve DIR (a built tree or its site/) on 127.0.0.1")
     serve.add_argument("dir", type=Path)
     serve.add_argument("--port", type=int, default=0)

@@ -100,7 +100,7 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server: _Server
 
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - signature of the base
+    def log_message(self, format: str, *args: object) -> None:
         """Quiet: the request log is :attr:`UpstreamServer.log`."""
 
     def do_GET(self) -> None:
@@ -273,7 +273,9 @@ class UpstreamServer:
     def start(self) -> UpstreamServer:
         """Start serving in a daemon thread."""
         if self._thread is None:
-            self._thread = threading.Thread(target=self._httpd.serve_forever, name="upstream-server", daemon=True)
+            self._thread = threading.Thread(
+                target=self._httpd.serve_forever, name="upstream-server", daemon=True
+            )
             self._thread.start()
         return self
 
@@ -292,7 +294,9 @@ class UpstreamServer:
     def __enter__(self) -> UpstreamServer:
         return self.start()
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.stop()
 
     def inject(self, path: str, fault: Fault) -> Fault:
