@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 import shutil
-import tomllib
 from pathlib import Path
 from typing import Any, Dict, Optional
 
 import pytest
+import tomllib
 
 from configure.changes import Journal, apply_changes, revert
 from configure.crio import CRIO_CONF, CRIO_DROP_IN, CRIO_DROP_IN_DIR, OCI_HOOK, CrioEngine
