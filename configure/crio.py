@@ -202,7 +202,10 @@ class CrioEngine:
         plan.warnings.extend(_overridden_by_later(options, target))
         plan.notes.update(
             {
+                "config": config,
+                "drop_in": None if options.no_drop_in else (options.drop_in or CRIO_DROP_IN),
                 "runtime_name": options.runtime_name,
+                "runtime_path": options.runtime_path,
                 "set_as_default": options.set_as_default,
                 "previous_default": configured_default(source),
                 "inherited_from": inherited_from,

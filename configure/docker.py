@@ -151,7 +151,7 @@ class DockerEngine:
             )
         if options.cdi:
             enable_cdi(data, path)
-        previous_default = data.get("default-runtime")
+        previous_default = default_runtime(data)  # dockerd's effective default, runc when unset
         if options.set_as_default:
             data["default-runtime"] = options.runtime_name
         if options.hook:
@@ -161,7 +161,9 @@ class DockerEngine:
         plan.changes.append(FileChange(path, old, new, mode=0o644))
         plan.notes.update(
             {
+                "config": options.config or DAEMON_JSON,
                 "runtime_name": options.runtime_name,
+                "runtime_path": options.runtime_path,
                 "set_as_default": options.set_as_default,
                 "previous_default": previous_default,
             }

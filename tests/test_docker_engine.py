@@ -141,16 +141,18 @@ def test_default_runtime_is_left_alone_without_set_as_default(tmp_path: Path) ->
     plan = DockerEngine().plan(RuntimeOptions(root=root))
     assert plan.facts["DEFAULT"] == "runc"
     assert _plan_and_apply(root)["default-runtime"] == "runc"
+    # Unset means dockerd's built-in runc, which is what revert and verify need to know.
+    assert DockerEngine().plan(RuntimeOptions(root=tmp_path / "new", set_as_default=True)).notes["previous_default"] == "runc"
 
 
 def test_set_as_default_records_the_previous_default_and_revert_restores_it_byte_exact(tmp_path: Path) -> None:
-    original = b'{\n    "default-runtime": "runc",\n    "log-level": "warn"\n}\n'
+    original = b'{\n    "default-runtime": "crun",\n    "runtimes": {"crun": {"path": "/usr/bin/crun"}}\n}\n'
     root = _root_with(tmp_path, original)
     plan = DockerEngine().plan(RuntimeOptions(root=root, set_as_default=True))
-    assert plan.notes["previous_default"] == "runc"
+    assert plan.notes["previous_default"] == "crun"
     assert plan.facts["DEFAULT"] == "nvidia"
     assert _plan_and_apply(root, set_as_default=True)["default-runtime"] == "nvidia"
-    assert Journal(root).entries()[0].notes["previous_default"] == "runc"
+    assert Journal(root).entries()[0].notes["previous_default"] == "crun"
     revert("docker", Journal(root))
     assert rooted(root, DAEMON_JSON).read_bytes() == original
 
