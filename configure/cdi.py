@@ -25,6 +25,8 @@ debugging, and keeping it unasked leaves GPUs unusable.
 
 from __future__ import annotations
 
+import json
+import posixpath
 import re
 import tempfile
 from pathlib import Path
@@ -35,7 +37,7 @@ import yaml
 from configure import proc
 from configure.changes import FileChange, read_optional
 from configure.engine import ConfigPlan
-from configure.errors import ConfigFormatError, ToolError
+from configure.errors import ConfigFormatError, ToolError, UsageError
 from configure.fsutil import rooted
 
 CDI_SPEC = "/etc/cdi/nvidia.yaml"
@@ -135,8 +137,10 @@ def build_spec(gpus: List[Tuple[int, str]], control: List[str]) -> Dict[str, Any
     return {"cdiVersion": SPEC_VERSION, "kind": KIND, "devices": devices, "containerEdits": edits}
 
 
-def render_spec(spec: Dict[str, Any]) -> bytes:
-    """YAML in the spec's own key order."""
+def render_spec(spec: Dict[str, Any], *, as_json: bool = False) -> bytes:
+    """YAML (or JSON, for a ``.json`` spec file) in the spec's own key order."""
+    if as_json:
+        return (json.dumps(spec, indent=2) + "\n").encode()
     return yaml.safe_dump(spec, sort_keys=False, default_flow_style=False).encode()
 
 
@@ -239,6 +243,9 @@ def plan_spec(
     :raises ConfigFormatError: when an existing spec is invalid and ``force`` is false.
     :raises NoGpuDevices: when a new spec is needed and there are no GPU device nodes.
     """
+    if not output.startswith("/") or posixpath.splitext(output)[1] not in (".yaml", ".json"):
+        # CDI registries load only *.yaml and *.json files, from absolute spec directories.
+        raise UsageError(f"--output must be an absolute path ending in .yaml or .json, not {output!r}")
     path = rooted(root, output)
     plan = ConfigPlan(engine=ENGINE)
     plan.facts["CDI_SPEC"] = output
@@ -264,7 +271,7 @@ def plan_spec(
         if existing_problems:
             plan.warnings.append(f"replacing the invalid spec {path}: {'; '.join(existing_problems)}")
     try:
-        new, source = _generate(root, generator, plan)
+        new, source = _generate(root, generator, plan, as_json=output.endswith(".json"))
     except NoGpuDevices:
         if old is None or existing_problems or force:
             raise
@@ -287,7 +294,9 @@ def plan_spec(
     return plan
 
 
-def _generate(root: Path, generator: Optional[SpecGenerator], plan: ConfigPlan) -> Tuple[bytes, str]:
+def _generate(
+    root: Path, generator: Optional[SpecGenerator], plan: ConfigPlan, *, as_json: bool
+) -> Tuple[bytes, str]:
     if generator is not None:
         try:
             raw = generator.generate()
@@ -298,11 +307,11 @@ def _generate(root: Path, generator: Optional[SpecGenerator], plan: ConfigPlan) 
             problems = problems or validate_spec(data)
             if problems:
                 raise ToolError(f"{generator.name} produced an invalid CDI spec: {'; '.join(problems)}")
-            return raw, generator.name
+            return (render_spec(data, as_json=True) if as_json else raw), generator.name
     gpus, control = find_device_nodes(root)
     if not gpus:
         raise NoGpuDevices(rooted(root, "/dev"))
-    return render_spec(build_spec(gpus, control)), "device-nodes"
+    return render_spec(build_spec(gpus, control), as_json=as_json), "device-nodes"
 
 
 def _same_spec(a: bytes, b: bytes) -> bool:

@@ -32,7 +32,7 @@ from tomlkit.items import Table
 
 from configure.changes import FileChange, read_optional
 from configure.engine import ConfigPlan, Engine, RuntimeOptions
-from configure.errors import ConfigFormatError
+from configure.errors import ConfigFormatError, UsageError
 from configure.fsutil import rooted
 from configure.textio import decode_utf8
 
@@ -122,13 +122,13 @@ def inherited_options(config: Dict[str, Any], runtime_name: str) -> Tuple[Option
     return None, {}
 
 
-def _table(container: Any, key: str) -> Table:
+def _table(container: Any, key: str, path: object) -> Table:
     """The sub-table ``key`` of ``container``, created as a super table (header-less) when absent."""
     if key not in container:
         container.add(key, tomlkit.table(is_super_table=True))
     value = container[key]
     if not isinstance(value, Table):
-        raise ConfigFormatError("crio drop-in", f'"{key}" must be a TOML table')
+        raise ConfigFormatError(path, f'"{key}" must be a TOML table')
     return value
 
 
@@ -145,10 +145,10 @@ def render_runtime(
     doc = _parse_document(text, path)
     if not text:
         doc.add(tomlkit.comment("NVIDIA runtime for CRI-O, written by gpu-airgap configure crio."))
-    runtime = _table(_table(doc, "crio"), "runtime")
+    runtime = _table(_table(doc, "crio", path), "runtime", path)
     if set_as_default:
         _set(runtime, "default_runtime", runtime_name)
-    runtimes = _table(runtime, "runtimes")
+    runtimes = _table(runtime, "runtimes", path)
     if runtime_name not in runtimes:
         runtimes.add(runtime_name, tomlkit.table())
     entry = runtimes[runtime_name]
@@ -178,6 +178,8 @@ class CrioEngine:
 
     def plan(self, options: RuntimeOptions) -> ConfigPlan:
         """Read the effective CRI-O configuration, render our drop-in or hook; never write."""
+        if not options.runtime_path.startswith("/"):
+            raise UsageError(f"CRI-O needs an absolute --runtime-path, not {options.runtime_path!r}")
         plan = ConfigPlan(engine=self.name)
         if options.cdi:
             plan.warnings.append("CRI-O always has CDI enabled; --cdi changes nothing for crio")

@@ -20,11 +20,11 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from configure.changes import FileChange, read_optional
 from configure.engine import ConfigPlan, Engine, RuntimeOptions
-from configure.errors import ConfigFormatError
+from configure.errors import ConfigFormatError, UsageError
 from configure.fsutil import rooted
 from configure.textio import decode_utf8
 
@@ -64,11 +64,27 @@ def parse_daemon_json(text: str, path: object = DAEMON_JSON) -> Dict[str, Any]:
         # dockerd refuses an empty daemon.json too (moby/moby#41268); we do not guess what was meant.
         raise ConfigFormatError(path, "the file is empty, which dockerd rejects; write {} into it or remove it")
     try:
-        data = json.loads(text)
+        data = json.loads(text, object_pairs_hook=_no_duplicates)
+    except _DuplicateKey as exc:
+        # json keeps the last one silently; writing back would drop the other without a word.
+        raise ConfigFormatError(path, f'the key "{exc}" appears twice in one object; keep one of them') from exc
     except ValueError as exc:
         raise ConfigFormatError(path, f"is not valid JSON ({exc}); fix or remove it first") from exc
     if not isinstance(data, dict):
         raise ConfigFormatError(path, "the top level must be a JSON object")
+    return data
+
+
+class _DuplicateKey(Exception):
+    pass
+
+
+def _no_duplicates(pairs: List[Tuple[str, Any]]) -> Dict[str, Any]:
+    data: Dict[str, Any] = {}
+    for key, value in pairs:
+        if key in data:
+            raise _DuplicateKey(key)
+        data[key] = value
     return data
 
 
@@ -133,6 +149,8 @@ class DockerEngine:
 
     def plan(self, options: RuntimeOptions) -> ConfigPlan:
         """Load daemon.json under the root, add the runtime in memory and render; never write."""
+        if options.drop_in:
+            raise UsageError("dockerd has no drop-in directory; daemon.json is edited in place, so omit --drop-in")
         path = rooted(options.root, options.config or DAEMON_JSON)
         old = read_optional(path)
         plan = ConfigPlan(engine=self.name)

@@ -21,7 +21,7 @@ from configure.cdi import (
     validate_spec,
 )
 from configure.changes import Journal, apply_changes
-from configure.errors import ConfigFormatError, ExitCode, ToolError
+from configure.errors import ConfigFormatError, ExitCode, ToolError, UsageError
 from configure.fsutil import rooted
 from tests.cli_runner import run_cli
 
@@ -264,3 +264,17 @@ def test_cli_writes_once_then_says_already_configured(tmp_path: Path) -> None:
     custom = run_cli("configure", "cdi", "--root", str(root), "--output", "/var/run/cdi/nvidia.yaml", "--dry-run")
     assert "+kind: nvidia.com/gpu" in custom.stdout
     assert not rooted(root, "/var/run/cdi/nvidia.yaml").exists()
+
+
+def test_a_json_output_gets_a_json_spec(tmp_path: Path) -> None:
+    root = _devices(tmp_path, "nvidia0")
+    plan = plan_spec(root, "/etc/cdi/nvidia.json", use_installed=False)
+    assert json.loads(plan.changes[0].new)["kind"] == "nvidia.com/gpu"
+    raw = yaml.safe_dump(_valid()).encode()
+    assert json.loads(plan_spec(root, "/etc/cdi/nvidia.json", generator=_Generator(raw)).changes[0].new) == _valid()
+
+
+@pytest.mark.parametrize("output", ["nvidia.yaml", "/etc/cdi/nvidia.yml", "/etc/cdi/nvidia"])
+def test_an_output_cdi_would_never_read_is_refused(tmp_path: Path, output: str) -> None:
+    with pytest.raises(UsageError, match=r"absolute path ending in \.yaml or \.json"):
+        plan_spec(_devices(tmp_path, "nvidia0"), output, use_installed=False)

@@ -13,7 +13,7 @@ import tomllib
 from configure.changes import Journal, apply_changes, revert
 from configure.crio import CRIO_CONF, CRIO_DROP_IN, CRIO_DROP_IN_DIR, OCI_HOOK, CrioEngine
 from configure.engine import Engine, RuntimeOptions
-from configure.errors import ConfigFormatError
+from configure.errors import ConfigFormatError, UsageError
 from configure.fsutil import rooted
 
 FIXTURES = Path(__file__).parent / "data/fixtures/crio"
@@ -176,3 +176,8 @@ def test_report_reads_the_effective_configuration_back(tmp_path: Path) -> None:
         "RUNTIME_PATH": RUNTIME,
         "DEFAULT": "crun",
     }
+
+
+def test_a_relative_runtime_path_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="absolute --runtime-path"):
+        CrioEngine().plan(RuntimeOptions(root=_node(tmp_path), runtime_path="nvidia-container-runtime"))

@@ -13,7 +13,7 @@ import pytest
 from configure.changes import Journal, apply_changes, revert
 from configure.docker import DAEMON_JSON, DockerEngine, detect_style, render_daemon_json
 from configure.engine import Engine, RuntimeOptions
-from configure.errors import ConfigFormatError
+from configure.errors import ConfigFormatError, UsageError
 from configure.fsutil import rooted
 
 FIXTURE = Path(__file__).parent / "data/fixtures/docker/daemon.json"
@@ -108,8 +108,12 @@ def test_existing_nvidia_entry_with_another_path_is_repointed_keeping_its_other_
         (b'{"runtimes": "nvidia"}\n', '"runtimes" must be a JSON object'),
         (b'{"runtimes": {"nvidia": "/usr/bin/x"}}\n', '"runtimes.nvidia" must be a JSON object'),
         (b'{"a": "\xff"}\n', "is not UTF-8 text"),
+        (b'{"log-level": "warn", "log-level": "debug"}\n', 'the key "log-level" appears twice'),
     ],
-    ids=["empty", "blank", "invalid-json", "not-an-object", "features-list", "runtimes-string", "entry-string", "latin1"],
+    ids=[
+        "empty", "blank", "invalid-json", "not-an-object", "features-list", "runtimes-string", "entry-string",
+        "latin1", "duplicate-key",
+    ],
 )
 def test_bad_daemon_json_is_refused_and_left_untouched(tmp_path: Path, content: bytes, message: str) -> None:
     root = _root_with(tmp_path, content)
@@ -180,3 +184,8 @@ def test_report_reads_the_written_file_back(tmp_path: Path) -> None:
         "DEFAULT": "runc",
         "CDI": "true",
     }
+
+
+def test_a_drop_in_is_a_usage_error_because_dockerd_has_none(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="dockerd has no drop-in directory"):
+        DockerEngine().plan(RuntimeOptions(root=tmp_path, drop_in="/etc/docker/daemon.d/nvidia.json"))
