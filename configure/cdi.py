@@ -103,8 +103,10 @@ def find_generator(root: Path) -> Tuple[Optional[SpecGenerator], List[str]]:
         return (NvidiaCtkGenerator(binary) if binary else None), []
     for candidate in ("/usr/bin/nvidia-ctk", "/usr/local/bin/nvidia-ctk"):
         if rooted(root, candidate).exists():
-            return None, [f"{candidate} under {root} is not run (binaries under --root are never executed); "
-                          "the spec is built from device nodes"]
+            return None, [
+                f"{candidate} under {root} is not run (binaries under --root are never executed); "
+                "the spec is built from device nodes"
+            ]
     return None, []
 
 
@@ -131,7 +133,9 @@ def build_spec(gpus: List[Tuple[int, str]], control: List[str]) -> Dict[str, Any
         {"name": str(index), "containerEdits": {"deviceNodes": [node(path)]}} for index, path in gpus
     ]
     devices.append({"name": "all", "containerEdits": {"deviceNodes": [node(path) for _, path in gpus]}})
-    edits: Dict[str, Any] = {"env": ["NVIDIA_VISIBLE_DEVICES=void"]}  # keep the legacy hook from injecting too
+    edits: Dict[str, Any] = {
+        "env": ["NVIDIA_VISIBLE_DEVICES=void"]
+    }  # keep the legacy hook from injecting too
     if control:
         edits["deviceNodes"] = [node(path) for path in control]
     return {"cdiVersion": SPEC_VERSION, "kind": KIND, "devices": devices, "containerEdits": edits}
@@ -208,7 +212,11 @@ def _validate_edits(edits: Any, where: str) -> List[str]:
     if not isinstance(edits, dict):
         return [f"{where} is not a mapping"]
     problems: List[str] = []
-    required = {"deviceNodes": ("path",), "mounts": ("hostPath", "containerPath"), "hooks": ("hookName", "path")}
+    required = {
+        "deviceNodes": ("path",),
+        "mounts": ("hostPath", "containerPath"),
+        "hooks": ("hookName", "path"),
+    }
     env = edits.get("env", [])
     if not isinstance(env, list) or not all(isinstance(e, str) and _ENV.match(e) for e in env):
         problems.append(f"{where}.env must be a list of KEY=VALUE strings")
@@ -218,7 +226,9 @@ def _validate_edits(edits: Any, where: str) -> List[str]:
             problems.append(f"{where}.{key} must be a list")
             continue
         for i, item in enumerate(items):
-            missing = [f for f in fields if not (isinstance(item, dict) and isinstance(item.get(f), str) and item[f])]
+            missing = [
+                f for f in fields if not (isinstance(item, dict) and isinstance(item.get(f), str) and item[f])
+            ]
             if missing:
                 problems.append(f"{where}.{key}[{i}] lacks {' and '.join(missing)}")
             elif key == "hooks" and item["hookName"] not in HOOK_NAMES:
@@ -266,7 +276,8 @@ def plan_spec(
         plan.facts["EXISTING_VALID"] = "false" if existing_problems else "true"
         if existing_problems and not force:
             raise ConfigFormatError(
-                path, f"the existing CDI spec is invalid ({'; '.join(existing_problems)}); use --force to replace it"
+                path,
+                f"the existing CDI spec is invalid ({'; '.join(existing_problems)}); use --force to replace it",
             )
         if existing_problems:
             plan.warnings.append(f"replacing the invalid spec {path}: {'; '.join(existing_problems)}")
@@ -283,7 +294,9 @@ def plan_spec(
             plan.warnings.append(f"kept the existing valid spec {path}; use --force to replace it")
             new, source = old, "existing"
     if source == "device-nodes" and new != old:
-        plan.warnings.append("the spec lists device nodes only; nvidia-ctk on the node also mounts the driver libraries")
+        plan.warnings.append(
+            "the spec lists device nodes only; nvidia-ctk on the node also mounts the driver libraries"
+        )
     plan.changes.append(FileChange(path, old, new, mode=0o644))
     data, _ = parse_spec(new)
     plan.facts["SOURCE"] = source

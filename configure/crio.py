@@ -83,7 +83,9 @@ def source_files(root: Path, config: str, extra: Optional[Path] = None) -> List[
     return [rooted(root, config), *sorted(drop_ins, key=lambda p: p.name)]
 
 
-def effective_config(files: List[Path], replace: Optional[Dict[Path, Optional[bytes]]] = None) -> Dict[str, Any]:
+def effective_config(
+    files: List[Path], replace: Optional[Dict[Path, Optional[bytes]]] = None
+) -> Dict[str, Any]:
     """Merge the files that exist, in order; ``replace`` substitutes content (None: leave the file out)."""
     merged: Dict[str, Any] = {}
     for path in files:
@@ -109,7 +111,9 @@ def inherited_options(config: Dict[str, Any], runtime_name: str) -> Tuple[Option
     section = _runtime_section(config)
     runtimes = section.get("runtimes", {})
     default = configured_default(config)
-    candidates = [c for c in (default, "runc", "crun") if c and c != runtime_name and not c.startswith("nvidia")]
+    candidates = [
+        c for c in (default, "runc", "crun") if c and c != runtime_name and not c.startswith("nvidia")
+    ]
     for candidate in candidates:
         table = runtimes.get(candidate) if isinstance(runtimes, dict) else None
         if not isinstance(table, dict):
@@ -228,7 +232,9 @@ class CrioEngine:
         plan.notes.update({"mode": "hook", "hook_path": hook_path})
         plan.facts.update({"HOOK": OCI_HOOK, "HOOK_PATH": hook_path})
         if options.set_as_default:
-            plan.warnings.append("--set-as-default has no meaning in hook mode; the hook runs for every container")
+            plan.warnings.append(
+                "--set-as-default has no meaning in hook mode; the hook runs for every container"
+            )
         return plan
 
     def report(self, root: Path, runtime_name: str) -> Dict[str, str]:
@@ -263,14 +269,18 @@ def _overridden_by_later(options: RuntimeOptions, target: Path) -> List[str]:
         return []
     files = source_files(options.root, options.config or CRIO_CONF, extra=target)
     if target not in files:
-        return [f"CRI-O reads drop-ins from {CRIO_DROP_IN_DIR} only (unless started with --config-dir); {target} may never be read"]
+        return [
+            f"CRI-O reads drop-ins from {CRIO_DROP_IN_DIR} only (unless started with --config-dir); {target} may never be read"
+        ]
     warnings = []
     for path in files[files.index(target) + 1 :]:
         raw = read_optional(path)
         section = _runtime_section(parse_toml(decode_utf8(raw or b"", path), path))
         runtimes = section.get("runtimes", {})
         if isinstance(runtimes, dict) and options.runtime_name in runtimes:
-            warnings.append(f"{path} is read after {target.name} and redefines runtime {options.runtime_name}")
+            warnings.append(
+                f"{path} is read after {target.name} and redefines runtime {options.runtime_name}"
+            )
         if options.set_as_default and "default_runtime" in section:
             warnings.append(f"{path} is read after {target.name} and sets default_runtime, which wins")
     return warnings

@@ -41,13 +41,20 @@ def _write(root: Path) -> Dict[str, Any]:
 
 
 def test_two_gpus_give_devices_0_1_and_all_with_control_nodes_shared(tmp_path: Path) -> None:
-    root = _devices(tmp_path, "nvidia0", "nvidia1", "nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset")
+    root = _devices(
+        tmp_path, "nvidia0", "nvidia1", "nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset"
+    )
     spec = _write(root)
     assert spec["cdiVersion"] == "0.5.0"
     assert spec["kind"] == "nvidia.com/gpu"
     assert [d["name"] for d in spec["devices"]] == ["0", "1", "all"]
-    assert spec["devices"][1]["containerEdits"]["deviceNodes"] == [{"path": "/dev/nvidia1", "hostPath": "/dev/nvidia1"}]
-    assert [n["path"] for n in spec["devices"][2]["containerEdits"]["deviceNodes"]] == ["/dev/nvidia0", "/dev/nvidia1"]
+    assert spec["devices"][1]["containerEdits"]["deviceNodes"] == [
+        {"path": "/dev/nvidia1", "hostPath": "/dev/nvidia1"}
+    ]
+    assert [n["path"] for n in spec["devices"][2]["containerEdits"]["deviceNodes"]] == [
+        "/dev/nvidia0",
+        "/dev/nvidia1",
+    ]
     assert [n["path"] for n in spec["containerEdits"]["deviceNodes"]] == [
         "/dev/nvidiactl",
         "/dev/nvidia-uvm",
@@ -65,7 +72,9 @@ def test_gpu_indices_sort_numerically_and_directories_are_ignored(tmp_path: Path
 
 
 @pytest.mark.parametrize("names", [(), ("nvidiactl", "nvidia-uvm")], ids=["empty-dev", "control-only"])
-def test_no_gpu_device_nodes_is_a_clear_error_and_writes_nothing(tmp_path: Path, names: tuple[str, ...]) -> None:
+def test_no_gpu_device_nodes_is_a_clear_error_and_writes_nothing(
+    tmp_path: Path, names: tuple[str, ...]
+) -> None:
     root = _devices(tmp_path, *names)
     with pytest.raises(NoGpuDevices, match=r"no GPU device nodes \(nvidia0, nvidia1, \.\.\.\) found in"):
         plan_spec(root, use_installed=False)
@@ -104,7 +113,10 @@ def test_an_invalid_existing_spec_is_reported_and_replaced_only_with_force(tmp_p
     path = rooted(root, CDI_SPEC)
     path.parent.mkdir(parents=True)
     path.write_bytes(b"cdiVersion: 9.9.9\nkind: nvidia.com/gpu\ndevices: []\n")
-    with pytest.raises(ConfigFormatError, match=r"cdiVersion '9.9.9' is not a known CDI version .*; devices must be a non-empty list"):
+    with pytest.raises(
+        ConfigFormatError,
+        match=r"cdiVersion '9.9.9' is not a known CDI version .*; devices must be a non-empty list",
+    ):
         plan_spec(root, use_installed=False)
     result = run_cli("configure", "cdi", "--root", str(root))
     assert result.exit_code == ExitCode.CONFIG and "use --force to replace it" in result.stderr
@@ -118,7 +130,9 @@ def test_an_invalid_existing_spec_is_reported_and_replaced_only_with_force(tmp_p
 
 def _valid() -> Dict[str, Any]:
     spec = build_spec([(0, "/dev/nvidia0")], ["/dev/nvidiactl"])
-    spec["containerEdits"]["mounts"] = [{"hostPath": "/usr/lib/libcuda.so.1", "containerPath": "/usr/lib/libcuda.so.1"}]
+    spec["containerEdits"]["mounts"] = [
+        {"hostPath": "/usr/lib/libcuda.so.1", "containerPath": "/usr/lib/libcuda.so.1"}
+    ]
     spec["containerEdits"]["hooks"] = [{"hookName": "createContainer", "path": "/usr/bin/nvidia-cdi-hook"}]
     return spec
 
@@ -177,7 +191,10 @@ def _broken(edit: str) -> Any:
         ("node-without-path", "containerEdits.deviceNodes[0] lacks path"),
         ("mount-without-container-path", "containerEdits.mounts[0] lacks containerPath"),
         ("hook-without-name", "containerEdits.hooks[0] lacks hookName"),
-        ("hook-unknown-stage", "containerEdits.hooks[0].hookName 'beforeEverything' is not an OCI hook stage"),
+        (
+            "hook-unknown-stage",
+            "containerEdits.hooks[0].hookName 'beforeEverything' is not an OCI hook stage",
+        ),
         ("edits-not-mapping", "containerEdits is not a mapping"),
         ("not-a-mapping", "the spec is not a YAML mapping"),
     ],
@@ -227,7 +244,10 @@ def test_a_generator_spec_is_written_verbatim_after_validation(tmp_path: Path) -
     assert plan.changes[0].new == raw
     assert plan.facts["SOURCE"] == "fake-ctk"
     with pytest.raises(ToolError, match="fake-ctk produced an invalid CDI spec: kind is missing"):
-        plan_spec(tmp_path, generator=_Generator(b"cdiVersion: 0.5.0\ndevices: [{name: a, containerEdits: {env: [A=1]}}]\n"))
+        plan_spec(
+            tmp_path,
+            generator=_Generator(b"cdiVersion: 0.5.0\ndevices: [{name: a, containerEdits: {env: [A=1]}}]\n"),
+        )
 
 
 def test_a_failing_generator_falls_back_to_device_nodes(tmp_path: Path) -> None:
@@ -261,7 +281,9 @@ def test_cli_writes_once_then_says_already_configured(tmp_path: Path) -> None:
     assert "DEVICES=0,all" in first.stdout and "KIND=nvidia.com/gpu" in first.stdout
     second = run_cli("configure", "cdi", "--root", str(root))
     assert second.exit_code == 0 and "already configured" in second.stdout
-    custom = run_cli("configure", "cdi", "--root", str(root), "--output", "/var/run/cdi/nvidia.yaml", "--dry-run")
+    custom = run_cli(
+        "configure", "cdi", "--root", str(root), "--output", "/var/run/cdi/nvidia.yaml", "--dry-run"
+    )
     assert "+kind: nvidia.com/gpu" in custom.stdout
     assert not rooted(root, "/var/run/cdi/nvidia.yaml").exists()
 
@@ -271,7 +293,10 @@ def test_a_json_output_gets_a_json_spec(tmp_path: Path) -> None:
     plan = plan_spec(root, "/etc/cdi/nvidia.json", use_installed=False)
     assert json.loads(plan.changes[0].new)["kind"] == "nvidia.com/gpu"
     raw = yaml.safe_dump(_valid()).encode()
-    assert json.loads(plan_spec(root, "/etc/cdi/nvidia.json", generator=_Generator(raw)).changes[0].new) == _valid()
+    assert (
+        json.loads(plan_spec(root, "/etc/cdi/nvidia.json", generator=_Generator(raw)).changes[0].new)
+        == _valid()
+    )
 
 
 @pytest.mark.parametrize("output", ["nvidia.yaml", "/etc/cdi/nvidia.yml", "/etc/cdi/nvidia"])

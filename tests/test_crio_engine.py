@@ -122,11 +122,17 @@ def test_no_drop_in_edits_crio_conf_in_place_keeping_its_comments(tmp_path: Path
     assert nvidia == {"runtime_path": RUNTIME, "runtime_type": "oci", "runtime_root": "/run/runc"}
 
 
-def test_warns_about_a_later_drop_in_that_overrides_ours_and_a_directory_crio_never_reads(tmp_path: Path) -> None:
+def test_warns_about_a_later_drop_in_that_overrides_ours_and_a_directory_crio_never_reads(
+    tmp_path: Path,
+) -> None:
     root = _node(tmp_path, packaged_drop_in=True)
-    rooted(root, CRIO_DROP_IN_DIR + "/99-zz-site.conf").write_text('[crio.runtime]\ndefault_runtime = "crun"\n')
+    rooted(root, CRIO_DROP_IN_DIR + "/99-zz-site.conf").write_text(
+        '[crio.runtime]\ndefault_runtime = "crun"\n'
+    )
     plan = CrioEngine().plan(RuntimeOptions(root=root, set_as_default=True))
-    assert any("99-zz-site.conf is read after 99-nvidia.toml and sets default_runtime" in w for w in plan.warnings)
+    assert any(
+        "99-zz-site.conf is read after 99-nvidia.toml and sets default_runtime" in w for w in plan.warnings
+    )
     plan = CrioEngine().plan(RuntimeOptions(root=root, drop_in="/etc/crio/conf.d/99-nvidia.toml"))
     assert any("may never be read" in w for w in plan.warnings)
 
@@ -160,10 +166,14 @@ def test_hook_mode_writes_the_oci_hook_instead_of_a_runtime(tmp_path: Path) -> N
 
 def test_hook_next_to_a_relocated_runtime_gets_its_directory_on_path(tmp_path: Path) -> None:
     root = _node(tmp_path)
-    options = RuntimeOptions(root=root, hook=True, runtime_path="/usr/local/nvidia/toolkit/nvidia-container-runtime")
+    options = RuntimeOptions(
+        root=root, hook=True, runtime_path="/usr/local/nvidia/toolkit/nvidia-container-runtime"
+    )
     hook = json.loads(CrioEngine().plan(options).changes[0].new)["hook"]
     assert hook["path"] == "/usr/local/nvidia/toolkit/nvidia-container-runtime-hook"
-    assert hook["env"] == ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/usr/local/nvidia/toolkit"]
+    assert hook["env"] == [
+        "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/usr/local/nvidia/toolkit"
+    ]
 
 
 def test_report_reads_the_effective_configuration_back(tmp_path: Path) -> None:

@@ -111,8 +111,15 @@ def test_existing_nvidia_entry_with_another_path_is_repointed_keeping_its_other_
         (b'{"log-level": "warn", "log-level": "debug"}\n', 'the key "log-level" appears twice'),
     ],
     ids=[
-        "empty", "blank", "invalid-json", "not-an-object", "features-list", "runtimes-string", "entry-string",
-        "latin1", "duplicate-key",
+        "empty",
+        "blank",
+        "invalid-json",
+        "not-an-object",
+        "features-list",
+        "runtimes-string",
+        "entry-string",
+        "latin1",
+        "duplicate-key",
     ],
 )
 def test_bad_daemon_json_is_refused_and_left_untouched(tmp_path: Path, content: bytes, message: str) -> None:
@@ -146,10 +153,17 @@ def test_default_runtime_is_left_alone_without_set_as_default(tmp_path: Path) ->
     assert plan.facts["DEFAULT"] == "runc"
     assert _plan_and_apply(root)["default-runtime"] == "runc"
     # Unset means dockerd's built-in runc, which is what revert and verify need to know.
-    assert DockerEngine().plan(RuntimeOptions(root=tmp_path / "new", set_as_default=True)).notes["previous_default"] == "runc"
+    assert (
+        DockerEngine()
+        .plan(RuntimeOptions(root=tmp_path / "new", set_as_default=True))
+        .notes["previous_default"]
+        == "runc"
+    )
 
 
-def test_set_as_default_records_the_previous_default_and_revert_restores_it_byte_exact(tmp_path: Path) -> None:
+def test_set_as_default_records_the_previous_default_and_revert_restores_it_byte_exact(
+    tmp_path: Path,
+) -> None:
     original = b'{\n    "default-runtime": "crun",\n    "runtimes": {"crun": {"path": "/usr/bin/crun"}}\n}\n'
     root = _root_with(tmp_path, original)
     plan = DockerEngine().plan(RuntimeOptions(root=root, set_as_default=True))
@@ -162,7 +176,9 @@ def test_set_as_default_records_the_previous_default_and_revert_restores_it_byte
 
 
 def test_second_run_writes_nothing_even_for_a_hand_formatted_file(tmp_path: Path) -> None:
-    root = _root_with(tmp_path, b'{"runtimes":{"nvidia":{"path":"/usr/bin/nvidia-container-runtime","args":[]}}}')
+    root = _root_with(
+        tmp_path, b'{"runtimes":{"nvidia":{"path":"/usr/bin/nvidia-container-runtime","args":[]}}}'
+    )
     plan = DockerEngine().plan(RuntimeOptions(root=root))
     assert not plan.changed
     root2 = _root_with(tmp_path / "r2", FIXTURE.read_bytes())

@@ -51,11 +51,15 @@ def test_relative_output_is_written_relative_to_the_current_directory(
     assert read_record(root) == {"name": "gpu", "handler": "nvidia", "output": str(tmp_path / "rc.yaml")}
 
 
-@pytest.mark.parametrize(("name", "handler"), [("NVIDIA", "nvidia"), ("nvidia", "nvidia.cdi"), ("nvidia", "-x")])
+@pytest.mark.parametrize(
+    ("name", "handler"), [("NVIDIA", "nvidia"), ("nvidia", "nvidia.cdi"), ("nvidia", "-x")]
+)
 def test_names_kubernetes_would_reject_are_usage_errors(tmp_path: Path, name: str, handler: str) -> None:
     with pytest.raises(UsageError):
         manifest(name, handler)
-    result = run_cli("configure", "runtimeclass", "--root", str(tmp_path), "--name", name, "--handler", handler)
+    result = run_cli(
+        "configure", "runtimeclass", "--root", str(tmp_path), "--name", name, "--handler", handler
+    )
     assert result.exit_code == ExitCode.USAGE
     assert not rooted(tmp_path, RECORD).exists()
 

@@ -73,7 +73,7 @@ def test_a_commented_mode_stays_and_a_real_key_is_added() -> None:
 
 
 def test_a_file_without_the_section_gets_it_appended() -> None:
-    old = '[nvidia-container-cli]\nload-kmods = true\n'
+    old = "[nvidia-container-cli]\nload-kmods = true\n"
     new = set_mode(old, "csv")
     assert new.startswith(old)
     assert tomllib.loads(new)["nvidia-container-runtime"] == {"mode": "csv"}
@@ -81,8 +81,11 @@ def test_a_file_without_the_section_gets_it_appended() -> None:
 
 @pytest.mark.parametrize(
     ("text", "mode", "error"),
-    [(CONFIG, "turbo", UsageError), ("[nvidia-container-runtime\n", "cdi", ConfigFormatError),
-     ("nvidia-container-runtime = 3\n", "cdi", ConfigFormatError)],
+    [
+        (CONFIG, "turbo", UsageError),
+        ("[nvidia-container-runtime\n", "cdi", ConfigFormatError),
+        ("nvidia-container-runtime = 3\n", "cdi", ConfigFormatError),
+    ],
     ids=["unknown-mode", "invalid-toml", "section-not-a-table"],
 )
 def test_bad_input_is_refused(text: str, mode: str, error: type) -> None:
