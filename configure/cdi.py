@@ -283,9 +283,10 @@ def plan_spec(
             plan.warnings.append(f"replacing the invalid spec {path}: {'; '.join(existing_problems)}")
     try:
         new, source = _generate(root, generator, plan, as_json=output.endswith(".json"))
-    except NoGpuDevices:
+    except NoGpuDevices as exc:
         if old is None or existing_problems or force:
             raise
+        plan.warnings.append(f"{exc.dev} has no GPU device nodes; kept the existing valid spec {path}")
         new, source = old, "existing"
     if old is not None and new != old:
         if _same_spec(old, new):

@@ -303,3 +303,14 @@ def test_a_json_output_gets_a_json_spec(tmp_path: Path) -> None:
 def test_an_output_cdi_would_never_read_is_refused(tmp_path: Path, output: str) -> None:
     with pytest.raises(UsageError, match=r"absolute path ending in \.yaml or \.json"):
         plan_spec(_devices(tmp_path, "nvidia0"), output, use_installed=False)
+
+
+def test_a_valid_existing_spec_is_kept_when_the_gpus_are_not_visible(tmp_path: Path) -> None:
+    root = _devices(tmp_path, "nvidia0")
+    _write(root)
+    (root / "dev/nvidia0").unlink()
+    plan = plan_spec(root, use_installed=False)
+    assert not plan.changed and plan.facts["SOURCE"] == "existing"
+    assert any("has no GPU device nodes; kept the existing valid spec" in w for w in plan.warnings)
+    with pytest.raises(NoGpuDevices):
+        plan_spec(root, force=True, use_installed=False)
