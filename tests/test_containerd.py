@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
 
 import pytest
+import tomllib
 
 from configure.commands import configure_engine
 from configure.containerd import CRI_PLUGIN
@@ -86,7 +86,9 @@ def test_headers_are_quoted_and_systemd_cgroup_is_a_boolean(tmp_path: Path) -> N
     assert "SystemdCgroup = true\n" in text.split("runtimes.nvidia.options]")[1]
 
 
-@pytest.mark.parametrize(("installed", "version", "files"), [((1, 6), 2, [CONFIG]), ((2, 0), 3, [CONFIG, DROP_IN])])
+@pytest.mark.parametrize(
+    ("installed", "version", "files"), [((1, 6), 2, [CONFIG]), ((2, 0), 3, [CONFIG, DROP_IN])]
+)
 @pytest.mark.parametrize("content", [None, ""])
 def test_missing_or_empty_config_gets_a_minimal_valid_one(
     tmp_path: Path, installed: Tuple[int, int], version: int, files: list[str], content: Optional[str]
@@ -122,13 +124,19 @@ def test_existing_nvidia_entry_with_another_path_is_updated_and_the_plan_says_so
 
 @pytest.mark.parametrize(
     ("imports", "import_added"),
-    [(["/etc/containerd/conf.d/*.toml"], False), (["conf.d/9*.toml"], False), (["/etc/containerd/other.toml"], True)],
+    [
+        (["/etc/containerd/conf.d/*.toml"], False),
+        (["conf.d/9*.toml"], False),
+        (["/etc/containerd/other.toml"], True),
+    ],
 )
 def test_existing_imports_mean_a_drop_in_whose_import_is_added_only_when_not_covered(
     tmp_path: Path, imports: list[str], import_added: bool
 ) -> None:
     config = make_root(tmp_path, "config.toml.base")
-    text = config.read_text().replace("version = 2\n", f"version = 2\nimports = {imports!r}\n".replace("'", '"'))
+    text = config.read_text().replace(
+        "version = 2\n", f"version = 2\nimports = {imports!r}\n".replace("'", '"')
+    )
     config.write_text(text)
     (tmp_path / "etc/containerd/other.toml").write_text("version = 2\n")
     result = configure_engine(engine(), RuntimeOptions(root=tmp_path))
@@ -145,7 +153,11 @@ def test_existing_imports_mean_a_drop_in_whose_import_is_added_only_when_not_cov
 
 def test_drop_in_copies_the_cri_table_of_the_last_import_that_defines_it(tmp_path: Path) -> None:
     config = make_root(tmp_path, "config.toml.base")
-    config.write_text(config.read_text().replace("version = 2\n", 'version = 2\nimports = ["/etc/containerd/10-site.toml"]\n'))
+    config.write_text(
+        config.read_text().replace(
+            "version = 2\n", 'version = 2\nimports = ["/etc/containerd/10-site.toml"]\n'
+        )
+    )
     (tmp_path / "etc/containerd/10-site.toml").write_text(
         'version = 2\n[plugins."io.containerd.grpc.v1.cri"]\n  sandbox_image = "site/pause:1"\n'
     )
@@ -156,7 +168,9 @@ def test_drop_in_copies_the_cri_table_of_the_last_import_that_defines_it(tmp_pat
 
 
 def test_v1_config_is_edited_in_place_even_with_imports_and_refuses_a_drop_in(tmp_path: Path) -> None:
-    config = make_root(tmp_path, text='imports = ["/etc/containerd/conf.d/*.toml"]\n[plugins.cri]\n  sandbox_image = "p"\n')
+    config = make_root(
+        tmp_path, text='imports = ["/etc/containerd/conf.d/*.toml"]\n[plugins.cri]\n  sandbox_image = "p"\n'
+    )
     result = configure_engine(engine(), RuntimeOptions(root=tmp_path))
     assert [c.path for c in result.plan.changes] == [config]
     data = tomllib.loads(config.read_text())
@@ -198,8 +212,18 @@ def test_read_only_config_is_refused_before_any_write(tmp_path: Path) -> None:
 NO_SYSTEMD = 'version = 2\n[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]\n  runtime_type = "io.containerd.runc.v2"\n'
 
 
-@pytest.mark.parametrize(("kubelet", "flag", "expected"), [("systemd", "auto", True), ("cgroupfs", "auto", False), ("systemd", "false", False), (None, "true", True)])
-def test_systemd_cgroup_follows_flag_then_kubelet(tmp_path: Path, kubelet: Optional[str], flag: str, expected: bool) -> None:
+@pytest.mark.parametrize(
+    ("kubelet", "flag", "expected"),
+    [
+        ("systemd", "auto", True),
+        ("cgroupfs", "auto", False),
+        ("systemd", "false", False),
+        (None, "true", True),
+    ],
+)
+def test_systemd_cgroup_follows_flag_then_kubelet(
+    tmp_path: Path, kubelet: Optional[str], flag: str, expected: bool
+) -> None:
     make_root(tmp_path, text=NO_SYSTEMD)
     plan = engine(kubelet=kubelet).plan(RuntimeOptions(root=tmp_path, systemd_cgroup=flag))
     data = tomllib.loads(plan.changes[-1].new.decode())
@@ -217,7 +241,9 @@ def test_kubelet_config_under_the_root_is_read(tmp_path: Path) -> None:
     assert kubelet_cgroup_driver(tmp_path) is None
     path = tmp_path / "var/lib/kubelet/config.yaml"
     path.parent.mkdir(parents=True)
-    path.write_text("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\ncgroupDriver: systemd\n")
+    path.write_text(
+        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\ncgroupDriver: systemd\n"
+    )
     assert kubelet_cgroup_driver(tmp_path) == "systemd"
     path.write_text("kind: KubeletConfiguration\n")
     assert kubelet_cgroup_driver(tmp_path) == "cgroupfs"  # the kubelet's own default
@@ -233,14 +259,18 @@ def test_set_as_default_records_the_previous_default(tmp_path: Path) -> None:
 
 
 def test_containerd_version_comes_from_the_binary_text_or_dpkg_status() -> None:
-    assert parse_containerd_version("containerd github.com/containerd/containerd 1.6.20~ds1 1.6.20~ds1-1+deb12u3") == (1, 6)
+    assert parse_containerd_version(
+        "containerd github.com/containerd/containerd 1.6.20~ds1 1.6.20~ds1-1+deb12u3"
+    ) == (1, 6)
     assert parse_containerd_version("containerd github.com/containerd/containerd/v2 v2.1.4 75cb2b7") == (2, 1)
     status = (
         "Package: containerd.io\nStatus: install ok installed\nVersion: 2.0.5-1\n\n"
         "Package: runc\nStatus: install ok installed\nVersion: 1.1.12\n"
     )
     assert dpkg_containerd_version(status) == (2, 0)
-    assert dpkg_containerd_version(status.replace("install ok installed", "deinstall ok config-files")) is None
+    assert (
+        dpkg_containerd_version(status.replace("install ok installed", "deinstall ok config-files")) is None
+    )
 
 
 def test_fixtures_are_the_shared_ones() -> None:
