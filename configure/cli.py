@@ -13,6 +13,7 @@ from typing import Annotated, Any, Callable, Dict, List, Optional
 import typer
 
 from configure import commands
+from configure.cli_extras import register_extras
 from configure.engine import RuntimeOptions
 from configure.engines import KNOWN, get_engine
 from configure.errors import ProblemsFound
@@ -184,3 +185,7 @@ def revert_command(
     """Restore every file configure changed, byte for byte, from the journaled backups."""
     restored = commands.revert_engines(root, runtime or None, force=force)
     emit_lines([*(f"restored {path}" for path in restored), "reverted: restart the engine(s) to apply"])
+
+
+# toolkit, cdi, runtimeclass (engines branch): the single line where the extra commands join.
+register_extras(app)

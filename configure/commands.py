@@ -21,8 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
-import yaml
-
+from configure.cdi import parse_spec, validate_spec
 from configure.changes import (
     STATE_DIR,
     FileChange,
@@ -214,34 +213,12 @@ def _binary_exists(root: Path, binary: str) -> bool:
 
 def _cdi_problems(root: Path, passed: List[str]) -> List[str]:
     """Problems with the CDI spec (none when there is no spec: CDI is optional)."""
-    path = rooted(root, CDI_SPEC)
-    raw = read_optional(path)
+    raw = read_optional(rooted(root, CDI_SPEC))
     if raw is None:
         return []
-    try:
-        spec = yaml.safe_load(raw)
-    except yaml.YAMLError as exc:
-        return [f"{CDI_SPEC} is not valid YAML ({exc})"]
-    problems = validate_cdi_spec(spec)
+    data, problems = parse_spec(raw)
+    if not problems:
+        problems = validate_spec(data)
     if not problems:
         passed.append(f"{CDI_SPEC} is a valid CDI spec")
     return [f"{CDI_SPEC}: {p}" for p in problems]
-
-
-def validate_cdi_spec(spec: Any) -> List[str]:
-    """The minimal CDI checks verify needs; replaced by ``configure.cdi.validate_spec`` once merged."""
-    if not isinstance(spec, dict):
-        return ["is not a mapping"]
-    problems = []
-    if not isinstance(spec.get("cdiVersion"), str):
-        problems.append("cdiVersion is missing")
-    if spec.get("kind") != "nvidia.com/gpu":
-        problems.append(f"kind is {spec.get('kind')!r}, not 'nvidia.com/gpu'")
-    devices = spec.get("devices")
-    if not isinstance(devices, list) or not devices:
-        problems.append("it lists no devices")
-    elif not all(
-        isinstance(d, dict) and d.get("name") and isinstance(d.get("containerEdits"), dict) for d in devices
-    ):
-        problems.append("every device needs a name and containerEdits")
-    return problems

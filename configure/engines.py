@@ -1,7 +1,6 @@
 """The registry of container engines: ``configure <name>``, ``report``, ``verify`` and ``revert`` look them up here.
 
-One line per engine; docker and crio are added when their modules land (``configure/docker.py``,
-``configure/crio.py``).
+One line per engine.
 """
 
 from __future__ import annotations
@@ -9,6 +8,8 @@ from __future__ import annotations
 from typing import Callable, Dict, List
 
 from configure.containerd import ContainerdEngine
+from configure.crio import CrioEngine
+from configure.docker import DockerEngine
 from configure.engine import Engine
 from configure.errors import UsageError
 
@@ -16,6 +17,8 @@ EngineFactory = Callable[[], Engine]
 
 _FACTORIES: Dict[str, EngineFactory] = {
     "containerd": ContainerdEngine,
+    "docker": DockerEngine,
+    "crio": CrioEngine,
 }
 
 #: every engine the command line offers, whether or not this build has it yet

@@ -1,12 +1,10 @@
-"""The README walk-through for containerd, end to end through the real ``gpu-airgap`` entry point.
-
-The ``configure cdi`` and ``configure runtimeclass`` steps come from the engines branch; they join
-this test when it is merged (see the note at the end).
-"""
+"""The README walk-through for containerd, end to end through the real ``gpu-airgap`` entry point."""
 
 from __future__ import annotations
 
 from pathlib import Path
+
+import yaml
 
 import tomllib
 
@@ -36,6 +34,26 @@ def test_walkthrough_registers_reports_is_idempotent_and_reverts(tmp_path: Path)
     assert nvidia["options"]["SystemdCgroup"] is True
     assert containerd["default_runtime_name"] == "runc"
 
+    # CDI from stand-in device nodes, and the RuntimeClass manifest (recorded for report/verify).
+    (root / "dev").mkdir()
+    (root / "dev/nvidia0").write_text("")
+    (root / "dev/nvidiactl").write_text("")
+    cdi = run_cli("configure", "cdi", "--root", str(root))
+    assert cdi.exit_code == 0, cdi.stderr
+    spec = yaml.safe_load((root / "etc/cdi/nvidia.yaml").read_text())
+    assert spec["kind"] == "nvidia.com/gpu"
+    manifest = root / "etc/kubernetes/runtimeclass-nvidia.yaml"  # --output is a node path under --root
+    rc = run_cli(
+        "configure",
+        "runtimeclass",
+        "--root",
+        str(root),
+        "--output",
+        "/etc/kubernetes/runtimeclass-nvidia.yaml",
+    )
+    assert rc.exit_code == 0, rc.stderr
+    assert yaml.safe_load(manifest.read_text())["handler"] == "nvidia"
+
     report = run_cli("configure", "report", "--root", str(root))
     assert report.exit_code == 0, report.stderr
     lines = report.stdout.splitlines()
@@ -58,5 +76,3 @@ def test_walkthrough_registers_reports_is_idempotent_and_reverts(tmp_path: Path)
     reverted = run_cli("configure", "revert", "--root", str(root))
     assert reverted.exit_code == 0, reverted.stderr
     assert config.read_bytes() == original
-    # NOTE: after merging `engines`, insert `configure cdi --root ROOT` (stand-in /dev/nvidia0 and
-    # /dev/nvidiactl under ROOT) and `configure runtimeclass` before the report step.
