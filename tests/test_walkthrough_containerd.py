@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import yaml
-
 import tomllib
+import yaml
 
 from tests.cli_runner import run_cli
 from tests.containerd_helpers import CONFIG, FIXTURES
