@@ -32,7 +32,7 @@ from configure.changes import (
     unified_diff,
 )
 from configure.engine import ConfigPlan, Engine, RuntimeOptions
-from configure.engines import get_engine
+from configure.engines import engine_names, get_engine
 from configure.errors import ConfigFormatError, ProblemsFound
 from configure.fsutil import rooted
 
@@ -85,19 +85,19 @@ def configure_engine(engine: Engine, options: RuntimeOptions, *, dry_run: bool =
 
 
 def check_writable(changes: Sequence[FileChange]) -> None:
-    """Refuse before the first write when any file of the plan is read-only, so none is half-applied.
+    """Refuse before the first write when any file of the plan cannot be written, so none is half-applied.
 
-    A file without any write bit is refused even for root: someone made it read-only on purpose
-    (configuration management, an immutable image) and we would silently undo that.
+    Permission is what the kernel grants this process: root may replace a 0444 file (as dpkg, sed -i
+    and ``vi :w!`` do), and the file keeps its mode; anyone else without write access is refused.
     """
     for change in changes:
         if not change.changed or not change.path.exists():
             continue
-        mode = change.path.stat().st_mode
-        if mode & 0o222 == 0 or not os.access(change.path, os.W_OK):
+        if not os.access(change.path, os.W_OK) or not os.access(change.path.parent, os.W_OK):
+            mode = change.path.stat().st_mode
             raise ConfigFormatError(
                 change.path,
-                f"is read-only (mode {mode & 0o7777:04o}); make it writable to let gpu-airgap change it",
+                f"is read-only for this user (mode {mode & 0o7777:04o}); run as root or make it writable",
             )
 
 
@@ -157,7 +157,8 @@ def verify(root: Path, engines: Optional[Sequence[str]] = None) -> List[str]:
     :raises ProblemsFound: listing every problem found (handler, binary, default, CDI spec).
     """
     journal = Journal(root)
-    names = list(engines or configured_engines(journal) or ["containerd"])
+    recorded = [name for name in configured_engines(journal) if name in engine_names()]
+    names = list(engines or recorded or ["containerd"])
     handler = runtimeclass_handler(root)
     passed: List[str] = []
     problems: List[str] = []
