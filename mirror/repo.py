@@ -25,10 +25,10 @@ from datetime import datetime
 from pathlib import PurePosixPath
 from typing import IO, Protocol, cast
 
-from configure.errors import ChecksumMismatch, UnsafePathError, UsageError
+from configure.errors import ChecksumMismatch, ToolError, UnsafePathError, UsageError
 from installer.gpg import Keyring
 from mirror.apt_index import ReleaseIndex, iter_packages, parse_release
-from mirror.errors import FetchError, MetadataError
+from mirror.metadata_errors import MetadataError
 from mirror.model import Package, PackageFormat
 from mirror.rpm_index import Repomd, iter_primary, open_decompressed, parse_repomd
 
@@ -44,8 +44,9 @@ class Fetcher(Protocol):
     def get(self, url: str) -> bytes:
         """Return the body of ``url``.
 
-        :raises FetchError: with ``status`` 404 when the file does not exist (callers fall back
-            on it), or any other failure after the fetcher's own retries.
+        :raises ToolError: on failure after the fetcher's own retries; a missing file must raise
+            one whose ``status`` attribute is 404 (``mirror.errors.FetchError(url, 404)``), which
+            the readers treat as "not published" where a fallback exists (Packages.xz -> Packages).
         """
         ...
 
@@ -252,8 +253,8 @@ def _fetch_packages_index(fetcher: Fetcher, base: str, release: ReleaseIndex) ->
     for name in names[:-1]:
         try:
             return fetcher.get(f"{base}/{name}"), name
-        except FetchError as exc:
-            if exc.status != 404:
+        except ToolError as exc:
+            if getattr(exc, "status", None) != 404:
                 raise
     return fetcher.get(f"{base}/{names[-1]}"), names[-1]
 

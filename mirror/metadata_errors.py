@@ -1,7 +1,8 @@
-"""Errors of the connected side's metadata core: malformed signed indexes and unresolvable sets.
+"""Errors of the connected side's metadata core: malformed signed indexes, selectors, unresolvable sets.
 
 Signature, checksum and path errors live in :mod:`configure.errors` because the node side raises
-them too; these are only raised on the mirror host.
+them too; download and mirror-state errors live in ``mirror.errors`` (the sync code's). These are
+only raised on the mirror host, by the metadata and resolution modules.
 """
 
 from __future__ import annotations
@@ -44,17 +45,3 @@ class UnresolvableDependency(ToolError):
             f"cannot satisfy {constraint!s} required by {package}: no matching package in the repository{tail}"
         )
 
-
-class FetchError(ToolError):
-    """A download failed; ``status`` is the HTTP status when there was one (404: not found)."""
-
-    exit_code = ExitCode.NETWORK
-
-    def __init__(self, url: str, status: int | None = None, detail: str = "") -> None:
-        self.url = url
-        self.status = status
-        self.detail = detail
-        what = f"HTTP {status}" if status is not None else (detail or "a network error")
-        super().__init__(
-            f"{what} while fetching {url}" + (f": {detail}" if detail and status is not None else "")
-        )
