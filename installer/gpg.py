@@ -140,7 +140,10 @@ class Keyring:
         _check_clearsigned_framing(data, what)
         result = self._gpg.decrypt(data, extra_args=["--no-auto-key-retrieve"])
         verification = self._judge(result.stderr, what)
-        text = result.data.decode("utf-8", "strict") if result.data else ""
+        try:
+            text = result.data.decode("utf-8", "strict") if result.data else ""
+        except UnicodeDecodeError as exc:
+            raise SignatureError(f"the signed text of {what} is not UTF-8 ({exc.reason})") from exc
         return VerifiedText(_canonical_text(text), verification.fingerprint, verification.signed_at)
 
     def verify_detached(self, data: bytes, signature: bytes, *, what: str = "data") -> Verification:

@@ -146,7 +146,9 @@ def _to_package(element: ET.Element) -> Package:
     size = element.find(f"{_COMMON_NS}size")
     arch = element.findtext(f"{_COMMON_NS}arch") or ""
     what = f"the primary.xml entry for {name or '?'}"
-    if not name or version is None or location is None or not location.get("href") or checksum is None:
+    if not name or version is None or not version.get("ver") or location is None or not location.get("href"):
+        raise MetadataError(what, "lacks name, version, location or checksum")
+    if checksum is None:
         raise MetadataError(what, "lacks name, version, location or checksum")
     digest_type = checksum.get("type", "")
     if digest_type not in _DIGESTS:

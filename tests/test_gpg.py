@@ -109,6 +109,12 @@ class TestThrowawayKeys:
         assert verified.fingerprint == test_key.fingerprint
         assert verified.signed_at is not None
 
+    def test_signed_text_that_is_not_utf8_is_refused(self, test_key: TestKey, trusting: Keyring) -> None:
+        gpg = ["gpg", "--homedir", str(test_key.home), "--batch", "--clearsign", "-u", test_key.fingerprint]
+        signed = subprocess.run(gpg, input=b"Origin: \xff\xfe\n", check=True, capture_output=True).stdout
+        with pytest.raises(SignatureError, match="is not UTF-8"):
+            trusting.verify_clearsigned(signed)
+
     def test_signature_by_another_key_names_that_key(self, other_key: TestKey, nvidia: Keyring) -> None:
         signed = clearsign(BODY, key_id=other_key.fingerprint, gnupghome=other_key.home)
         with pytest.raises(

@@ -146,6 +146,11 @@ def test_primary_parse_keeps_memory_bounded_by_clearing_finished_packages() -> N
             "entry for x lacks name, version, location or checksum",
         ),
         (
+            b'<metadata xmlns="http://linux.duke.edu/metadata/common"><package type="rpm"><name>x</name><version epoch="0"/>'
+            b'<checksum type="sha256">ab</checksum><location href="x.rpm"/><size package="1"/></package></metadata>',
+            "entry for x lacks name, version",
+        ),
+        (
             b'<metadata xmlns="http://linux.duke.edu/metadata/common"><package type="rpm"><name>x</name><version ver="1"/>'
             b'<checksum type="md5">ab</checksum><location href="x.rpm"/><size package="1"/></package></metadata>',
             "uses checksum type 'md5'",
