@@ -90,7 +90,9 @@ class Keyring:
             raise SignatureError("no keyring was given to verify signatures with")
         home = Path(tempfile.mkdtemp(prefix="gpu-airgap-gnupg-"))
         try:
-            gpg = _new_gpg(home)
+            # Public-key work needs no gpg-agent or dirmngr; without this, importing starts an
+            # agent that outlives the temporary home.
+            gpg = _new_gpg(home, ["--no-autostart"])
             for path in paths:
                 try:
                     data = Path(path).read_bytes()
@@ -258,9 +260,9 @@ def clearsign(
     return bytes(result.data)
 
 
-def _new_gpg(home: Path) -> gnupg.GPG:
+def _new_gpg(home: Path, options: Optional[list[str]] = None) -> gnupg.GPG:
     try:
-        return gnupg.GPG(gnupghome=str(home))
+        return gnupg.GPG(gnupghome=str(home), options=options)
     except (OSError, ValueError) as exc:
         raise ToolError(f"gpg is not installed or not usable: {exc}") from exc
 

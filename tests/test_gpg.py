@@ -210,11 +210,18 @@ class TestThrowawayKeys:
         with Keyring.open([binary]) as keyring:
             assert keyring.fingerprints == {test_key.fingerprint}
 
-    def test_temporary_home_is_removed_on_exit(self, test_key: TestKey) -> None:
+    def test_temporary_home_is_removed_on_exit_and_no_agent_outlives_it(self, test_key: TestKey) -> None:
         with Keyring.open([test_key.public]) as keyring:
             home = keyring._home
+            keyring.verify_detached(
+                REPOMD, sign_detached(REPOMD, key_id=test_key.fingerprint, gnupghome=test_key.home)
+            )
             assert home.is_dir()
         assert not home.exists()
+        agents = subprocess.run(
+            ["pgrep", "-f", f"gpg-agent --homedir {home}"], capture_output=True, text=True
+        )
+        assert agents.stdout == ""
 
 
 STATUS_CASES = [
