@@ -232,15 +232,7 @@ class Transaction:
         """Cached metadata for ``url``: what this sync fetched, else what the published mirror holds."""
         if url in self._staged_cache:
             return self._staged_cache[url]
-        base = self.meta / "http-cache" / _cache_key(url)
-        try:
-            info = json.loads(base.with_suffix(".json").read_text(encoding="utf-8"))
-            body = base.with_suffix(".body").read_bytes()
-        except (OSError, ValueError):
-            return None
-        if info.get("url") != url or hashlib.sha256(body).hexdigest() != info.get("sha256"):
-            return None
-        return CachedResponse(body, info.get("etag"), info.get("last_modified"))
+        return read_cache(self.dest, url)
 
     def remember(self, url: str, response: CachedResponse) -> None:
         """Stage ``response`` for the cache; it is published with the rest."""
@@ -279,15 +271,33 @@ class Transaction:
             rendered = json.dumps(info, sort_keys=True).encode()
             if not info_path.exists() or info_path.read_bytes() != rendered:
                 atomic_write(info_path, rendered)
-        rendered_state = state.to_json()
-        target = state_path(self.dest)
-        if not target.exists() or target.read_bytes() != rendered_state:
-            atomic_write(target, rendered_state)
+        write_state(self.dest, state)
         self.abort()
 
     def abort(self) -> None:
         """Forget everything staged."""
         shutil.rmtree(self.staging, ignore_errors=True)
+
+
+def write_state(dest: Path, state: MirrorState) -> None:
+    """Atomically replace the state file of ``dest`` (untouched when nothing changed)."""
+    rendered = state.to_json()
+    target = state_path(dest)
+    if not target.exists() or target.read_bytes() != rendered:
+        atomic_write(target, rendered)
+
+
+def read_cache(dest: Path, url: str) -> CachedResponse | None:
+    """The published conditional-GET entry of ``url`` in mirror ``dest``, if intact."""
+    base = dest / META_DIR / "http-cache" / _cache_key(url)
+    try:
+        info = json.loads(base.with_suffix(".json").read_text(encoding="utf-8"))
+        body = base.with_suffix(".body").read_bytes()
+    except (OSError, ValueError):
+        return None
+    if info.get("url") != url or hashlib.sha256(body).hexdigest() != info.get("sha256"):
+        return None
+    return CachedResponse(body, info.get("etag"), info.get("last_modified"))
 
 
 def is_current(dest: Path, stored: StoredFile | None, *, size: int, sha256: str | None, sha512: str | None) -> bool:

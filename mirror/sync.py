@@ -22,6 +22,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Protocol
 
+from installer.gpg import Keyring
+
 from configure.errors import UsageError
 from configure.fsutil import safe_join
 from mirror import lockfile, store
@@ -29,6 +31,7 @@ from mirror.errors import LockfileMismatch
 from mirror.http import Downloader, DownloadRequest
 from mirror.lockfile import LockedPackage, LockedTarget, Lockfile
 from mirror.model import Package, PackageFormat
+from mirror.repo import MetadataFile, load_apt_repo, load_yum_repo
 from mirror.resolve import resolve
 from mirror.selectors import VersionSelector
 from mirror.versions import sort_key
@@ -63,9 +66,24 @@ class Snapshot(Protocol):
     def signed_at(self) -> datetime | None:
         """When the metadata was signed."""
 
+    @property
+    def metadata(self) -> Sequence[MetadataFile]:
+        """The verified metadata files, exactly as fetched, paths relative to the repo base."""
+
 
 #: ``loader(fetcher, base_url, fmt) -> Snapshot``: load and verify one repo (keyring bound in).
 RepoLoader = Callable[[Fetcher, str, PackageFormat], Snapshot]
+
+
+def make_loader(keyring: Keyring) -> RepoLoader:
+    """The real loader: ``mirror.repo`` verifying against ``keyring``."""
+
+    def load(fetcher: Fetcher, base_url: str, fmt: PackageFormat) -> Snapshot:
+        if fmt is PackageFormat.DEB:
+            return load_apt_repo(fetcher, base_url, keyring)
+        return load_yum_repo(fetcher, base_url, keyring)
+
+    return load
 
 
 @dataclass(frozen=True)
@@ -193,19 +211,6 @@ class Progress(Protocol):
         """``nbytes`` more arrived (called from worker threads)."""
 
 
-class _Recorder:
-    """A Fetcher that remembers the bytes it returned under a base URL (verified ones get stored)."""
-
-    def __init__(self, inner: Fetcher) -> None:
-        self.inner = inner
-        self.seen: dict[str, bytes] = {}
-
-    def get(self, url: str) -> bytes:
-        data = self.inner.get(url)
-        self.seen[url] = data
-        return data
-
-
 def plan_target(options: SyncOptions, target: Target, *, fetcher: Fetcher, loader: RepoLoader) -> PlannedTarget:
     """Load and verify ``target``'s repo, then resolve ``options.selector`` (or match the lockfile).
 
@@ -214,13 +219,8 @@ def plan_target(options: SyncOptions, target: Target, *, fetcher: Fetcher, loade
     :raises LockfileMismatch: when ``options.locked`` names packages upstream no longer has.
     """
     key, base = target.key(options.channel), options.base_url(target)
-    recorder = _Recorder(fetcher)
-    snapshot = loader(recorder, base, target.format)
-    metadata = {
-        f"{key}/{_clean(url[len(base) + 1 :])}": data
-        for url, data in recorder.seen.items()
-        if url.startswith(base + "/")
-    }
+    snapshot = loader(fetcher, base, target.format)
+    metadata = {f"{key}/{_clean(m.path)}": m.data for m in snapshot.metadata}
     signed_at = snapshot.signed_at.astimezone(timezone.utc).isoformat() if snapshot.signed_at else None
     common = {"target": target, "key": key, "base_url": base, "fingerprint": snapshot.fingerprint}
     if options.locked is not None:
