@@ -314,7 +314,8 @@ def _downloads(
     requests: list[DownloadRequest] = []
     seen: set[str] = set()
     for item in planned:
-        held = {p.path: p for p in previous.repo(item.key).packages} if previous and previous.repo(item.key) else {}
+        old = previous.repo(item.key) if previous is not None else None
+        held = {p.path: p for p in old.packages} if old is not None else {}
         for pkg in item.packages:
             path = item.path(pkg)
             if path in seen:
