@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -35,7 +36,9 @@ from tests.upstream.keys import SigningKey, generate_key, stop_agent
 from tests.upstream.rpms import build_rpm, write_repodata
 
 CHANNELS: Final = ("stable", "experimental")
-DEFAULT_CACHE: Final = Path(os.environ.get("GPU_AIRGAP_TEST_CACHE", Path.home() / ".cache" / "gpu-airgap-tests"))
+DEFAULT_CACHE: Final = Path(
+    os.environ.get("GPU_AIRGAP_TEST_CACHE", Path.home() / ".cache" / "gpu-airgap-tests")
+)
 _META: Final = "tree.json"
 
 _LIST_STABLE: Final = (
@@ -126,7 +129,7 @@ def localize(text: str, base_url: str) -> str:
     return text.replace(REAL_BASE_URL, base_url.rstrip("/"))
 
 
-def _parallel(jobs: list[Callable[[], Path | tuple[Path, int]]], workers: int) -> list[Any]:
+def _parallel(jobs: list[Callable[[], Any]], workers: int) -> list[Any]:
     # Threads are enough: the work is dpkg-deb/rpmbuild child processes, which do not hold the GIL.
     with ThreadPoolExecutor(max_workers=workers) as pool:
         return [f.result() for f in [pool.submit(job) for job in jobs]]
@@ -152,6 +155,7 @@ def build_upstream(
     :returns: the built tree.
     """
     started = time.monotonic()
+    dest = Path(os.path.abspath(dest))  # rpmbuild's %install runs elsewhere; relative paths would break
     dest.mkdir(parents=True)
     site, work = dest / "site", dest / "work"
     site.mkdir()
@@ -193,7 +197,9 @@ def _build_channel(
     workers: int,
 ) -> None:
     legacy = channel == "stable"
-    per_arch = {a: catalog.package_specs(versions, arch=a, legacy=legacy, templates=templates) for a in DEB_ARCHES}
+    per_arch = {
+        a: catalog.package_specs(versions, arch=a, legacy=legacy, templates=templates) for a in DEB_ARCHES
+    }
     # Build each distinct package once ("all" packages appear in every arch) and copy it around.
     unique: dict[tuple[str, str, str], PackageSpec] = {}
     for specs in per_arch.values():
@@ -205,8 +211,8 @@ def _build_channel(
     order = list(unique.values())
     jobs: list[Callable[[], Any]] = []
     for spec in order:
-        jobs.append(lambda s=spec: build_deb(s, debs_out, work, payload_mb=payload_mb))
-        jobs.append(lambda s=spec: build_rpm(s, rpms_out, work, payload_mb=payload_mb))
+        jobs.append(functools.partial(build_deb, spec, debs_out, work, payload_mb=payload_mb))
+        jobs.append(functools.partial(build_rpm, spec, rpms_out, work, payload_mb=payload_mb))
     results = _parallel(jobs, workers)
     debs = {(s.name, s.version, s.arch): results[2 * i] for i, s in enumerate(order)}
 
@@ -237,7 +243,7 @@ def cache_key(**params: Any) -> str:
     """A hash of the builder's source, the real index it copies and ``params``."""
     digest = hashlib.sha256()
     here = Path(__file__).resolve().parent
-    for path in sorted(here.glob("*.py")) + [catalog.REAL_PACKAGES]:
+    for path in [*sorted(here.glob("*.py")), catalog.REAL_PACKAGES]:
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
     digest.update(json.dumps(params, sort_keys=True, default=str).encode())
     return digest.hexdigest()[:16]
@@ -261,6 +267,7 @@ def cached_upstream(cache_dir: Path = DEFAULT_CACHE, **params: Any) -> UpstreamT
     because it happens in a scratch directory renamed into place at the end.
     """
     key = cache_key(**params)
+    cache_dir = Path(os.path.abspath(cache_dir))
     final = cache_dir / key
     with _locked(cache_dir / f"{key}.lock"):
         if not (final / _META).is_file():

@@ -18,6 +18,7 @@ Known simplifications, on purpose:
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -133,13 +134,15 @@ def load_templates(path: Path = REAL_PACKAGES) -> dict[tuple[str, str], tuple[tu
     return templates
 
 
-def real_toolkit_versions(templates: dict[tuple[str, str], object]) -> list[str]:
+def real_toolkit_versions(templates: Mapping[tuple[str, str], object]) -> list[str]:
     """Every version of nvidia-container-toolkit the real index has, newest first."""
     found = {v for (name, v) in templates if name == "nvidia-container-toolkit"}
     return sorted(found, key=Version, reverse=True)
 
 
-def choose_stable_versions(stable: tuple[str, ...], extra_versions: int, available: list[str]) -> tuple[str, ...]:
+def choose_stable_versions(
+    stable: tuple[str, ...], extra_versions: int, available: list[str]
+) -> tuple[str, ...]:
     """``stable`` plus ``extra_versions`` more real versions (newest first), sorted oldest first.
 
     :raises ValueError: when more extra versions are asked for than the real index has.
@@ -150,7 +153,7 @@ def choose_stable_versions(stable: tuple[str, ...], extra_versions: int, availab
     return tuple(sorted({*stable, *spare[:extra_versions]}, key=Version))
 
 
-def _template_version(version: str, templates: dict[tuple[str, str], object], name: str) -> str:
+def _template_version(version: str, templates: Mapping[tuple[str, str], object], name: str) -> str:
     """The real version whose stanza shapes ``version``: itself, or the release an rc precedes."""
     if (name, version) in templates:
         return version
@@ -160,7 +163,9 @@ def _template_version(version: str, templates: dict[tuple[str, str], object], na
     raise ValueError(f"no real stanza of {name} to model version {version} on")
 
 
-def _retarget(fields: tuple[tuple[str, str], ...], old: str, new: str, arch: str) -> tuple[tuple[str, str], ...]:
+def _retarget(
+    fields: tuple[tuple[str, str], ...], old: str, new: str, arch: str
+) -> tuple[tuple[str, str], ...]:
     """Rewrite version/arch of a template stanza, including ``(= 1.20.0-1)``/``(>= 1.20.0)`` in relations."""
     old_up, new_up = old.rsplit("-", 1)[0], new.rsplit("-", 1)[0]
     pattern = re.compile(r"\((=|>=|<=|<<|>>) " + re.escape(old_up) + r"(-1)?\)")
@@ -199,7 +204,9 @@ def payload_for(name: str, version: str, arch: str, *, rpm: bool = False) -> tup
             script("nvidia-ctk"),
             script("nvidia-container-runtime"),
             script("nvidia-cdi-hook"),
-            PayloadFile("/etc/nvidia-container-runtime/config.toml", _config_toml(up, rpm).encode(), conffile=True),
+            PayloadFile(
+                "/etc/nvidia-container-runtime/config.toml", _config_toml(up, rpm).encode(), conffile=True
+            ),
         )
     if name == "nvidia-container-toolkit":
         return (script("nvidia-container-runtime-hook"),)
@@ -236,7 +243,11 @@ def _config_toml(version: str, rpm: bool) -> str:
 
 
 def package_specs(
-    versions: tuple[str, ...], *, arch: str, legacy: bool, templates: dict[tuple[str, str], tuple[tuple[str, str], ...]]
+    versions: tuple[str, ...],
+    *,
+    arch: str,
+    legacy: bool,
+    templates: dict[tuple[str, str], tuple[tuple[str, str], ...]],
 ) -> list[PackageSpec]:
     """The stand-in packages of one channel and deb architecture (``all`` packages when ``legacy``)."""
     specs = []

@@ -68,7 +68,9 @@ def control_text(spec: PackageSpec, installed_size: int) -> str:
     return "\n".join(lines) + "\n"
 
 
-def build_deb(spec: PackageSpec, out_dir: Path, work_dir: Path, *, payload_mb: float = 0.0) -> tuple[Path, int]:
+def build_deb(
+    spec: PackageSpec, out_dir: Path, work_dir: Path, *, payload_mb: float = 0.0
+) -> tuple[Path, int]:
     """Build ``spec`` with ``dpkg-deb --build`` into ``out_dir``; return the .deb path and Installed-Size."""
     root = work_dir / f"deb-{spec.name}-{spec.version}-{spec.arch}"
     shutil.rmtree(root, ignore_errors=True)
@@ -93,7 +95,12 @@ def build_deb(spec: PackageSpec, out_dir: Path, work_dir: Path, *, payload_mb: f
 
 
 def _digests(path: Path) -> dict[str, str]:
-    hashes = {"MD5sum": hashlib.md5(), "SHA1": hashlib.sha1(), "SHA256": hashlib.sha256(), "SHA512": hashlib.sha512()}
+    hashes = {
+        "MD5sum": hashlib.md5(),
+        "SHA1": hashlib.sha1(),
+        "SHA256": hashlib.sha256(),
+        "SHA512": hashlib.sha512(),
+    }
     with open(path, "rb") as handle:
         for chunk in iter(lambda: handle.read(1 << 20), b""):
             for h in hashes.values():
@@ -104,7 +111,7 @@ def _digests(path: Path) -> dict[str, str]:
 def packages_stanza(spec: PackageSpec, deb: Path, installed_size: int) -> str:
     """One apt-ftparchive style stanza: control fields with Filename..SHA512 before Homepage."""
     index = [("Filename", f"./{deb.name}"), ("Size", str(deb.stat().st_size)), *_digests(deb).items()]
-    lines = []
+    lines: list[str] = []
     for key, value in spec.fields:
         if key == "Homepage":
             lines.extend(f"{k}: {v}" for k, v in index)

@@ -38,7 +38,9 @@ class SigningKey:
 
     def clearsign(self, body: bytes) -> bytes:
         """Return ``body`` as a cleartext-signed message (``Hash: SHA512``), like InRelease."""
-        return self._gpg("--local-user", self.fingerprint, "--digest-algo", "SHA512", "--clearsign", data=body)
+        return self._gpg(
+            "--local-user", self.fingerprint, "--digest-algo", "SHA512", "--clearsign", data=body
+        )
 
     def sign_detached(self, data: bytes) -> bytes:
         """Return an armored detached binary signature of ``data`` (sigclass 0x00), like repomd.xml.asc."""
@@ -65,8 +67,14 @@ def generate_key(gnupghome: Path, *, name: str = "gpu-airgap test upstream (thro
     os.chmod(gnupghome, 0o700)
     email = "upstream@gpu-airgap.invalid"
     params = _KEY_PARAMS.format(name=name, email=email).encode()
-    run(["gpg", "--homedir", str(gnupghome), "--batch", "--quiet", "--gen-key"], input_bytes=params, timeout=120)
-    listing = run(["gpg", "--homedir", str(gnupghome), "--batch", "--with-colons", "--list-secret-keys"]).stdout
+    run(
+        ["gpg", "--homedir", str(gnupghome), "--batch", "--quiet", "--gen-key"],
+        input_bytes=params,
+        timeout=120,
+    )
+    listing = run(
+        ["gpg", "--homedir", str(gnupghome), "--batch", "--with-colons", "--list-secret-keys"]
+    ).stdout
     fprs = [line.split(":")[9] for line in listing.decode().splitlines() if line.startswith("fpr:")]
     return SigningKey(gnupghome, fprs[-1])
 

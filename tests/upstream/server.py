@@ -81,7 +81,7 @@ class LogRecord:
     path: str  #: the request path without query, leading ``/`` kept
     status: int
     headers: dict[str, str]  #: request headers, lower-case names
-    bytes_sent: int  #: body bytes written (less than the length when a drop fault hit)
+    bytes_sent: int  #: body bytes sent (or being sent); the cut-off point when a drop fault hit
 
     @property
     def range(self) -> str | None:
@@ -100,7 +100,7 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server: _Server
 
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - signature of the base
+    def log_message(self, format: str, *args: object) -> None:
         """Quiet: the request log is :attr:`UpstreamServer.log`."""
 
     def do_GET(self) -> None:
@@ -115,8 +115,11 @@ class _Handler(BaseHTTPRequestHandler):
         headers = {k.lower(): v for k, v in self.headers.items()}
         self.server.owner._append(LogRecord(self.command, _norm(self.path), status, headers, sent))
 
-    def _simple(self, status: int, *, extra: dict[str, str] | None = None, body: bool = True) -> None:
+    def _simple(self, status: int, *, extra: dict[str, str] | None = None) -> None:
         payload = f"{status} {self.responses.get(status, ('',))[0]}\n".encode() if status >= 400 else b""
+        send = payload if self.command != "HEAD" else b""
+        # Log before answering: a client that has its answer must find the request in the log.
+        self._record(status, len(send))
         self.send_response(status)
         for key, value in (extra or {}).items():
             self.send_header(key, value)
@@ -124,11 +127,8 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("Content-Type", "text/plain")
             self.send_header("Content-Length", str(len(payload)))
         self.end_headers()
-        sent = 0
-        if body and payload and self.command != "HEAD":
-            self.wfile.write(payload)
-            sent = len(payload)
-        self._record(status, sent)
+        if send:
+            self.wfile.write(send)
 
     def _serve(self, *, body: bool) -> None:
         rel = _norm(self.path)
@@ -178,13 +178,14 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("Content-Range", f"bytes {start}-{end}/{size}")
         for key, value in validators.items():
             self.send_header(key, value)
-        self.end_headers()
         if not body:
             self._record(status, 0)
+            self.end_headers()
             return
         self._send_body(target, start, length, faults, status)
 
     def _send_body(self, target: Path, start: int, length: int, faults: list[Fault], status: int) -> None:
+        """End the headers and send the body, applying corrupt and drop faults."""
         with open(target, "rb") as handle:
             handle.seek(start)
             data = bytearray(handle.read(length))
@@ -196,20 +197,21 @@ class _Handler(BaseHTTPRequestHandler):
         drop = next((f for f in faults if f.kind == "drop"), None)
         if drop is not None and int(drop.value) < len(data):
             drop.hits += 1
+            self._record(status, int(drop.value))
             with contextlib.suppress(OSError):
+                self.end_headers()
                 self.wfile.write(bytes(data[: int(drop.value)]))
                 self.wfile.flush()
             self.close_connection = True
             # SHUT_RDWR makes the client see a short read at once instead of waiting on keep-alive.
             with contextlib.suppress(OSError):
                 self.connection.shutdown(socket.SHUT_RDWR)
-            self._record(status, int(drop.value))
             return
-        sent = 0
+        # Log before the last byte leaves: a client that has the whole body finds it in the log.
+        self._record(status, len(data))
         with contextlib.suppress(ConnectionError):
+            self.end_headers()
             self.wfile.write(bytes(data))
-            sent = len(data)
-        self._record(status, sent)
 
     def _not_modified(self, etag: str, mtime: int) -> bool:
         inm = self.headers.get("If-None-Match")
@@ -271,7 +273,9 @@ class UpstreamServer:
     def start(self) -> UpstreamServer:
         """Start serving in a daemon thread."""
         if self._thread is None:
-            self._thread = threading.Thread(target=self._httpd.serve_forever, name="upstream-server", daemon=True)
+            self._thread = threading.Thread(
+                target=self._httpd.serve_forever, name="upstream-server", daemon=True
+            )
             self._thread.start()
         return self
 
@@ -290,7 +294,9 @@ class UpstreamServer:
     def __enter__(self) -> UpstreamServer:
         return self.start()
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.stop()
 
     def inject(self, path: str, fault: Fault) -> Fault:
