@@ -240,6 +240,8 @@ def plan_target(options: SyncOptions, target: Target, *, fetcher: Fetcher, loade
             raise LockfileMismatch("the lockfile", problems)
         return planned
     resolution = resolve(list(snapshot.packages), VersionSelector.parse(options.selector), target.format)
+    for pkg in resolution.packages:
+        _clean(pkg.filename)  # refuse ``../`` names now, before anything is downloaded or reported
     return PlannedTarget(
         **common,  # type: ignore[arg-type]
         packages=tuple(resolution.packages),
