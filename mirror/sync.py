@@ -151,6 +151,8 @@ class PlannedTarget:
     fingerprint: str
     signed_at: str | None
     metadata: dict[str, bytes]  #: verified metadata bytes by path under DEST
+    #: further signed indexes (yum filelists/other) fetched like packages so the mirror is servable
+    extra_metadata: tuple[store.StoredFile, ...] = ()
 
     def url(self, pkg: Package) -> str:
         """Upstream URL of ``pkg``."""
@@ -221,7 +223,10 @@ def plan_target(options: SyncOptions, target: Target, *, fetcher: Fetcher, loade
     snapshot = loader(fetcher, base, target.format)
     metadata = {f"{key}/{_clean(m.path)}": m.data for m in snapshot.metadata}
     signed_at = snapshot.signed_at.astimezone(timezone.utc).isoformat() if snapshot.signed_at else None
-    common = {"target": target, "key": key, "base_url": base, "fingerprint": snapshot.fingerprint}
+    common = {
+        "target": target, "key": key, "base_url": base, "fingerprint": snapshot.fingerprint,
+        "extra_metadata": _extra_metadata(snapshot, key, set(metadata)),
+    }  # fmt: skip
     if options.locked is not None:
         wanted = _locked_target(options.locked, target)
         by_key = {p.key: p for p in snapshot.packages}
@@ -251,6 +256,20 @@ def plan_target(options: SyncOptions, target: Target, *, fetcher: Fetcher, loade
         signed_at=signed_at,
         metadata=metadata,
     )
+
+
+def _extra_metadata(snapshot: Snapshot, key: str, have: set[str]) -> tuple[store.StoredFile, ...]:
+    """The yum indexes repomd.xml names besides primary, with the checksums it signs."""
+    repomd = getattr(snapshot, "repomd", None)
+    if repomd is None:
+        return ()
+    extra: list[store.StoredFile] = []
+    for data in repomd.data.values():
+        path = f"{key}/{_clean(data.href)}"
+        if path in have or data.size is None or data.checksum_type not in ("sha256", "sha512"):
+            continue
+        extra.append(store.StoredFile(path=path, size=data.size, **{data.checksum_type: data.checksum.lower()}))
+    return tuple(sorted(extra, key=lambda f: f.path))
 
 
 def plan(options: SyncOptions, *, fetcher: Fetcher, loader: RepoLoader) -> list[PlannedTarget]:
@@ -315,6 +334,11 @@ def _downloads(
     requests: list[DownloadRequest] = []
     seen: set[str] = set()
     for item in planned:
+        for extra in item.extra_metadata:
+            if store.check_file(dest, extra) is not None:
+                url = f"{item.base_url}/{extra.path[len(item.key) + 1 :]}"
+                target = txn.package_target(extra.path)
+                requests.append(DownloadRequest(url, target, extra.size, sha256=extra.sha256, sha512=extra.sha512))
         old = previous.repo(item.key) if previous is not None else None
         held = {p.path: p for p in old.packages} if old is not None else {}
         for pkg in item.packages:
@@ -355,7 +379,7 @@ def _new_state(options: SyncOptions, planned: Sequence[PlannedTarget], previous:
         releases.sort(key=lambda r, fmt=item.target.format: sort_key(fmt)(r.toolkit_version))  # type: ignore[misc]
         signed = tuple(
             store.StoredFile(path=p, size=len(d), sha512=_sha512(d)) for p, d in sorted(item.metadata.items())
-        )
+        ) + item.extra_metadata
         repos[item.key] = store.RepoRecord(
             key=item.key,
             format=item.target.format.value,

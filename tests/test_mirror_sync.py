@@ -119,6 +119,11 @@ def test_sync_pinned_rpm_takes_the_four_packages_of_that_release(site: tuple[Ups
     assert _sync(server, tree, dest, "--version", "1.17.8", "--format", "rpm", "--arch", "x86_64").exit_code == 0
     assert _held(dest, "stable/rpm/x86_64") == dict.fromkeys(FOUR, "1.17.8-1")
     assert len(list((dest / "stable/rpm/x86_64").glob("*.rpm"))) == 4
+    # repomd.xml names filelists and other too: they are mirrored (checksum-verified) so the tree is servable.
+    assert {p.name.split("-")[-1] for p in (dest / "stable/rpm/x86_64/repodata").glob("*.xml.*")} >= {
+        "primary.xml.gz", "filelists.xml.gz", "other.xml.gz"
+    }
+    assert run_cli("mirror", "verify", "--dest", str(dest)).exit_code == 0
 
 
 # -- failures leave the previous mirror byte-identical ----------------------------------------
