@@ -1,6 +1,6 @@
 """The ``--version`` selector: which toolkit release to mirror.
 
-Accepted forms (whitespace is ignored)::
+Accepted forms (surrounding whitespace, and spaces inside a range, are ignored)::
 
     latest              the newest version on the channel (``~rc`` sorts before its release)
     1.17.8              that upstream version, newest packaging revision/release
@@ -41,13 +41,15 @@ class VersionSelector:
 
         :raises SelectorError: for anything else, with the reason.
         """
-        value = "".join(text.split())
+        value = text.strip()
+        if any(ch in value for ch in "<>=,"):
+            value = "".join(value.split())  # spaces around operators and commas are fine
         if not value:
             raise SelectorError(text, "it is empty; use latest, 1.17.8, 1.17.8-1, 1.17.* or '>=1.17,<1.18'")
         if value == "latest":
             return cls(value, "latest")
-        if value.endswith(".*"):
-            prefix = value[:-2]
+        if "*" in value:
+            prefix = value[:-2] if value.endswith(".*") else ""
             if not _VERSION_RE.match(prefix) or "-" in prefix or "*" in prefix:
                 raise SelectorError(text, "a wildcard must look like 1.17.*")
             return cls(value, "wildcard", (("*", prefix),))
