@@ -1,0 +1,343 @@
+"""Acceptance: ``gpu-airgap mirror sync|plan|status|verify|prune`` against the local NVIDIA-like upstream.
+
+Every test runs the real code path: real HTTP on 127.0.0.1, real gpg signatures, real .deb/.rpm
+files; a failing sync must leave the previous good mirror byte-identical.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import lzma
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from configure.errors import BusyError, ExitCode
+from mirror import store
+from mirror import sync as sync_lib
+from mirror.http import Downloader
+from mirror.trust import open_keyring
+from tests.cli_runner import CliResult, run_cli
+from tests.upstream import (
+    Fault,
+    UpstreamServer,
+    UpstreamTree,
+    cached_upstream,
+    copy_upstream,
+    make_wrong_key,
+    resign_inrelease,
+    sign_clear,
+)
+
+FOUR = {"nvidia-container-toolkit", "nvidia-container-toolkit-base", "libnvidia-container-tools", "libnvidia-container1"}
+REAL_UPSTREAM = Path(__file__).parent / "data" / "real-upstream"
+
+
+@pytest.fixture(scope="module")
+def tree() -> UpstreamTree:
+    return cached_upstream()
+
+
+@pytest.fixture
+def site(tree: UpstreamTree, tmp_path: Path) -> Iterator[tuple[UpstreamTree, UpstreamServer]]:
+    """A private copy of the upstream (tests tamper with it) and a server over it."""
+    copy = copy_upstream(tree, tmp_path / "site")
+    with UpstreamServer(copy.root) as server:
+        yield copy, server
+
+
+def _sync(server: UpstreamServer, tree: UpstreamTree, dest: Path, *args: str) -> CliResult:
+    return run_cli(
+        "mirror", "sync", "--dest", str(dest), "--upstream", server.url, "--keyring", str(tree.public_key), *args
+    )
+
+
+def _tree_hash(root: Path) -> str:
+    """One digest over every path and file content below ``root``."""
+    digest = hashlib.sha256()
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        for name in sorted(filenames):
+            path = Path(dirpath, name)
+            digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+        for name in dirnames:
+            digest.update(str(Path(dirpath, name).relative_to(root)).encode() + b"/\0")
+    return digest.hexdigest()
+
+
+def _held(dest: Path, key: str) -> dict[str, str]:
+    repo = store.MirrorState.load(dest).repo(key)
+    assert repo is not None
+    return {p.name: p.version for p in repo.packages}
+
+
+# -- selection ---------------------------------------------------------------------------------
+
+
+def test_sync_pinned_1_17_8_takes_the_four_packages_of_that_release(site: tuple[UpstreamTree, UpstreamServer], tmp_path: Path) -> None:
+    tree, server = site
+    dest = tmp_path / "mirror"
+    result = _sync(server, tree, dest, "--version", "1.17.8", "--format", "deb", "--arch", "amd64", "--json")
+    assert result.exit_code == 0, result.stderr
+    assert _held(dest, "stable/deb/amd64") == dict.fromkeys(FOUR, "1.17.8-1")
+    debs = sorted(p.name for p in (dest / "stable/deb/amd64").glob("*.deb"))
+    assert debs == sorted(f"{n}_1.17.8-1_amd64.deb" for n in FOUR)
+    assert (dest / "stable/deb/amd64/InRelease").read_bytes() == (tree.root / "stable/deb/amd64/InRelease").read_bytes()
+    report = json.loads(result.stdout)
+    assert report["targets"][0]["toolkit_version"] == "1.17.8-1"
+    assert report["downloaded_files"] == 4
+
+
+@pytest.mark.parametrize(
+    ("channel", "fmt", "arch", "key", "expected"),
+    [
+        ("stable", "deb", "amd64", "stable/deb/amd64", "1.20.1-1"),
+        ("stable", "rpm", "x86_64", "stable/rpm/x86_64", "1.20.1-1"),
+        ("stable", "rpm", "amd64", "stable/rpm/x86_64", "1.20.1-1"),  # apt spelling mapped
+        ("experimental", "deb", "amd64", "experimental/deb/amd64", "1.20.0~rc.1-1"),
+        ("experimental", "rpm", "x86_64", "experimental/rpm/x86_64", "1.20.0~rc.1-1"),
+    ],
+)
+def test_sync_latest_takes_the_newest_release_of_the_channel(
+    site: tuple[UpstreamTree, UpstreamServer], tmp_path: Path, channel: str, fmt: str, arch: str, key: str, expected: str
+) -> None:
+    tree, server = site
+    dest = tmp_path / "mirror"
+    result = _sync(server, tree, dest, "--channel", channel, "--format", fmt, "--arch", arch)
+    assert result.exit_code == 0, result.stderr
+    assert set(_held(dest, key).values()) == {expected}
+    assert set(_held(dest, key)) == FOUR
+    assert ("not for production" in result.stderr) == (channel == "experimental")
+
+
+def test_sync_pinned_rpm_takes_the_four_packages_of_that_release(site: tuple[UpstreamTree, UpstreamServer], tmp_path: Path) -> None:
+    tree, server = site
+    dest = tmp_path / "mirror"
+    assert _sync(server, tree, dest, "--version", "1.17.8", "--format", "rpm", "--arch", "x86_64").exit_code == 0
+    assert _held(dest, "stable/rpm/x86_64") == dict.fromkeys(FOUR, "1.17.8-1")
+    assert len(list((dest / "stable/rpm/x86_64").glob("*.rpm"))) == 4
+    # repomd.xml names filelists and other too: they are mirrored (checksum-verified) so the tree is servable.
+    assert {p.name.split("-")[-1] for p in (dest / "stable/rpm/x86_64/repodata").glob("*.xml.*")} >= {
+        "primary.xml.gz", "filelists.xml.gz", "other.xml.gz"
+    }
+    assert run_cli("mirror", "verify", "--dest", str(dest)).exit_code == 0
+
+
+# -- failures leave the previous mirror byte-identical ----------------------------------------
+
+
+def _tamper_packages(tree: UpstreamTree, server: UpstreamServer) -> None:
+    repo = tree.root / "stable/deb/amd64"
+    text = (repo / "Packages").read_text().replace("Version: 1.20.1-1", "Version: 1.20.9-1", 1)
+    (repo / "Packages").write_text(text)
+    (repo / "Packages.xz").write_bytes(lzma.compress(text.encode()))
+
+
+def _other_key(tree: UpstreamTree, server: UpstreamServer) -> None:
+    resign_inrelease(tree, tree.root / "stable/deb/amd64", key=make_wrong_key(tree.root.parent / "wrong-gnupg"))
+
+
+def _bad_signature(tree: UpstreamTree, server: UpstreamServer) -> None:
+    path = tree.root / "stable/deb/amd64/InRelease"
+    path.write_bytes(path.read_bytes().replace(b"Components: main", b"Components: mainx", 1))
+
+
+def _empty_inrelease(tree: UpstreamTree, server: UpstreamServer) -> None:
+    (tree.root / "stable/deb/amd64/InRelease").write_bytes(sign_clear(tree, b""))
+
+
+def _corrupt_deb(tree: UpstreamTree, server: UpstreamServer) -> None:
+    server.inject("stable/deb/amd64/nvidia-container-toolkit_1.20.1-1_amd64.deb", Fault.corrupt(100))
+
+
+def _truncate_rpm(tree: UpstreamTree, server: UpstreamServer) -> None:
+    path = tree.root / "stable/rpm/x86_64/libnvidia-container1-1.20.1-1.x86_64.rpm"
+    path.write_bytes(path.read_bytes()[:-500])
+
+
+def _missing_deb(tree: UpstreamTree, server: UpstreamServer) -> None:
+    server.inject("stable/deb/amd64/libnvidia-container1_1.20.1-1_amd64.deb", Fault.not_found())
+
+
+@pytest.mark.parametrize(
+    ("breakage", "exit_code", "message"),
+    [
+        (_tamper_packages, ExitCode.VERIFICATION_FAILED, "Packages.xz (size) does not match its signed checksum"),
+        (_other_key, ExitCode.VERIFICATION_FAILED, "InRelease"),
+        (_bad_signature, ExitCode.VERIFICATION_FAILED, "InRelease"),
+        (_empty_inrelease, ExitCode.VERIFICATION_FAILED, "signed Release is empty"),
+        (_corrupt_deb, ExitCode.VERIFICATION_FAILED, "nvidia-container-toolkit_1.20.1-1_amd64.deb does not match"),
+        (_truncate_rpm, ExitCode.VERIFICATION_FAILED, "libnvidia-container1-1.20.1-1.x86_64.rpm"),
+        (_missing_deb, ExitCode.NETWORK, "HTTP 404"),
+    ],
+    ids=["tampered-packages", "other-key", "bad-signature", "empty-inrelease", "corrupted-deb", "truncated-rpm", "404"],
+)
+def test_failed_sync_reports_one_sentence_and_leaves_the_mirror_byte_identical(
+    site: tuple[UpstreamTree, UpstreamServer], tmp_path: Path, breakage: object, exit_code: ExitCode, message: str
+) -> None:
+    tree, server = site
+    dest = tmp_path / "mirror"
+    assert _sync(server, tree, dest, "--version", "1.17.8", "--arch", "amd64").exit_code == 0
+    before = _tree_hash(dest)
+    breakage(tree, server)  # type: ignore[operator]
+    result = _sync(server, tree, dest, "--arch", "amd64")
+    assert result.exit_code == exit_code, result.stderr
+    assert message in result.stderr
+    error_lines = [line for line in result.stderr.splitlines() if line.startswith("gpu-airgap: error:")]
+    assert len(error_lines) == 1
+    assert "Traceback" not in result.stderr
+    assert _tree_hash(dest) == before
+
+
+# -- network behaviour -------------------------------------------------------------------------
+
+
+def test_dropped_connection_is_resumed_with_a_range_request(site: tuple[UpstreamTree, UpstreamServer], tmp_path: Path) -> None:
+    tree, server = site
+    name = "stable/deb/amd64/nvidia-container-toolkit-base_1.20.1-1_amd64.deb"
+    server.inject(name, Fault.drop_after(1000))
+    result = _sync(server, tree, tmp_path / "mirror", "--format", "deb", "--json")
+    assert result.exit_code == 0, result.stderr
+    ranges = [r.range for r in server.requests_for(name)]
+    assert ranges == [None, "bytes=1000-"]
+    assert (tmp_path / "mirror" / name).read_bytes() == (tree.root / name).read_bytes()
+
+
+def test_503_then_200_is_retried_after_a_backoff(site: tuple[UpstreamTree, UpstreamServer], tmp_path: Path) -> None:
+    tree, server = site
+    name = "stable/rpm/x86_64/nvidia-container-toolkit-1.20.1-1.x86_64.rpm"
+    server.inject(name, Fault.fail_first(2, status=503))
+    sleeps: list[float] = []
+    options = sync_lib.SyncOptions(upstream=server.url, targets=(sync_lib.Target(sync_lib.PackageFormat.RPM, "x86_64"),))
+    with open_keyring([tree.public_key]) as ring, Downloader(sleep=sleeps.append) as dl:
+        sync_lib.sync(options, tmp_path / "m", downloader=dl, loader=sync_lib.make_loader(ring))
+    assert [r.status for r in server.requests_for(name)] == [503, 503, 200]
+    assert sleeps == [0.5, 1.0]
+    assert (tmp_path / "m" / name).read_bytes() == (tree.root / name).read_bytes()
+
+
+def test_second_sync_without_upstream_change_downloads_no_package_bytes(
+    site: tuple[UpstreamTree, UpstreamServer], tmp_path: Path
+) -> None:
+    tree, server = site
+    dest = tmp_path / "mirror"
+    assert _sync(server, tree, dest).exit_code == 0
+    before = _tree_hash(dest)
+    server.clear()
+    result = _sync(server, tree, dest, "--json")
+    assert result.exit_code == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["downloaded_bytes"] == 0 and report["reused_files"] == 8
+    assert not [r for r in server.log if r.path.endswith((".deb", ".rpm"))]
+    assert {r.status for r in server.log} == {304}  # metadata revalidated, nothing re-sent
+    assert report["seconds"] < 1.0
+    assert _tree_hash(dest) == before
+
+
+def test_a_second_sync_on_a_locked_mirror_is_refused(site: tuple[UpstreamTree, UpstreamServer], tmp_path: Path) -> None:
+    tree, server = site
+    dest = tmp_path / "mirror"
+    with store.locked(dest):
+        result = _sync(server, tree, dest)
+        with pytest.raises(BusyError), store.locked(dest):
+            pass
+    assert result.exit_code == ExitCode.BUSY
+    assert "another sync is running on" in result.stderr
+    assert not server.log
+
+
+# -- lockfile ----------------------------------------------------------------------------------
+
+
+def test_locked_sync_reproduces_the_written_lockfile(site: tuple[UpstreamTree, UpstreamServer], tmp_path: Path) -> None:
+    tree, server = site
+    lock = tmp_path / "gpu-airgap.lock"
+    assert _sync(server, tree, tmp_path / "a", "--version", "1.17.8", "--write-lock", str(lock)).exit_code == 0
+    text = lock.read_text()
+    assert 'toolkit_version = "1.17.8-1"' in text and tree.key_fingerprint in text
+    result = _sync(server, tree, tmp_path / "b", "--locked", str(lock))
+    assert result.exit_code == 0, result.stderr
+    a, b = store.MirrorState.load(tmp_path / "a"), store.MirrorState.load(tmp_path / "b")
+    assert [r.packages for r in a.repos] == [r.packages for r in b.repos]
+
+
+def test_locked_sync_names_what_differs_and_changes_nothing(site: tuple[UpstreamTree, UpstreamServer], tmp_path: Path) -> None:
+    tree, server = site
+    lock = tmp_path / "gpu-airgap.lock"
+    assert _sync(server, tree, tmp_path / "a", "--version", "1.17.8", "--format", "deb", "--write-lock", str(lock)).exit_code == 0
+    text = lock.read_text().replace('version = "1.17.8-1"\narch = "amd64"', 'version = "1.17.7-1"\narch = "amd64"', 1)
+    lock.write_text(text)
+    before = _tree_hash(tmp_path / "a")
+    result = _sync(server, tree, tmp_path / "a", "--locked", str(lock))
+    assert result.exit_code == ExitCode.UNRESOLVABLE
+    assert "1.17.7-1 (amd64) is no longer in deb/amd64" in result.stderr
+    assert _tree_hash(tmp_path / "a") == before
+
+
+# -- plan, status, verify, prune ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("version", "expected"), [("1.17.8", "1.17.8-1"), ("latest", "1.20.1-1")])
+def test_plan_against_the_real_nvidia_files_prints_the_right_set(version: str, expected: str) -> None:
+    with UpstreamServer(REAL_UPSTREAM) as server:
+        result = run_cli("mirror", "plan", "--upstream", server.url, "--format", "deb", "--version", version, "--json")
+        assert result.exit_code == 0, result.stderr
+        assert not [r for r in server.log if r.path.endswith(".deb")]
+    report = json.loads(result.stdout)
+    packages = report["targets"][0]["packages"]
+    assert {p["name"]: p["version"] for p in packages} == dict.fromkeys(FOUR, expected)
+    assert all(len(p["sha512"]) == 128 and p["size"] > 0 for p in packages)
+    assert report["total_bytes"] == sum(p["size"] for p in packages)
+
+
+def test_plan_prints_a_human_table_with_total(site: tuple[UpstreamTree, UpstreamServer]) -> None:
+    tree, server = site
+    result = run_cli("mirror", "plan", "--upstream", server.url, "--keyring", str(tree.public_key), "--version", "1.17.8")
+    assert result.exit_code == 0, result.stderr
+    assert "stable/deb/amd64: nvidia-container-toolkit 1.17.8-1 (4 packages" in result.stdout
+    assert "stable/rpm/x86_64: nvidia-container-toolkit 1.17.8-1 (4 packages" in result.stdout
+    assert "total:" in result.stdout and "8 package file(s)" in result.stdout
+
+
+def test_status_shows_held_releases_and_newer_upstream(site: tuple[UpstreamTree, UpstreamServer], tmp_path: Path) -> None:
+    tree, server = site
+    dest = tmp_path / "mirror"
+    assert _sync(server, tree, dest, "--version", "1.17.8", "--format", "deb").exit_code == 0
+    before = _tree_hash(dest)
+    result = run_cli("mirror", "status", "--dest", str(dest), "--keyring", str(tree.public_key), "--json")
+    assert result.exit_code == 0, result.stderr
+    (repo,) = json.loads(result.stdout)["repos"]
+    assert repo["releases"] == ["1.17.8-1"] and repo["upstream_latest"] == "1.20.1-1" and repo["newer_upstream"]
+    assert _tree_hash(dest) == before
+
+
+def test_verify_finds_a_changed_file(site: tuple[UpstreamTree, UpstreamServer], tmp_path: Path) -> None:
+    tree, server = site
+    dest = tmp_path / "mirror"
+    assert _sync(server, tree, dest, "--format", "deb").exit_code == 0
+    assert run_cli("mirror", "verify", "--dest", str(dest)).exit_code == 0
+    deb = dest / "stable/deb/amd64/libnvidia-container1_1.20.1-1_amd64.deb"
+    data = bytearray(deb.read_bytes())
+    data[10] ^= 0xFF
+    deb.write_bytes(bytes(data))
+    result = run_cli("mirror", "verify", "--dest", str(dest))
+    assert result.exit_code == ExitCode.PROBLEMS_FOUND
+    assert "libnvidia-container1_1.20.1-1_amd64.deb does not match its recorded sha512" in result.stderr
+
+
+def test_prune_keeps_the_newest_releases_and_what_they_need(site: tuple[UpstreamTree, UpstreamServer], tmp_path: Path) -> None:
+    tree, server = site
+    dest = tmp_path / "mirror"
+    for version in ("1.17.8", "1.18.0", "latest"):
+        assert _sync(server, tree, dest, "--version", version, "--format", "deb").exit_code == 0
+    result = run_cli("mirror", "prune", "--dest", str(dest), "--keep", "2", "--json")
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["removed_releases"] == ["stable/deb/amd64 1.17.8-1"]
+    repo = store.MirrorState.load(dest).repo("stable/deb/amd64")
+    assert repo is not None and [r.toolkit_version for r in repo.releases] == ["1.18.0-1", "1.20.1-1"]
+    assert not list((dest / "stable/deb/amd64").glob("*1.17.8-1*"))
+    assert len(list((dest / "stable/deb/amd64").glob("*.deb"))) == 8
+    assert run_cli("mirror", "verify", "--dest", str(dest)).exit_code == 0
