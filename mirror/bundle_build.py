@@ -37,6 +37,7 @@ from mirror.bundle_repo import TargetRepo, build_target_repo
 from mirror.bundle_sign import OperatorKey
 from mirror.bundle_source import MirrorSelection, select_from_mirror, upstream_version
 from mirror.bundle_tar import BundleWriter
+from mirror.lockfile import Lockfile
 from mirror.node_zipapp import PYZ_NAME, build_zipapp
 from mirror.sbom import SBOM_NAME, SbomPackage, render_spdx
 
@@ -92,15 +93,16 @@ def build_bundle(
     compression: str = "zstd",
     split: int | None = None,
     wheel_cache: Path | None = None,
+    locked: Lockfile | None = None,
 ) -> BuildResult:
     """Select ``version`` for ``targets`` from the mirror at ``mirror`` and write a signed bundle to ``output``.
 
     :raises ToolError: (subclasses) when the mirror lacks something, signing fails, or a package
         on disk no longer matches its verified digest; no output is left behind then.
     """
-    if not targets:
+    if not targets and locked is None:
         raise UsageError("name at least one --target, e.g. --target deb/amd64")
-    selection = select_from_mirror(mirror, version=version, targets=targets, channel=channel)
+    selection = select_from_mirror(mirror, version=version, targets=targets, channel=channel, locked=locked)
     return build_from_selection(
         selection, sign_key=sign_key, gnupghome=gnupghome, output=output,
         compression=compression, split=split, wheel_cache=wheel_cache,
