@@ -237,13 +237,10 @@ class _Scan:
             try:
                 self.report.signer = self.keyring.verify_detached(data, signature, what=MANIFEST_NAME).fingerprint
             except VerificationError as exc:
-                # Name the signature when the manifest parses (the signature was replaced), the
-                # manifest itself otherwise (its bytes were changed under a good signature).
-                try:
-                    Manifest.from_json(data)
-                    member = SIGNATURE_NAME
-                except VerificationError:
-                    member = MANIFEST_NAME
+                # A BADSIG is a well-formed signature by the trusted key over other bytes: the
+                # manifest changed. A damaged armor (its CRC covers every byte) or a signature by
+                # another key means the signature file is what was altered or replaced.
+                member = MANIFEST_NAME if "bad signature" in str(exc) else SIGNATURE_NAME
                 self.fail(member, str(exc), fatal=self.sink is not None)
         try:
             manifest = Manifest.from_json(data)

@@ -94,9 +94,11 @@ def build_bundle(
     split: int | None = None,
     wheel_cache: Path | None = None,
     locked: Lockfile | None = None,
+    epoch: int | None = None,
 ) -> BuildResult:
     """Select ``version`` for ``targets`` from the mirror at ``mirror`` and write a signed bundle to ``output``.
 
+    :param epoch: the build time; default SOURCE_DATE_EPOCH, else now.
     :raises ToolError: (subclasses) when the mirror lacks something, signing fails, or a package
         on disk no longer matches its verified digest; no output is left behind then.
     """
@@ -105,7 +107,7 @@ def build_bundle(
     selection = select_from_mirror(mirror, version=version, targets=targets, channel=channel, locked=locked)
     return build_from_selection(
         selection, sign_key=sign_key, gnupghome=gnupghome, output=output,
-        compression=compression, split=split, wheel_cache=wheel_cache,
+        compression=compression, split=split, wheel_cache=wheel_cache, epoch=epoch,
     )
 
 
@@ -118,9 +120,10 @@ def build_from_selection(
     compression: str = "zstd",
     split: int | None = None,
     wheel_cache: Path | None = None,
+    epoch: int | None = None,
 ) -> BuildResult:
     """Write the bundle for an already-selected set of targets (see :func:`build_bundle`)."""
-    epoch = build_epoch()
+    epoch = build_epoch() if epoch is None else epoch
     created = datetime.fromtimestamp(epoch, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     key = OperatorKey.find(sign_key, gnupghome)
     repos = [build_target_repo(t, key=key, epoch=epoch, channel=selection.channel) for t in selection.targets]
@@ -132,7 +135,9 @@ def build_from_selection(
     for repo in repos:
         for path, data in repo.metadata.items():
             generated[path] = (data, "repo-metadata")
-    sbom = render_spdx(bundle_name=output.name, created=created, tool_version=VERSION, packages=_sbom_packages(repos))
+    # Named after the content, not the output file, so renaming the output keeps builds identical.
+    name = f"gpu-airgap-bundle-{upstream_version(selection.targets[0].toolkit_version)}-{selection.channel}"
+    sbom = render_spdx(bundle_name=name, created=created, tool_version=VERSION, packages=_sbom_packages(repos))
     generated[SBOM_NAME] = (sbom, "sbom")
     manifest = _manifest(selection, repos, generated, created=created, signer=key.fingerprint)
     manifest_bytes = manifest.to_json()
