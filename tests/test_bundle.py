@@ -26,12 +26,28 @@ from installer.manifest import MANIFEST_NAME, SIGNATURE_NAME, Manifest
 from mirror.bundle_build import BuildResult, build_bundle
 from mirror.bundle_sign import OperatorKey
 from tests.cli_runner import run_cli
-from tests.gpgkeys import TestKey, other_key, test_key  # noqa: F401 (fixtures)
+from tests.gpgkeys import TestKey, make_key
 from tests.test_upstream_clients import apt, dnf
-from tests.upstream import UpstreamServer, UpstreamTree
+from tests.upstream import UpstreamServer, UpstreamTree, stop_agent
 
 PY39 = Path("/root/.pyenv/versions/3.9.18/bin/python3.9")
 TARGETS = [("deb", "amd64"), ("rpm", "x86_64")]
+
+
+@pytest.fixture(scope="session")
+def operator_key(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestKey]:
+    """The operator's throwaway signing key (ed25519, no passphrase, its own GNUPGHOME)."""
+    key = make_key(tmp_path_factory.mktemp("operator-gpg"), "bundle operator <operator@example.invalid>")
+    yield key
+    stop_agent(key.home)
+
+
+@pytest.fixture(scope="session")
+def stranger_key(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestKey]:
+    """A second key nobody trusts."""
+    key = make_key(tmp_path_factory.mktemp("stranger-gpg"), "someone else <other@example.invalid>")
+    yield key
+    stop_agent(key.home)
 
 
 @pytest.fixture(scope="session")
@@ -50,7 +66,7 @@ def synced_mirror(
 
 
 @pytest.fixture(scope="session")
-def epoch(test_key: TestKey) -> int:
+def epoch(operator_key: TestKey) -> int:
     """A fixed SOURCE_DATE_EPOCH for the session, after the operator key was created."""
     return int(time.time())
 
@@ -63,16 +79,16 @@ def _build(mirror: Path, key: TestKey, output: Path, epoch: int, **kwargs: objec
 
 
 @pytest.fixture(scope="session")
-def plain_bundle(synced_mirror: Path, test_key: TestKey, epoch: int, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def plain_bundle(synced_mirror: Path, operator_key: TestKey, epoch: int, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """An uncompressed bundle (member bytes sit in the file as-is, so they can be flipped in place)."""
     out = tmp_path_factory.mktemp("plain") / "bundle.tar"
-    _build(synced_mirror, test_key, out, epoch, compression="none")
+    _build(synced_mirror, operator_key, out, epoch, compression="none")
     return out
 
 
 @pytest.fixture(scope="session")
-def operator_keyring(test_key: TestKey) -> Iterator[Keyring]:
-    with Keyring.open([test_key.public]) as keyring:
+def operator_keyring(operator_key: TestKey) -> Iterator[Keyring]:
+    with Keyring.open([operator_key.public]) as keyring:
         yield keyring
 
 
@@ -97,12 +113,12 @@ def _rewrite(src: Path, dst: Path, *, drop: str | None = None, add: tuple[str, b
 
 @pytest.mark.slow
 def test_cli_builds_from_a_synced_mirror_and_inspect_and_verify_pass(
-    synced_mirror: Path, test_key: TestKey, tmp_path: Path
+    synced_mirror: Path, operator_key: TestKey, tmp_path: Path
 ) -> None:
     out = tmp_path / "bundle.tar.zst"
     built = run_cli(
         "bundle", "build", "--mirror", str(synced_mirror), "--version", "1.17.8", "--target", "deb/amd64",
-        "--target", "rpm/x86_64", "--sign-key", test_key.fingerprint, "--gnupghome", str(test_key.home),
+        "--target", "rpm/x86_64", "--sign-key", operator_key.fingerprint, "--gnupghome", str(operator_key.home),
         "--output", str(out), "--json",
     )  # fmt: skip
     assert built.exit_code == 0, built.stderr
@@ -112,7 +128,7 @@ def test_cli_builds_from_a_synced_mirror_and_inspect_and_verify_pass(
     inspected = run_cli("bundle", "inspect", str(out), "--json")
     assert inspected.exit_code == 0, inspected.stderr
     data = json.loads(inspected.stdout)
-    assert data["signer"] == test_key.fingerprint and data["toolkit_version"] == "1.17.8"
+    assert data["signer"] == operator_key.fingerprint and data["toolkit_version"] == "1.17.8"
     deb = next(t for t in data["targets"] if t["format"] == "deb")
     assert [p["name"] for p in deb["packages"]] == [
         "libnvidia-container1", "libnvidia-container-tools", "nvidia-container-toolkit-base", "nvidia-container-toolkit",
@@ -120,10 +136,10 @@ def test_cli_builds_from_a_synced_mirror_and_inspect_and_verify_pass(
     assert {p["version"] for p in deb["packages"]} == {"1.17.8-1"}
     assert deb["provenance"]["signed_files"] and "libc6 (>= 2.14)" in deb["node_requirements"]
 
-    verified = run_cli("bundle", "verify", str(out), "--keyring", str(test_key.public), "--json")
+    verified = run_cli("bundle", "verify", str(out), "--keyring", str(operator_key.public), "--json")
     assert verified.exit_code == 0, verified.stdout + verified.stderr
     report = json.loads(verified.stdout)
-    assert report["ok"] and report["signer"] == test_key.fingerprint and report["members_checked"] == 20
+    assert report["ok"] and report["signer"] == operator_key.fingerprint and report["members_checked"] == 20
 
 
 def test_flipping_any_single_byte_of_any_member_fails_verify_naming_it(
@@ -149,19 +165,19 @@ def test_a_removed_member_fails_verify_naming_it(plain_bundle: Path, operator_ke
     assert report.first_bad == victim and "missing from the archive" in report.problems[0].message
 
 
-def test_an_added_member_fails_verify_naming_it(plain_bundle: Path, test_key: TestKey, tmp_path: Path) -> None:
+def test_an_added_member_fails_verify_naming_it(plain_bundle: Path, operator_key: TestKey, tmp_path: Path) -> None:
     _rewrite(plain_bundle, tmp_path / "b.tar", add=("targets/deb-amd64/evil_1.0_amd64.deb", b"payload"))
-    result = run_cli("bundle", "verify", str(tmp_path / "b.tar"), "--keyring", str(test_key.public))
+    result = run_cli("bundle", "verify", str(tmp_path / "b.tar"), "--keyring", str(operator_key.public))
     assert result.exit_code == 3
     assert "targets/deb-amd64/evil_1.0_amd64.deb: is not listed in the signed manifest" in result.stderr
 
 
 def test_a_replaced_signature_fails_verify_naming_the_signature(
-    plain_bundle: Path, other_key: TestKey, tmp_path: Path, operator_keyring: Keyring  # noqa: F811
+    plain_bundle: Path, stranger_key: TestKey, tmp_path: Path, operator_keyring: Keyring
 ) -> None:
     with tarfile.open(plain_bundle) as tar:
         manifest = tar.extractfile(MANIFEST_NAME).read()  # type: ignore[union-attr]
-    forged = OperatorKey.find(other_key.fingerprint, other_key.home).sign_detached(manifest)
+    forged = OperatorKey.find(stranger_key.fingerprint, stranger_key.home).sign_detached(manifest)
     with tarfile.open(plain_bundle) as old, tarfile.open(tmp_path / "b.tar", "w", format=tarfile.GNU_FORMAT) as new:
         for member in old.getmembers():
             if member.name == SIGNATURE_NAME:
@@ -174,11 +190,11 @@ def test_a_replaced_signature_fails_verify_naming_the_signature(
     assert "not in the trusted keyring" in report.problems[0].message
 
 
-def test_a_keyring_without_the_signing_key_fails_verify(plain_bundle: Path, other_key: TestKey) -> None:  # noqa: F811
-    with Keyring.open([other_key.public]) as keyring:
+def test_a_keyring_without_the_signing_key_fails_verify(plain_bundle: Path, stranger_key: TestKey) -> None:
+    with Keyring.open([stranger_key.public]) as keyring:
         report = verify(plain_bundle, keyring)
     assert not report.ok and report.first_bad == SIGNATURE_NAME
-    with pytest.raises(BundleVerificationError, match="failed verification at manifest.json.asc"):
+    with pytest.raises(BundleVerificationError, match=r"failed verification at manifest\.json\.asc"):
         report.raise_for_problems()
 
 
@@ -192,14 +208,14 @@ def extracted(plain_bundle: Path, operator_keyring: Keyring, tmp_path_factory: p
 
 @pytest.mark.skipif(shutil.which("apt-get") is None, reason="apt-get is not installed")
 def test_embedded_apt_repo_is_accepted_by_a_real_sandboxed_apt_get_update(
-    extracted: Path, test_key: TestKey, tmp_path: Path
+    extracted: Path, operator_key: TestKey, tmp_path: Path
 ) -> None:
     sandbox = tmp_path / "apt"
     for sub in ("state/lists/partial", "cache/archives/partial", "sources.list.d", "apt.conf.d", "preferences.d"):
         (sandbox / sub).mkdir(parents=True)
     (sandbox / "state/status").touch()
     keyring = sandbox / "operator.gpg"
-    keyring.write_bytes(subprocess.run(["gpg", "--dearmor"], input=test_key.public.read_bytes(), capture_output=True, check=True).stdout)
+    keyring.write_bytes(subprocess.run(["gpg", "--dearmor"], input=operator_key.public.read_bytes(), capture_output=True, check=True).stdout)
     (sandbox / "sources.list").write_text(f"deb [signed-by={keyring}] file:{extracted / 'targets/deb-amd64'} ./\n")
     update = apt(sandbox, "update")
     assert update.returncode == 0 and "W:" not in update.stderr, update.stdout + update.stderr
@@ -215,7 +231,7 @@ def test_embedded_apt_repo_is_accepted_by_a_real_sandboxed_apt_get_update(
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("dnf") is None, reason="dnf is not installed")
 def test_embedded_yum_repo_verifies_with_gpg_and_is_read_by_dnf(
-    extracted: Path, operator_keyring: Keyring, test_key: TestKey, tmp_path: Path, upstream_tree: UpstreamTree
+    extracted: Path, operator_keyring: Keyring, operator_key: TestKey, tmp_path: Path, upstream_tree: UpstreamTree
 ) -> None:
     repodata = extracted / "targets/rpm-x86_64/repodata"
     operator_keyring.verify_detached((repodata / "repomd.xml").read_bytes(), (repodata / "repomd.xml.asc").read_bytes())
@@ -227,7 +243,7 @@ def test_embedded_yum_repo_verifies_with_gpg_and_is_read_by_dnf(
         f"[bundle]\nname=bundle\nbaseurl={repo_url}\nrepo_gpgcheck=1\ngpgcheck=0\nenabled=1\n"
         f"gpgkey=https://nvidia.github.io/libnvidia-container/gpgkey\n"
     )
-    tree = UpstreamTree(fake, test_key.fingerprint, test_key.public, test_key.home, (), ())
+    tree = UpstreamTree(fake, operator_key.fingerprint, operator_key.public, operator_key.home, (), ())
     result = dnf(tmp_path, tree, repo_url, "repoquery", "--available", "--repo", "bundle")
     assert result.returncode == 0, result.stderr
     assert "nvidia-container-toolkit-0:1.17.8-1.x86_64" in result.stdout.split()
@@ -255,11 +271,11 @@ def _members(path: Path) -> dict[str, tuple[bytes, bytes]]:
 
 @pytest.mark.slow
 def test_two_builds_with_the_same_epoch_are_byte_identical_apart_from_the_signature(
-    synced_mirror: Path, test_key: TestKey, epoch: int, tmp_path: Path
+    synced_mirror: Path, operator_key: TestKey, epoch: int, tmp_path: Path
 ) -> None:
-    first = _build(synced_mirror, test_key, tmp_path / "a.tar.zst", epoch).outputs[0]
+    first = _build(synced_mirror, operator_key, tmp_path / "a.tar.zst", epoch).outputs[0]
     time.sleep(1.1)  # a clock tick must not leak into the bytes
-    second = _build(synced_mirror, test_key, tmp_path / "b.tar.zst", epoch).outputs[0]
+    second = _build(synced_mirror, operator_key, tmp_path / "b.tar.zst", epoch).outputs[0]
     a, b = _members(first), _members(second)
     assert list(a) == list(b) and list(a)[:2] == [MANIFEST_NAME, SIGNATURE_NAME]
     differing = [name for name in a if a[name] != b[name]]
@@ -270,18 +286,18 @@ def test_two_builds_with_the_same_epoch_are_byte_identical_apart_from_the_signat
 
 @pytest.mark.parametrize("compression", ["gzip", "xz"])
 def test_gzip_and_xz_bundles_verify(
-    synced_mirror: Path, test_key: TestKey, epoch: int, tmp_path: Path, operator_keyring: Keyring, compression: str
+    synced_mirror: Path, operator_key: TestKey, epoch: int, tmp_path: Path, operator_keyring: Keyring, compression: str
 ) -> None:
-    out = _build(synced_mirror, test_key, tmp_path / "bundle", epoch, compression=compression).outputs[0]
+    out = _build(synced_mirror, operator_key, tmp_path / "bundle", epoch, compression=compression).outputs[0]
     assert archive.detect_compression(out.read_bytes()[:8]) == compression
     assert verify(out, operator_keyring).ok
 
 
 def test_zstd_bundle_verifies_through_the_zstd_command_when_the_module_is_missing(
-    synced_mirror: Path, test_key: TestKey, epoch: int, tmp_path: Path, operator_keyring: Keyring,
+    synced_mirror: Path, operator_key: TestKey, epoch: int, tmp_path: Path, operator_keyring: Keyring,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    out = _build(synced_mirror, test_key, tmp_path / "bundle.tar.zst", epoch).outputs[0]
+    out = _build(synced_mirror, operator_key, tmp_path / "bundle.tar.zst", epoch).outputs[0]
     monkeypatch.setattr(archive, "_have_zstandard", lambda: False)
     report = verify(out, operator_keyring)
     assert report.ok, [str(p) for p in report.problems]
@@ -292,9 +308,9 @@ def test_zstd_bundle_verifies_through_the_zstd_command_when_the_module_is_missin
 
 
 def test_split_bundle_verifies_from_its_first_part_and_a_bad_part_is_named(
-    synced_mirror: Path, test_key: TestKey, epoch: int, tmp_path: Path, operator_keyring: Keyring
+    synced_mirror: Path, operator_key: TestKey, epoch: int, tmp_path: Path, operator_keyring: Keyring
 ) -> None:
-    result = _build(synced_mirror, test_key, tmp_path / "bundle.tar", epoch, compression="none", split=1 << 20)
+    result = _build(synced_mirror, operator_key, tmp_path / "bundle.tar", epoch, compression="none", split=1 << 20)
     names = [p.name for p in result.outputs]
     parts = [n for n in names if ".part" in n]
     assert len(parts) >= 2 and parts == [f"bundle.tar.part{i:03d}" for i in range(1, len(parts) + 1)]
