@@ -7,6 +7,7 @@ throwaway operator key. Everything runs with real gpg, tar, apt-get, dnf and pyt
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import shutil
@@ -25,6 +26,8 @@ from installer.gpg import Keyring
 from installer.manifest import MANIFEST_NAME, SIGNATURE_NAME, Manifest
 from mirror.bundle_build import BuildResult, build_bundle
 from mirror.bundle_sign import OperatorKey
+from mirror.bundle_source import SourceError
+from mirror.lockfile import Lockfile
 from tests.cli_runner import run_cli
 from tests.gpgkeys import TestKey, make_key
 from tests.test_upstream_clients import apt, dnf
@@ -59,7 +62,7 @@ def synced_mirror(
     result = run_cli(
         "mirror", "sync", "--dest", str(dest), "--upstream", _upstream_session_server.url,
         "--keyring", str(upstream_tree.public_key), "--version", "1.17.8",
-        "--format", "deb,rpm", "--arch", "amd64", "--quiet",
+        "--format", "deb,rpm", "--arch", "amd64", "--quiet", "--write-lock", str(dest / "gpu-airgap.lock"),
     )  # fmt: skip
     assert result.exit_code == 0, result.stderr
     return dest
@@ -140,6 +143,29 @@ def test_cli_builds_from_a_synced_mirror_and_inspect_and_verify_pass(
     assert verified.exit_code == 0, verified.stdout + verified.stderr
     report = json.loads(verified.stdout)
     assert report["ok"] and report["signer"] == operator_key.fingerprint and report["members_checked"] == 20
+
+
+def test_locked_build_takes_exactly_the_lockfile_set_and_refuses_a_set_the_mirror_lacks(
+    synced_mirror: Path, operator_key: TestKey, epoch: int, tmp_path: Path
+) -> None:
+    lock = Lockfile.load(synced_mirror / "gpu-airgap.lock")
+    result = build_bundle(
+        synced_mirror, version="latest", channel=None, targets=[], sign_key=operator_key.fingerprint,
+        gnupghome=operator_key.home, output=tmp_path / "b.tar", compression="none", locked=lock, epoch=epoch,
+    )  # fmt: skip
+    for locked, target in zip(lock.targets, result.manifest.targets):
+        assert [(p.name, p.version, p.size) for p in locked.packages] == [
+            (p.name, p.version, p.size) for p in target.packages
+        ]
+    changed = dataclasses.replace(lock.targets[0].packages[0], size=lock.targets[0].packages[0].size + 1)
+    bad_target = dataclasses.replace(lock.targets[0], packages=(changed, *lock.targets[0].packages[1:]))
+    with pytest.raises(SourceError, match="does not hold the locked set"):
+        build_bundle(
+            synced_mirror, version="latest", channel=None, targets=[], sign_key=operator_key.fingerprint,
+            gnupghome=operator_key.home, output=tmp_path / "c.tar", compression="none", epoch=epoch,
+            locked=dataclasses.replace(lock, targets=(bad_target,)),
+        )  # fmt: skip
+    assert not (tmp_path / "c.tar").exists()
 
 
 def test_flipping_any_single_byte_of_any_member_fails_verify_naming_it(
