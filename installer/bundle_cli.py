@@ -66,7 +66,8 @@ def manifest_lines(manifest: Manifest) -> List[str]:
         prov = target.provenance
         lines.append(f"  verified upstream metadata signed by {prov.fingerprint} at {prov.signed_at or 'unknown time'}")
         for signed in prov.signed_files:
-            lines.append(f"    {signed.path} {signed.size} B sha256={signed.sha256 or '-'}")
+            digest = f"sha256={signed.sha256}" if signed.sha256 else f"sha512={(signed.sha512 or '-')[:32]}…"
+            lines.append(f"    {signed.path} {signed.size} B {digest}")
         for pkg in target.packages:
             lines.append(f"  {pkg.install_order + 1}. {pkg.name} {pkg.version} {pkg.arch} {pkg.size} B sha256={pkg.sha256[:16]}…")
         if target.node_requirements:
