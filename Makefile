@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: test demo lint typecheck pycompat pytest sysdeps venv bench clean
+.PHONY: test demo lint typecheck pycompat pytest sysdeps venv bench clean nodewheels
 
 test: venv sysdeps lint typecheck pycompat pytest
 
@@ -30,13 +30,17 @@ typecheck: venv
 pycompat: venv
 	$(VENV)/bin/vermin --target=3.9- --violations --no-tips --eval-annotations --feature union-types --backport typing installer configure
 
-pytest: venv sysdeps
+pytest: venv sysdeps nodewheels
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
+
+# The python3.9 wheels vendored into the bundle's node zipapp (pip download; the tests stay offline).
+nodewheels: venv
+	$(PY) -c 'from mirror.node_zipapp import ensure_wheels; ensure_wheels()'
 
 demo: venv sysdeps
 	$(PY) -m tests.demo
 
-bench: venv sysdeps
+bench: venv sysdeps nodewheels
 	@for b in bench/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
 
 clean:

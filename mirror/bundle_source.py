@@ -1,0 +1,189 @@
+"""What the bundle builder takes from a mirror: per target, the packages of one release and their provenance.
+
+This is the seam between ``mirror sync``'s on-disk state and :mod:`mirror.bundle_build`. The
+builder only sees :class:`TargetSelection`; :func:`select_from_mirror` reads the mirror's state
+file (``DEST/.gpu-airgap/state.json``, written by ``mirror sync``: repos keyed
+``<channel>/<format>/<arch>`` with provenance, stored packages and releases in install order)
+and picks one release per requested target.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from configure.errors import ToolError, UsageError
+from mirror.lockfile import LockedPackage, LockedTarget, Lockfile
+from mirror.store import MirrorState, Release, RepoRecord, StoredPackage
+
+#: Either spelling of an arch is accepted on the command line; the repo uses its format's own.
+_ARCH_ALIASES = {
+    "deb": {"x86_64": "amd64", "aarch64": "arm64", "ppc64le": "ppc64el"},
+    "rpm": {"amd64": "x86_64", "arm64": "aarch64", "ppc64el": "ppc64le"},
+}
+
+
+class SourceError(ToolError):
+    """The mirror cannot supply what the bundle asks for."""
+
+
+@dataclass(frozen=True)
+class SourcePackage:
+    """A package file in the mirror, with the digests its signed metadata gave."""
+
+    name: str
+    version: str
+    arch: str
+    path: Path  #: absolute path of the file in the mirror
+    size: int
+    sha256: str | None
+    sha512: str | None
+    origin: str  #: upstream URL
+
+
+@dataclass(frozen=True)
+class SignedUpstreamFile:
+    """A signed upstream metadata file, as the mirror verified it."""
+
+    path: str
+    size: int
+    sha256: str | None
+    sha512: str | None
+
+
+@dataclass(frozen=True)
+class TargetSelection:
+    """One target's release: packages in install order, node requirements and provenance."""
+
+    format: str
+    arch: str
+    toolkit_version: str
+    packages: tuple[SourcePackage, ...]
+    node_requirements: tuple[str, ...]
+    base_url: str
+    fingerprint: str
+    signed_at: str | None
+    signed_files: tuple[SignedUpstreamFile, ...]
+
+
+@dataclass(frozen=True)
+class MirrorSelection:
+    """Everything the builder needs from a mirror."""
+
+    upstream: str
+    channel: str
+    targets: tuple[TargetSelection, ...]
+
+
+def parse_target(spec: str) -> tuple[str, str]:
+    """``deb/amd64`` -> ``("deb", "amd64")``, mapping the other arch spelling (``deb/x86_64``).
+
+    :raises UsageError: for anything but ``deb/ARCH`` or ``rpm/ARCH``.
+    """
+    fmt, _, arch = spec.partition("/")
+    if fmt not in _ARCH_ALIASES or not arch or "/" in arch:
+        raise UsageError(f"--target {spec!r} must look like deb/amd64 or rpm/x86_64")
+    return fmt, _ARCH_ALIASES[fmt].get(arch, arch)
+
+
+def upstream_version(version: str) -> str:
+    """``1.17.8-1`` -> ``1.17.8`` (strip the Debian revision / rpm release)."""
+    return version.split(":", 1)[-1].rsplit("-", 1)[0]
+
+
+def select_from_mirror(
+    mirror: Path,
+    *,
+    version: str,
+    targets: list[tuple[str, str]],
+    channel: str | None,
+    locked: Lockfile | None = None,
+) -> MirrorSelection:
+    """Pick ``version`` (``latest``, ``1.17.8`` or ``1.17.8-1``) for each target from the mirror at ``mirror``.
+
+    With ``locked``, take exactly the lockfile's targets and packages (name, version, arch and
+    checksums must match what the mirror holds) instead of ``version``/``targets``.
+
+    :raises MirrorStateError: when the mirror has no (readable) state.
+    :raises SourceError: when the mirror lacks a target, the version or a locked package.
+    """
+    state = MirrorState.load(mirror)
+    channel = locked.channel if locked is not None else channel or state.channel
+    if locked is not None:
+        targets = [(t.format, t.arch) for t in locked.targets]
+    chosen = []
+    for fmt, arch in targets:
+        key = f"{channel}/{fmt}/{arch}"
+        repo = state.repo(key)
+        if repo is None:
+            held = ", ".join(r.key for r in state.repos) or "nothing"
+            raise SourceError(f"the mirror has no {key} repository (it holds {held}); sync it first")
+        if locked is not None:
+            release = _locked_release(repo, next(t for t in locked.targets if (t.format, t.arch) == (fmt, arch)))
+        else:
+            release = _pick_release(repo, version)
+        packages = tuple(_source_package(mirror, repo.package(path)) for path in release.packages)
+        prov = repo.provenance
+        chosen.append(
+            TargetSelection(
+                format=fmt,
+                arch=arch,
+                toolkit_version=release.toolkit_version,
+                packages=packages,
+                node_requirements=release.node_requirements,
+                base_url=repo.base_url,
+                fingerprint=prov.fingerprint,
+                signed_at=prov.signed_at,
+                signed_files=tuple(SignedUpstreamFile(f.path, f.size, f.sha256, f.sha512) for f in prov.signed_files),
+            )
+        )
+    versions = {upstream_version(t.toolkit_version) for t in chosen}
+    if len(versions) > 1:
+        raise SourceError(f"the targets resolve to different toolkit versions ({', '.join(sorted(versions))}); pass --version")
+    return MirrorSelection(upstream=state.upstream, channel=channel, targets=tuple(chosen))
+
+
+def _source_package(mirror: Path, pkg: StoredPackage) -> SourcePackage:
+    return SourcePackage(
+        name=pkg.name,
+        version=pkg.version,
+        arch=pkg.arch,
+        path=pkg.local_path(mirror),
+        size=pkg.size,
+        sha256=pkg.sha256,
+        sha512=pkg.sha512,
+        origin=pkg.url,
+    )
+
+
+def _pick_release(repo: RepoRecord, version: str) -> Release:
+    if not repo.releases:
+        raise SourceError(f"the mirror's {repo.key} repository holds no toolkit release")
+    if version == "latest":
+        return repo.releases[-1]  # the state lists releases oldest first
+    for release in repo.releases:
+        if version in (release.toolkit_version, upstream_version(release.toolkit_version)):
+            return release
+    have = ", ".join(r.toolkit_version for r in repo.releases)
+    raise SourceError(f"the mirror's {repo.key} repository has no toolkit {version} (it has {have}); sync it first")
+
+
+def _locked_release(repo: RepoRecord, target: LockedTarget) -> Release:
+    """The mirror's release whose packages are exactly the locked ones (by identity and checksum)."""
+    for release in repo.releases:
+        held = [repo.package(path) for path in release.packages]
+        if len(held) == len(target.packages) and all(_same(h, w) for h, w in zip(held, target.packages)):
+            return release
+    raise SourceError(
+        f"the mirror's {repo.key} repository does not hold the locked set for toolkit {target.toolkit_version}; "
+        "run `gpu-airgap mirror sync --locked` first"
+    )
+
+
+def _same(held: StoredPackage, wanted: LockedPackage) -> bool:
+    if (held.name, held.version, held.arch, held.size) != (wanted.name, wanted.version, wanted.arch, wanted.size):
+        return False
+    # A digest recorded on both sides must agree; at least one must be comparable.
+    pairs = [(held.sha256, wanted.sha256), (held.sha512, wanted.sha512)]
+    comparable = [(a, b) for a, b in pairs if a and b]
+    return bool(comparable) and all(a == b for a, b in comparable)
