@@ -1,0 +1,262 @@
+"""Install, reinstall, refuse, uninstall and status against scratch roots with real dpkg and rpm databases."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Dict, List, Tuple
+
+import pytest
+
+from configure.changes import FileChange, read_optional
+from configure.engine import ConfigPlan, RuntimeOptions
+from configure.errors import ChecksumMismatch, SignatureError, ToolError
+from configure.fsutil import rooted
+from installer.env import NodeEnv
+from installer.install import InstallFailed, InstallOptions, install
+from installer.manage import status, uninstall
+from installer.preflight import PreflightFailed
+from installer.state import load_state
+from installer.target import Target, TargetMismatch
+from tests.node_fixtures import (
+    CONTAINERD_CONFIG,
+    TOOLKIT,
+    FakeOpener,
+    build_target,
+    make_bundle,
+    seed_dpkg_root,
+    seed_rpm_root,
+    tree_digest,
+)
+
+
+class DropInContainerd:
+    """A minimal containerd engine (a drop-in plus an imports line) until configure's engines land."""
+
+    name = "containerd"
+
+    def plan(self, options: RuntimeOptions) -> ConfigPlan:
+        main = rooted(options.root, "/etc/containerd/config.toml")
+        drop = rooted(options.root, "/etc/containerd/conf.d/99-nvidia.toml")
+        old_main = read_optional(main) or b"version = 2\n"
+        line = b'imports = ["/etc/containerd/conf.d/*.toml"]\n'
+        new_main = old_main if line in old_main else line + old_main
+        body = f'[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.{options.runtime_name}]\n  runtime_type = "io.containerd.runc.v2"\n'
+        return ConfigPlan("containerd", [FileChange(main, read_optional(main), new_main), FileChange(drop, read_optional(drop), body.encode())])
+
+    def report(self, root: Path, runtime_name: str) -> Dict[str, str]:
+        drop = read_optional(rooted(root, "/etc/containerd/conf.d/99-nvidia.toml")) or b""
+        return {"RUNTIME": runtime_name if f"runtimes.{runtime_name}]".encode() in drop else ""}
+
+
+class Services:
+    def __init__(self, healthy: bool = True) -> None:
+        self.healthy = healthy
+        self.calls: List[Tuple[str, str]] = []
+
+    def restart(self, unit: str) -> None:
+        self.calls.append(("restart", unit))
+
+    def is_active(self, unit: str) -> bool:
+        self.calls.append(("is-active", unit))
+        return self.healthy
+
+
+@pytest.fixture(scope="session")
+def targets(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, Target]:
+    out = tmp_path_factory.mktemp("stand-in-packages")
+    return {
+        "deb-1.17.8": build_target(out / "deb-1.17.8", "deb", "1.17.8-1", "amd64"),
+        "deb-1.17.7": build_target(out / "deb-1.17.7", "deb", "1.17.7-1", "amd64"),
+        "deb-arm64": build_target(out / "deb-arm64", "deb", "1.17.8-1", "arm64"),
+        "rpm-1.17.8": build_target(out / "rpm-1.17.8", "rpm", "1.17.8-1", "x86_64"),
+    }
+
+
+@pytest.fixture()
+def deb_root(tmp_path: Path) -> Path:
+    root = tmp_path / "root"
+    seed_dpkg_root(root)
+    (root / "etc/containerd").mkdir(parents=True)
+    (root / "etc/containerd/config.toml").write_bytes(CONTAINERD_CONFIG)
+    return root
+
+
+def _setup(tmp_path: Path, *target_list: Target, key: bytes = b"operator-key") -> Tuple[Path, Path, NodeEnv, Services]:
+    bundles = tmp_path / "bundles"
+    bundles.mkdir(exist_ok=True)
+    bundle = make_bundle(bundles, target_list)
+    keyring = tmp_path / f"key-{len(list(tmp_path.glob('key-*')))}.asc"
+    keyring.write_bytes(key)
+    services = Services()
+    env = NodeEnv(opener=FakeOpener(bundle), engine=lambda name: DropInContainerd(), services=services)
+    return bundle.path, keyring, env, services
+
+
+def _dpkg_versions(root: Path) -> Dict[str, str]:
+    out = subprocess.run(
+        ["dpkg-query", f"--admindir={root}/var/lib/dpkg", "-W", "-f=${Package} ${db:Status-Abbrev} ${Version}\n", *TOOLKIT],
+        capture_output=True, text=True,
+    ).stdout
+    return {line.split()[0]: line.split()[2] for line in out.splitlines() if line.split()[1][1:2] == "i"}
+
+
+class TestDpkgRoot:
+    def test_install_puts_files_registers_runtime_and_records_state(self, tmp_path: Path, deb_root: Path, targets: Dict[str, Target]) -> None:
+        bundle, key, env, services = _setup(tmp_path, targets["deb-1.17.8"], targets["rpm-1.17.8"])
+        result = install(bundle, key, InstallOptions(root=deb_root, hold=True), env)
+        assert result.outcome == "installed"
+        assert _dpkg_versions(deb_root) == dict.fromkeys(TOOLKIT, "1.17.8-1")
+        ctk = deb_root / "usr/bin/nvidia-ctk"
+        assert subprocess.run([str(ctk)], capture_output=True, text=True).stdout.startswith("nvidia-ctk version 1.17.8")
+        assert b"runtimes.nvidia]" in (deb_root / "etc/containerd/conf.d/99-nvidia.toml").read_bytes()
+        state = load_state(deb_root)
+        assert state is not None and state.packages == dict.fromkeys(TOOLKIT, "1.17.8-1")
+        assert state.held and "containerd" in state.engines
+        assert {Path(f.path).name for f in state.files} == {"config.toml", "99-nvidia.toml"}
+        selections = subprocess.run(["dpkg", f"--root={deb_root}", "--get-selections", *TOOLKIT], capture_output=True, text=True).stdout
+        assert selections.split().count("hold") == 4
+        assert services.calls == []  # --root is not /: never restart the host's engines
+        assert "skipped: no NVIDIA driver" in result.cdi
+        assert not list((deb_root / "var/lib/gpu-airgap").glob("staging-*"))
+
+    def test_second_install_is_a_noop_that_says_so(self, tmp_path: Path, deb_root: Path, targets: Dict[str, Target]) -> None:
+        bundle, key, env, _ = _setup(tmp_path, targets["deb-1.17.8"])
+        install(bundle, key, InstallOptions(root=deb_root), env)
+        before = tree_digest(deb_root)
+        again = install(bundle, key, InstallOptions(root=deb_root), env)
+        assert again.outcome == "up-to-date"
+        assert "already installed" in again.messages[0]
+        assert tree_digest(deb_root) == before
+
+    @pytest.mark.parametrize("problem", ["tampered", "wrong-key", "other-arch"])
+    def test_bad_bundle_changes_nothing_under_the_root(self, tmp_path: Path, deb_root: Path, targets: Dict[str, Target], problem: str) -> None:
+        target = targets["deb-arm64"] if problem == "other-arch" else targets["deb-1.17.8"]
+        bundle, key, env, _ = _setup(tmp_path, target)
+        if problem == "wrong-key":
+            key.write_bytes(b"somebody else")
+        if problem == "tampered":
+            tampered = tmp_path / "tampered"
+            tampered.mkdir()
+            pkg = target.packages[0].path
+            copy = tampered / pkg.name
+            copy.write_bytes(pkg.read_bytes() + b"\0")
+            assert isinstance(env.opener, FakeOpener)
+            env.opener.bundle.digests[str(copy)] = env.opener.bundle.digests[str(pkg)]
+            first = target.packages[0]
+            moved = type(first)(first.name, first.version, first.arch, copy, first.size, first.depends, first.breaks)
+            env.opener.bundle.targets = (Target(target.name, target.format, target.arch, (moved, *target.packages[1:]), target.requirements),)
+        before = tree_digest(deb_root)
+        expected = {"tampered": ChecksumMismatch, "wrong-key": SignatureError, "other-arch": TargetMismatch}[problem]
+        with pytest.raises(expected) as info:
+            install(bundle, key, InstallOptions(root=deb_root), env)
+        if problem == "other-arch":
+            assert "deb/arm64" in str(info.value) and "deb/amd64" in str(info.value)
+        assert tree_digest(deb_root) == before
+
+    def test_missing_node_requirement_is_named_and_nothing_installed(self, tmp_path: Path, targets: Dict[str, Target]) -> None:
+        root = tmp_path / "root"
+        seed_dpkg_root(root, libraries={"libc6": "2.36-9", "libcap2": "1:2.66-4"})
+        bundle, key, env, _ = _setup(tmp_path, targets["deb-1.17.8"])
+        before = tree_digest(root)
+        with pytest.raises(PreflightFailed, match=r"libseccomp2 \(>= 0.0.0~20120605\)"):
+            install(bundle, key, InstallOptions(root=root), env)
+        assert _dpkg_versions(root) == {}
+        assert tree_digest(root) == before
+
+    def test_too_old_node_library_is_reported_with_its_constraint(self, tmp_path: Path, targets: Dict[str, Target]) -> None:
+        root = tmp_path / "root"
+        seed_dpkg_root(root, libraries={"libc6": "2.9-1", "libcap2": "1:2.66-4", "libseccomp2": "2.5.4-1"})
+        bundle, key, env, _ = _setup(tmp_path, targets["deb-1.17.8"])
+        with pytest.raises(PreflightFailed, match=r"libc6 \(>= 2.14\)"):
+            install(bundle, key, InstallOptions(root=root), env)
+
+    def test_downgrade_refused_without_allow_downgrade(self, tmp_path: Path, deb_root: Path, targets: Dict[str, Target]) -> None:
+        bundle, key, env, _ = _setup(tmp_path, targets["deb-1.17.8"])
+        install(bundle, key, InstallOptions(root=deb_root), env)
+        old_bundle, old_key, old_env, _ = _setup(tmp_path, targets["deb-1.17.7"])
+        with pytest.raises(PreflightFailed, match=r"nvidia-container-toolkit 1.17.8-1 is newer than the bundle's 1.17.7-1"):
+            install(old_bundle, old_key, InstallOptions(root=deb_root), old_env)
+        assert _dpkg_versions(deb_root) == dict.fromkeys(TOOLKIT, "1.17.8-1")
+        install(old_bundle, old_key, InstallOptions(root=deb_root, allow_downgrade=True), old_env)
+        assert _dpkg_versions(deb_root) == dict.fromkeys(TOOLKIT, "1.17.7-1")
+
+    def test_dry_run_prints_the_plan_and_changes_nothing(self, tmp_path: Path, deb_root: Path, targets: Dict[str, Target]) -> None:
+        bundle, key, env, _ = _setup(tmp_path, targets["deb-1.17.8"])
+        before = tree_digest(deb_root)
+        result = install(bundle, key, InstallOptions(root=deb_root, dry_run=True), env)
+        assert result.outcome == "dry-run"
+        assert any(m.startswith("would install libnvidia-container1 1.17.8-1") for m in result.messages)
+        assert "+[plugins" in result.diff
+        assert tree_digest(deb_root) == before
+
+    def test_uninstall_restores_config_byte_for_byte_and_removes_packages(self, tmp_path: Path, deb_root: Path, targets: Dict[str, Target]) -> None:
+        bundle, key, env, _ = _setup(tmp_path, targets["deb-1.17.8"])
+        install(bundle, key, InstallOptions(root=deb_root, hold=True), env)
+        result = uninstall(deb_root, env)
+        assert (deb_root / "etc/containerd/config.toml").read_bytes() == CONTAINERD_CONFIG
+        assert not (deb_root / "etc/containerd/conf.d/99-nvidia.toml").exists()
+        assert result.removed == list(reversed(TOOLKIT))
+        assert _dpkg_versions(deb_root) == {}
+        assert not (deb_root / "usr/bin/nvidia-ctk").exists()
+        assert load_state(deb_root) is None
+
+    def test_status_reports_packages_engines_and_drift(self, tmp_path: Path, deb_root: Path, targets: Dict[str, Target]) -> None:
+        bundle, key, env, _ = _setup(tmp_path, targets["deb-1.17.8"])
+        install(bundle, key, InstallOptions(root=deb_root), env)
+        report = status(deb_root, env)
+        assert report["problems"] == []
+        assert report["packages"] == dict.fromkeys(TOOLKIT, "1.17.8-1")
+        assert report["engines"]["containerd"]["RUNTIME"] == "nvidia"
+        json.dumps(report)
+        (deb_root / "etc/containerd/config.toml").write_bytes(b"version = 2\n# edited by hand\n")
+        drift = status(deb_root, env)["problems"]
+        assert any("config.toml was edited after gpu-airgap wrote it" in p for p in drift)
+
+    def test_failed_dpkg_run_is_undone_and_the_state_named(self, tmp_path: Path, deb_root: Path, targets: Dict[str, Target]) -> None:
+        bundle, key, env, _ = _setup(tmp_path, targets["deb-1.17.8"])
+        # A file that belongs to another package makes dpkg refuse the toolkit part-way.
+        (deb_root / "var/lib/dpkg/info/intruder.list").write_text("/usr/bin/nvidia-container-runtime-hook\n")
+        with (deb_root / "var/lib/dpkg/status").open("a") as status_file:
+            status_file.write("\nPackage: intruder\nStatus: install ok installed\nMaintainer: x <x@example.invalid>\nArchitecture: amd64\nVersion: 1\nDescription: x\n")
+        (deb_root / "usr/bin").mkdir(parents=True)
+        (deb_root / "usr/bin/nvidia-container-runtime-hook").write_text("#!/bin/sh\n")
+        with pytest.raises(InstallFailed, match="the node now has libnvidia-container1: not installed") as info:
+            install(bundle, key, InstallOptions(root=deb_root), env)
+        assert "removed the newly added" in str(info.value)
+        assert _dpkg_versions(deb_root) == {}
+        assert load_state(deb_root) is None
+
+
+class TestRpmRoot:
+    def test_install_into_rpm_root_and_uninstall(self, tmp_path: Path, targets: Dict[str, Target]) -> None:
+        root = tmp_path / "root"
+        seed_rpm_root(root, tmp_path)
+        (root / "etc/containerd").mkdir(parents=True)
+        (root / "etc/containerd/config.toml").write_bytes(CONTAINERD_CONFIG)
+        bundle, key, env, _ = _setup(tmp_path, targets["deb-1.17.8"], targets["rpm-1.17.8"])
+        result = install(bundle, key, InstallOptions(root=root, hold=True), env)
+        assert result.target == "rpm/x86_64"
+        rpm = ["rpm", "--root", str(root), "--dbpath", "/var/lib/rpm", "-q", "--qf", "%{NAME} %{VERSION}-%{RELEASE}\n"]
+        assert subprocess.run([*rpm, *TOOLKIT], capture_output=True, text=True).stdout.split("\n")[:4] == [f"{n} 1.17.8-1" for n in TOOLKIT]
+        assert (root / "usr/bin/nvidia-ctk").exists()
+        assert "nvidia-container-toolkit-0:1.17.8-1.*" in (root / "etc/dnf/plugins/versionlock.list").read_text().splitlines()
+        assert install(bundle, key, InstallOptions(root=root, hold=True), env).outcome == "up-to-date"
+        uninstall(root, env)
+        assert subprocess.run([*rpm, "nvidia-container-toolkit"], capture_output=True).returncode != 0
+        assert (root / "etc/containerd/config.toml").read_bytes() == CONTAINERD_CONFIG
+        assert (root / "etc/dnf/plugins/versionlock.list").read_text().strip() == ""
+
+    def test_missing_rpm_requirement_is_named(self, tmp_path: Path, targets: Dict[str, Target]) -> None:
+        root = tmp_path / "root"
+        seed_rpm_root(root, tmp_path, libraries={"glibc": "2.34", "libcap": "2.48"})
+        bundle, key, env, _ = _setup(tmp_path, targets["rpm-1.17.8"])
+        with pytest.raises(PreflightFailed, match="libseccomp"):
+            install(bundle, key, InstallOptions(root=root), env)
+
+
+def test_uninstall_without_a_recorded_install_says_so(tmp_path: Path) -> None:
+    seed_dpkg_root(tmp_path)
+    with pytest.raises(ToolError, match="nothing to uninstall"):
+        uninstall(tmp_path, NodeEnv())
