@@ -14,3 +14,7 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_show_locals=False,
 )
+
+from configure.cli_extras import register_extras  # noqa: E402  (toolkit, cdi, runtimeclass)
+
+register_extras(app)

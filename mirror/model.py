@@ -59,7 +59,8 @@ class Package:
     sha512: str | None = None
     depends: Relations = ()
     breaks: Relations = ()
-    replaces: Relations = ()
+    conflicts: Relations = ()  #: deb Conflicts, rpm Conflicts
+    replaces: Relations = ()  #: deb Replaces, rpm Obsoletes
     provides: tuple[Relation, ...] = ()
     fields: tuple[tuple[str, str], ...] = field(default=(), compare=False, repr=False)
 

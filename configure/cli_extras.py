@@ -1,0 +1,111 @@
+"""``gpu-airgap configure toolkit|cdi|runtimeclass``: thin commands over the configure library.
+
+Each command builds a :class:`~configure.engine.ConfigPlan` with the library, then either prints
+its diff (``--dry-run``) or applies it through the journal, and renders the outcome (``--json``:
+one object). Errors are :class:`~configure.errors.ToolError` and are printed by ``installer.cli.run``.
+``configure/cli.py`` calls :func:`register_extras` to add these commands to the group.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+import typer
+
+from configure import cdi, runtimeclass, toolkit
+from configure.changes import Journal, apply_changes, read_optional, unified_diff
+from configure.engine import ConfigPlan
+from configure.fsutil import rooted
+from configure.output import emit_json, emit_lines, warn
+from configure.textio import decode_utf8
+
+ROOT_HELP = "Treat DIR as the node's / (like dpkg --root); every node path is mapped under it."
+
+
+def apply_plan(plan: ConfigPlan, root: Path, *, dry_run: bool) -> Dict[str, Any]:
+    """Apply ``plan`` (or only diff it) and return what happened, ready to render."""
+    result: Dict[str, Any] = {
+        "engine": plan.engine,
+        "changed": plan.changed,
+        "dry_run": dry_run,
+        "facts": dict(plan.facts),
+        "warnings": list(plan.warnings),
+    }
+    if dry_run:
+        result["diff"] = unified_diff(plan.changes)
+        result["written"] = []
+    else:
+        written = apply_changes(plan.engine, plan.changes, Journal(root), dict(plan.notes))
+        result["written"] = [str(p) for p in written]
+    return result
+
+
+def render_result(result: Dict[str, Any], as_json: bool) -> None:
+    """Print ``result``: warnings on stderr; the diff or written files and the facts on stdout."""
+    for message in result["warnings"]:
+        warn(message)
+    if as_json:
+        emit_json(result)
+        return
+    lines: List[str] = []
+    if not result["changed"]:
+        lines.append(f"{result['engine']}: already configured, nothing to change")
+    elif result["dry_run"]:
+        lines.append(result["diff"].rstrip("\n"))
+    else:
+        lines.extend(f"wrote {path}" for path in result["written"])
+    lines.extend(f"{key}={value}" for key, value in result["facts"].items())
+    emit_lines(lines)
+
+
+def register_extras(app: typer.Typer) -> None:
+    """Add the ``toolkit``, ``cdi`` and ``runtimeclass`` commands to the ``configure`` group."""
+
+    @app.command("toolkit")
+    def toolkit_command(
+        root: str = typer.Option("/", "--root", metavar="DIR", help=ROOT_HELP),
+        mode: Optional[str] = typer.Option(
+            None, "--mode", help=f"Runtime mode: {'|'.join(toolkit.MODES)}; without it, show the current mode."
+        ),
+        dry_run: bool = typer.Option(False, "--dry-run", help="Print the diff instead of writing."),
+        as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    ) -> None:
+        """Set [nvidia-container-runtime] mode in /etc/nvidia-container-runtime/config.toml, keeping the rest."""
+        if mode is None:
+            path = rooted(Path(root), toolkit.TOOLKIT_CONFIG)
+            raw = read_optional(path)
+            current = toolkit.current_mode(decode_utf8(raw, path), path) if raw is not None else None
+            facts = {"MODE": current or "auto (default)"}
+            emit_json({"facts": facts}) if as_json else emit_lines(f"{k}={v}" for k, v in facts.items())
+            return
+        render_result(apply_plan(toolkit.plan_mode(Path(root), mode), Path(root), dry_run=dry_run), as_json)
+
+    @app.command("cdi")
+    def cdi_command(
+        root: str = typer.Option("/", "--root", metavar="DIR", help=ROOT_HELP),
+        output: str = typer.Option(cdi.CDI_SPEC, "--output", help="Node path of the CDI spec."),
+        force: bool = typer.Option(False, "--force", help="Replace an existing spec, valid or not."),
+        dry_run: bool = typer.Option(False, "--dry-run", help="Print the diff instead of writing."),
+        as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    ) -> None:
+        """Write a CDI spec for the GPUs (nvidia-ctk on /, else from /dev/nvidia* nodes); validate an existing one."""
+        plan = cdi.plan_spec(Path(root), output, force=force)
+        render_result(apply_plan(plan, Path(root), dry_run=dry_run), as_json)
+
+    @app.command("runtimeclass")
+    def runtimeclass_command(
+        name: str = typer.Option("nvidia", "--name", help="metadata.name of the RuntimeClass."),
+        handler: str = typer.Option("nvidia", "--handler", help="The CRI runtime handler (the runtime's name)."),
+        output: Optional[str] = typer.Option(None, "--output", metavar="FILE", help="Write here instead of stdout."),
+        root: str = typer.Option("/", "--root", metavar="DIR", help=ROOT_HELP),
+        dry_run: bool = typer.Option(False, "--dry-run", help="Print the diff instead of writing."),
+    ) -> None:
+        """Write a RuntimeClass manifest (stdout without --output) and record its handler for verify."""
+        plan = runtimeclass.plan_runtimeclass(Path(root), name, handler, output)
+        result = apply_plan(plan, Path(root), dry_run=dry_run)
+        if output is None:
+            # stdout carries only the manifest, so it can be piped into kubectl apply -f -
+            emit_lines([runtimeclass.render_manifest(name, handler).rstrip("\n")])
+            return
+        render_result(result, as_json=False)

@@ -1,0 +1,87 @@
+"""The Kubernetes RuntimeClass that sends pods to the NVIDIA runtime, and its record for ``verify``.
+
+A RuntimeClass only works when its ``handler`` equals a runtime the CRI engine registers
+(containerd ``...runtimes.<handler>``, CRI-O ``crio.runtime.runtimes.<handler>``); otherwise pods
+fail with ``RuntimeHandler "nvidia" not supported``. So besides the manifest we record
+``{"name", "handler", "output"}`` in ``<root>/var/lib/gpu-airgap/configure/runtimeclass.json``,
+which ``configure verify`` reads to check the handler against the registered runtimes.
+
+``--output`` is a node path like every other path of the configure group: an absolute path is
+mapped under ``--root``; a relative one is taken relative to the current directory and recorded
+as an absolute path. Without ``--output`` the manifest goes to stdout and ``output`` is null.
+Both files go through the journal (engine ``runtimeclass``), so ``revert`` removes them again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any, Dict, Optional
+
+import yaml
+
+from configure.changes import STATE_DIR, FileChange, read_optional
+from configure.engine import ConfigPlan
+from configure.errors import ConfigFormatError, UsageError
+from configure.fsutil import rooted
+
+ENGINE = "runtimeclass"
+RECORD = STATE_DIR + "/runtimeclass.json"
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+def manifest(name: str = "nvidia", handler: str = "nvidia") -> Dict[str, Any]:
+    """The RuntimeClass object.
+
+    :raises UsageError: when ``name`` is not a DNS subdomain or ``handler`` not a DNS label
+        (the API server would reject the object).
+    """
+    if len(name) > 253 or not _DNS_SUBDOMAIN.match(name):
+        raise UsageError(f"RuntimeClass name {name!r} must be a lowercase DNS subdomain such as nvidia")
+    if len(handler) > 63 or not _DNS_LABEL.match(handler):
+        raise UsageError(f"handler {handler!r} must be a lowercase DNS label such as nvidia")
+    return {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": name}, "handler": handler}
+
+
+def render_manifest(name: str = "nvidia", handler: str = "nvidia") -> str:
+    """The RuntimeClass as YAML."""
+    return yaml.safe_dump(manifest(name, handler), sort_keys=False, default_flow_style=False)
+
+
+def read_record(root: Path) -> Optional[Dict[str, Any]]:
+    """The recorded ``{"name", "handler", "output"}`` under ``root``, or None when none was written."""
+    path = rooted(root, RECORD)
+    raw = read_optional(path)
+    if raw is None:
+        return None
+    try:
+        data = json.loads(raw)
+    except ValueError as exc:
+        raise ConfigFormatError(path, "the RuntimeClass record is not valid JSON; run configure runtimeclass again") from exc
+    if not isinstance(data, dict) or not isinstance(data.get("handler"), str):
+        raise ConfigFormatError(path, "the RuntimeClass record has no handler; run configure runtimeclass again")
+    return data
+
+
+def plan_runtimeclass(
+    root: Path, name: str = "nvidia", handler: str = "nvidia", output: Optional[str] = None
+) -> ConfigPlan:
+    """Plan the manifest (when ``output`` is set) and the record; never writes."""
+    text = render_manifest(name, handler)
+    plan = ConfigPlan(engine=ENGINE)
+    node_output: Optional[str] = None
+    if output is not None:
+        node_output = output if output.startswith("/") else os.path.abspath(output)
+        path = rooted(root, output) if output.startswith("/") else Path(node_output)
+        plan.changes.append(FileChange(path, read_optional(path), text.encode(), mode=0o644))
+    record = rooted(root, RECORD)
+    data = {"name": name, "handler": handler, "output": node_output}
+    old = read_optional(record)
+    new = (json.dumps(data, indent=2) + "\n").encode()
+    plan.changes.append(FileChange(record, old, new, mode=0o644))
+    plan.facts.update({"RUNTIMECLASS": name, "HANDLER": handler})
+    plan.notes.update(data)
+    return plan

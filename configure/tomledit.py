@@ -1,0 +1,228 @@
+"""Comment- and layout-preserving TOML edits with tomlkit, shared by the TOML engines.
+
+tomlkit keeps comments, key order and formatting of everything we do not touch. It is less good
+at *adding*: a new table gets its parent's indentation on the header and its keys at column 0, a
+new key gets a blank line pushed in front of the next table, and a table appended after a
+comment that introduces the next section separates that comment from its section. :func:`merge`
+is the one edit operation and handles all three, so an edited file reads as if a person had
+written it, and an untouched file renders to the very bytes it was parsed from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, List, Optional, Tuple
+
+import tomlkit
+from tomlkit.exceptions import TOMLKitError
+from tomlkit.items import AoT, Comment, Item, Table, Whitespace
+from tomlkit.toml_document import TOMLDocument
+
+from configure.errors import ConfigFormatError
+
+Container = Any  # a TOMLDocument or a Table: both behave like a MutableMapping of items
+DEFAULT_STEP = "  "  #: indentation per level when the file shows none to copy
+
+
+def parse(path: Path, data: bytes) -> TOMLDocument:
+    """Parse ``data`` (the bytes of ``path``) keeping every comment and format detail.
+
+    :raises ConfigFormatError: naming the file when it is not valid TOML or not UTF-8.
+    """
+    try:
+        return tomlkit.parse(data.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ConfigFormatError(path, "is not UTF-8 text, so it cannot be a TOML config") from exc
+    except TOMLKitError as exc:
+        raise ConfigFormatError(path, f"is not valid TOML ({exc}); fix it or restore it first") from exc
+
+
+def render(doc: TOMLDocument) -> bytes:
+    """Serialise ``doc``; an untouched document renders to exactly the bytes it was parsed from."""
+    return tomlkit.dumps(doc).encode("utf-8")
+
+
+def merge(container: Container, desired: Mapping[str, Any], *, where: str = "") -> None:
+    """Make ``container`` hold every value of the nested mapping ``desired``; touch nothing else.
+
+    Existing keys keep their place and comment (and are not rewritten when already equal); a
+    missing table is built complete and appended laid out like its siblings.
+
+    :param where: dotted path of ``container``, for error messages.
+    :raises ConfigFormatError: when the file has a plain value where ``desired`` needs a table.
+    """
+    for key, value in desired.items():
+        path = f"{where}.{key}" if where else key
+        if not isinstance(value, Mapping):
+            set_value(container, key, value)
+        elif key not in container:
+            _append_table(container, key, value)
+        elif isinstance(container[key], (Table, TOMLDocument)):
+            merge(container[key], value, where=path)
+        else:
+            raise ConfigFormatError("<config>", f"{path} is a value, not a table; cannot add to it")
+
+
+def set_value(table: Container, key: str, value: Any) -> None:
+    """Set ``table[key]`` to a plain value, keeping the key's position and comment when it exists."""
+    if key in table:
+        old = table.item(key)
+        current = old.unwrap() if isinstance(old, Item) else old
+        if not (current == value and type(current) is type(value)):
+            table[key] = value
+        return
+    indent = _key_indent(table) if isinstance(table, Table) else ""
+    # tomlkit pushes a blank line in front of the table after an inserted key; keep the file's spacing.
+    following = [(item, item.trivia.indent) for _k, item in _body(table) if isinstance(item, (Table, AoT))]
+    table.add(key, value)
+    for item, saved in following:
+        item.trivia.indent = saved
+    new = table.item(key)  # table[key] would hand back a plain bool for a Bool item
+    new.trivia.indent = indent
+    _keep_comments_with_next_section(table, key)
+
+
+def _append_table(parent: Container, key: str, value: Mapping[str, Any]) -> None:
+    header, step = _child_indent(parent)
+    table = _build(value)
+    previous_leaf = _last_leaf(parent)
+    parent.append(key, table)
+    layout_table(table, header, step)
+    if previous_leaf is not None:
+        # A trailing comment (and blank line) at the end of the previous section introduces the
+        # section that follows it in the file, so it moves below the table we appended.
+        run = _pop_trailing_run(previous_leaf)
+        (_last_leaf(table) or table).value.body.extend(run)
+
+
+def _build(data: Mapping[str, Any]) -> Table:
+    """A complete new table: plain values first (TOML needs them above sub-tables), then tables."""
+    values = {k: v for k, v in data.items() if not isinstance(v, Mapping)}
+    table = tomlkit.table(is_super_table=not values and bool(data))
+    for key, value in values.items():
+        table.add(key, value)
+    for key, value in data.items():
+        if isinstance(value, Mapping):
+            table.add(key, _build(value))
+    return table
+
+
+def layout_table(table: Table, header_indent: str, step: str) -> None:
+    """Indent a table we created: header at ``header_indent``, keys and sub-tables one ``step`` in.
+
+    ``header_indent`` may start with newlines (blank lines before the header); sub-tables get the
+    same blank lines, keys none. A super table prints no header, so its children take its place.
+    """
+    table.trivia.indent = header_indent
+    column = _last_line(header_indent)
+    blank = header_indent[: len(header_indent) - len(column)]
+    inner = column if table.is_super_table() else column + step
+    for _key, item in table.value.body:
+        if isinstance(item, Table):
+            layout_table(item, blank + inner, step)
+        elif _is_value(item):
+            item.trivia.indent = inner
+
+
+def _child_indent(parent: Container) -> Tuple[str, str]:
+    """Header indentation for a new child table of ``parent``, and the file's indent step.
+
+    The header copies the last sibling table's whole indent, blank lines included, so a file
+    that separates its tables with a blank line keeps doing so.
+    """
+    found = _indent_step(parent)
+    step = DEFAULT_STEP if found is None else found
+    children = [item for _k, item in _body(parent) if isinstance(item, Table) and not item.is_super_table()]
+    if children:
+        return str(children[-1].trivia.indent), step
+    if isinstance(parent, Table) and not parent.is_super_table():
+        return _last_line(parent.trivia.indent) + step, step
+    return "", step
+
+
+def _indent_step(node: Container) -> Optional[str]:
+    """How far keys sit inside their table header in this file; None when nothing shows it."""
+    if isinstance(node, Table) and not node.is_super_table():
+        keys = [item for _k, item in node.value.body if _is_value(item)]
+        if keys:
+            extra = len(_last_line(keys[0].trivia.indent)) - len(_last_line(node.trivia.indent))
+            return " " * max(extra, 0)
+    for _key, item in _body(node):
+        if isinstance(item, Table):
+            found = _indent_step(item)
+            if found is not None:
+                return found
+    return None
+
+
+def _key_indent(table: Table) -> str:
+    values = [item for _k, item in table.value.body if _is_value(item)]
+    if values:
+        return _last_line(values[-1].trivia.indent)
+    step = _indent_step(table)
+    return _last_line(table.trivia.indent) + (step if step is not None else DEFAULT_STEP)
+
+
+def _keep_comments_with_next_section(table: Container, key: str) -> None:
+    """Move a just-added key above the blank lines and comments that introduce the next table."""
+    body: List[Tuple[Any, Any]] = table.value.body if isinstance(table, Table) else table.body
+    index = next(i for i, (k, _v) in enumerate(body) if k is not None and k.key == key)
+    at = index
+    while at > 0 and isinstance(body[at - 1][1], (Comment, Whitespace)):
+        at -= 1
+    if at == index or not any(isinstance(v, Comment) for _k, v in body[at:index]):
+        return
+    body.insert(at, body.pop(index))
+    _rebuild_index(table.value if isinstance(table, Table) else table)
+
+
+def _rebuild_index(container: Any) -> None:
+    """tomlkit maps each key to its body index (a tuple when a key has several parts); redo it after a move."""
+    index: dict[Any, Any] = {}
+    for i, (key, _value) in enumerate(container.body):
+        if key is None:
+            continue
+        seen = index.get(key)
+        index[key] = i if seen is None else ((*seen, i) if isinstance(seen, tuple) else (seen, i))
+    container._map = index
+
+
+def _last_leaf(node: Container) -> Optional[Table]:
+    """The table whose body is rendered last inside ``node`` (None when ``node`` has no tables)."""
+    last: Optional[Table] = None
+    for _key, item in _body(node):
+        if isinstance(item, Table):
+            last = item
+        elif _is_value(item):
+            last = None  # a value after the last table is rendered after it
+    if last is None:
+        return None
+    deeper = _last_leaf(last)
+    return deeper if deeper is not None else last
+
+
+def _pop_trailing_run(table: Table) -> List[Tuple[Any, Any]]:
+    body: List[Tuple[Any, Any]] = table.value.body
+    start = len(body)
+    while start > 0 and body[start - 1][0] is None and isinstance(body[start - 1][1], (Comment, Whitespace)):
+        start -= 1
+    run = body[start:]
+    del body[start:]
+    return run
+
+
+def _last_line(indent: str) -> str:
+    return indent.split("\n")[-1]
+
+
+def _body(node: Container) -> List[Tuple[Any, Any]]:
+    if isinstance(node, Table):
+        return list(node.value.body)
+    if isinstance(node, TOMLDocument):
+        return list(node.body)
+    return []
+
+
+def _is_value(item: Any) -> bool:
+    return item is not None and not isinstance(item, (Whitespace, Comment, Table, AoT))

@@ -1,0 +1,349 @@
+"""Read a signed bundle safely: inspect it, verify it, or extract it into a private staging directory.
+
+A bundle is a tar stream (see :mod:`installer.archive` for compression and split parts) whose
+first two members are ``manifest.json`` and its detached signature ``manifest.json.asc``. The
+reader makes one streaming pass:
+
+1. read the manifest and signature (both size-capped), check the signature with the caller's
+   keyring, and only then parse exactly the verified bytes;
+2. for every following member, refuse it unless it is a regular file with a plain relative name,
+   listed in the manifest, not seen before, with the size the manifest gives — *before* reading
+   its data — then hash its data as it streams by (and, when extracting, write it below staging);
+3. at the end, report manifest entries the archive did not contain.
+
+Nothing is ever written outside the private staging directory, and a failed extraction removes
+what it wrote. Trust comes only from the keyring the caller passes, never from the bundle.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tarfile
+import tempfile
+import zlib
+from dataclasses import dataclass, field
+from lzma import LZMAError
+from pathlib import Path
+from typing import BinaryIO, Dict, List, Optional, Protocol, Set, Union
+
+from configure.errors import ToolError, VerificationError
+from configure.fsutil import safe_join
+from installer.archive import CHUNK, SignatureCheck, open_stream
+from installer.manifest import (
+    MANIFEST_NAME,
+    MAX_MANIFEST_SIZE,
+    MAX_MEMBER_SIZE,
+    MAX_MEMBERS,
+    MAX_SIGNATURE_SIZE,
+    SIGNATURE_NAME,
+    Manifest,
+    Target,
+    is_plain_relative,
+)
+
+#: End-of-archive padding we accept after the last member; more than this is refused.
+_MAX_TRAILER = 1 << 20
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+class _Signed(Protocol):
+    @property
+    def fingerprint(self) -> str:
+        """Primary-key fingerprint of the signer."""
+
+
+class Keyring(SignatureCheck, Protocol):
+    """The part of :class:`installer.gpg.Keyring` the reader uses."""
+
+    def verify_detached(self, data: bytes, signature: bytes, *, what: str = ...) -> _Signed:
+        """Return who signed ``data``, or raise :class:`~configure.errors.SignatureError`."""
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with a bundle, tied to the member it concerns."""
+
+    member: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.member}: {self.message}"
+
+
+@dataclass
+class VerifyReport:
+    """The outcome of :func:`verify`: who signed, what was checked, and every problem found."""
+
+    path: str
+    signer: Optional[str] = None
+    manifest: Optional[Manifest] = None
+    members_checked: int = 0
+    bytes_checked: int = 0
+    problems: List[Problem] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """True when the signature and every member checked out."""
+        return not self.problems and self.signer is not None
+
+    @property
+    def first_bad(self) -> Optional[str]:
+        """The first member found bad, in archive order."""
+        return self.problems[0].member if self.problems else None
+
+    def to_dict(self) -> Dict[str, object]:
+        """JSON-ready form for ``--json``."""
+        return {
+            "bundle": self.path,
+            "ok": self.ok,
+            "signer": self.signer,
+            "members_checked": self.members_checked,
+            "bytes_checked": self.bytes_checked,
+            "first_bad_member": self.first_bad,
+            "problems": [{"member": p.member, "message": p.message} for p in self.problems],
+        }
+
+    def raise_for_problems(self) -> None:
+        """Raise :class:`BundleVerificationError` unless the bundle verified."""
+        if not self.ok:
+            raise BundleVerificationError(self)
+
+
+class BundleVerificationError(VerificationError):
+    """A bundle failed verification; names the first bad member and carries every problem."""
+
+    def __init__(self, report: VerifyReport) -> None:
+        self.report = report
+        problems = report.problems or [Problem(MANIFEST_NAME, "no valid signature")]
+        more = f" ({len(problems) - 1} more problem(s): run `gpu-airgap bundle verify` to list them)" if len(problems) > 1 else ""
+        super().__init__(f"bundle {Path(report.path).name} failed verification at {problems[0]}{more}")
+
+
+@dataclass(frozen=True)
+class VerifiedBundle:
+    """A bundle whose signature and every member checked out, extracted below ``root``."""
+
+    root: Path  #: the private staging directory holding exactly the manifest's members
+    manifest: Manifest
+    signer: str
+
+    def path_of(self, member: str) -> Path:
+        """The extracted file of ``member``."""
+        return safe_join(self.root, member)
+
+    def package_paths(self, target: Target) -> List[Path]:
+        """The target's package files in install order."""
+        return [self.path_of(p.file) for p in target.packages]
+
+    def cleanup(self) -> None:
+        """Remove the staging directory."""
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+class _Stop(Exception):
+    """Internal: stop the scan (fatal problem already recorded)."""
+
+
+class _Scan:
+    """One streaming pass over a bundle; see the module docstring for the order of checks."""
+
+    def __init__(self, path: Path, keyring: Optional[Keyring], *, sink: Optional[Path], stop_early: bool) -> None:
+        self.path = path
+        self.keyring = keyring
+        self.sink = sink
+        self.stop_early = stop_early
+        self.report = VerifyReport(str(path))
+        self._manifest_bytes: Optional[bytes] = None
+        self._signature: Optional[bytes] = None
+        self._expected: Dict[str, tuple[int, str]] = {}
+        self._seen: Set[str] = set()
+
+    def fail(self, member: str, message: str, *, fatal: bool = False) -> None:
+        self.report.problems.append(Problem(member, message))
+        if fatal or self.stop_early:
+            raise _Stop
+
+    def run(self, *, manifest_only: bool = False) -> VerifyReport:
+        last = "(start of archive)"
+        try:
+            with open_stream(self.path, self.keyring) as stream, tarfile.open(fileobj=stream, mode="r|") as tar:
+                count = 0
+                for info in tar:
+                    count += 1
+                    last = info.name
+                    if count > MAX_MEMBERS + 2:
+                        self.fail(info.name, f"the archive has more than {MAX_MEMBERS} members", fatal=True)
+                    self._member(tar, info)
+                    if manifest_only and self.report.manifest is not None:
+                        return self.report
+                    tar.members = []  # stream mode keeps every header otherwise; memory must stay flat
+                self._finish(stream)
+        except _Stop:
+            pass
+        except (tarfile.TarError, EOFError, LZMAError, zlib.error, OSError) as exc:
+            self.report.problems.append(Problem(last, f"the archive is damaged or truncated after this member ({exc})"))
+        except VerificationError as exc:  # a split part or its checksum list failed
+            self.report.problems.append(Problem(self.path.name, str(exc)))
+        except ToolError as exc:
+            if _is_zstd_failure(exc):
+                self.report.problems.append(Problem(last, f"the archive is damaged or truncated after this member ({exc})"))
+            else:
+                raise
+        return self.report
+
+    def _member(self, tar: tarfile.TarFile, info: tarfile.TarInfo) -> None:
+        name = info.name
+        if not is_plain_relative(name):
+            self.fail(name, "refusing an absolute, '..' or otherwise unsafe member name", fatal=self.sink is not None)
+            return
+        if not info.isreg() or info.issparse():
+            kind = "symlink" if info.issym() else "hard link" if info.islnk() else "special file or directory"
+            self.fail(name, f"refusing a {kind}: a bundle holds only regular files", fatal=self.sink is not None)
+            return
+        if name in self._seen:
+            self.fail(name, "appears twice in the archive", fatal=self.sink is not None)
+            return
+        self._seen.add(name)
+        if name in (MANIFEST_NAME, SIGNATURE_NAME):
+            self._head_member(tar, info)
+            return
+        if self.report.manifest is None:
+            self.fail(name, f"comes before {MANIFEST_NAME} and {SIGNATURE_NAME}; refusing an unsigned archive", fatal=True)
+        if name not in self._expected:
+            self.fail(name, "is not listed in the signed manifest", fatal=self.sink is not None)
+            return
+        size, sha256 = self._expected[name]
+        if info.size != size or info.size > MAX_MEMBER_SIZE:
+            self.fail(name, f"has {info.size} bytes, the manifest says {size}", fatal=self.sink is not None)
+            return
+        self._check_data(tar, info, sha256)
+
+    def _head_member(self, tar: tarfile.TarFile, info: tarfile.TarInfo) -> None:
+        limit = MAX_MANIFEST_SIZE if info.name == MANIFEST_NAME else MAX_SIGNATURE_SIZE
+        if info.size > limit:
+            self.fail(info.name, f"is {info.size} bytes, larger than the {limit}-byte limit", fatal=True)
+        handle = tar.extractfile(info)
+        data = handle.read() if handle is not None else b""
+        if info.name == MANIFEST_NAME:
+            self._manifest_bytes = data
+        else:
+            self._signature = data
+        if self._manifest_bytes is None or self._signature is None:
+            return
+        self._trust_manifest(self._manifest_bytes, self._signature)
+
+    def _trust_manifest(self, data: bytes, signature: bytes) -> None:
+        if self.keyring is not None:
+            try:
+                self.report.signer = self.keyring.verify_detached(data, signature, what=MANIFEST_NAME).fingerprint
+            except VerificationError as exc:
+                # Name the signature when the manifest parses (the signature was replaced), the
+                # manifest itself otherwise (its bytes were changed under a good signature).
+                try:
+                    Manifest.from_json(data)
+                    member = SIGNATURE_NAME
+                except VerificationError:
+                    member = MANIFEST_NAME
+                self.fail(member, str(exc), fatal=self.sink is not None)
+        try:
+            manifest = Manifest.from_json(data)
+        except VerificationError as exc:
+            self.fail(MANIFEST_NAME, str(exc), fatal=True)
+            return
+        self.report.manifest = manifest
+        self._expected = manifest.members()
+        if self.sink is not None:  # only reached with a good signature: extraction stops otherwise
+            for name, content in ((MANIFEST_NAME, data), (SIGNATURE_NAME, signature)):
+                with open(safe_join(self.sink, name), "xb") as out:
+                    out.write(content)
+
+    def _check_data(self, tar: tarfile.TarFile, info: tarfile.TarInfo, sha256: str) -> None:
+        handle = tar.extractfile(info)
+        assert handle is not None  # regular file
+        hasher = hashlib.sha256()
+        out: Optional[BinaryIO] = None
+        if self.sink is not None:
+            target = safe_join(self.sink, info.name)
+            target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            out = open(target, "xb")  # fresh private directory: nothing may already be there
+        try:
+            while True:
+                block = handle.read(CHUNK)
+                if not block:
+                    break
+                hasher.update(block)
+                if out is not None:
+                    out.write(block)
+        finally:
+            if out is not None:
+                out.close()
+                os.chmod(target, 0o755 if info.mode & 0o111 else 0o644)
+        self.report.members_checked += 1
+        self.report.bytes_checked += info.size
+        if hasher.hexdigest() != sha256:
+            self.fail(info.name, "does not match its sha256 in the signed manifest", fatal=self.sink is not None)
+
+    def _finish(self, stream: BinaryIO) -> None:
+        if self.report.manifest is None:
+            self.fail(MANIFEST_NAME, "is missing from the archive", fatal=True)
+        if self._signature is None:
+            self.fail(SIGNATURE_NAME, "is missing from the archive", fatal=True)
+        for name in sorted(set(self._expected) - self._seen):
+            self.fail(name, "is listed in the manifest but missing from the archive")
+        # Read to the end so split parts get their last checksum checked; only padding may follow.
+        trailer = 0
+        while True:
+            block = stream.read(CHUNK)
+            if not block:
+                break
+            trailer += len(block)
+            if trailer > _MAX_TRAILER or block.strip(b"\x00"):
+                self.fail(self.path.name, "has data after the end of the archive", fatal=True)
+
+
+def _is_zstd_failure(exc: ToolError) -> bool:
+    return getattr(exc, "argv", [""])[0] == "zstd"
+
+
+def inspect(path: PathLike) -> Manifest:
+    """Read a bundle's manifest without checking its signature (``bundle inspect``; no key needed).
+
+    :raises VerificationError: when the archive has no readable manifest.
+    """
+    report = _Scan(Path(path), None, sink=None, stop_early=True).run(manifest_only=True)
+    if report.manifest is None:
+        problems = report.problems or [Problem(MANIFEST_NAME, "is missing from the archive")]
+        raise VerificationError(f"cannot inspect {Path(path).name}: {problems[0]}")
+    return report.manifest
+
+
+def verify(path: PathLike, keyring: Keyring) -> VerifyReport:
+    """Check the manifest's signature with ``keyring`` and every member's size and sha256, extracting nothing.
+
+    Returns a report listing every problem in archive order (``report.first_bad`` names the first
+    bad member); call :meth:`VerifyReport.raise_for_problems` to turn a failure into an error.
+    """
+    return _Scan(Path(path), keyring, sink=None, stop_early=False).run()
+
+
+def extract_verified(path: PathLike, keyring: Keyring, staging_dir: PathLike) -> VerifiedBundle:
+    """Verify ``path`` and extract it into a new private directory below ``staging_dir``.
+
+    Members are checked before their data is read and hashed while written; the first problem
+    stops the extraction and removes everything it wrote.
+
+    :raises BundleVerificationError: naming the first bad member.
+    """
+    staging = Path(staging_dir)
+    staging.mkdir(parents=True, exist_ok=True, mode=0o700)
+    root = Path(tempfile.mkdtemp(prefix="bundle-", dir=staging))
+    try:
+        report = _Scan(Path(path), keyring, sink=root, stop_early=True).run()
+        report.raise_for_problems()
+    except BaseException:
+        shutil.rmtree(root, ignore_errors=True)
+        raise
+    assert report.manifest is not None and report.signer is not None
+    return VerifiedBundle(root=root, manifest=report.manifest, signer=report.signer)

@@ -1,0 +1,328 @@
+"""The one module that talks to gpg: verify clearsigned and detached signatures, and sign.
+
+Verification always happens in an isolated, temporary ``GNUPGHOME`` that holds only the keys the
+caller names (:class:`Keyring`), never the user's keyring, so "valid" can only mean "made by one
+of these keys". We read gpg's machine-readable status lines (``--status-fd``) ourselves and
+require a ``VALIDSIG`` whose primary-key fingerprint is in the keyring; ``BADSIG``, revoked or
+expired keys, and signatures by other keys are :class:`~configure.errors.SignatureError`.
+
+:func:`Keyring.verify_clearsigned` returns exactly the text gpg verified (``gpg --decrypt`` of the
+cleartext message, dash-unescaped), canonicalised the way the signature hash sees it: CRLF becomes
+LF and trailing spaces/tabs are dropped (RFC 4880 §7.1 ignores them, so keeping them would let an
+attacker change bytes without breaking the signature). Anything outside the one signed block is
+rejected before gpg runs, so junk or a second signed message cannot smuggle text in.
+
+Node side: python3.9-compatible, stdlib + python-gnupg only.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from types import TracebackType
+from typing import Optional, Union
+
+import gnupg
+
+from configure.errors import SignatureError, ToolError
+
+_BEGIN_SIGNED = b"-----BEGIN PGP SIGNED MESSAGE-----"
+_BEGIN_SIG = b"-----BEGIN PGP SIGNATURE-----"
+_END_SIG = b"-----END PGP SIGNATURE-----"
+_FPR_RE = re.compile(r"^[0-9A-F]{40}$")
+#: Status keywords that make a verification fail even if another signature is good.
+_FATAL_STATUS = ("BADSIG", "REVKEYSIG", "EXPKEYSIG")
+
+
+@dataclass(frozen=True)
+class Verification:
+    """The outcome of a good signature check."""
+
+    fingerprint: str  #: primary-key fingerprint (40 hex digits, upper case) of the signer
+    signed_at: Optional[datetime]  #: signature creation time (UTC), when gpg reports it
+
+
+@dataclass(frozen=True)
+class VerifiedText:
+    """The text a clearsigned message signs, as verified, plus who signed it and when."""
+
+    text: str
+    fingerprint: str
+    signed_at: Optional[datetime]
+
+
+class Keyring:
+    """A throwaway gpg home holding only the given public keys; use as a context manager.
+
+    Example::
+
+        with Keyring.open([Path("nvidia.asc")], pinned_fingerprint=NVIDIA_FPR) as keyring:
+            verified = keyring.verify_clearsigned(inrelease_bytes)
+    """
+
+    def __init__(self, home: Path, gpg: gnupg.GPG, fingerprints: frozenset[str]) -> None:
+        """Wrap an already-populated gpg home; use :meth:`open` instead."""
+        self._home = home
+        self._gpg = gpg
+        self.fingerprints = fingerprints  #: primary-key fingerprints in this keyring
+
+    @classmethod
+    def open(
+        cls,
+        paths: Sequence[Union[str, os.PathLike[str]]],
+        *,
+        pinned_fingerprint: Optional[str] = None,
+    ) -> Keyring:
+        """Import the armored or binary key files ``paths`` into a fresh temporary gpg home.
+
+        :param paths: public key files (``gpg --export`` output, armored or not).
+        :param pinned_fingerprint: when given, the keyring must hold exactly this primary key.
+        :raises SignatureError: when a file holds no key or the pinned fingerprint does not match.
+        :raises ToolError: when a key file cannot be read or gpg is missing.
+        """
+        if not paths:
+            raise SignatureError("no keyring was given to verify signatures with")
+        home = Path(tempfile.mkdtemp(prefix="gpu-airgap-gnupg-"))
+        try:
+            gpg = _new_gpg(home)
+            for path in paths:
+                try:
+                    data = Path(path).read_bytes()
+                except OSError as exc:
+                    raise ToolError(f"cannot read keyring {path}: {exc.strerror or exc}") from exc
+                result = gpg.import_keys(data)
+                if not result.fingerprints:
+                    raise SignatureError(f"keyring {path} contains no OpenPGP public key")
+            fingerprints = frozenset(str(key["fingerprint"]).upper() for key in gpg.list_keys())
+            if pinned_fingerprint is not None:
+                pinned = _normalise_fpr(pinned_fingerprint)
+                if fingerprints != {pinned}:
+                    found = ", ".join(sorted(fingerprints)) or "none"
+                    raise SignatureError(
+                        f"the keyring holds key {found}, not the pinned key {pinned}; pass the key you trust explicitly"
+                    )
+        except BaseException:
+            shutil.rmtree(home, ignore_errors=True)
+            raise
+        return cls(home, gpg, fingerprints)
+
+    def close(self) -> None:
+        """Delete the temporary gpg home."""
+        shutil.rmtree(self._home, ignore_errors=True)
+
+    def __enter__(self) -> Keyring:
+        """Return self; the home is deleted on exit."""
+        return self
+
+    def __exit__(
+        self,
+        exc_type: Optional[type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        """Delete the temporary gpg home."""
+        self.close()
+
+    def verify_clearsigned(self, data: bytes, *, what: str = "clearsigned message") -> VerifiedText:
+        """Verify a cleartext-signed message (an ``InRelease``) and return the text it signs.
+
+        :param data: the whole message as fetched.
+        :param what: how to name the message in errors (a URL or file name).
+        :raises SignatureError: when the framing is not exactly one signed block, or the
+            signature is bad or not made by a key in this keyring.
+        """
+        _check_clearsigned_framing(data, what)
+        result = self._gpg.decrypt(data, extra_args=["--no-auto-key-retrieve"])
+        verification = self._judge(result.stderr, what)
+        text = result.data.decode("utf-8", "strict") if result.data else ""
+        return VerifiedText(_canonical_text(text), verification.fingerprint, verification.signed_at)
+
+    def verify_detached(self, data: bytes, signature: bytes, *, what: str = "data") -> Verification:
+        """Verify a detached signature (``repomd.xml.asc``) over ``data``.
+
+        :param data: the signed bytes exactly as fetched.
+        :param signature: the armored or binary detached signature.
+        :param what: how to name the data in errors.
+        :raises SignatureError: when the signature is bad, not detached, or not by a key in this keyring.
+        """
+        if _BEGIN_SIGNED in signature:
+            raise SignatureError(f"the signature for {what} is a signed message, not a detached signature")
+        fd, sig_path = tempfile.mkstemp(prefix="sig-", dir=self._home)
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(signature)
+            result = self._gpg.verify_data(sig_path, data, extra_args=["--no-auto-key-retrieve"])
+        finally:
+            Path(sig_path).unlink()
+        return self._judge(result.stderr, what)
+
+    def _judge(self, stderr: str, what: str) -> Verification:
+        return judge_status(_status_lines(stderr), self.fingerprints, what)
+
+
+def judge_status(status: Iterable[tuple[str, list[str]]], trusted: frozenset[str], what: str) -> Verification:
+    """Decide from gpg status lines whether ``what`` carries a good signature by a trusted key.
+
+    Pure so it can be table-tested. Policy (apt's): any BADSIG or signature by a revoked or expired
+    key fails; otherwise at least one VALIDSIG whose primary fingerprint is trusted is required.
+
+    :param status: ``(keyword, args)`` pairs from ``--status-fd``.
+    :param trusted: primary-key fingerprints of the keyring.
+    :param what: how to name the signed object in errors.
+    :raises SignatureError: when the policy is not met.
+    """
+    good: list[Verification] = []
+    unknown_keys: list[str] = []
+    untrusted: list[str] = []
+    seen_signature = False
+    for keyword, args in status:
+        if keyword in _FATAL_STATUS:
+            key = args[0] if args else "unknown"
+            reason = {
+                "BADSIG": "a bad signature",
+                "REVKEYSIG": "a revoked key",
+                "EXPKEYSIG": "an expired key",
+            }
+            raise SignatureError(
+                f"{what} has {reason[keyword]} from key {key}; it may have been tampered with"
+            )
+        if keyword in ("NEWSIG", "GOODSIG", "ERRSIG", "VALIDSIG"):
+            seen_signature = True
+        if keyword == "ERRSIG" and args:
+            unknown_keys.append(args[0])
+        elif keyword == "VALIDSIG" and len(args) >= 2:
+            primary = (args[9] if len(args) >= 10 else args[0]).upper()
+            if primary in trusted:
+                good.append(Verification(primary, _parse_sig_time(args[2] if len(args) > 2 else "")))
+            else:
+                untrusted.append(primary)
+    if good:
+        return good[0]
+    if unknown_keys or untrusted:
+        keys = ", ".join(unknown_keys + untrusted)
+        raise SignatureError(f"{what} is signed by key {keys}, which is not in the trusted keyring")
+    if not seen_signature:
+        raise SignatureError(f"{what} carries no OpenPGP signature gpg could read")
+    raise SignatureError(f"{what} has no valid signature from the trusted keyring")
+
+
+def sign_detached(
+    data: bytes, *, key_id: str, gnupghome: Union[str, os.PathLike[str]], passphrase: Optional[str] = None
+) -> bytes:
+    """Make an armored detached signature over ``data`` with the operator's key.
+
+    :param data: the bytes to sign.
+    :param key_id: the signing key (fingerprint, key id or user id).
+    :param gnupghome: the operator's gpg home holding the secret key.
+    :param passphrase: the key's passphrase, if it has one (sent on a pipe, loopback pinentry).
+    :raises SignatureError: when gpg cannot sign (no such secret key, wrong passphrase, ...).
+    """
+    gpg = _new_gpg(Path(gnupghome))
+    result = gpg.sign(data, keyid=key_id, detach=True, clearsign=False, binary=False, passphrase=passphrase)
+    if not result.data or not result.fingerprint:
+        raise SignatureError(f"gpg could not sign with key {key_id}: {_last_problem(result.stderr)}")
+    return bytes(result.data)
+
+
+def clearsign(
+    text: str, *, key_id: str, gnupghome: Union[str, os.PathLike[str]], passphrase: Optional[str] = None
+) -> bytes:
+    """Make a cleartext-signed message (an ``InRelease``) of ``text`` with the operator's key.
+
+    :param text: the text to sign; it should end with a newline.
+    :param key_id: the signing key (fingerprint, key id or user id).
+    :param gnupghome: the operator's gpg home holding the secret key.
+    :param passphrase: the key's passphrase, if it has one.
+    :raises SignatureError: when gpg cannot sign.
+    """
+    gpg = _new_gpg(Path(gnupghome))
+    result = gpg.sign(
+        text.encode("utf-8"),
+        keyid=key_id,
+        clearsign=True,
+        detach=False,
+        passphrase=passphrase,
+        extra_args=["--digest-algo", "SHA512"],
+    )
+    if not result.data or not result.fingerprint:
+        raise SignatureError(f"gpg could not sign with key {key_id}: {_last_problem(result.stderr)}")
+    return bytes(result.data)
+
+
+def _new_gpg(home: Path) -> gnupg.GPG:
+    try:
+        return gnupg.GPG(gnupghome=str(home))
+    except (OSError, ValueError) as exc:
+        raise ToolError(f"gpg is not installed or not usable: {exc}") from exc
+
+
+def _check_clearsigned_framing(data: bytes, what: str) -> None:
+    """Refuse anything but one signed block with nothing but whitespace around it.
+
+    Lines of the signed text that start with '-' are dash-escaped ("- -----BEGIN"), so counting
+    armor lines at the start of a line is exact.
+    """
+    lines = data.replace(b"\r\n", b"\n").split(b"\n")
+    first = next((i for i, line in enumerate(lines) if line.strip()), None)
+    if first is None:
+        raise SignatureError(f"{what} is empty, not a signed message")
+    if lines[first].rstrip() != _BEGIN_SIGNED:
+        raise SignatureError(
+            f"{what} does not start with a PGP signed-message header; refusing unsigned text"
+        )
+    counts = {marker: 0 for marker in (_BEGIN_SIGNED, _BEGIN_SIG, _END_SIG)}
+    end_index = -1
+    for index, line in enumerate(lines):
+        stripped = line.rstrip()
+        if stripped.startswith(b"-----") and stripped not in counts:
+            raise SignatureError(f"{what} contains an unexpected armor line {stripped[:40]!r}")
+        if stripped in counts:
+            counts[stripped] += 1
+            if stripped == _END_SIG:
+                end_index = index
+    if any(count != 1 for count in counts.values()):
+        raise SignatureError(f"{what} must contain exactly one signed block and one signature block")
+    if any(line.strip() for line in lines[end_index + 1 :]):
+        raise SignatureError(f"{what} has data after its signature block; refusing it")
+
+
+def _canonical_text(text: str) -> str:
+    # What the signature hash covers: line endings normalised, trailing spaces/tabs ignored.
+    return "\n".join(line.rstrip(" \t\r") for line in text.split("\n"))
+
+
+def _status_lines(stderr: str) -> list[tuple[str, list[str]]]:
+    out = []
+    for line in stderr.splitlines():
+        if line.startswith("[GNUPG:] "):
+            parts = line[9:].split()
+            if parts:
+                out.append((parts[0], parts[1:]))
+    return out
+
+
+def _parse_sig_time(value: str) -> Optional[datetime]:
+    if value.isdigit():
+        return datetime.fromtimestamp(int(value), tz=timezone.utc)
+    try:
+        return datetime.strptime(value, "%Y%m%dT%H%M%S").replace(tzinfo=timezone.utc)
+    except ValueError:
+        return None
+
+
+def _normalise_fpr(value: str) -> str:
+    fpr = value.replace(" ", "").upper()
+    if not _FPR_RE.match(fpr):
+        raise SignatureError(f"{value!r} is not a 40-hex-digit OpenPGP fingerprint")
+    return fpr
+
+
+def _last_problem(stderr: str) -> str:
+    lines = [line for line in stderr.splitlines() if line.strip() and not line.startswith("[GNUPG:]")]
+    return lines[-1] if lines else "no error output"

@@ -1,0 +1,401 @@
+"""The bundle manifest: what a signed bundle holds, where it came from, and the digest of every member.
+
+``manifest.json`` is the one file the operator signs (``manifest.json.asc``). It lists the size and
+sha256 of every other member, so one detached signature covers the whole bundle. It also records
+the trust chain NVIDIA → mirror → bundle: the upstream key fingerprint that verified each synced
+repository and the hashes of the signed upstream metadata (``InRelease``, ``repomd.xml``) that
+vouched for the packages.
+
+:meth:`Manifest.to_json` is canonical (sorted keys, fixed separators, UTF-8, trailing newline), so
+the same content always renders to the same bytes. :meth:`Manifest.from_json` is strict and lists
+every problem it finds at once. Node side: python3.9-compatible, stdlib only.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Tuple
+
+from configure.errors import VerificationError
+
+SCHEMA_VERSION = 1
+MANIFEST_NAME = "manifest.json"
+SIGNATURE_NAME = "manifest.json.asc"
+#: Upper bounds a reader enforces before trusting any size (decompression bombs, runaway lists).
+MAX_MEMBERS = 20_000
+MAX_MEMBER_SIZE = 8 << 30
+MAX_TOTAL_SIZE = 64 << 30
+MAX_MANIFEST_SIZE = 32 << 20
+MAX_SIGNATURE_SIZE = 64 << 10
+
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_SHA512 = re.compile(r"^[0-9a-f]{128}$")
+_FPR = re.compile(r"^[0-9A-F]{40}$")
+_TARGET_NAME = re.compile(r"^(deb|rpm)-[a-z0-9_]+$")
+
+
+class ManifestError(VerificationError):
+    """``manifest.json`` is not a valid gpu-airgap manifest; ``problems`` lists every issue."""
+
+    def __init__(self, problems: List[str]) -> None:
+        self.problems = list(problems)
+        shown = "; ".join(self.problems[:5]) + ("; …" if len(self.problems) > 5 else "")
+        super().__init__(f"the bundle manifest is invalid ({len(self.problems)} problem(s)): {shown}")
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    """A member of the bundle other than a package: its path, size and sha256."""
+
+    path: str
+    size: int
+    sha256: str
+    role: str = ""  #: what the file is for: ``repo-metadata``, ``node-tool``, ``sbom``, ``operator-key`` …
+
+
+@dataclass(frozen=True)
+class SignedFile:
+    """A signed upstream metadata file (``InRelease``, ``repomd.xml``) as the mirror verified it."""
+
+    path: str
+    size: int
+    sha256: Optional[str] = None
+    sha512: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """Who signed a target's upstream metadata, when, and the hashes of those signed files."""
+
+    upstream_url: str
+    fingerprint: str
+    signed_at: Optional[str]
+    signed_files: Tuple[SignedFile, ...] = ()
+
+
+@dataclass(frozen=True)
+class PackageEntry:
+    """One package a target installs, in the order it must be installed."""
+
+    name: str
+    version: str
+    arch: str
+    file: str  #: member path inside the bundle
+    size: int
+    sha256: str
+    install_order: int
+    depends: Tuple[str, ...] = ()
+    origin: str = ""  #: the upstream URL it was downloaded from
+
+
+@dataclass(frozen=True)
+class Target:
+    """One (format, arch) the bundle can install: a ready local repo plus its packages."""
+
+    format: str  #: ``deb`` or ``rpm``
+    arch: str  #: the package arch spelling (``amd64``, ``x86_64``, …)
+    repo_dir: str  #: member directory holding the repo (``targets/deb-amd64``)
+    toolkit_version: str  #: full package version of nvidia-container-toolkit (``1.17.8-1``)
+    provenance: Provenance
+    packages: Tuple[PackageEntry, ...]
+    node_requirements: Tuple[str, ...] = ()
+
+    @property
+    def name(self) -> str:
+        """``deb-amd64`` style identifier."""
+        return f"{self.format}-{self.arch}"
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """The whole manifest; see the module docstring."""
+
+    tool_version: str
+    created: str  #: ISO 8601 UTC, from SOURCE_DATE_EPOCH when set
+    channel: str
+    toolkit_version: str  #: upstream version (``1.17.8``)
+    upstream_url: str
+    upstream_fingerprint: str
+    signer: str  #: fingerprint of the operator key that signed the manifest (as claimed; ``verify`` proves it)
+    targets: Tuple[Target, ...]
+    files: Tuple[FileEntry, ...]
+    schema: int = SCHEMA_VERSION
+    extra: Dict[str, Any] = field(default_factory=dict, compare=False)
+
+    def members(self) -> Dict[str, Tuple[int, str]]:
+        """Every member the archive must hold besides the manifest and its signature: path -> (size, sha256)."""
+        out: Dict[str, Tuple[int, str]] = {}
+        for entry in self.files:
+            out[entry.path] = (entry.size, entry.sha256)
+        for target in self.targets:
+            for pkg in target.packages:
+                out[pkg.file] = (pkg.size, pkg.sha256)
+        return out
+
+    def target(self, fmt: str, arch: str) -> Optional[Target]:
+        """The target for ``fmt``/``arch``, or None."""
+        return next((t for t in self.targets if t.format == fmt and t.arch == arch), None)
+
+    def to_dict(self) -> Dict[str, Any]:
+        """The JSON-ready form."""
+        return {
+            "schema": self.schema,
+            "tool_version": self.tool_version,
+            "created": self.created,
+            "channel": self.channel,
+            "toolkit_version": self.toolkit_version,
+            "upstream": {"url": self.upstream_url, "fingerprint": self.upstream_fingerprint},
+            "signer": self.signer,
+            "targets": [_target_dict(t) for t in self.targets],
+            "files": [
+                {"path": f.path, "size": f.size, "sha256": f.sha256, "role": f.role}
+                for f in sorted(self.files, key=lambda f: f.path)
+            ],
+        }
+
+    def to_json(self) -> bytes:
+        """Canonical bytes: sorted keys, fixed separators, UTF-8, one trailing newline."""
+        text = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        return (text + "\n").encode("utf-8")
+
+    @classmethod
+    def from_json(cls, data: bytes) -> Manifest:
+        """Parse and validate manifest bytes (exactly the bytes a signature was checked over).
+
+        :raises ManifestError: listing every problem found.
+        """
+        try:
+            raw = json.loads(data.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise ManifestError([f"not UTF-8 JSON ({exc})"]) from exc
+        return _Parser().manifest(raw)
+
+
+def _target_dict(t: Target) -> Dict[str, Any]:
+    prov = t.provenance
+    return {
+        "format": t.format,
+        "arch": t.arch,
+        "repo_dir": t.repo_dir,
+        "toolkit_version": t.toolkit_version,
+        "node_requirements": list(t.node_requirements),
+        "provenance": {
+            "upstream_url": prov.upstream_url,
+            "fingerprint": prov.fingerprint,
+            "signed_at": prov.signed_at,
+            "signed_files": [
+                {"path": s.path, "size": s.size, "sha256": s.sha256, "sha512": s.sha512} for s in prov.signed_files
+            ],
+        },
+        "packages": [
+            {
+                "name": p.name,
+                "version": p.version,
+                "arch": p.arch,
+                "file": p.file,
+                "size": p.size,
+                "sha256": p.sha256,
+                "install_order": p.install_order,
+                "depends": list(p.depends),
+                "origin": p.origin,
+            }
+            for p in sorted(t.packages, key=lambda p: p.install_order)
+        ],
+    }
+
+
+class _Parser:
+    """Walks the raw JSON, collecting every problem instead of stopping at the first."""
+
+    def __init__(self) -> None:
+        self.problems: List[str] = []
+
+    def _get(self, obj: Any, key: str, kind: type, where: str, *, optional: bool = False) -> Any:
+        if not isinstance(obj, dict):
+            return None
+        if key not in obj or (optional and obj[key] is None):
+            if not optional:
+                self.problems.append(f"{where}.{key} is missing")
+            return None
+        value = obj[key]
+        if kind is int and (isinstance(value, bool) or not isinstance(value, int)):
+            self.problems.append(f"{where}.{key} must be an integer")
+            return None
+        if not isinstance(value, kind):
+            self.problems.append(f"{where}.{key} must be a {kind.__name__}")
+            return None
+        return value
+
+    def _str(self, obj: Any, key: str, where: str, *, optional: bool = False) -> str:
+        value = self._get(obj, key, str, where, optional=optional)
+        return value if isinstance(value, str) else ""
+
+    def _size(self, obj: Any, where: str) -> int:
+        value = self._get(obj, "size", int, where)
+        if isinstance(value, int) and not 0 <= value <= MAX_MEMBER_SIZE:
+            self.problems.append(f"{where}.size {value} is outside 0..{MAX_MEMBER_SIZE}")
+            return 0
+        return value if isinstance(value, int) else 0
+
+    def _digest(self, obj: Any, key: str, where: str, pattern: re.Pattern[str], *, optional: bool = False) -> str:
+        value = self._str(obj, key, where, optional=optional)
+        if value and not pattern.match(value):
+            self.problems.append(f"{where}.{key} is not a lower-case hex digest")
+        return value
+
+    def _member_path(self, obj: Any, key: str, where: str) -> str:
+        value = self._str(obj, key, where)
+        if value and not is_plain_relative(value):
+            self.problems.append(f"{where}.{key} {value!r} is not a plain relative path")
+        return value
+
+    def _list(self, obj: Any, key: str, where: str) -> List[Any]:
+        value = self._get(obj, key, list, where)
+        if isinstance(value, list) and len(value) > MAX_MEMBERS:
+            self.problems.append(f"{where}.{key} has {len(value)} entries, more than {MAX_MEMBERS}")
+            return []
+        return value if isinstance(value, list) else []
+
+    def _strings(self, obj: Any, key: str, where: str) -> Tuple[str, ...]:
+        items = self._list(obj, key, where)
+        if any(not isinstance(i, str) for i in items):
+            self.problems.append(f"{where}.{key} must be a list of strings")
+            return ()
+        return tuple(items)
+
+    def manifest(self, raw: Any) -> Manifest:
+        if not isinstance(raw, dict):
+            raise ManifestError(["the top level is not a JSON object"])
+        schema = self._get(raw, "schema", int, "manifest")
+        if isinstance(schema, int) and schema != SCHEMA_VERSION:
+            self.problems.append(f"schema {schema} is not supported (this tool reads schema {SCHEMA_VERSION})")
+        upstream = self._get(raw, "upstream", dict, "manifest")
+        upstream_fpr = self._str(upstream, "fingerprint", "manifest.upstream")
+        signer = self._str(raw, "signer", "manifest")
+        for label, fpr in (("upstream.fingerprint", upstream_fpr), ("signer", signer)):
+            if fpr and not _FPR.match(fpr):
+                self.problems.append(f"manifest.{label} is not a 40-hex-digit fingerprint")
+        targets = tuple(self._target(t, f"targets[{i}]") for i, t in enumerate(self._list(raw, "targets", "manifest")))
+        files = tuple(self._file(f, f"files[{i}]") for i, f in enumerate(self._list(raw, "files", "manifest")))
+        known = {"schema", "tool_version", "created", "channel", "toolkit_version", "upstream", "signer", "targets", "files"}
+        manifest = Manifest(
+            schema=schema if isinstance(schema, int) else 0,
+            tool_version=self._str(raw, "tool_version", "manifest"),
+            created=self._str(raw, "created", "manifest"),
+            channel=self._str(raw, "channel", "manifest"),
+            toolkit_version=self._str(raw, "toolkit_version", "manifest"),
+            upstream_url=self._str(upstream, "url", "manifest.upstream"),
+            upstream_fingerprint=upstream_fpr,
+            signer=signer,
+            targets=targets,
+            files=files,
+            extra={k: v for k, v in raw.items() if k not in known},
+        )
+        self._check_members(manifest)
+        if self.problems:
+            raise ManifestError(self.problems)
+        return manifest
+
+    def _check_members(self, manifest: Manifest) -> None:
+        seen: Dict[str, int] = {}
+        total = 0
+        for path, size in [(f.path, f.size) for f in manifest.files] + [
+            (p.file, p.size) for t in manifest.targets for p in t.packages
+        ]:
+            seen[path] = seen.get(path, 0) + 1
+            total += size
+        for path, count in sorted(seen.items()):
+            if count > 1:
+                self.problems.append(f"member {path} is listed {count} times")
+            if path in (MANIFEST_NAME, SIGNATURE_NAME):
+                self.problems.append(f"member {path} must not list itself")
+        if len(seen) > MAX_MEMBERS:
+            self.problems.append(f"the manifest lists {len(seen)} members, more than {MAX_MEMBERS}")
+        if total > MAX_TOTAL_SIZE:
+            self.problems.append(f"the members add up to {total} bytes, more than {MAX_TOTAL_SIZE}")
+        names = [t.name for t in manifest.targets]
+        for name in sorted({n for n in names if names.count(n) > 1}):
+            self.problems.append(f"target {name} is listed more than once")
+
+    def _file(self, raw: Any, where: str) -> FileEntry:
+        if not isinstance(raw, dict):
+            self.problems.append(f"{where} is not an object")
+            return FileEntry("", 0, "")
+        return FileEntry(
+            path=self._member_path(raw, "path", where),
+            size=self._size(raw, where),
+            sha256=self._digest(raw, "sha256", where, _SHA256),
+            role=self._str(raw, "role", where, optional=True),
+        )
+
+    def _target(self, raw: Any, where: str) -> Target:
+        if not isinstance(raw, dict):
+            self.problems.append(f"{where} is not an object")
+            raw = {}
+        fmt, arch = self._str(raw, "format", where), self._str(raw, "arch", where)
+        if fmt and arch and not _TARGET_NAME.match(f"{fmt}-{arch}"):
+            self.problems.append(f"{where} has an unknown format/arch {fmt}/{arch}")
+        prov_raw = self._get(raw, "provenance", dict, where)
+        pwhere = f"{where}.provenance"
+        signed = tuple(
+            SignedFile(
+                path=self._str(s, "path", f"{pwhere}.signed_files[{i}]"),
+                size=self._size(s, f"{pwhere}.signed_files[{i}]"),
+                sha256=self._digest(s, "sha256", f"{pwhere}.signed_files[{i}]", _SHA256, optional=True) or None,
+                sha512=self._digest(s, "sha512", f"{pwhere}.signed_files[{i}]", _SHA512, optional=True) or None,
+            )
+            for i, s in enumerate(self._list(prov_raw, "signed_files", pwhere))
+        )
+        provenance = Provenance(
+            upstream_url=self._str(prov_raw, "upstream_url", pwhere),
+            fingerprint=self._str(prov_raw, "fingerprint", pwhere),
+            signed_at=self._str(prov_raw, "signed_at", pwhere, optional=True) or None,
+            signed_files=signed,
+        )
+        packages = tuple(self._package(p, f"{where}.packages[{i}]") for i, p in enumerate(self._list(raw, "packages", where)))
+        orders = sorted(p.install_order for p in packages)
+        if orders != list(range(len(packages))):
+            self.problems.append(f"{where} install_order must number the packages 0..{len(packages) - 1}")
+        return Target(
+            format=fmt,
+            arch=arch,
+            repo_dir=self._member_path(raw, "repo_dir", where),
+            toolkit_version=self._str(raw, "toolkit_version", where),
+            provenance=provenance,
+            packages=tuple(sorted(packages, key=lambda p: p.install_order)),
+            node_requirements=self._strings(raw, "node_requirements", where),
+        )
+
+    def _package(self, raw: Any, where: str) -> PackageEntry:
+        if not isinstance(raw, dict):
+            self.problems.append(f"{where} is not an object")
+            raw = {}
+        order = self._get(raw, "install_order", int, where)
+        return PackageEntry(
+            name=self._str(raw, "name", where),
+            version=self._str(raw, "version", where),
+            arch=self._str(raw, "arch", where),
+            file=self._member_path(raw, "file", where),
+            size=self._size(raw, where),
+            sha256=self._digest(raw, "sha256", where, _SHA256),
+            install_order=order if isinstance(order, int) else -1,
+            depends=self._strings(raw, "depends", where),
+            origin=self._str(raw, "origin", where, optional=True),
+        )
+
+
+def is_plain_relative(path: str) -> bool:
+    """A member name we would create: relative, no ``..``/``.``/empty parts, no backslash or NUL."""
+    if not path or path.startswith("/") or "\\" in path or "\x00" in path:
+        return False
+    return all(part not in ("", ".", "..") for part in path.split("/"))
+
+
+def iter_packages(manifest: Manifest) -> Iterator[Tuple[Target, PackageEntry]]:
+    """Every (target, package) pair, targets in manifest order, packages in install order."""
+    for target in manifest.targets:
+        for pkg in target.packages:
+            yield target, pkg

@@ -1,0 +1,237 @@
+"""Build one signed offline bundle from a mirror: ``gpu-airgap bundle build``.
+
+The bundle is a deterministic tar stream (:mod:`mirror.bundle_tar`) whose members are, in order:
+``manifest.json``, ``manifest.json.asc`` (the operator's detached signature), then sorted:
+``gpu-airgap-node.pyz``, ``install.sh``, ``operator-key.asc``, ``sbom.spdx.json`` and, per target,
+``targets/<format>-<arch>/`` with the packages and their signed local repo metadata.
+
+The manifest is computed before any byte is written: package digests come from the mirror's
+verified metadata and are re-checked while the files stream into the archive (a package that
+changed on disk aborts the build and leaves no output). Generated files are small and hashed in
+memory. Two builds with the same SOURCE_DATE_EPOCH are byte-identical except for
+``manifest.json.asc`` (and, with ``--split``, the checksum list's signature).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from configure.errors import ToolError, UsageError
+from configure.version import VERSION
+from installer.manifest import (
+    MANIFEST_NAME,
+    SIGNATURE_NAME,
+    FileEntry,
+    Manifest,
+    PackageEntry,
+    Provenance,
+    SignedFile,
+    Target,
+)
+from mirror.bundle_repo import TargetRepo, build_target_repo
+from mirror.bundle_sign import OperatorKey
+from mirror.bundle_source import MirrorSelection, select_from_mirror, upstream_version
+from mirror.bundle_tar import BundleWriter
+from mirror.node_zipapp import PYZ_NAME, build_zipapp
+from mirror.sbom import SBOM_NAME, SbomPackage, render_spdx
+
+INSTALL_SH = "install.sh"
+OPERATOR_KEY = "operator-key.asc"
+_INSTALL_SH_SOURCE = Path(__file__).parent / "data" / "install.sh"
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    """What a build produced."""
+
+    outputs: tuple[Path, ...]  #: the bundle (or its parts, checksum list and its signature)
+    manifest: Manifest
+    members: int
+    payload_bytes: int  #: uncompressed size of all members
+
+
+def build_epoch() -> int:
+    """SOURCE_DATE_EPOCH when set (reproducible builds), else now.
+
+    :raises UsageError: when SOURCE_DATE_EPOCH is not a non-negative integer.
+    """
+    value = os.environ.get("SOURCE_DATE_EPOCH")
+    if value is None:
+        return int(time.time())
+    if not value.isdigit():
+        raise UsageError(f"SOURCE_DATE_EPOCH={value!r} is not a number of seconds since 1970")
+    return int(value)
+
+
+def parse_size(text: str) -> int:
+    """``650M`` / ``4G`` / ``1048576`` -> bytes (binary units)."""
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+    text = text.strip().upper().removesuffix("B").removesuffix("I")
+    try:
+        if text and text[-1] in units:
+            return int(float(text[:-1]) * units[text[-1]])
+        return int(text)
+    except ValueError:
+        raise UsageError(f"--split {text!r} is not a size like 650M or 4G") from None
+
+
+def build_bundle(
+    mirror: Path,
+    *,
+    version: str,
+    channel: str | None,
+    targets: list[tuple[str, str]],
+    sign_key: str,
+    gnupghome: Path | None,
+    output: Path,
+    compression: str = "zstd",
+    split: int | None = None,
+    wheel_cache: Path | None = None,
+) -> BuildResult:
+    """Select ``version`` for ``targets`` from the mirror at ``mirror`` and write a signed bundle to ``output``.
+
+    :raises ToolError: (subclasses) when the mirror lacks something, signing fails, or a package
+        on disk no longer matches its verified digest; no output is left behind then.
+    """
+    if not targets:
+        raise UsageError("name at least one --target, e.g. --target deb/amd64")
+    selection = select_from_mirror(mirror, version=version, targets=targets, channel=channel)
+    return build_from_selection(
+        selection, sign_key=sign_key, gnupghome=gnupghome, output=output,
+        compression=compression, split=split, wheel_cache=wheel_cache,
+    )
+
+
+def build_from_selection(
+    selection: MirrorSelection,
+    *,
+    sign_key: str,
+    gnupghome: Path | None,
+    output: Path,
+    compression: str = "zstd",
+    split: int | None = None,
+    wheel_cache: Path | None = None,
+) -> BuildResult:
+    """Write the bundle for an already-selected set of targets (see :func:`build_bundle`)."""
+    epoch = build_epoch()
+    created = datetime.fromtimestamp(epoch, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    key = OperatorKey.find(sign_key, gnupghome)
+    repos = [build_target_repo(t, key=key, epoch=epoch, channel=selection.channel) for t in selection.targets]
+    generated: dict[str, tuple[bytes, str]] = {
+        PYZ_NAME: (build_zipapp(epoch=epoch, cache=wheel_cache), "node-tool"),
+        INSTALL_SH: (_INSTALL_SH_SOURCE.read_bytes(), "node-installer"),
+        OPERATOR_KEY: (key.public_key(), "operator-key"),
+    }
+    for repo in repos:
+        for path, data in repo.metadata.items():
+            generated[path] = (data, "repo-metadata")
+    sbom = render_spdx(bundle_name=output.name, created=created, tool_version=VERSION, packages=_sbom_packages(repos))
+    generated[SBOM_NAME] = (sbom, "sbom")
+    manifest = _manifest(selection, repos, generated, created=created, signer=key.fingerprint)
+    manifest_bytes = manifest.to_json()
+    signature = key.sign_detached(manifest_bytes)
+    packages = {p.member: p for repo in repos for p in repo.packages}
+    clash = set(packages) & set(generated)
+    if clash or len(packages) != sum(len(r.packages) for r in repos):
+        raise ToolError(f"two bundle members would share a name ({', '.join(sorted(clash)) or 'a package file'}); rename in the mirror")
+    payload = len(manifest_bytes) + len(signature)
+    with BundleWriter(output, compression=compression, mtime=epoch, split=split) as writer:
+        writer.add_bytes(MANIFEST_NAME, manifest_bytes)
+        writer.add_bytes(SIGNATURE_NAME, signature)
+        for name in sorted(set(generated) | set(packages)):
+            if name in generated:
+                writer.add_bytes(name, generated[name][0], executable=name == INSTALL_SH)
+                payload += len(generated[name][0])
+            else:
+                pkg = packages[name]
+                writer.add_file(name, pkg.source.path, size=pkg.source.size, sha256=pkg.sha256)
+                payload += pkg.source.size
+        outputs = writer.commit()
+    if split is not None:
+        outputs += _write_checksum_list(output, outputs, key)
+    return BuildResult(tuple(outputs), manifest, len(generated) + len(packages) + 2, payload)
+
+
+def _write_checksum_list(output: Path, parts: list[Path], key: OperatorKey) -> list[Path]:
+    from configure.fsutil import atomic_write
+
+    lines = []
+    for part in parts:
+        hasher = hashlib.sha256()
+        with open(part, "rb") as fh:
+            while block := fh.read(1 << 20):
+                hasher.update(block)
+        lines.append(f"{hasher.hexdigest()}  {part.name}\n")
+    listing = output.with_name(output.name + ".sha256sums")
+    data = "".join(lines).encode()
+    atomic_write(listing, data)
+    signature = listing.with_name(listing.name + ".asc")
+    atomic_write(signature, key.sign_detached(data))
+    return [listing, signature]
+
+
+def _sbom_packages(repos: list[TargetRepo]) -> list[SbomPackage]:
+    return [
+        SbomPackage(
+            name=p.source.name, version=p.source.version, arch=p.source.arch, file=p.member,
+            sha256=p.sha256, origin=p.source.origin, target=repo.repo_dir.rsplit("/", 1)[-1],
+        )
+        for repo in repos
+        for p in repo.packages
+    ]
+
+
+def _manifest(
+    selection: MirrorSelection,
+    repos: list[TargetRepo],
+    generated: dict[str, tuple[bytes, str]],
+    *,
+    created: str,
+    signer: str,
+) -> Manifest:
+    targets = []
+    for repo in repos:
+        sel = repo.selection
+        targets.append(
+            Target(
+                format=sel.format,
+                arch=sel.arch,
+                repo_dir=repo.repo_dir,
+                toolkit_version=sel.toolkit_version,
+                provenance=Provenance(
+                    upstream_url=sel.base_url,
+                    fingerprint=sel.fingerprint,
+                    signed_at=sel.signed_at,
+                    signed_files=tuple(SignedFile(f.path, f.size, f.sha256, f.sha512) for f in sel.signed_files),
+                ),
+                packages=tuple(
+                    PackageEntry(
+                        name=p.source.name, version=p.source.version, arch=p.source.arch, file=p.member,
+                        size=p.source.size, sha256=p.sha256, install_order=index, depends=p.depends,
+                        origin=p.source.origin,
+                    )
+                    for index, p in enumerate(repo.packages)
+                ),
+                node_requirements=sel.node_requirements,
+            )
+        )
+    fingerprints = {t.fingerprint for t in selection.targets}
+    return Manifest(
+        tool_version=VERSION,
+        created=created,
+        channel=selection.channel,
+        toolkit_version=upstream_version(selection.targets[0].toolkit_version),
+        upstream_url=selection.upstream,
+        upstream_fingerprint=sorted(fingerprints)[0],
+        signer=signer,
+        targets=tuple(targets),
+        files=tuple(
+            FileEntry(path, len(data), hashlib.sha256(data).hexdigest(), role)
+            for path, (data, role) in sorted(generated.items())
+        ),
+    )

@@ -1,0 +1,150 @@
+"""The ready local repository each bundle target carries, signed by the operator key.
+
+- deb: an apt flat repo — the ``.deb`` files beside ``Packages``, ``Packages.xz`` and a
+  clearsigned ``InRelease`` (SHA256 and SHA512 of both indexes), usable as
+  ``deb [signed-by=operator.gpg] file:/…/targets/deb-amd64 ./``.
+- rpm: a yum repo — the ``.rpm`` files plus ``repodata/`` made by the ``createrepo_c`` command
+  (no sqlite, gzip, fixed revision and timestamps) and ``repodata/repomd.xml.asc``.
+
+Package stanzas come from each package's own control data (``dpkg-deb -f`` / ``rpm -qp``), so the
+repo describes exactly the files shipped. Only small metadata is produced in memory; package
+files are streamed into the archive later by the builder.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import lzma
+import os
+import tempfile
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from configure.proc import run
+from mirror.bundle_sign import OperatorKey
+from mirror.bundle_source import SourcePackage, TargetSelection
+
+
+@dataclass(frozen=True)
+class RepoPackage:
+    """A package placed in a target repo, with the facts the manifest needs."""
+
+    source: SourcePackage
+    member: str  #: archive path, ``targets/deb-amd64/<file>``
+    sha256: str
+    depends: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class TargetRepo:
+    """A target's packages (install order) and its generated metadata members (path -> bytes)."""
+
+    selection: TargetSelection
+    repo_dir: str
+    packages: tuple[RepoPackage, ...]
+    metadata: dict[str, bytes]
+
+
+def build_target_repo(selection: TargetSelection, *, key: OperatorKey, epoch: int, channel: str) -> TargetRepo:
+    """Generate the signed repo metadata of one target.
+
+    :param selection: the target's packages from the mirror.
+    :param key: the operator key that signs ``InRelease`` / ``repomd.xml``.
+    :param epoch: the build time (SOURCE_DATE_EPOCH or now) used for dates and signatures.
+    :param channel: written as the apt ``Codename``.
+    """
+    repo_dir = f"targets/{selection.format}-{selection.arch}"
+    packages = tuple(
+        RepoPackage(pkg, f"{repo_dir}/{pkg.path.name}", pkg.sha256 or file_sha256(pkg.path), _depends(selection.format, pkg.path))
+        for pkg in selection.packages
+    )
+    if selection.format == "deb":
+        metadata = _apt_metadata(packages, arch=selection.arch, key=key, epoch=epoch, channel=channel)
+    else:
+        metadata = _yum_metadata(packages, key=key, epoch=epoch)
+    return TargetRepo(selection, repo_dir, packages, {f"{repo_dir}/{k}": v for k, v in metadata.items()})
+
+
+def file_sha256(path: Path) -> str:
+    """sha256 of a file, read in 1 MiB chunks."""
+    hasher = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(1 << 20):
+            hasher.update(block)
+    return hasher.hexdigest()
+
+
+def _depends(fmt: str, path: Path) -> tuple[str, ...]:
+    if fmt == "deb":
+        fields = _control_fields(run(["dpkg-deb", "-f", str(path)]).stdout.decode("utf-8"))
+        value = " ".join(v for k, v in fields if k.lower() == "pre-depends") + ", " + " ".join(
+            v for k, v in fields if k.lower() == "depends"
+        )
+        return tuple(d.strip() for d in value.replace("\n", " ").split(",") if d.strip())
+    out = run(["rpm", "-qp", "--nosignature", "--requires", str(path)]).stdout.decode("utf-8")
+    return tuple(line.strip() for line in out.splitlines() if line.strip() and not line.startswith("rpmlib("))
+
+
+def _control_fields(text: str) -> list[tuple[str, str]]:
+    fields: list[tuple[str, str]] = []
+    for line in text.splitlines():
+        if line[:1] in (" ", "\t") and fields:
+            fields[-1] = (fields[-1][0], fields[-1][1] + "\n" + line)
+        elif ":" in line:
+            name, _, value = line.partition(":")
+            fields.append((name, value.strip()))
+    return fields
+
+
+def _apt_metadata(
+    packages: tuple[RepoPackage, ...], *, arch: str, key: OperatorKey, epoch: int, channel: str
+) -> dict[str, bytes]:
+    stanzas = []
+    for pkg in sorted(packages, key=lambda p: (p.source.name, p.source.version, p.member)):
+        fields = [
+            (k, v)
+            for k, v in _control_fields(run(["dpkg-deb", "-f", str(pkg.source.path)]).stdout.decode("utf-8"))
+            if k.lower() not in ("filename", "size", "md5sum", "sha1", "sha256", "sha512")
+        ]
+        fields += [("Filename", f"./{pkg.source.path.name}"), ("Size", str(pkg.source.size)), ("SHA256", pkg.sha256)]
+        if pkg.source.sha512:
+            fields.append(("SHA512", pkg.source.sha512))
+        stanzas.append("".join(f"{k}: {v}\n" for k, v in fields))
+    packages_bytes = "\n".join(stanzas).encode("utf-8") + b"\n"
+    packages_xz = lzma.compress(packages_bytes, format=lzma.FORMAT_XZ, preset=6)
+    date = datetime.fromtimestamp(epoch, tz=timezone.utc).strftime("%a, %d %b %Y %H:%M:%S +0000")
+    lines = [
+        "Origin: gpu-airgap",
+        "Label: gpu-airgap offline bundle",
+        f"Codename: {channel}",
+        f"Date: {date}",
+        f"Architectures: {arch}",
+        "Components: main",
+        "Description: NVIDIA Container Toolkit packages re-signed by the bundle operator",
+    ]
+    for algo in ("SHA256", "SHA512"):
+        lines.append(f"{algo}:")
+        for name, data in (("Packages", packages_bytes), ("Packages.xz", packages_xz)):
+            lines.append(f" {hashlib.new(algo.lower(), data).hexdigest()} {len(data):>16} {name}")
+    release = ("\n".join(lines) + "\n").encode("utf-8")
+    return {"Packages": packages_bytes, "Packages.xz": packages_xz, "InRelease": key.clearsign(release, at=epoch)}
+
+
+def _yum_metadata(packages: tuple[RepoPackage, ...], *, key: OperatorKey, epoch: int) -> dict[str, bytes]:
+    with tempfile.TemporaryDirectory(prefix="gpu-airgap-yum-") as tmp:
+        work = Path(tmp)
+        for pkg in packages:
+            # createrepo_c follows symlinks: the metadata describes the mirror's files without copying them.
+            os.symlink(pkg.source.path, work / pkg.source.path.name)
+        run(
+            [
+                "createrepo_c", "--quiet", "--no-database", "--workers", "1",
+                "--revision", str(epoch), "--set-timestamp-to-revision",
+                "--general-compress-type", "gz", str(work),
+            ],
+            timeout=600,
+        )
+        out = {f"repodata/{p.name}": p.read_bytes() for p in sorted((work / "repodata").iterdir())}
+    out["repodata/repomd.xml.asc"] = key.sign_detached(out["repodata/repomd.xml"], at=epoch)
+    return out

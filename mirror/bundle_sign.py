@@ -1,0 +1,73 @@
+"""The operator's signing key, used through the real gpg in the operator's GNUPGHOME.
+
+The embedded repositories' signatures (``InRelease``, ``repomd.xml.asc``) are members whose
+hashes the manifest lists, so for two builds to be byte-identical they are made with gpg's clock
+set to SOURCE_DATE_EPOCH (``--faked-system-time``): RSA and EdDSA signatures are deterministic for
+a fixed creation time. ``manifest.json.asc`` is always made at the real time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from configure.errors import CommandError, SignatureError
+from configure.proc import run
+
+
+@dataclass(frozen=True)
+class OperatorKey:
+    """A secret key in a GNUPGHOME; ``fingerprint`` is the primary key's."""
+
+    key_id: str
+    gnupghome: Path | None
+    fingerprint: str
+
+    @classmethod
+    def find(cls, key_id: str, gnupghome: Path | None) -> OperatorKey:
+        """Look up the secret key ``key_id``.
+
+        :raises SignatureError: when no (single) secret key matches.
+        """
+        out = _gpg(gnupghome, "--with-colons", "--list-secret-keys", "--", key_id, what=f"key {key_id}")
+        fprs: list[str] = []
+        lines = out.decode("utf-8", "replace").splitlines()
+        for index, line in enumerate(lines):
+            if line.startswith("sec:") and index + 1 < len(lines) and lines[index + 1].startswith("fpr:"):
+                fprs.append(lines[index + 1].split(":")[9])
+        if len(fprs) != 1:
+            raise SignatureError(
+                f"--sign-key {key_id} matches {len(fprs)} secret keys in {gnupghome or '~/.gnupg'}; name exactly one"
+            )
+        return cls(key_id, gnupghome, fprs[0])
+
+    def sign_detached(self, data: bytes, *, at: int | None = None) -> bytes:
+        """Armored detached signature over ``data`` (at time ``at`` when given)."""
+        return self._sign(data, "--detach-sign", at=at)
+
+    def clearsign(self, text: bytes, *, at: int | None = None) -> bytes:
+        """Cleartext-signed message of ``text`` (an InRelease)."""
+        return self._sign(text, "--clearsign", at=at)
+
+    def public_key(self) -> bytes:
+        """The armored public key (shipped in the bundle for information only)."""
+        return _gpg(self.gnupghome, "--armor", "--export", self.fingerprint, what=f"key {self.fingerprint}")
+
+    def _sign(self, data: bytes, mode: str, *, at: int | None) -> bytes:
+        args = ["--local-user", self.fingerprint, "--digest-algo", "SHA512", "--armor", mode]
+        if at is not None:
+            args = ["--faked-system-time", f"{at}!", *args]
+        return _gpg(self.gnupghome, *args, data=data, what=f"signing with {self.fingerprint}")
+
+
+def _gpg(gnupghome: Path | None, *args: str, data: bytes | None = None, what: str) -> bytes:
+    argv = ["gpg", "--batch", "--yes", "--quiet", "--no-tty", "--pinentry-mode", "loopback"]
+    if gnupghome is not None:
+        argv += ["--homedir", str(gnupghome)]
+    try:
+        return run([*argv, *args], input_bytes=data if data is not None else b"", timeout=300).stdout
+    except CommandError as exc:
+        hint = exc.stderr.strip().splitlines()[-1] if exc.stderr.strip() else f"gpg exited with {exc.returncode}"
+        if "in the future" in exc.stderr:
+            hint += " (SOURCE_DATE_EPOCH is older than the signing key; use a later SOURCE_DATE_EPOCH)"
+        raise SignatureError(f"gpg failed for {what}: {hint}") from exc

@@ -1,0 +1,452 @@
+"""The only module that talks HTTP (and the only one importing ``requests``).
+
+:class:`Downloader` owns one pooled :class:`requests.Session` and offers two operations:
+
+* :meth:`Downloader.get` - small metadata files into memory, with an optional conditional-GET
+  cache (ETag / If-Modified-Since), so an unchanged upstream answers ``304`` and the stored
+  bytes are reused. Callers re-verify those bytes exactly as if they were fresh.
+* :meth:`Downloader.download` - package files streamed to disk while hashing. The bytes go to a
+  ``.part`` file beside the target; an interrupted transfer resumes with a ``Range`` request;
+  the target gets its final name only when size and checksum match.
+
+Connection errors and 5xx answers are retried with bounded exponential backoff (the ``sleep``
+is injectable so tests do not wait). Everything else becomes a one-sentence
+:class:`~mirror.errors.FetchError` or :class:`~configure.errors.ChecksumMismatch`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+import re
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final, Protocol, TypeVar
+
+import requests
+import urllib3
+from requests.adapters import HTTPAdapter
+
+from configure.errors import ChecksumMismatch, ToolError
+from mirror.errors import FetchError
+
+log = logging.getLogger(__name__)
+
+CHUNK: Final = 1024 * 1024  # large chunks keep per-chunk Python overhead negligible next to hashing
+USER_AGENT: Final = "gpu-airgap"
+_CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
+
+ProgressCallback = Callable[[int], None]
+_T = TypeVar("_T")
+
+
+@dataclass(frozen=True)
+class CachedResponse:
+    """A metadata body with the validators the server sent for it."""
+
+    body: bytes
+    etag: str | None = None
+    last_modified: str | None = None
+
+
+class ResponseCache(Protocol):
+    """Where conditional-GET validators and bodies live (the mirror store implements it)."""
+
+    def lookup(self, url: str) -> CachedResponse | None:
+        """Return what was stored for ``url``, or None."""
+
+    def remember(self, url: str, response: CachedResponse) -> None:
+        """Record a fresh (or revalidated) response for ``url``."""
+
+
+@dataclass(frozen=True)
+class DownloadRequest:
+    """One file to fetch: where from, where to, and what the signed metadata says it must be."""
+
+    url: str
+    dest: Path
+    size: int
+    sha256: str | None = None
+    sha512: str | None = None
+
+
+@dataclass
+class TransferStats:
+    """Counters a sync reports and tests assert on; updated under a lock from worker threads."""
+
+    requests: int = 0
+    not_modified: int = 0
+    metadata_bytes: int = 0
+    package_bytes: int = 0
+    resumed: int = 0
+    retries: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def add(self, **counts: int) -> None:
+        """Add ``counts`` to the named counters."""
+        with self._lock:
+            for name, value in counts.items():
+                setattr(self, name, getattr(self, name) + value)
+
+
+class _Retryable(Exception):
+    """Internal: this attempt failed in a way worth another try."""
+
+    def __init__(self, status: int | None, detail: str) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.detail = detail
+
+
+class Downloader:
+    """HTTP client of the mirror: pooled session, conditional GETs, verified resumable downloads.
+
+    :param jobs: the most files :meth:`download_many` fetches at once (the pool holds as many connections).
+    :param retries: extra attempts after the first for connection errors and 5xx answers.
+    :param backoff: first wait in seconds; doubled after every failed attempt, capped at ``max_backoff``.
+    :param timeout: connect and read timeout in seconds.
+    :param sleep: how to wait between attempts (tests pass a recorder).
+    """
+
+    def __init__(
+        self,
+        *,
+        jobs: int = 4,
+        retries: int = 4,
+        backoff: float = 0.5,
+        max_backoff: float = 8.0,
+        timeout: float = 30.0,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        if jobs < 1:
+            raise ToolError("--jobs must be at least 1")
+        self.jobs = jobs
+        self.retries = retries
+        self.backoff = backoff
+        self.max_backoff = max_backoff
+        self.timeout = timeout
+        self.sleep = sleep
+        self.stats = TransferStats()
+        self.session = requests.Session()
+        adapter = HTTPAdapter(pool_connections=max(jobs, 4), pool_maxsize=max(jobs, 4), max_retries=0)
+        self.session.mount("http://", adapter)
+        self.session.mount("https://", adapter)
+        # identity: sizes, checksums and Range offsets all refer to the bytes as published.
+        self.session.headers.update({"User-Agent": USER_AGENT, "Accept-Encoding": "identity"})
+
+    def close(self) -> None:
+        """Close the pooled connections."""
+        self.session.close()
+
+    def __enter__(self) -> Downloader:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    # -- metadata --------------------------------------------------------------------------------
+
+    def get(self, url: str, *, cache: ResponseCache | None = None) -> bytes:
+        """Fetch ``url`` into memory (the ``Fetcher`` protocol), revalidating a cached copy if any.
+
+        :param url: what to fetch.
+        :param cache: where validators and bodies of earlier answers live; ``304`` reuses them.
+        :raises FetchError: on an HTTP error status or after the last failed retry.
+        """
+        cached = cache.lookup(url) if cache is not None else None
+        headers: dict[str, str] = {}
+        if cached is not None and cached.etag:
+            headers["If-None-Match"] = cached.etag
+        if cached is not None and cached.last_modified:
+            headers["If-Modified-Since"] = cached.last_modified
+
+        def attempt() -> bytes:
+            response = self._request(url, headers)
+            with response:
+                if response.status_code == 304 and cached is not None:
+                    self.stats.add(not_modified=1)
+                    return cached.body
+                self._raise_for_status(url, response)
+                try:
+                    body = response.content
+                except requests.RequestException as exc:
+                    raise _Retryable(None, _describe(exc)) from exc
+            self.stats.add(metadata_bytes=len(body))
+            if cache is not None:
+                cache.remember(
+                    url,
+                    CachedResponse(body, response.headers.get("ETag"), response.headers.get("Last-Modified")),
+                )
+            return body
+
+        return self._with_retries(url, attempt)
+
+    def fetcher(self, cache: ResponseCache | None = None) -> CachingFetcher:
+        """A ``Fetcher`` (``get(url) -> bytes``) that revalidates against ``cache``."""
+        return CachingFetcher(self, cache)
+
+    # -- packages --------------------------------------------------------------------------------
+
+    def download(
+        self,
+        url: str,
+        dest: Path,
+        *,
+        size: int,
+        sha256: str | None = None,
+        sha512: str | None = None,
+        on_progress: ProgressCallback | None = None,
+    ) -> int:
+        """Stream ``url`` to ``dest``, verifying ``size`` and the checksum before ``dest`` exists.
+
+        The bytes land in ``.<name>.part`` beside ``dest``; that file survives failed attempts so
+        the next one resumes with ``Range: bytes=N-``. A server that ignores the range (200, or a
+        206 for another range) makes us start over.
+
+        :returns: the number of bytes transferred over the network.
+        :raises FetchError: on an HTTP error status or after the last failed retry.
+        :raises ChecksumMismatch: when the complete file has the wrong size or digest.
+        """
+        if sha512 is None and sha256 is None:
+            raise ToolError(f"refusing to download {url} without a checksum from signed metadata")
+        algo, expected = ("sha512", sha512) if sha512 else ("sha256", sha256 or "")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        part = dest.with_name(f".{dest.name}.part")
+        state = _PartialFile(part, algo)
+        transferred = 0
+        restarted_after_mismatch = False
+        try:
+            while True:
+
+                def attempt() -> int:
+                    return self._fetch_into(url, state, size, on_progress)
+
+                transferred += self._with_retries(url, attempt)
+                actual = state.hasher.hexdigest()
+                if state.offset == size and actual == expected.lower():
+                    break
+                # A resumed file may mix two versions of a file re-published mid-transfer:
+                # one clean full retry before blaming the server.
+                if state.resumed_from and not restarted_after_mismatch:
+                    restarted_after_mismatch = True
+                    state.reset()
+                    continue
+                what = f"{url} ({state.offset} bytes, expected {size})" if state.offset != size else url
+                raise ChecksumMismatch(what, expected, actual)
+            state.close()
+            os.replace(part, dest)
+        except BaseException:
+            # Every failure path removes the part file: no partial bytes outlive this call.
+            state.reset()
+            raise
+        return transferred
+
+    def download_many(
+        self, items: Sequence[DownloadRequest], on_progress: ProgressCallback | None = None
+    ) -> int:
+        """Download ``items`` with at most ``jobs`` in flight; the first failure cancels the rest.
+
+        :returns: the total number of bytes transferred.
+        :raises FetchError | ChecksumMismatch: the first error, after in-flight downloads stop.
+        """
+        if not items:
+            return 0
+        cancel = threading.Event()
+
+        def progress(nbytes: int) -> None:
+            if cancel.is_set():
+                raise _Cancelled()
+            if on_progress is not None:
+                on_progress(nbytes)
+
+        def one(item: DownloadRequest) -> int:
+            if cancel.is_set():
+                return 0
+            return self.download(
+                item.url, item.dest, size=item.size, sha256=item.sha256, sha512=item.sha512, on_progress=progress
+            )
+
+        total = 0
+        first_error: BaseException | None = None
+        with ThreadPoolExecutor(max_workers=min(self.jobs, len(items)), thread_name_prefix="download") as pool:
+            futures = [pool.submit(one, item) for item in items]
+            for future in futures:
+                try:
+                    total += future.result()
+                except _Cancelled:
+                    continue
+                except BaseException as exc:
+                    if first_error is None:
+                        first_error = exc
+                        cancel.set()
+        if first_error is not None:
+            raise first_error
+        return total
+
+    # -- internals -------------------------------------------------------------------------------
+
+    def _fetch_into(self, url: str, state: _PartialFile, size: int, on_progress: ProgressCallback | None) -> int:
+        headers: dict[str, str] = {}
+        if 0 < state.offset < size:
+            headers["Range"] = f"bytes={state.offset}-"
+        elif state.offset >= size:
+            return 0  # the part file already holds everything; the caller checks the digest
+        response = self._request(url, headers, stream=True)
+        with response:
+            if "Range" in headers:
+                if response.status_code == 206 and _range_start(response) == state.offset:
+                    state.resumed_from = state.offset
+                    self.stats.add(resumed=1)
+                elif response.status_code in (200, 206, 416):
+                    log.debug("%s: server ignored our range, starting over", url)
+                    state.reset()
+                    if response.status_code != 200:
+                        raise _Retryable(response.status_code, "the server refused to resume")
+            self._raise_for_status(url, response)
+            fh = state.open()
+            got = 0
+            raw = response.raw
+            while True:
+                try:
+                    # read1: whatever has arrived (up to 1 MiB), so a dropped connection loses nothing
+                    # that reached us and the next attempt resumes exactly where this one stopped.
+                    chunk = raw.read1(CHUNK, decode_content=False)
+                except (requests.RequestException, urllib3.exceptions.HTTPError, OSError) as exc:
+                    fh.flush()
+                    self.stats.add(package_bytes=got)
+                    raise _Retryable(None, _describe(exc)) from exc
+                if not chunk:
+                    break
+                fh.write(chunk)
+                state.hasher.update(chunk)
+                state.offset += len(chunk)
+                got += len(chunk)
+                if on_progress is not None:
+                    on_progress(len(chunk))
+                if state.offset > size:
+                    break  # more than the signed size: stop reading, the digest check fails
+            fh.flush()
+        self.stats.add(package_bytes=got)
+        if state.offset < size:
+            raise _Retryable(None, f"the connection closed after {state.offset} of {size} bytes")
+        return got
+
+    def _request(self, url: str, headers: dict[str, str], *, stream: bool = False) -> requests.Response:
+        self.stats.add(requests=1)
+        try:
+            return self.session.get(url, headers=headers, stream=stream, timeout=self.timeout)
+        except requests.exceptions.InvalidURL as exc:
+            raise FetchError(url, None, "the URL is not valid") from exc
+        except (requests.exceptions.MissingSchema, requests.exceptions.InvalidSchema) as exc:
+            raise FetchError(url, None, "the URL needs http:// or https://") from exc
+        except requests.RequestException as exc:
+            raise _Retryable(None, _describe(exc)) from exc
+
+    @staticmethod
+    def _raise_for_status(url: str, response: requests.Response) -> None:
+        status = response.status_code
+        if status >= 500 or status == 429:
+            raise _Retryable(status, response.reason or "")
+        if status >= 400 or status == 304:
+            raise FetchError(url, status, response.reason or "")
+
+    def _with_retries(self, url: str, attempt: Callable[[], _T]) -> _T:
+        for number in range(self.retries + 1):
+            try:
+                return attempt()
+            except _Retryable as exc:
+                if number == self.retries:
+                    raise FetchError(
+                        url, exc.status, f"{exc.detail}; gave up after {self.retries + 1} attempts"
+                    ) from exc
+                delay = min(self.max_backoff, self.backoff * (2**number))
+                log.info("%s: %s; retrying in %.1f s", url, exc.detail or exc.status, delay)
+                self.stats.add(retries=1)
+                self.sleep(delay)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+
+class CachingFetcher:
+    """``Fetcher`` view of a :class:`Downloader` bound to one conditional-GET cache."""
+
+    def __init__(self, downloader: Downloader, cache: ResponseCache | None) -> None:
+        self.downloader = downloader
+        self.cache = cache
+
+    def get(self, url: str) -> bytes:
+        """Fetch ``url`` (see :meth:`Downloader.get`)."""
+        return self.downloader.get(url, cache=self.cache)
+
+
+class _PartialFile:
+    """The ``.part`` file of one download, its length and the running digest of its bytes."""
+
+    def __init__(self, path: Path, algo: str) -> None:
+        self.path = path
+        self.algo = algo
+        self.hasher = hashlib.new(algo)
+        self.offset = 0
+        self.resumed_from = 0
+        self._handle: _BinaryWriter | None = None
+        if path.exists():
+            # A part file left by an interrupted attempt: hash what it holds so we can resume.
+            with open(path, "rb") as fh:
+                while block := fh.read(CHUNK):
+                    self.hasher.update(block)
+                    self.offset += len(block)
+            self.resumed_from = self.offset
+
+    def open(self) -> _BinaryWriter:
+        if self._handle is None:
+            self._handle = open(self.path, "ab")  # noqa: SIM115 - kept open across chunks, closed in close()
+        return self._handle
+
+    def reset(self) -> None:
+        self.close()
+        with contextlib.suppress(FileNotFoundError):
+            self.path.unlink()
+        self.hasher = hashlib.new(self.algo)
+        self.offset = 0
+        self.resumed_from = 0
+
+    def close(self) -> None:
+        if self._handle is not None:
+            self._handle.close()
+            self._handle = None
+
+
+class _BinaryWriter(Protocol):
+    def write(self, data: bytes, /) -> int: ...
+    def flush(self) -> None: ...
+    def close(self) -> None: ...
+
+
+class _Cancelled(Exception):
+    """Internal: another download failed, so this one stops."""
+
+
+def _range_start(response: requests.Response) -> int | None:
+    match = _CONTENT_RANGE.fullmatch(response.headers.get("Content-Range", "").strip())
+    return int(match.group(1)) if match else None
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc)
+    # urllib3 wraps the real reason several levels deep; the last "(...)" part is the readable one.
+    return text.rsplit(": ", 1)[-1].strip(" ()'\"")[:160] or type(exc).__name__
+
+
+def hash_file(path: Path, algo: str = "sha512") -> str:
+    """Hex digest of ``path``, read in large chunks."""
+    hasher = hashlib.new(algo)
+    with open(path, "rb") as fh:
+        while block := fh.read(CHUNK):
+            hasher.update(block)
+    return hasher.hexdigest()
+

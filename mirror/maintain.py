@@ -1,0 +1,161 @@
+"""Looking after an existing mirror: ``status``, ``verify`` and ``prune``.
+
+All three read :class:`~mirror.store.MirrorState`; ``prune`` is the only one that changes the
+mirror, and it holds the mirror lock, writes the smaller state first and deletes files after, so
+the state never names a file that is gone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from configure.errors import UsageError
+from mirror import store
+from mirror.http import CachedResponse
+from mirror.model import PackageFormat
+from mirror.resolve import resolve
+from mirror.selectors import VersionSelector
+from mirror.sync import Fetcher, RepoLoader
+
+
+@dataclass
+class VerifyReport:
+    """What ``verify`` checked and every problem it found."""
+
+    files: int = 0
+    bytes: int = 0
+    problems: list[str] = field(default_factory=list)
+
+
+def verify(dest: Path) -> VerifyReport:
+    """Re-hash every package and metadata file against the digests recorded from signed metadata.
+
+    :raises MirrorStateError: when ``dest`` holds no mirror.
+    """
+    state = store.MirrorState.load(dest)
+    report = VerifyReport()
+    for repo in state.repos:
+        for stored in (*repo.provenance.signed_files, *repo.packages):
+            report.files += 1
+            report.bytes += stored.size
+            problem = store.check_file(dest, stored)
+            if problem is not None:
+                report.problems.append(problem)
+    return report
+
+
+@dataclass
+class PruneReport:
+    """What ``prune`` removed."""
+
+    removed_releases: list[str] = field(default_factory=list)  #: ``stable/deb/amd64 1.17.8-1``
+    removed_files: list[str] = field(default_factory=list)
+    freed_bytes: int = 0
+
+
+def prune(dest: Path, keep: int, *, dry_run: bool = False) -> PruneReport:
+    """Keep the newest ``keep`` toolkit releases of every repo, and the packages they need.
+
+    :raises UsageError: when ``keep`` is below 1.
+    :raises BusyError: when a sync holds the mirror.
+    """
+    if keep < 1:
+        raise UsageError("--keep must be at least 1 (use rm -r to delete a whole mirror)")
+    report = PruneReport()
+    with store.locked(dest):
+        state = store.MirrorState.load(dest)
+        repos: list[store.RepoRecord] = []
+        doomed: list[store.StoredPackage] = []
+        for repo in state.repos:
+            kept, dropped = repo.releases[-keep:], repo.releases[:-keep]
+            report.removed_releases += [f"{repo.key} {r.toolkit_version}" for r in dropped]
+            needed = {path for r in kept for path in r.packages}
+            doomed += [p for p in repo.packages if p.path not in needed]
+            repos.append(
+                store.RepoRecord(
+                    key=repo.key, format=repo.format, arch=repo.arch, channel=repo.channel,
+                    base_url=repo.base_url, provenance=repo.provenance,
+                    packages=tuple(p for p in repo.packages if p.path in needed),
+                    releases=tuple(kept), synced_at=repo.synced_at,
+                )
+            )  # fmt: skip
+        report.removed_files = [p.path for p in doomed]
+        report.freed_bytes = sum(p.size for p in doomed)
+        if dry_run or (not doomed and not report.removed_releases):
+            return report
+        new_state = store.MirrorState(state.upstream, state.channel, tuple(repos), state.selector)
+        store.write_state(dest, new_state)
+        for pkg in doomed:
+            with contextlib.suppress(FileNotFoundError):
+                pkg.local_path(dest).unlink()
+    return report
+
+
+@dataclass(frozen=True)
+class RepoStatus:
+    """One repo of the mirror next to its upstream."""
+
+    key: str
+    releases: tuple[str, ...]  #: toolkit versions held, oldest first
+    packages: int
+    bytes: int
+    synced_at: str
+    signed_by: str
+    upstream_latest: str | None = None  #: newest toolkit on the channel upstream (None: not checked)
+    error: str | None = None  #: why upstream could not be checked
+
+    @property
+    def newer_upstream(self) -> bool:
+        """True when upstream has a newer toolkit than the newest one held."""
+        return bool(self.upstream_latest and self.releases and self.upstream_latest != self.releases[-1]
+                    and self.upstream_latest not in self.releases)  # fmt: skip
+
+
+def status(dest: Path, *, fetcher: Fetcher | None, loader: RepoLoader | None) -> list[RepoStatus]:
+    """Describe what mirror ``dest`` holds and, given a fetcher, what is newer upstream.
+
+    Upstream problems (network, signatures) are reported per repo, not raised: the local part of
+    the answer is still useful.
+    """
+    state = store.MirrorState.load(dest)
+    result: list[RepoStatus] = []
+    for repo in state.repos:
+        latest: str | None = None
+        error: str | None = None
+        if fetcher is not None and loader is not None:
+            try:
+                fmt = PackageFormat(repo.format)
+                snapshot = loader(fetcher, repo.base_url, fmt)
+                latest = resolve(list(snapshot.packages), VersionSelector.parse("latest"), fmt).toolkit_version
+            except Exception as exc:
+                error = str(exc)
+        result.append(
+            RepoStatus(
+                key=repo.key,
+                releases=tuple(r.toolkit_version for r in repo.releases),
+                packages=len(repo.packages),
+                bytes=sum(p.size for p in repo.packages),
+                synced_at=repo.synced_at,
+                signed_by=repo.provenance.fingerprint,
+                upstream_latest=latest,
+                error=error,
+            )
+        )
+    return result
+
+
+class ReadOnlyCache:
+    """The published HTTP cache of a mirror, for commands that must not change it (``status``)."""
+
+    def __init__(self, dest: Path) -> None:
+        """Read the cache of mirror ``dest``."""
+        self.dest = dest
+
+    def lookup(self, url: str) -> CachedResponse | None:
+        """The stored response for ``url``."""
+        return store.read_cache(self.dest, url)
+
+    def remember(self, url: str, response: CachedResponse) -> None:
+        """Do nothing: status never writes to the mirror."""

@@ -1,0 +1,109 @@
+"""Build ``gpu-airgap-node.pyz``: the node-side tool and its pure-Python dependencies in one zipapp.
+
+The zipapp holds ``installer/`` and ``configure/`` from this source tree plus the Python files of
+the wheels pinned in ``mirror/data/node-wheels.txt`` (resolved for python3.9). Compiled modules
+(``*.so``, e.g. PyYAML's optional ``_yaml``) are left out, so it runs on any node arch with
+``python3 -I gpu-airgap-node.pyz`` — no site-packages, no pip, no network.
+
+Wheels come from a cache directory (``GPU_AIRGAP_WHEEL_CACHE``, default
+``~/.cache/gpu-airgap/node-wheels``); :func:`ensure_wheels` fills it with
+``pip download --only-binary=:all: --python-version 3.9 --no-deps`` on the connected host
+(``make nodewheels`` does this before the tests, which never touch the network).
+The zip is deterministic: sorted entries, fixed timestamps and modes, fixed compression level.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import sys
+import time
+import zipfile
+from pathlib import Path
+from typing import Final
+
+from configure.errors import ToolError
+from configure.proc import run
+
+PYZ_NAME: Final = "gpu-airgap-node.pyz"
+_PINS: Final = Path(__file__).parent / "data" / "node-wheels.txt"
+_SOURCE_ROOT: Final = Path(__file__).resolve().parent.parent
+_NODE_PACKAGES: Final = ("configure", "installer")
+_MAIN: Final = b"import sys\n\nfrom installer.cli import main\n\nsys.exit(main())\n"
+
+
+def default_cache() -> Path:
+    """Where node wheels are cached: ``$GPU_AIRGAP_WHEEL_CACHE`` or ``~/.cache/gpu-airgap/node-wheels``."""
+    env = os.environ.get("GPU_AIRGAP_WHEEL_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "gpu-airgap" / "node-wheels"
+
+
+def pinned_requirements() -> list[str]:
+    """The ``name==version`` lines of ``node-wheels.txt``."""
+    lines = _PINS.read_text(encoding="utf-8").splitlines()
+    return [line.strip() for line in lines if line.strip() and not line.startswith("#")]
+
+
+def _wheel_for(cache: Path, requirement: str) -> Path | None:
+    name, _, version = requirement.partition("==")
+    stem = name.lower().replace("-", "_")
+    for wheel in sorted(cache.glob("*.whl")):
+        parts = wheel.name.split("-")
+        if parts[0].lower().replace("-", "_") == stem and parts[1] == version:
+            return wheel
+    return None
+
+
+def ensure_wheels(cache: Path | None = None) -> list[Path]:
+    """Return the pinned wheels, downloading the missing ones with pip (connected host only).
+
+    :raises ToolError: when pip cannot fetch a wheel.
+    """
+    cache = cache or default_cache()
+    cache.mkdir(parents=True, exist_ok=True)
+    missing = [r for r in pinned_requirements() if _wheel_for(cache, r) is None]
+    if missing:
+        run(
+            [sys.executable, "-m", "pip", "download", "--quiet", "--only-binary=:all:", "--python-version", "3.9",
+             "--no-deps", "--dest", str(cache), *missing],
+            timeout=600,
+        )
+    wheels = []
+    for requirement in pinned_requirements():
+        wheel = _wheel_for(cache, requirement)
+        if wheel is None:
+            raise ToolError(f"the node wheel {requirement} is not in {cache}; run `make nodewheels` on a connected host")
+        wheels.append(wheel)
+    return wheels
+
+
+def build_zipapp(*, epoch: int, cache: Path | None = None) -> bytes:
+    """Return the bytes of ``gpu-airgap-node.pyz``.
+
+    :param epoch: timestamp of every entry (clamped to 1980, the zip format's start).
+    :param cache: the wheel cache (default :func:`default_cache`).
+    """
+    entries: dict[str, bytes] = {"__main__.py": _MAIN}
+    for package in _NODE_PACKAGES:
+        for path in sorted((_SOURCE_ROOT / package).rglob("*")):
+            if path.is_file() and path.suffix in (".py", ".typed") and "__pycache__" not in path.parts:
+                entries[path.relative_to(_SOURCE_ROOT).as_posix()] = path.read_bytes()
+    for wheel in ensure_wheels(cache):
+        with zipfile.ZipFile(wheel) as zf:
+            for info in zf.infolist():
+                name = info.filename
+                top = name.split("/", 1)[0]
+                if info.is_dir() or top.endswith((".dist-info", ".data")) or name.endswith((".so", ".pyd", ".pyc")):
+                    continue
+                entries[name] = zf.read(info)
+    stamp = time.gmtime(max(epoch, 315532800))[:6]
+    buffer = io.BytesIO()
+    buffer.write(b"#!/usr/bin/env python3\n")
+    with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=6) as out:
+        for name in sorted(entries):
+            info = zipfile.ZipInfo(name, date_time=stamp)
+            info.compress_type = zipfile.ZIP_DEFLATED
+            info.external_attr = 0o644 << 16
+            info.create_system = 3
+            out.writestr(info, entries[name])
+    return buffer.getvalue()

@@ -1,0 +1,391 @@
+"""Sync orchestration: per (format, arch) load the signed repo, resolve, download, publish.
+
+:func:`plan` and :func:`sync` take their collaborators as arguments - a ``Fetcher``/downloader,
+the keyring, a repo loader and the mirror directory - and contain no HTTP, gpg or file-format
+code themselves. The flow of one sync::
+
+    lock DEST -> for each target: load + verify metadata (conditional GET) -> resolve
+              -> download missing/changed packages in parallel into staging (verified)
+              -> commit: packages, metadata, http cache, state.json last
+
+Any error before the commit leaves the published mirror byte-identical.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import posixpath
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Protocol
+
+from installer.gpg import Keyring
+
+from configure.errors import UsageError
+from configure.fsutil import safe_join
+from mirror import lockfile, store
+from mirror.errors import LockfileMismatch
+from mirror.http import Downloader, DownloadRequest
+from mirror.lockfile import LockedPackage, LockedTarget, Lockfile
+from mirror.model import Package, PackageFormat
+from mirror.repo import MetadataFile, load_apt_repo, load_yum_repo
+from mirror.resolve import resolve
+from mirror.selectors import VersionSelector
+from mirror.versions import sort_key
+
+DEFAULT_UPSTREAM = "https://nvidia.github.io/libnvidia-container"
+CHANNELS = ("stable", "experimental")
+
+#: apt architecture name -> rpm basearch; the CLI accepts either spelling.
+DEB_TO_RPM_ARCH = {"amd64": "x86_64", "arm64": "aarch64", "ppc64el": "ppc64le"}
+RPM_TO_DEB_ARCH = {rpm: deb for deb, rpm in DEB_TO_RPM_ARCH.items()}
+
+
+class Fetcher(Protocol):
+    """Anything that returns the bytes at a URL (``Downloader.fetcher()``, or a fake)."""
+
+    def get(self, url: str) -> bytes:
+        """The body at ``url``."""
+
+
+class Snapshot(Protocol):
+    """What a verified repository load gives back (``mirror.repo.RepoSnapshot``)."""
+
+    @property
+    def packages(self) -> Sequence[Package]:
+        """Every package the signed index lists."""
+
+    @property
+    def fingerprint(self) -> str:
+        """Primary-key fingerprint that verified the metadata."""
+
+    @property
+    def signed_at(self) -> datetime | None:
+        """When the metadata was signed."""
+
+    @property
+    def metadata(self) -> Sequence[MetadataFile]:
+        """The verified metadata files, exactly as fetched, paths relative to the repo base."""
+
+
+#: ``loader(fetcher, base_url, fmt) -> Snapshot``: load and verify one repo (keyring bound in).
+RepoLoader = Callable[[Fetcher, str, PackageFormat], Snapshot]
+
+
+def make_loader(keyring: Keyring) -> RepoLoader:
+    """The real loader: ``mirror.repo`` verifying against ``keyring``."""
+
+    def load(fetcher: Fetcher, base_url: str, fmt: PackageFormat) -> Snapshot:
+        if fmt is PackageFormat.DEB:
+            return load_apt_repo(fetcher, base_url, keyring)
+        return load_yum_repo(fetcher, base_url, keyring)
+
+    return load
+
+
+@dataclass(frozen=True)
+class Target:
+    """One repository to mirror: a package format and an architecture in that format's spelling."""
+
+    format: PackageFormat
+    arch: str
+
+    def key(self, channel: str) -> str:
+        """The repo's directory under DEST and upstream: ``stable/deb/amd64``."""
+        return f"{channel}/{self.format.value}/{self.arch}"
+
+
+def parse_targets(formats: Sequence[str], arches: Sequence[str]) -> list[Target]:
+    """Map ``--format`` and ``--arch`` values (either spelling) to targets, one per format and arch.
+
+    :raises UsageError: for an unknown format or architecture.
+    """
+    fmts: list[PackageFormat] = []
+    for text in formats:
+        try:
+            fmts.append(PackageFormat(text.strip().lower()))
+        except ValueError:
+            raise UsageError(f"unknown --format {text!r}; use deb, rpm or deb,rpm") from None
+    targets: list[Target] = []
+    for arch in arches:
+        arch = arch.strip()
+        deb = arch if arch in DEB_TO_RPM_ARCH else RPM_TO_DEB_ARCH.get(arch)
+        if deb is None:
+            known = ", ".join([*DEB_TO_RPM_ARCH, *RPM_TO_DEB_ARCH])
+            raise UsageError(f"unknown --arch {arch!r}; use one of {known}")
+        for fmt in fmts:
+            target = Target(fmt, deb if fmt is PackageFormat.DEB else DEB_TO_RPM_ARCH[deb])
+            if target not in targets:
+                targets.append(target)
+    return targets
+
+
+@dataclass(frozen=True)
+class SyncOptions:
+    """What to mirror: where from, which channel, which targets and which release."""
+
+    upstream: str = DEFAULT_UPSTREAM
+    channel: str = "stable"
+    targets: tuple[Target, ...] = (Target(PackageFormat.DEB, "amd64"), Target(PackageFormat.RPM, "x86_64"))
+    selector: str = "latest"
+    locked: Lockfile | None = None
+
+    def base_url(self, target: Target) -> str:
+        """Upstream URL of ``target``'s flat repo."""
+        return f"{self.upstream.rstrip('/')}/{target.key(self.channel)}"
+
+
+@dataclass(frozen=True)
+class PlannedTarget:
+    """One target after its metadata verified and it resolved (or matched the lockfile)."""
+
+    target: Target
+    key: str
+    base_url: str
+    packages: tuple[Package, ...]  #: install order
+    toolkit_version: str
+    node_requirements: tuple[str, ...]
+    breaks: tuple[str, ...]
+    fingerprint: str
+    signed_at: str | None
+    metadata: dict[str, bytes]  #: verified metadata bytes by path under DEST
+
+    def url(self, pkg: Package) -> str:
+        """Upstream URL of ``pkg``."""
+        return f"{self.base_url}/{_clean(pkg.filename)}"
+
+    def path(self, pkg: Package) -> str:
+        """``pkg``'s path under DEST (upstream's relative path)."""
+        return f"{self.key}/{_clean(pkg.filename)}"
+
+    @property
+    def total_bytes(self) -> int:
+        """Sum of package sizes."""
+        return sum(p.size for p in self.packages)
+
+    def locked(self) -> LockedTarget:
+        """This target as a lockfile entry."""
+        return LockedTarget(
+            format=self.target.format.value,
+            arch=self.target.arch,
+            toolkit_version=self.toolkit_version,
+            key_fingerprint=self.fingerprint,
+            packages=tuple(
+                LockedPackage(p.name, p.version, p.arch, p.filename, p.size, self.url(p), p.sha256, p.sha512)
+                for p in self.packages
+            ),
+        )
+
+
+@dataclass
+class SyncResult:
+    """What a sync did, for the CLI to render."""
+
+    dest: str
+    channel: str
+    targets: list[PlannedTarget]
+    downloaded_files: int = 0
+    downloaded_bytes: int = 0
+    reused_files: int = 0
+    seconds: float = 0.0
+    warnings: list[str] = field(default_factory=list)
+
+    def to_lockfile(self, upstream: str) -> Lockfile:
+        """The lockfile that reproduces this sync."""
+        return Lockfile(channel=self.channel, upstream=upstream, targets=tuple(t.locked() for t in self.targets))
+
+
+class Progress(Protocol):
+    """Where a sync reports progress (the CLI draws bars or lines; tests pass nothing)."""
+
+    def stage(self, text: str) -> None:
+        """A new step began (``verifying stable/deb/amd64``)."""
+
+    def start_downloads(self, files: int, total_bytes: int) -> None:
+        """Package downloads start."""
+
+    def advance(self, nbytes: int) -> None:
+        """``nbytes`` more arrived (called from worker threads)."""
+
+
+def plan_target(options: SyncOptions, target: Target, *, fetcher: Fetcher, loader: RepoLoader) -> PlannedTarget:
+    """Load and verify ``target``'s repo, then resolve ``options.selector`` (or match the lockfile).
+
+    :raises SignatureError | ChecksumMismatch | MetadataError | FetchError: when metadata is bad.
+    :raises UnresolvableDependency: when the selection cannot be satisfied.
+    :raises LockfileMismatch: when ``options.locked`` names packages upstream no longer has.
+    """
+    key, base = target.key(options.channel), options.base_url(target)
+    snapshot = loader(fetcher, base, target.format)
+    metadata = {f"{key}/{_clean(m.path)}": m.data for m in snapshot.metadata}
+    signed_at = snapshot.signed_at.astimezone(timezone.utc).isoformat() if snapshot.signed_at else None
+    common = {"target": target, "key": key, "base_url": base, "fingerprint": snapshot.fingerprint}
+    if options.locked is not None:
+        wanted = _locked_target(options.locked, target)
+        by_key = {p.key: p for p in snapshot.packages}
+        chosen = tuple(by_key[p.key] for p in wanted.packages if p.key in by_key)
+        planned = PlannedTarget(
+            **common,  # type: ignore[arg-type]
+            packages=chosen,
+            toolkit_version=wanted.toolkit_version,
+            node_requirements=(),
+            breaks=(),
+            signed_at=signed_at,
+            metadata=metadata,
+        )
+        problems = lockfile.differences(wanted, planned.locked())
+        if problems:
+            raise LockfileMismatch("the lockfile", problems)
+        return planned
+    resolution = resolve(list(snapshot.packages), VersionSelector.parse(options.selector), target.format)
+    return PlannedTarget(
+        **common,  # type: ignore[arg-type]
+        packages=tuple(resolution.packages),
+        toolkit_version=resolution.toolkit_version,
+        node_requirements=tuple(sorted({str(r) for r in resolution.node_requirements})),
+        breaks=tuple(str(b) for b in resolution.breaks),
+        signed_at=signed_at,
+        metadata=metadata,
+    )
+
+
+def plan(options: SyncOptions, *, fetcher: Fetcher, loader: RepoLoader) -> list[PlannedTarget]:
+    """Resolve every target of ``options`` without downloading any package."""
+    return [plan_target(options, t, fetcher=fetcher, loader=loader) for t in options.targets]
+
+
+def sync(
+    options: SyncOptions,
+    dest: Path,
+    *,
+    downloader: Downloader,
+    loader: RepoLoader,
+    progress: Progress | None = None,
+) -> SyncResult:
+    """Bring mirror ``dest`` up to ``options``; publish only if every target verified and downloaded.
+
+    :raises BusyError: when another sync holds the mirror's lock.
+    """
+    started = time.monotonic()
+    with store.locked(dest):
+        previous = _previous_state(dest)
+        txn = store.Transaction(dest)
+        try:
+            fetcher = downloader.fetcher(txn)
+            planned: list[PlannedTarget] = []
+            for target in options.targets:
+                if progress is not None:
+                    progress.stage(f"verifying {target.key(options.channel)}")
+                planned.append(plan_target(options, target, fetcher=fetcher, loader=loader))
+            result = SyncResult(dest=str(dest), channel=options.channel, targets=planned)
+            requests = _downloads(dest, planned, previous, txn, result)
+            if progress is not None:
+                progress.start_downloads(len(requests), sum(r.size for r in requests))
+            result.downloaded_bytes = downloader.download_many(
+                requests, progress.advance if progress is not None else None
+            )
+            result.downloaded_files = len(requests)
+            for item in planned:
+                for path, data in item.metadata.items():
+                    txn.stage_metadata(path, data)
+            txn.commit(_new_state(options, planned, previous))
+        except BaseException:
+            txn.abort()
+            raise
+    result.seconds = time.monotonic() - started
+    return result
+
+
+def _previous_state(dest: Path) -> store.MirrorState | None:
+    return store.MirrorState.load(dest) if store.state_path(dest).exists() else None
+
+
+def _downloads(
+    dest: Path,
+    planned: Sequence[PlannedTarget],
+    previous: store.MirrorState | None,
+    txn: store.Transaction,
+    result: SyncResult,
+) -> list[DownloadRequest]:
+    """The packages that are not already in the mirror with the same signed size and digest."""
+    requests: list[DownloadRequest] = []
+    seen: set[str] = set()
+    for item in planned:
+        old = previous.repo(item.key) if previous is not None else None
+        held = {p.path: p for p in old.packages} if old is not None else {}
+        for pkg in item.packages:
+            path = item.path(pkg)
+            if path in seen:
+                continue
+            seen.add(path)
+            if store.is_current(dest, held.get(path), size=pkg.size, sha256=pkg.sha256, sha512=pkg.sha512):
+                result.reused_files += 1
+                continue
+            requests.append(
+                DownloadRequest(item.url(pkg), txn.package_target(path), pkg.size, sha256=pkg.sha256, sha512=pkg.sha512)
+            )
+    return requests
+
+
+def _new_state(options: SyncOptions, planned: Sequence[PlannedTarget], previous: store.MirrorState | None) -> store.MirrorState:
+    """Merge what this sync resolved into the previous state: releases accumulate until pruned."""
+    now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    repos = {r.key: r for r in previous.repos} if previous else {}
+    for item in planned:
+        old = repos.get(item.key)
+        packages = {p.path: p for p in old.packages} if old else {}
+        for pkg in item.packages:
+            path = item.path(pkg)
+            packages[path] = store.StoredPackage(
+                path=path, size=pkg.size, sha256=pkg.sha256, sha512=pkg.sha512,
+                name=pkg.name, version=pkg.version, arch=pkg.arch, url=item.url(pkg),
+            )  # fmt: skip
+        release = store.Release(
+            toolkit_version=item.toolkit_version,
+            packages=tuple(item.path(p) for p in item.packages),
+            node_requirements=item.node_requirements,
+            breaks=item.breaks,
+        )
+        releases = [r for r in (old.releases if old else ()) if r.toolkit_version != item.toolkit_version]
+        releases.append(release)
+        releases.sort(key=lambda r, fmt=item.target.format: sort_key(fmt)(r.toolkit_version))  # type: ignore[misc]
+        signed = tuple(
+            store.StoredFile(path=p, size=len(d), sha512=_sha512(d)) for p, d in sorted(item.metadata.items())
+        )
+        repos[item.key] = store.RepoRecord(
+            key=item.key,
+            format=item.target.format.value,
+            arch=item.target.arch,
+            channel=options.channel,
+            base_url=item.base_url,
+            provenance=store.Provenance(item.fingerprint, item.signed_at, signed),
+            packages=tuple(sorted(packages.values(), key=lambda p: p.path)),
+            releases=tuple(releases),
+            synced_at=now,
+        )
+    return store.MirrorState(
+        upstream=options.upstream,
+        channel=options.channel,
+        repos=tuple(sorted(repos.values(), key=lambda r: r.key)),
+        selector=options.selector if options.locked is None else "locked",
+    )
+
+
+def _locked_target(lock: Lockfile, target: Target) -> LockedTarget:
+    for locked in lock.targets:
+        if locked.format == target.format.value and locked.arch == target.arch:
+            return locked
+    raise LockfileMismatch("the lockfile", [f"it locks nothing for {target.format.value}/{target.arch}"])
+
+
+def _clean(filename: str) -> str:
+    """``./x.deb`` -> ``x.deb``; refuses escapes (the same check safe_join applies on disk)."""
+    safe_join("/repo", filename)
+    return posixpath.normpath(filename)
+
+
+def _sha512(data: bytes) -> str:
+    return hashlib.sha512(data).hexdigest()

@@ -1,0 +1,46 @@
+"""A faithful local copy of NVIDIA's package repositories, and an HTTP server with faults, for tests and the demo.
+
+Build: :func:`build_upstream` / :func:`cached_upstream` -> :class:`UpstreamTree`.
+Serve: :class:`UpstreamServer` (context manager, ``.url``, ``.log``, ``.inject(path, Fault...)``).
+Command line: ``python -m tests.upstream build DIR`` and ``python -m tests.upstream serve DIR --port N``.
+"""
+
+from tests.upstream.build import (
+    CHANNELS,
+    DEFAULT_CACHE,
+    UpstreamTree,
+    build_upstream,
+    cache_key,
+    cached_upstream,
+    copy_upstream,
+    localize,
+)
+from tests.upstream.catalog import DEFAULT_EXPERIMENTAL, DEFAULT_STABLE, REAL_BASE_URL, REAL_UPSTREAM
+from tests.upstream.keys import SigningKey, stop_agent
+from tests.upstream.server import Fault, LogRecord, UpstreamServer
+from tests.upstream.signing import make_wrong_key, resign_inrelease, resign_repomd, sign_clear, sign_detached
+
+__all__ = [
+    "CHANNELS",
+    "DEFAULT_CACHE",
+    "DEFAULT_EXPERIMENTAL",
+    "DEFAULT_STABLE",
+    "REAL_BASE_URL",
+    "REAL_UPSTREAM",
+    "Fault",
+    "LogRecord",
+    "SigningKey",
+    "UpstreamServer",
+    "UpstreamTree",
+    "build_upstream",
+    "cache_key",
+    "cached_upstream",
+    "copy_upstream",
+    "localize",
+    "make_wrong_key",
+    "resign_inrelease",
+    "resign_repomd",
+    "sign_clear",
+    "sign_detached",
+    "stop_agent",
+]
