@@ -9,20 +9,17 @@ from __future__ import annotations
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional, Protocol, Sequence
+from typing import Callable, Dict, Optional, Protocol, Sequence
 
-import yaml
-
-from configure import proc
-from configure.engine import Engine
-from configure.errors import ToolError
-from configure.fsutil import rooted
+from configure import cdi, proc
+from configure.engine import ConfigPlan, Engine
+from configure.errors import UsageError
 from installer.backend import PackageBackend, make_backend
 from installer.node import NodeFacts, detect_node, proc_runner
 from installer.target import StagedBundle
 
 #: Where the CDI spec goes (node path) and the engines the installer knows, in detection order.
-CDI_SPEC = "/etc/cdi/nvidia.yaml"
+CDI_SPEC = cdi.CDI_SPEC
 ENGINE_NAMES = ("containerd", "docker", "crio")
 SERVICE_UNITS = {"containerd": "containerd", "docker": "docker", "crio": "crio"}
 
@@ -59,40 +56,28 @@ class Systemd:
         return proc.run(["systemctl", "is-active", "--quiet", unit], check=False, timeout=30).returncode == 0
 
 
-def generate_cdi(root: Path) -> bytes:
-    """Run the installed ``nvidia-ctk cdi generate`` and return the spec it prints (checked to be a CDI spec).
-
-    :raises ToolError: when nvidia-ctk is missing, fails, or prints something that is not a CDI spec.
-    """
-    ctk = rooted(root, "/usr/bin/nvidia-ctk")
-    if not ctk.exists():
-        raise ToolError(f"{ctk} is missing, so the CDI spec cannot be generated")
-    argv = [str(ctk), "cdi", "generate"]
-    if str(root) not in ("", "/"):
-        argv.append(f"--driver-root={root}")
-    out = proc.run(argv, timeout=120).stdout
-    check_cdi_spec(out, ctk)
-    return out
-
-
-def check_cdi_spec(data: bytes, origin: object) -> None:
-    """:raises ToolError: unless ``data`` is YAML with ``cdiVersion``, ``kind`` and ``devices``."""
-    try:
-        spec = yaml.safe_load(data)
-    except yaml.YAMLError as exc:
-        raise ToolError(f"{origin} did not produce valid YAML for the CDI spec") from exc
-    if not isinstance(spec, dict) or not {"cdiVersion", "kind", "devices"} <= set(spec):
-        raise ToolError(f"{origin} did not produce a CDI spec (it needs cdiVersion, kind and devices)")
-
-
 def default_engine(name: str) -> Engine:
-    """The configure library's engine ``name`` (containerd, docker, crio)."""
-    try:
-        from configure import engines  # type: ignore[attr-defined, unused-ignore]
-    except ImportError as exc:  # pragma: no cover - only in a build without engines
-        raise ToolError(f"this build of gpu-airgap cannot configure {name}") from exc
-    engine: Engine = engines.get(name)
-    return engine
+    """The configure library's engine ``name`` (containerd, docker, crio).
+
+    :raises UsageError: for any other name.
+    """
+    from configure.containerd import ContainerdEngine
+    from configure.crio import CrioEngine
+    from configure.docker import DockerEngine
+
+    engines: Dict[str, Callable[[], Engine]] = {
+        "containerd": ContainerdEngine,
+        "docker": DockerEngine,
+        "crio": CrioEngine,
+    }
+    if name not in engines:
+        raise UsageError(f"unknown container engine {name!r}; use one of {', '.join(engines)}")
+    return engines[name]()
+
+
+def plan_cdi(root: Path) -> ConfigPlan:
+    """Plan the CDI spec with the installed ``nvidia-ctk cdi generate`` (device nodes under another root)."""
+    return cdi.plan_spec(root)
 
 
 def default_opener(bundle: Path, keyring: Path, staging_dir: Path) -> StagedBundle:
@@ -116,7 +101,7 @@ class NodeEnv:
     backend: Callable[[NodeFacts], PackageBackend] = lambda f: make_backend(f.package_format, f.root, f.rpm_dbpath)
     engine: Callable[[str], Engine] = default_engine
     services: ServiceManager = Systemd()  # noqa: RUF009 - stateless, sharing it is fine
-    cdi: Callable[[Path], bytes] = generate_cdi
+    cdi: Callable[[Path], ConfigPlan] = plan_cdi
     free: Callable[[Path], int] = free_bytes
     engine_names: Sequence[str] = ENGINE_NAMES
     log: Optional[Callable[[str], None]] = None  #: progress lines (the CLI prints them on stderr)

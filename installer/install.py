@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
-from configure.changes import FileChange, Journal, apply_changes, read_optional, revert, unified_diff
+from configure.changes import Journal, apply_changes, revert, unified_diff
 from configure.engine import RuntimeOptions
 from configure.errors import BusyError, CommandError, ToolError, UsageError
 from configure.fsutil import rooted
@@ -248,10 +248,15 @@ def _cdi(facts: NodeFacts, options: InstallOptions, journal: Journal, env: NodeE
         return False, "skipped: disabled with --cdi off"
     if not facts.driver:
         return False, "skipped: no NVIDIA driver found (no /proc/driver/nvidia/version or /dev/nvidiactl)"
-    data = env.cdi(options.root)
-    path = rooted(options.root, CDI_SPEC)
-    written = apply_changes("cdi", [FileChange(path, read_optional(path), data)], journal)
-    return True, (f"written to {CDI_SPEC}" if written else f"{CDI_SPEC} is already current")
+    try:
+        plan = env.cdi(options.root)
+    except ToolError as exc:
+        if options.cdi == "on":
+            raise
+        return False, f"skipped: {exc}"
+    written = apply_changes("cdi", plan.changes, journal, dict(plan.notes))
+    source = plan.facts.get("SOURCE", "nvidia-ctk")
+    return True, (f"written to {CDI_SPEC} (from {source})" if written else f"{CDI_SPEC} is already current")
 
 
 def _register(

@@ -11,10 +11,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List
 
+from configure import cdi as cdi_spec
 from configure.changes import Journal, read_optional, revert
 from configure.errors import ProblemsFound, ToolError
 from configure.fsutil import rooted
-from installer.env import CDI_SPEC, SERVICE_UNITS, NodeEnv, check_cdi_spec
+from installer.env import CDI_SPEC, SERVICE_UNITS, NodeEnv
 from installer.install import node_lock
 from installer.state import NodeState, load_state, state_path
 from installer.target import TOOLKIT_ORDER
@@ -119,11 +120,10 @@ def status(root: Path, env: NodeEnv, runtime_name: str = "nvidia") -> Dict[str, 
     cdi_path = rooted(root, CDI_SPEC)
     cdi: Dict[str, Any] = {"path": CDI_SPEC, "present": cdi_path.is_file(), "valid": False}
     if cdi["present"]:
-        try:
-            check_cdi_spec(cdi_path.read_bytes(), cdi_path)
-            cdi["valid"] = True
-        except ToolError as exc:
-            problems.append(str(exc))
+        data, spec_problems = cdi_spec.parse_spec(cdi_path.read_bytes())
+        spec_problems = spec_problems or cdi_spec.validate_spec(data)
+        cdi["valid"] = not spec_problems
+        problems.extend(f"{CDI_SPEC}: {p}" for p in spec_problems)
     if state is not None:
         for pkg, version in state.packages.items():
             now = packages.get(pkg)

@@ -13,12 +13,10 @@ import hashlib
 import shutil
 import subprocess
 import textwrap
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Sequence, Tuple
 
-from configure.errors import ChecksumMismatch, SignatureError
-from installer.target import Requirement, StagedBundle, StagedPackage, Target
+from installer.target import Requirement, StagedPackage, Target
 
 TOOLKIT = ("libnvidia-container1", "libnvidia-container-tools", "nvidia-container-toolkit-base", "nvidia-container-toolkit")
 BREAKS = (Requirement("nvidia-container-runtime", "<=", "3.5.0-1"), Requirement("nvidia-container-runtime-hook"))
@@ -139,51 +137,6 @@ def build_target(out: Path, fmt: str, version: str, arch: str) -> Target:
     return Target(f"{fmt}-{arch}", fmt, arch, tuple(packages), tuple(Requirement.parse(r) for r in reqs))
 
 
-@dataclass
-class FakeSignedBundle:
-    """A stand-in for a signed bundle until ``installer.bundle`` lands: a key name plus file digests."""
-
-    path: Path
-    key: bytes
-    targets: Tuple[Target, ...]
-    digests: Dict[str, str]
-    release: str
-
-
-def make_bundle(directory: Path, targets: Sequence[Target], key: bytes = b"operator-key", release: str = "1.17.8") -> FakeSignedBundle:
-    """Write a bundle file naming the targets' package digests (its bytes are its identity)."""
-    digests = {str(p.path): hashlib.sha256(p.path.read_bytes()).hexdigest() for t in targets for p in t.packages}
-    path = directory / f"bundle-{release}-{len(list(directory.glob('bundle-*')))}.tar"
-    path.write_bytes(repr(sorted(digests.items())).encode())
-    return FakeSignedBundle(path, key, tuple(targets), digests, release)
-
-
-class FakeOpener:
-    """Verifies a :class:`FakeSignedBundle` like the real opener: key, then every digest, then stages copies."""
-
-    def __init__(self, bundle: FakeSignedBundle) -> None:
-        self.bundle = bundle
-
-    def __call__(self, bundle: Path, keyring: Path, staging_dir: Path) -> StagedBundle:
-        if keyring.read_bytes() != self.bundle.key:
-            raise SignatureError(f"{bundle.name} is not signed by a key in {keyring}")
-        targets = []
-        for target in self.bundle.targets:
-            staged = []
-            for pkg in target.packages:
-                data = pkg.path.read_bytes()
-                digest = hashlib.sha256(data).hexdigest()
-                if digest != self.bundle.digests[str(pkg.path)]:
-                    raise ChecksumMismatch(pkg.path.name, self.bundle.digests[str(pkg.path)], digest)
-                copy = staging_dir / target.name / pkg.path.name
-                copy.parent.mkdir(parents=True, exist_ok=True)
-                copy.write_bytes(data)
-                staged.append(StagedPackage(pkg.name, pkg.version, pkg.arch, copy, pkg.size, pkg.depends, pkg.breaks))
-            targets.append(Target(target.name, target.format, target.arch, tuple(staged), target.requirements))
-        bundle_id = hashlib.sha256(bundle.read_bytes()).hexdigest()
-        return StagedBundle(bundle_id, "F" * 40, self.bundle.release, tuple(targets), staging_dir)
-
-
 def seed_dpkg_root(root: Path, os_release: str = "ID=ubuntu\nID_LIKE=debian\nVERSION_ID=\"22.04\"\n", libraries: Dict[str, str] = DEB_SEED) -> None:
     """A Debian-like root: an empty-but-real dpkg database with the node libraries as installed entries."""
     admin = root / "var/lib/dpkg"
@@ -228,3 +181,81 @@ def tree_digest(root: Path) -> Dict[str, str]:
         else:
             out[rel] = f"file:{st.st_mode:o}:" + hashlib.sha256(path.read_bytes()).hexdigest()
     return out
+
+
+def write_signed_bundle(
+    out: Path, targets: Sequence[Target], key_home: Path, fingerprint: str, release: str = "1.17.8", *, tamper: bool = False
+) -> Path:
+    """Write a real signed bundle (manifest + detached signature + packages) readable by ``installer.bundle``.
+
+    A trimmed version of what ``bundle build`` writes: no zipapp or repo metadata, which the node
+    installer does not read. Signed with the real gpg key in ``key_home``. ``tamper`` flips one
+    byte of the first package after signing (same size, wrong sha256).
+    """
+    from installer.manifest import MANIFEST_NAME, SIGNATURE_NAME, Manifest, PackageEntry, Provenance
+    from installer.manifest import Target as ManifestTarget
+    from mirror.bundle_tar import BundleWriter
+
+    entries = []
+    members: Dict[str, Path] = {}
+    for target in targets:
+        packages = []
+        for order, pkg in enumerate(install_order_of(target)):
+            member = f"targets/{target.name}/{pkg.path.name}"
+            members[member] = pkg.path
+            digest = hashlib.sha256(pkg.path.read_bytes()).hexdigest()
+            packages.append(PackageEntry(pkg.name, pkg.version, pkg.arch, member, pkg.size, digest, order, pkg.depends))
+        entries.append(
+            ManifestTarget(
+                format=target.format,
+                arch=target.arch,
+                repo_dir=f"targets/{target.name}",
+                toolkit_version=target.packages[0].version,
+                provenance=Provenance("http://127.0.0.1/stand-in", "C95B321B61E88C1809C4F759DDCAE044F796ECB0", None),
+                packages=tuple(packages),
+                node_requirements=tuple(str(r) if target.format == "deb" else _rpm_text(r) for r in target.requirements),
+            )
+        )
+    manifest = Manifest(
+        tool_version="0.1.0",
+        created="2026-11-30T00:00:00Z",
+        channel="stable",
+        toolkit_version=release,
+        upstream_url="http://127.0.0.1/stand-in",
+        upstream_fingerprint="C95B321B61E88C1809C4F759DDCAE044F796ECB0",
+        signer=fingerprint,
+        targets=tuple(entries),
+        files=(),
+    )
+    data = manifest.to_json()
+    signature = subprocess.run(
+        ["gpg", "--homedir", str(key_home), "--batch", "--armor", "--detach-sign", "--local-user", fingerprint],
+        input=data, check=True, capture_output=True,
+    ).stdout
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with BundleWriter(out, compression="gzip", mtime=0) as writer:
+        writer.add_bytes(MANIFEST_NAME, data)
+        writer.add_bytes(SIGNATURE_NAME, signature)
+        for index, member in enumerate(sorted(members)):
+            source = members[member]
+            if tamper and index == 0:
+                bad = out.parent / (source.name + ".tampered")
+                raw = bytearray(source.read_bytes())
+                raw[-1] ^= 0xFF
+                bad.write_bytes(bytes(raw))
+                source = bad
+            writer.add_file(member, source, size=source.stat().st_size)
+        writer.commit()
+    return out
+
+
+def install_order_of(target: Target) -> List[StagedPackage]:
+    """The target's packages in dependency order."""
+    from installer.target import install_order
+
+    return install_order(target.packages)
+
+
+def _rpm_text(req: Requirement) -> str:
+    op = {"<<": "<", ">>": ">"}.get(req.op or "", req.op)
+    return f"{req.name} {op} {req.version}" if req.op else req.name

@@ -5,49 +5,28 @@ from __future__ import annotations
 import json
 import subprocess
 from pathlib import Path
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import pytest
 
-from configure.changes import FileChange, read_optional
-from configure.engine import ConfigPlan, RuntimeOptions
-from configure.errors import ChecksumMismatch, SignatureError, ToolError
-from configure.fsutil import rooted
+from configure.containerd import ContainerdEngine
+from configure.errors import ToolError, VerificationError
 from installer.env import NodeEnv
 from installer.install import InstallFailed, InstallOptions, install
 from installer.manage import status, uninstall
 from installer.preflight import PreflightFailed
 from installer.state import load_state
 from installer.target import Target, TargetMismatch
+from tests.gpgkeys import TestKey, other_key, test_key  # noqa: F401 - fixtures
 from tests.node_fixtures import (
     CONTAINERD_CONFIG,
     TOOLKIT,
-    FakeOpener,
     build_target,
-    make_bundle,
     seed_dpkg_root,
     seed_rpm_root,
     tree_digest,
+    write_signed_bundle,
 )
-
-
-class DropInContainerd:
-    """A minimal containerd engine (a drop-in plus an imports line) until configure's engines land."""
-
-    name = "containerd"
-
-    def plan(self, options: RuntimeOptions) -> ConfigPlan:
-        main = rooted(options.root, "/etc/containerd/config.toml")
-        drop = rooted(options.root, "/etc/containerd/conf.d/99-nvidia.toml")
-        old_main = read_optional(main) or b"version = 2\n"
-        line = b'imports = ["/etc/containerd/conf.d/*.toml"]\n'
-        new_main = old_main if line in old_main else line + old_main
-        body = f'[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.{options.runtime_name}]\n  runtime_type = "io.containerd.runc.v2"\n'
-        return ConfigPlan("containerd", [FileChange(main, read_optional(main), new_main), FileChange(drop, read_optional(drop), body.encode())])
-
-    def report(self, root: Path, runtime_name: str) -> Dict[str, str]:
-        drop = read_optional(rooted(root, "/etc/containerd/conf.d/99-nvidia.toml")) or b""
-        return {"RUNTIME": runtime_name if f"runtimes.{runtime_name}]".encode() in drop else ""}
 
 
 class Services:
@@ -83,15 +62,25 @@ def deb_root(tmp_path: Path) -> Path:
     return root
 
 
-def _setup(tmp_path: Path, *target_list: Target, key: bytes = b"operator-key") -> Tuple[Path, Path, NodeEnv, Services]:
+def _setup(tmp_path: Path, *target_list: Target, tamper: bool = False, key: Optional[TestKey] = None) -> Tuple[Path, Path, NodeEnv, Services]:
+    """A real signed bundle of ``target_list``, the operator key file, and a real env with a recording service manager."""
+    signer = key or _KEYS["operator"]
     bundles = tmp_path / "bundles"
-    bundles.mkdir(exist_ok=True)
-    bundle = make_bundle(bundles, target_list)
-    keyring = tmp_path / f"key-{len(list(tmp_path.glob('key-*')))}.asc"
-    keyring.write_bytes(key)
+    bundle = write_signed_bundle(
+        bundles / f"bundle-{len(list(bundles.glob('*.tar'))) if bundles.exists() else 0}.tar",
+        target_list, signer.home, signer.fingerprint, tamper=tamper,
+    )
     services = Services()
-    env = NodeEnv(opener=FakeOpener(bundle), engine=lambda name: DropInContainerd(), services=services)
-    return bundle.path, keyring, env, services
+    return bundle, _KEYS["operator"].public, NodeEnv(services=services), services
+
+
+_KEYS: Dict[str, TestKey] = {}
+
+
+@pytest.fixture(autouse=True)
+def _keys(request: pytest.FixtureRequest) -> None:
+    _KEYS["operator"] = request.getfixturevalue("test_key")
+    _KEYS["other"] = request.getfixturevalue("other_key")
 
 
 def _dpkg_versions(root: Path) -> Dict[str, str]:
@@ -110,11 +99,12 @@ class TestDpkgRoot:
         assert _dpkg_versions(deb_root) == dict.fromkeys(TOOLKIT, "1.17.8-1")
         ctk = deb_root / "usr/bin/nvidia-ctk"
         assert subprocess.run([str(ctk)], capture_output=True, text=True).stdout.startswith("nvidia-ctk version 1.17.8")
-        assert b"runtimes.nvidia]" in (deb_root / "etc/containerd/conf.d/99-nvidia.toml").read_bytes()
+        assert ContainerdEngine().report(deb_root, "nvidia")["RUNTIME"] == "nvidia"
         state = load_state(deb_root)
         assert state is not None and state.packages == dict.fromkeys(TOOLKIT, "1.17.8-1")
         assert state.held and "containerd" in state.engines
-        assert {Path(f.path).name for f in state.files} == {"config.toml", "99-nvidia.toml"}
+        assert "config.toml" in {Path(f.path).name for f in state.files}
+        assert all(f.backup is None or Path(f.backup).is_file() for f in state.files)
         selections = subprocess.run(["dpkg", f"--root={deb_root}", "--get-selections", *TOOLKIT], capture_output=True, text=True).stdout
         assert selections.split().count("hold") == 4
         assert services.calls == []  # --root is not /: never restart the host's engines
@@ -133,26 +123,18 @@ class TestDpkgRoot:
     @pytest.mark.parametrize("problem", ["tampered", "wrong-key", "other-arch"])
     def test_bad_bundle_changes_nothing_under_the_root(self, tmp_path: Path, deb_root: Path, targets: Dict[str, Target], problem: str) -> None:
         target = targets["deb-arm64"] if problem == "other-arch" else targets["deb-1.17.8"]
-        bundle, key, env, _ = _setup(tmp_path, target)
-        if problem == "wrong-key":
-            key.write_bytes(b"somebody else")
-        if problem == "tampered":
-            tampered = tmp_path / "tampered"
-            tampered.mkdir()
-            pkg = target.packages[0].path
-            copy = tampered / pkg.name
-            copy.write_bytes(pkg.read_bytes() + b"\0")
-            assert isinstance(env.opener, FakeOpener)
-            env.opener.bundle.digests[str(copy)] = env.opener.bundle.digests[str(pkg)]
-            first = target.packages[0]
-            moved = type(first)(first.name, first.version, first.arch, copy, first.size, first.depends, first.breaks)
-            env.opener.bundle.targets = (Target(target.name, target.format, target.arch, (moved, *target.packages[1:]), target.requirements),)
+        signer = _KEYS["other"] if problem == "wrong-key" else None
+        bundle, key, env, _ = _setup(tmp_path, target, tamper=problem == "tampered", key=signer)
         before = tree_digest(deb_root)
-        expected = {"tampered": ChecksumMismatch, "wrong-key": SignatureError, "other-arch": TargetMismatch}[problem]
+        expected = {"tampered": VerificationError, "wrong-key": VerificationError, "other-arch": TargetMismatch}[problem]
         with pytest.raises(expected) as info:
             install(bundle, key, InstallOptions(root=deb_root), env)
         if problem == "other-arch":
             assert "deb/arm64" in str(info.value) and "deb/amd64" in str(info.value)
+        if problem == "tampered":
+            assert "libnvidia-container" in str(info.value)
+        if problem == "wrong-key":
+            assert "not in the trusted keyring" in str(info.value)
         assert tree_digest(deb_root) == before
 
     def test_missing_node_requirement_is_named_and_nothing_installed(self, tmp_path: Path, targets: Dict[str, Target]) -> None:
@@ -176,6 +158,7 @@ class TestDpkgRoot:
         bundle, key, env, _ = _setup(tmp_path, targets["deb-1.17.8"])
         install(bundle, key, InstallOptions(root=deb_root), env)
         old_bundle, old_key, old_env, _ = _setup(tmp_path, targets["deb-1.17.7"])
+        assert old_bundle != bundle
         with pytest.raises(PreflightFailed, match=r"nvidia-container-toolkit 1.17.8-1 is newer than the bundle's 1.17.7-1"):
             install(old_bundle, old_key, InstallOptions(root=deb_root), old_env)
         assert _dpkg_versions(deb_root) == dict.fromkeys(TOOLKIT, "1.17.8-1")
@@ -188,7 +171,7 @@ class TestDpkgRoot:
         result = install(bundle, key, InstallOptions(root=deb_root, dry_run=True), env)
         assert result.outcome == "dry-run"
         assert any(m.startswith("would install libnvidia-container1 1.17.8-1") for m in result.messages)
-        assert "+[plugins" in result.diff
+        assert "runtimes.nvidia]" in result.diff
         assert tree_digest(deb_root) == before
 
     def test_uninstall_restores_config_byte_for_byte_and_removes_packages(self, tmp_path: Path, deb_root: Path, targets: Dict[str, Target]) -> None:
