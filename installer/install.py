@@ -131,6 +131,7 @@ def install(bundle: Path, keyring: Path, options: InstallOptions, env: NodeEnv) 
     if not keyring.is_file():
         raise UsageError(f"the operator key {keyring} does not exist")
     with node_lock(root) as state_dir, staging(state_dir) as stage:
+        _say(env, f"verifying {bundle.name} with {keyring}")
         staged = env.opener(bundle, keyring, stage)
         facts = env.detect(root)
         target = pick_target(staged, facts.package_format, facts.arch, (facts.os.id, *facts.os.id_like))
@@ -154,6 +155,7 @@ def install(bundle: Path, keyring: Path, options: InstallOptions, env: NodeEnv) 
             backend.remove(names)
             result.messages.extend(f"removed {n} {v}: {why}" for n, v, why in check.remove_first)
         if check.to_install:
+            _say(env, f"installing {len(check.to_install)} package(s) with {backend.name}")
             _install_packages(backend, check, previous, options)
             result.messages.append(
                 "installed " + ", ".join(f"{p.name} {p.version}" for p in install_order(check.to_install))
@@ -190,6 +192,11 @@ def install(bundle: Path, keyring: Path, options: InstallOptions, env: NodeEnv) 
         )
         result.messages.append(f"recorded the install in {save_state(root, state)}")
         return result
+
+
+def _say(env: NodeEnv, line: str) -> None:
+    if env.log is not None:
+        env.log(line)
 
 
 def _preflight(

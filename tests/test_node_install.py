@@ -10,13 +10,14 @@ from typing import Dict, List, Optional, Tuple
 import pytest
 
 from configure.containerd import ContainerdEngine
-from configure.errors import ToolError, VerificationError
+from configure.errors import ExitCode, ToolError, VerificationError
 from installer.env import NodeEnv
 from installer.install import InstallFailed, InstallOptions, install
 from installer.manage import status, uninstall
 from installer.preflight import PreflightFailed
 from installer.state import load_state
 from installer.target import Target, TargetMismatch
+from tests.cli_runner import run_cli
 from tests.gpgkeys import TestKey, other_key, test_key  # noqa: F401 - fixtures
 from tests.node_fixtures import (
     CONTAINERD_CONFIG,
@@ -243,3 +244,40 @@ def test_uninstall_without_a_recorded_install_says_so(tmp_path: Path) -> None:
     seed_dpkg_root(tmp_path)
     with pytest.raises(ToolError, match="nothing to uninstall"):
         uninstall(tmp_path, NodeEnv())
+
+
+def test_cli_install_status_uninstall_round_trip(tmp_path: Path, deb_root: Path, targets: Dict[str, Target]) -> None:
+    bundle, key, _, _ = _setup(tmp_path, targets["deb-1.17.8"])
+    result = run_cli("install", str(bundle), "--keyring", str(key), "--root", str(deb_root), "--json")
+    assert result.exit_code == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["outcome"] == "installed" and data["packages"]["nvidia-container-toolkit"] == "1.17.8-1"
+    assert "verifying bundle-0.tar" in result.stderr
+    again = run_cli("install", str(bundle), "--keyring", str(key), "--root", str(deb_root))
+    assert again.exit_code == 0 and again.stdout.startswith("up-to-date")
+    shown = run_cli("status", "--root", str(deb_root), "--json")
+    assert shown.exit_code == 0, shown.stdout
+    assert json.loads(shown.stdout)["engines"]["containerd"]["RUNTIME"] == "nvidia"
+    removed = run_cli("uninstall", "--root", str(deb_root))
+    assert removed.exit_code == 0, removed.stderr
+    assert "removed nvidia-container-toolkit" in removed.stdout
+    assert (deb_root / "etc/containerd/config.toml").read_bytes() == CONTAINERD_CONFIG
+
+
+def test_cli_preflight_failure_is_one_sentence_with_exit_code_7(tmp_path: Path, targets: Dict[str, Target]) -> None:
+    root = tmp_path / "root"
+    seed_dpkg_root(root, libraries={})
+    bundle, key, _, _ = _setup(tmp_path, targets["deb-1.17.8"])
+    result = run_cli("install", str(bundle), "--keyring", str(key), "--root", str(root))
+    assert result.exit_code == ExitCode.PREFLIGHT
+    assert result.stderr.count("\n") == 2  # the progress line and the one-sentence error
+    assert "libc6 (>= 2.14) is not installed" in result.stderr and "libseccomp2" in result.stderr
+
+
+def test_cli_status_exits_9_on_drift(tmp_path: Path, deb_root: Path, targets: Dict[str, Target]) -> None:
+    bundle, key, _, _ = _setup(tmp_path, targets["deb-1.17.8"])
+    assert run_cli("install", str(bundle), "--keyring", str(key), "--root", str(deb_root)).exit_code == 0
+    subprocess.run(["dpkg", f"--root={deb_root}", "--remove", "nvidia-container-toolkit"], check=True, capture_output=True)
+    shown = run_cli("status", "--root", str(deb_root))
+    assert shown.exit_code == ExitCode.PROBLEMS_FOUND
+    assert "nvidia-container-toolkit is not installed, the install recorded 1.17.8-1" in shown.stdout
