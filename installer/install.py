@@ -95,7 +95,8 @@ def node_lock(root: Path) -> Iterator[Path]:
     fd = os.open(state_dir, os.O_RDONLY)
     try:
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            # distinct bits, so + is |; vermin's union-types check misreads a | between attributes
+            fcntl.flock(fd, fcntl.LOCK_EX + fcntl.LOCK_NB)
         except BlockingIOError as exc:
             raise BusyError(f"another gpu-airgap process is working on {root}; try again when it finishes") from exc
         yield state_dir
@@ -295,7 +296,7 @@ def _register(
 def _restart(changed: List[str], options: InstallOptions, journal: Journal, env: NodeEnv, result: InstallResult) -> None:
     if not changed:
         return
-    if options.no_restart or str(options.root) not in ("", "/"):
+    if not _may_restart(options):
         why = "--no-restart" if options.no_restart else f"--root is {options.root}"
         result.messages.append(f"not restarting {', '.join(changed)} ({why}); restart them to use the runtime")
         return
@@ -309,6 +310,11 @@ def _restart(changed: List[str], options: InstallOptions, journal: Journal, env:
         env.services.restart(unit)
         back = "it is running again" if env.services.is_active(unit) else "it is still not running"
         result.engines[name] = f"did not come back after the change; restored its configuration and restarted it ({back})"
+
+
+def _may_restart(options: InstallOptions) -> bool:
+    """Engines are restarted only on the live system: under another root they are not ours to touch."""
+    return not options.no_restart and str(options.root) in ("", "/")
 
 
 def _dry_run(

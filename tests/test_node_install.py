@@ -21,6 +21,7 @@ from tests.cli_runner import run_cli
 from tests.gpgkeys import TestKey, other_key, test_key  # noqa: F401 - fixtures
 from tests.node_fixtures import (
     CONTAINERD_CONFIG,
+    DEB_SEED,
     TOOLKIT,
     build_target,
     seed_dpkg_root,
@@ -211,6 +212,17 @@ class TestDpkgRoot:
         assert "removed the newly added" in str(info.value)
         assert _dpkg_versions(deb_root) == {}
         assert load_state(deb_root) is None
+
+
+    def test_old_nvidia_container_runtime_is_removed_first_and_recorded(self, tmp_path: Path, targets: Dict[str, Target]) -> None:
+        root = tmp_path / "root"
+        seed_dpkg_root(root, libraries={**DEB_SEED, "nvidia-container-runtime": "3.4.0-1"})
+        bundle, key, env, _ = _setup(tmp_path, targets["deb-1.17.8"])
+        result = install(bundle, key, InstallOptions(root=root), env)
+        assert any(m.startswith("removed nvidia-container-runtime 3.4.0-1: nvidia-container-toolkit") for m in result.messages)
+        assert _dpkg_versions(root) == dict.fromkeys(TOOLKIT, "1.17.8-1")
+        state = load_state(root)
+        assert state is not None and state.removed == {"nvidia-container-runtime": "3.4.0-1"}
 
 
 class TestRpmRoot:
