@@ -16,9 +16,6 @@ import typer
 
 from configure.errors import ExitCode
 from configure.output import emit_json, emit_lines
-from installer import install as install_lib
-from installer import manage
-from installer.env import NodeEnv
 
 ROOT_HELP = "Treat DIR as the node's / (configs, dpkg/rpm database, state), like dpkg --root."
 
@@ -46,6 +43,10 @@ def add_node_commands(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
     ) -> None:
         """Verify a bundle, check the node, install the toolkit and register the runtime."""
+        # The library loads only when a command runs, so --help stays fast.
+        from installer import install as install_lib
+        from installer.env import NodeEnv
+
         options = install_lib.InstallOptions(
             root=Path(root),
             runtime=runtime,
@@ -77,6 +78,9 @@ def add_node_commands(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
     ) -> None:
         """Restore every configuration file the install changed and remove the packages."""
+        from installer import manage
+        from installer.env import NodeEnv
+
         result = manage.uninstall(Path(root), NodeEnv(log=_progress), keep_packages=keep_packages, force=force)
         if as_json:
             emit_json(result.to_dict())
@@ -93,6 +97,9 @@ def add_node_commands(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
     ) -> int:
         """Show the installed toolkit, registered runtimes and drift from the last install (exit 9 on drift)."""
+        from installer import manage
+        from installer.env import NodeEnv
+
         report = manage.status(Path(root), NodeEnv(), runtime_name)
         if as_json:
             emit_json(report)
