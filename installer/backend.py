@@ -230,8 +230,12 @@ class RpmBackend:
         return path, text.splitlines()
 
     def hold(self, names: Sequence[str]) -> None:
-        """Add ``NAME-EPOCH:VERSION-RELEASE.*`` lines to dnf's versionlock list (kept if already there)."""
+        """Lock ``names`` at their installed versions with ``NAME-EPOCH:VERSION-RELEASE.*`` lines in dnf's versionlock list.
+
+        Earlier lines for the same names (an older release) are replaced; other lines stay as they are.
+        """
         path, lines = self._lock_lines()
+        lines = [line for line in lines if _versionlock_name(line) not in names]
         for name in names:
             version = self.installed_version(name)
             if version is None:

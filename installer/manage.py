@@ -85,6 +85,12 @@ def uninstall(root: Path, env: NodeEnv, *, keep_packages: bool = False, force: b
             result.removed = names
         else:
             result.messages.append("kept the packages (--keep-packages)")
+        older = {n: v for n, v in state.previous.items() if v is not None and n in result.removed}
+        if older:
+            result.messages.append(
+                "before the install the node had " + ", ".join(f"{n} {v}" for n, v in older.items())
+                + "; those versions are not in the bundle, reinstall them from their own media if needed"
+            )
         if state.removed:
             result.messages.append(
                 "the install had removed " + ", ".join(f"{n} {v}" for n, v in state.removed.items()) + "; reinstall them if you still need them"

@@ -293,3 +293,16 @@ def test_cli_status_exits_9_on_drift(tmp_path: Path, deb_root: Path, targets: Di
     shown = run_cli("status", "--root", str(deb_root))
     assert shown.exit_code == ExitCode.PROBLEMS_FOUND
     assert "nvidia-container-toolkit is not installed, the install recorded 1.17.8-1" in shown.stdout
+
+
+def test_upgrade_over_a_held_install_keeps_the_hold(tmp_path: Path, deb_root: Path, targets: Dict[str, Target]) -> None:
+    old, key, env, _ = _setup(tmp_path, targets["deb-1.17.7"])
+    install(old, key, InstallOptions(root=deb_root, hold=True), env)
+    new, key, env, _ = _setup(tmp_path, targets["deb-1.17.8"])
+    result = install(new, key, InstallOptions(root=deb_root, hold=True), env)
+    assert result.outcome == "installed"
+    assert _dpkg_versions(deb_root) == dict.fromkeys(TOOLKIT, "1.17.8-1")
+    selections = subprocess.run(["dpkg", f"--root={deb_root}", "--get-selections", *TOOLKIT], capture_output=True, text=True).stdout
+    assert selections.split().count("hold") == 4
+    state = load_state(deb_root)
+    assert state is not None and state.previous == dict.fromkeys(TOOLKIT)  # uninstall still knows the node had none
