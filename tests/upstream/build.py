@@ -266,7 +266,8 @@ def cached_upstream(cache_dir: Path = DEFAULT_CACHE, **params: Any) -> UpstreamT
     Safe across processes (a lock file per key); a build that dies leaves no half tree behind,
     because it happens in a scratch directory renamed into place at the end.
     """
-    key = cache_key(**params)
+    # ``workers`` changes how fast the tree is built, not what is in it.
+    key = cache_key(**{k: v for k, v in params.items() if k != "workers"})
     cache_dir = Path(os.path.abspath(cache_dir))
     final = cache_dir / key
     with _locked(cache_dir / f"{key}.lock"):
