@@ -25,6 +25,8 @@ debugging, and keeping it unasked leaves GPUs unusable.
 
 from __future__ import annotations
 
+import json
+import posixpath
 import re
 import tempfile
 from pathlib import Path
@@ -35,7 +37,7 @@ import yaml
 from configure import proc
 from configure.changes import FileChange, read_optional
 from configure.engine import ConfigPlan
-from configure.errors import ConfigFormatError, ToolError
+from configure.errors import ConfigFormatError, ToolError, UsageError
 from configure.fsutil import rooted
 
 CDI_SPEC = "/etc/cdi/nvidia.yaml"
@@ -101,8 +103,10 @@ def find_generator(root: Path) -> Tuple[Optional[SpecGenerator], List[str]]:
         return (NvidiaCtkGenerator(binary) if binary else None), []
     for candidate in ("/usr/bin/nvidia-ctk", "/usr/local/bin/nvidia-ctk"):
         if rooted(root, candidate).exists():
-            return None, [f"{candidate} under {root} is not run (binaries under --root are never executed); "
-                          "the spec is built from device nodes"]
+            return None, [
+                f"{candidate} under {root} is not run (binaries under --root are never executed); "
+                "the spec is built from device nodes"
+            ]
     return None, []
 
 
@@ -129,14 +133,18 @@ def build_spec(gpus: List[Tuple[int, str]], control: List[str]) -> Dict[str, Any
         {"name": str(index), "containerEdits": {"deviceNodes": [node(path)]}} for index, path in gpus
     ]
     devices.append({"name": "all", "containerEdits": {"deviceNodes": [node(path) for _, path in gpus]}})
-    edits: Dict[str, Any] = {"env": ["NVIDIA_VISIBLE_DEVICES=void"]}  # keep the legacy hook from injecting too
+    edits: Dict[str, Any] = {
+        "env": ["NVIDIA_VISIBLE_DEVICES=void"]
+    }  # keep the legacy hook from injecting too
     if control:
         edits["deviceNodes"] = [node(path) for path in control]
     return {"cdiVersion": SPEC_VERSION, "kind": KIND, "devices": devices, "containerEdits": edits}
 
 
-def render_spec(spec: Dict[str, Any]) -> bytes:
-    """YAML in the spec's own key order."""
+def render_spec(spec: Dict[str, Any], *, as_json: bool = False) -> bytes:
+    """YAML (or JSON, for a ``.json`` spec file) in the spec's own key order."""
+    if as_json:
+        return (json.dumps(spec, indent=2) + "\n").encode()
     return yaml.safe_dump(spec, sort_keys=False, default_flow_style=False).encode()
 
 
@@ -204,7 +212,11 @@ def _validate_edits(edits: Any, where: str) -> List[str]:
     if not isinstance(edits, dict):
         return [f"{where} is not a mapping"]
     problems: List[str] = []
-    required = {"deviceNodes": ("path",), "mounts": ("hostPath", "containerPath"), "hooks": ("hookName", "path")}
+    required = {
+        "deviceNodes": ("path",),
+        "mounts": ("hostPath", "containerPath"),
+        "hooks": ("hookName", "path"),
+    }
     env = edits.get("env", [])
     if not isinstance(env, list) or not all(isinstance(e, str) and _ENV.match(e) for e in env):
         problems.append(f"{where}.env must be a list of KEY=VALUE strings")
@@ -214,7 +226,9 @@ def _validate_edits(edits: Any, where: str) -> List[str]:
             problems.append(f"{where}.{key} must be a list")
             continue
         for i, item in enumerate(items):
-            missing = [f for f in fields if not (isinstance(item, dict) and isinstance(item.get(f), str) and item[f])]
+            missing = [
+                f for f in fields if not (isinstance(item, dict) and isinstance(item.get(f), str) and item[f])
+            ]
             if missing:
                 problems.append(f"{where}.{key}[{i}] lacks {' and '.join(missing)}")
             elif key == "hooks" and item["hookName"] not in HOOK_NAMES:
@@ -239,6 +253,9 @@ def plan_spec(
     :raises ConfigFormatError: when an existing spec is invalid and ``force`` is false.
     :raises NoGpuDevices: when a new spec is needed and there are no GPU device nodes.
     """
+    if not output.startswith("/") or posixpath.splitext(output)[1] not in (".yaml", ".json"):
+        # CDI registries load only *.yaml and *.json files, from absolute spec directories.
+        raise UsageError(f"--output must be an absolute path ending in .yaml or .json, not {output!r}")
     path = rooted(root, output)
     plan = ConfigPlan(engine=ENGINE)
     plan.facts["CDI_SPEC"] = output
@@ -259,15 +276,17 @@ def plan_spec(
         plan.facts["EXISTING_VALID"] = "false" if existing_problems else "true"
         if existing_problems and not force:
             raise ConfigFormatError(
-                path, f"the existing CDI spec is invalid ({'; '.join(existing_problems)}); use --force to replace it"
+                path,
+                f"the existing CDI spec is invalid ({'; '.join(existing_problems)}); use --force to replace it",
             )
         if existing_problems:
             plan.warnings.append(f"replacing the invalid spec {path}: {'; '.join(existing_problems)}")
     try:
-        new, source = _generate(root, generator, plan)
-    except NoGpuDevices:
+        new, source = _generate(root, generator, plan, as_json=output.endswith(".json"))
+    except NoGpuDevices as exc:
         if old is None or existing_problems or force:
             raise
+        plan.warnings.append(f"{exc.dev} has no GPU device nodes; kept the existing valid spec {path}")
         new, source = old, "existing"
     if old is not None and new != old:
         if _same_spec(old, new):
@@ -276,7 +295,9 @@ def plan_spec(
             plan.warnings.append(f"kept the existing valid spec {path}; use --force to replace it")
             new, source = old, "existing"
     if source == "device-nodes" and new != old:
-        plan.warnings.append("the spec lists device nodes only; nvidia-ctk on the node also mounts the driver libraries")
+        plan.warnings.append(
+            "the spec lists device nodes only; nvidia-ctk on the node also mounts the driver libraries"
+        )
     plan.changes.append(FileChange(path, old, new, mode=0o644))
     data, _ = parse_spec(new)
     plan.facts["SOURCE"] = source
@@ -287,7 +308,9 @@ def plan_spec(
     return plan
 
 
-def _generate(root: Path, generator: Optional[SpecGenerator], plan: ConfigPlan) -> Tuple[bytes, str]:
+def _generate(
+    root: Path, generator: Optional[SpecGenerator], plan: ConfigPlan, *, as_json: bool
+) -> Tuple[bytes, str]:
     if generator is not None:
         try:
             raw = generator.generate()
@@ -298,11 +321,11 @@ def _generate(root: Path, generator: Optional[SpecGenerator], plan: ConfigPlan) 
             problems = problems or validate_spec(data)
             if problems:
                 raise ToolError(f"{generator.name} produced an invalid CDI spec: {'; '.join(problems)}")
-            return raw, generator.name
+            return (render_spec(data, as_json=True) if as_json else raw), generator.name
     gpus, control = find_device_nodes(root)
     if not gpus:
         raise NoGpuDevices(rooted(root, "/dev"))
-    return render_spec(build_spec(gpus, control)), "device-nodes"
+    return render_spec(build_spec(gpus, control), as_json=as_json), "device-nodes"
 
 
 def _same_spec(a: bytes, b: bytes) -> bool:

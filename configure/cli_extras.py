@@ -66,7 +66,9 @@ def register_extras(app: typer.Typer) -> None:
     def toolkit_command(
         root: str = typer.Option("/", "--root", metavar="DIR", help=ROOT_HELP),
         mode: Optional[str] = typer.Option(
-            None, "--mode", help=f"Runtime mode: {'|'.join(toolkit.MODES)}; without it, show the current mode."
+            None,
+            "--mode",
+            help=f"Runtime mode: {'|'.join(toolkit.MODES)}; without it, show the current mode.",
         ),
         dry_run: bool = typer.Option(False, "--dry-run", help="Print the diff instead of writing."),
         as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
@@ -96,8 +98,12 @@ def register_extras(app: typer.Typer) -> None:
     @app.command("runtimeclass")
     def runtimeclass_command(
         name: str = typer.Option("nvidia", "--name", help="metadata.name of the RuntimeClass."),
-        handler: str = typer.Option("nvidia", "--handler", help="The CRI runtime handler (the runtime's name)."),
-        output: Optional[str] = typer.Option(None, "--output", metavar="FILE", help="Write here instead of stdout."),
+        handler: str = typer.Option(
+            "nvidia", "--handler", help="The CRI runtime handler (the runtime's name)."
+        ),
+        output: Optional[str] = typer.Option(
+            None, "--output", metavar="FILE", help="Write here instead of stdout."
+        ),
         root: str = typer.Option("/", "--root", metavar="DIR", help=ROOT_HELP),
         dry_run: bool = typer.Option(False, "--dry-run", help="Print the diff instead of writing."),
     ) -> None:

@@ -32,7 +32,7 @@ from tomlkit.items import Table
 
 from configure.changes import FileChange, read_optional
 from configure.engine import ConfigPlan, Engine, RuntimeOptions
-from configure.errors import ConfigFormatError
+from configure.errors import ConfigFormatError, UsageError
 from configure.fsutil import rooted
 from configure.textio import decode_utf8
 
@@ -83,7 +83,9 @@ def source_files(root: Path, config: str, extra: Optional[Path] = None) -> List[
     return [rooted(root, config), *sorted(drop_ins, key=lambda p: p.name)]
 
 
-def effective_config(files: List[Path], replace: Optional[Dict[Path, Optional[bytes]]] = None) -> Dict[str, Any]:
+def effective_config(
+    files: List[Path], replace: Optional[Dict[Path, Optional[bytes]]] = None
+) -> Dict[str, Any]:
     """Merge the files that exist, in order; ``replace`` substitutes content (None: leave the file out)."""
     merged: Dict[str, Any] = {}
     for path in files:
@@ -109,7 +111,9 @@ def inherited_options(config: Dict[str, Any], runtime_name: str) -> Tuple[Option
     section = _runtime_section(config)
     runtimes = section.get("runtimes", {})
     default = configured_default(config)
-    candidates = [c for c in (default, "runc", "crun") if c and c != runtime_name and not c.startswith("nvidia")]
+    candidates = [
+        c for c in (default, "runc", "crun") if c and c != runtime_name and not c.startswith("nvidia")
+    ]
     for candidate in candidates:
         table = runtimes.get(candidate) if isinstance(runtimes, dict) else None
         if not isinstance(table, dict):
@@ -122,13 +126,13 @@ def inherited_options(config: Dict[str, Any], runtime_name: str) -> Tuple[Option
     return None, {}
 
 
-def _table(container: Any, key: str) -> Table:
+def _table(container: Any, key: str, path: object) -> Table:
     """The sub-table ``key`` of ``container``, created as a super table (header-less) when absent."""
     if key not in container:
         container.add(key, tomlkit.table(is_super_table=True))
     value = container[key]
     if not isinstance(value, Table):
-        raise ConfigFormatError("crio drop-in", f'"{key}" must be a TOML table')
+        raise ConfigFormatError(path, f'"{key}" must be a TOML table')
     return value
 
 
@@ -145,10 +149,10 @@ def render_runtime(
     doc = _parse_document(text, path)
     if not text:
         doc.add(tomlkit.comment("NVIDIA runtime for CRI-O, written by gpu-airgap configure crio."))
-    runtime = _table(_table(doc, "crio"), "runtime")
+    runtime = _table(_table(doc, "crio", path), "runtime", path)
     if set_as_default:
         _set(runtime, "default_runtime", runtime_name)
-    runtimes = _table(runtime, "runtimes")
+    runtimes = _table(runtime, "runtimes", path)
     if runtime_name not in runtimes:
         runtimes.add(runtime_name, tomlkit.table())
     entry = runtimes[runtime_name]
@@ -178,6 +182,8 @@ class CrioEngine:
 
     def plan(self, options: RuntimeOptions) -> ConfigPlan:
         """Read the effective CRI-O configuration, render our drop-in or hook; never write."""
+        if not options.runtime_path.startswith("/"):
+            raise UsageError(f"CRI-O needs an absolute --runtime-path, not {options.runtime_path!r}")
         plan = ConfigPlan(engine=self.name)
         if options.cdi:
             plan.warnings.append("CRI-O always has CDI enabled; --cdi changes nothing for crio")
@@ -202,7 +208,10 @@ class CrioEngine:
         plan.warnings.extend(_overridden_by_later(options, target))
         plan.notes.update(
             {
+                "config": config,
+                "drop_in": None if options.no_drop_in else (options.drop_in or CRIO_DROP_IN),
                 "runtime_name": options.runtime_name,
+                "runtime_path": options.runtime_path,
                 "set_as_default": options.set_as_default,
                 "previous_default": configured_default(source),
                 "inherited_from": inherited_from,
@@ -223,7 +232,9 @@ class CrioEngine:
         plan.notes.update({"mode": "hook", "hook_path": hook_path})
         plan.facts.update({"HOOK": OCI_HOOK, "HOOK_PATH": hook_path})
         if options.set_as_default:
-            plan.warnings.append("--set-as-default has no meaning in hook mode; the hook runs for every container")
+            plan.warnings.append(
+                "--set-as-default has no meaning in hook mode; the hook runs for every container"
+            )
         return plan
 
     def report(self, root: Path, runtime_name: str) -> Dict[str, str]:
@@ -258,14 +269,18 @@ def _overridden_by_later(options: RuntimeOptions, target: Path) -> List[str]:
         return []
     files = source_files(options.root, options.config or CRIO_CONF, extra=target)
     if target not in files:
-        return [f"CRI-O reads drop-ins from {CRIO_DROP_IN_DIR} only (unless started with --config-dir); {target} may never be read"]
+        return [
+            f"CRI-O reads drop-ins from {CRIO_DROP_IN_DIR} only (unless started with --config-dir); {target} may never be read"
+        ]
     warnings = []
     for path in files[files.index(target) + 1 :]:
         raw = read_optional(path)
         section = _runtime_section(parse_toml(decode_utf8(raw or b"", path), path))
         runtimes = section.get("runtimes", {})
         if isinstance(runtimes, dict) and options.runtime_name in runtimes:
-            warnings.append(f"{path} is read after {target.name} and redefines runtime {options.runtime_name}")
+            warnings.append(
+                f"{path} is read after {target.name} and redefines runtime {options.runtime_name}"
+            )
         if options.set_as_default and "default_runtime" in section:
             warnings.append(f"{path} is read after {target.name} and sets default_runtime, which wins")
     return warnings

@@ -20,11 +20,11 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from configure.changes import FileChange, read_optional
 from configure.engine import ConfigPlan, Engine, RuntimeOptions
-from configure.errors import ConfigFormatError
+from configure.errors import ConfigFormatError, UsageError
 from configure.fsutil import rooted
 from configure.textio import decode_utf8
 
@@ -52,7 +52,9 @@ def detect_style(text: str) -> JsonStyle:
             break
     # A line ending in "[" opens a list written over several lines.
     expanded = re.search(r"\[[ \t]*\r?\n[ \t]*[^\s\]]", text) is not None
-    return JsonStyle(indent=indent, inline_scalar_lists=not expanded, final_newline=text.endswith("\n") or not text)
+    return JsonStyle(
+        indent=indent, inline_scalar_lists=not expanded, final_newline=text.endswith("\n") or not text
+    )
 
 
 def parse_daemon_json(text: str, path: object = DAEMON_JSON) -> Dict[str, Any]:
@@ -62,13 +64,33 @@ def parse_daemon_json(text: str, path: object = DAEMON_JSON) -> Dict[str, Any]:
     """
     if not text.strip():
         # dockerd refuses an empty daemon.json too (moby/moby#41268); we do not guess what was meant.
-        raise ConfigFormatError(path, "the file is empty, which dockerd rejects; write {} into it or remove it")
+        raise ConfigFormatError(
+            path, "the file is empty, which dockerd rejects; write {} into it or remove it"
+        )
     try:
-        data = json.loads(text)
+        data = json.loads(text, object_pairs_hook=_no_duplicates)
+    except _DuplicateKey as exc:
+        # json keeps the last one silently; writing back would drop the other without a word.
+        raise ConfigFormatError(
+            path, f'the key "{exc}" appears twice in one object; keep one of them'
+        ) from exc
     except ValueError as exc:
         raise ConfigFormatError(path, f"is not valid JSON ({exc}); fix or remove it first") from exc
     if not isinstance(data, dict):
         raise ConfigFormatError(path, "the top level must be a JSON object")
+    return data
+
+
+class _DuplicateKey(Exception):
+    pass
+
+
+def _no_duplicates(pairs: List[Tuple[str, Any]]) -> Dict[str, Any]:
+    data: Dict[str, Any] = {}
+    for key, value in pairs:
+        if key in data:
+            raise _DuplicateKey(key)
+        data[key] = value
     return data
 
 
@@ -84,7 +106,10 @@ def _render(value: Any, style: JsonStyle, level: int) -> str:
     if isinstance(value, dict):
         if not value:
             return "{}"
-        items = [f"{pad}{json.dumps(k, ensure_ascii=False)}: {_render(v, style, level + 1)}" for k, v in value.items()]
+        items = [
+            f"{pad}{json.dumps(k, ensure_ascii=False)}: {_render(v, style, level + 1)}"
+            for k, v in value.items()
+        ]
         return "{\n" + ",\n".join(items) + "\n" + end + "}"
     if isinstance(value, list):
         if not value:
@@ -103,7 +128,9 @@ def _object(data: Dict[str, Any], key: str, path: object) -> Dict[str, Any]:
     return value
 
 
-def add_runtime(data: Dict[str, Any], name: str, runtime_path: str, path: object = DAEMON_JSON) -> Optional[str]:
+def add_runtime(
+    data: Dict[str, Any], name: str, runtime_path: str, path: object = DAEMON_JSON
+) -> Optional[str]:
     """Set ``runtimes.<name>.path`` (keeping other keys of that entry); return the path it replaced."""
     runtimes = _object(data, "runtimes", path)
     entry = runtimes.setdefault(name, {})
@@ -133,6 +160,10 @@ class DockerEngine:
 
     def plan(self, options: RuntimeOptions) -> ConfigPlan:
         """Load daemon.json under the root, add the runtime in memory and render; never write."""
+        if options.drop_in:
+            raise UsageError(
+                "dockerd has no drop-in directory; daemon.json is edited in place, so omit --drop-in"
+            )
         path = rooted(options.root, options.config or DAEMON_JSON)
         old = read_optional(path)
         plan = ConfigPlan(engine=self.name)
@@ -151,7 +182,7 @@ class DockerEngine:
             )
         if options.cdi:
             enable_cdi(data, path)
-        previous_default = data.get("default-runtime")
+        previous_default = default_runtime(data)  # dockerd's effective default, runc when unset
         if options.set_as_default:
             data["default-runtime"] = options.runtime_name
         if options.hook:
@@ -161,7 +192,9 @@ class DockerEngine:
         plan.changes.append(FileChange(path, old, new, mode=0o644))
         plan.notes.update(
             {
+                "config": options.config or DAEMON_JSON,
                 "runtime_name": options.runtime_name,
+                "runtime_path": options.runtime_path,
                 "set_as_default": options.set_as_default,
                 "previous_default": previous_default,
             }

@@ -43,7 +43,12 @@ def manifest(name: str = "nvidia", handler: str = "nvidia") -> Dict[str, Any]:
         raise UsageError(f"RuntimeClass name {name!r} must be a lowercase DNS subdomain such as nvidia")
     if len(handler) > 63 or not _DNS_LABEL.match(handler):
         raise UsageError(f"handler {handler!r} must be a lowercase DNS label such as nvidia")
-    return {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": name}, "handler": handler}
+    return {
+        "apiVersion": "node.k8s.io/v1",
+        "kind": "RuntimeClass",
+        "metadata": {"name": name},
+        "handler": handler,
+    }
 
 
 def render_manifest(name: str = "nvidia", handler: str = "nvidia") -> str:
@@ -60,9 +65,13 @@ def read_record(root: Path) -> Optional[Dict[str, Any]]:
     try:
         data = json.loads(raw)
     except ValueError as exc:
-        raise ConfigFormatError(path, "the RuntimeClass record is not valid JSON; run configure runtimeclass again") from exc
+        raise ConfigFormatError(
+            path, "the RuntimeClass record is not valid JSON; run configure runtimeclass again"
+        ) from exc
     if not isinstance(data, dict) or not isinstance(data.get("handler"), str):
-        raise ConfigFormatError(path, "the RuntimeClass record has no handler; run configure runtimeclass again")
+        raise ConfigFormatError(
+            path, "the RuntimeClass record has no handler; run configure runtimeclass again"
+        )
     return data
 
 

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import json
 import shutil
-import tomllib
 from pathlib import Path
 from typing import Any, Dict, Optional
 
 import pytest
+import tomllib
 
 from configure.changes import Journal, apply_changes, revert
 from configure.crio import CRIO_CONF, CRIO_DROP_IN, CRIO_DROP_IN_DIR, OCI_HOOK, CrioEngine
 from configure.engine import Engine, RuntimeOptions
-from configure.errors import ConfigFormatError
+from configure.errors import ConfigFormatError, UsageError
 from configure.fsutil import rooted
 
 FIXTURES = Path(__file__).parent / "data/fixtures/crio"
@@ -122,11 +122,17 @@ def test_no_drop_in_edits_crio_conf_in_place_keeping_its_comments(tmp_path: Path
     assert nvidia == {"runtime_path": RUNTIME, "runtime_type": "oci", "runtime_root": "/run/runc"}
 
 
-def test_warns_about_a_later_drop_in_that_overrides_ours_and_a_directory_crio_never_reads(tmp_path: Path) -> None:
+def test_warns_about_a_later_drop_in_that_overrides_ours_and_a_directory_crio_never_reads(
+    tmp_path: Path,
+) -> None:
     root = _node(tmp_path, packaged_drop_in=True)
-    rooted(root, CRIO_DROP_IN_DIR + "/99-zz-site.conf").write_text('[crio.runtime]\ndefault_runtime = "crun"\n')
+    rooted(root, CRIO_DROP_IN_DIR + "/99-zz-site.conf").write_text(
+        '[crio.runtime]\ndefault_runtime = "crun"\n'
+    )
     plan = CrioEngine().plan(RuntimeOptions(root=root, set_as_default=True))
-    assert any("99-zz-site.conf is read after 99-nvidia.toml and sets default_runtime" in w for w in plan.warnings)
+    assert any(
+        "99-zz-site.conf is read after 99-nvidia.toml and sets default_runtime" in w for w in plan.warnings
+    )
     plan = CrioEngine().plan(RuntimeOptions(root=root, drop_in="/etc/crio/conf.d/99-nvidia.toml"))
     assert any("may never be read" in w for w in plan.warnings)
 
@@ -160,10 +166,14 @@ def test_hook_mode_writes_the_oci_hook_instead_of_a_runtime(tmp_path: Path) -> N
 
 def test_hook_next_to_a_relocated_runtime_gets_its_directory_on_path(tmp_path: Path) -> None:
     root = _node(tmp_path)
-    options = RuntimeOptions(root=root, hook=True, runtime_path="/usr/local/nvidia/toolkit/nvidia-container-runtime")
+    options = RuntimeOptions(
+        root=root, hook=True, runtime_path="/usr/local/nvidia/toolkit/nvidia-container-runtime"
+    )
     hook = json.loads(CrioEngine().plan(options).changes[0].new)["hook"]
     assert hook["path"] == "/usr/local/nvidia/toolkit/nvidia-container-runtime-hook"
-    assert hook["env"] == ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/usr/local/nvidia/toolkit"]
+    assert hook["env"] == [
+        "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/usr/local/nvidia/toolkit"
+    ]
 
 
 def test_report_reads_the_effective_configuration_back(tmp_path: Path) -> None:
@@ -176,3 +186,8 @@ def test_report_reads_the_effective_configuration_back(tmp_path: Path) -> None:
         "RUNTIME_PATH": RUNTIME,
         "DEFAULT": "crun",
     }
+
+
+def test_a_relative_runtime_path_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="absolute --runtime-path"):
+        CrioEngine().plan(RuntimeOptions(root=_node(tmp_path), runtime_path="nvidia-container-runtime"))

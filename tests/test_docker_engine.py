@@ -13,7 +13,7 @@ import pytest
 from configure.changes import Journal, apply_changes, revert
 from configure.docker import DAEMON_JSON, DockerEngine, detect_style, render_daemon_json
 from configure.engine import Engine, RuntimeOptions
-from configure.errors import ConfigFormatError
+from configure.errors import ConfigFormatError, UsageError
 from configure.fsutil import rooted
 
 FIXTURE = Path(__file__).parent / "data/fixtures/docker/daemon.json"
@@ -108,8 +108,19 @@ def test_existing_nvidia_entry_with_another_path_is_repointed_keeping_its_other_
         (b'{"runtimes": "nvidia"}\n', '"runtimes" must be a JSON object'),
         (b'{"runtimes": {"nvidia": "/usr/bin/x"}}\n', '"runtimes.nvidia" must be a JSON object'),
         (b'{"a": "\xff"}\n', "is not UTF-8 text"),
+        (b'{"log-level": "warn", "log-level": "debug"}\n', 'the key "log-level" appears twice'),
     ],
-    ids=["empty", "blank", "invalid-json", "not-an-object", "features-list", "runtimes-string", "entry-string", "latin1"],
+    ids=[
+        "empty",
+        "blank",
+        "invalid-json",
+        "not-an-object",
+        "features-list",
+        "runtimes-string",
+        "entry-string",
+        "latin1",
+        "duplicate-key",
+    ],
 )
 def test_bad_daemon_json_is_refused_and_left_untouched(tmp_path: Path, content: bytes, message: str) -> None:
     root = _root_with(tmp_path, content)
@@ -141,22 +152,33 @@ def test_default_runtime_is_left_alone_without_set_as_default(tmp_path: Path) ->
     plan = DockerEngine().plan(RuntimeOptions(root=root))
     assert plan.facts["DEFAULT"] == "runc"
     assert _plan_and_apply(root)["default-runtime"] == "runc"
+    # Unset means dockerd's built-in runc, which is what revert and verify need to know.
+    assert (
+        DockerEngine()
+        .plan(RuntimeOptions(root=tmp_path / "new", set_as_default=True))
+        .notes["previous_default"]
+        == "runc"
+    )
 
 
-def test_set_as_default_records_the_previous_default_and_revert_restores_it_byte_exact(tmp_path: Path) -> None:
-    original = b'{\n    "default-runtime": "runc",\n    "log-level": "warn"\n}\n'
+def test_set_as_default_records_the_previous_default_and_revert_restores_it_byte_exact(
+    tmp_path: Path,
+) -> None:
+    original = b'{\n    "default-runtime": "crun",\n    "runtimes": {"crun": {"path": "/usr/bin/crun"}}\n}\n'
     root = _root_with(tmp_path, original)
     plan = DockerEngine().plan(RuntimeOptions(root=root, set_as_default=True))
-    assert plan.notes["previous_default"] == "runc"
+    assert plan.notes["previous_default"] == "crun"
     assert plan.facts["DEFAULT"] == "nvidia"
     assert _plan_and_apply(root, set_as_default=True)["default-runtime"] == "nvidia"
-    assert Journal(root).entries()[0].notes["previous_default"] == "runc"
+    assert Journal(root).entries()[0].notes["previous_default"] == "crun"
     revert("docker", Journal(root))
     assert rooted(root, DAEMON_JSON).read_bytes() == original
 
 
 def test_second_run_writes_nothing_even_for_a_hand_formatted_file(tmp_path: Path) -> None:
-    root = _root_with(tmp_path, b'{"runtimes":{"nvidia":{"path":"/usr/bin/nvidia-container-runtime","args":[]}}}')
+    root = _root_with(
+        tmp_path, b'{"runtimes":{"nvidia":{"path":"/usr/bin/nvidia-container-runtime","args":[]}}}'
+    )
     plan = DockerEngine().plan(RuntimeOptions(root=root))
     assert not plan.changed
     root2 = _root_with(tmp_path / "r2", FIXTURE.read_bytes())
@@ -178,3 +200,8 @@ def test_report_reads_the_written_file_back(tmp_path: Path) -> None:
         "DEFAULT": "runc",
         "CDI": "true",
     }
+
+
+def test_a_drop_in_is_a_usage_error_because_dockerd_has_none(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="dockerd has no drop-in directory"):
+        DockerEngine().plan(RuntimeOptions(root=tmp_path, drop_in="/etc/docker/daemon.d/nvidia.json"))
