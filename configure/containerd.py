@@ -71,7 +71,9 @@ def config_version(path: Path, doc: Optional[TOMLDocument], fresh_version: int) 
         return fresh_version
     version = doc.get("version", 1)
     if isinstance(version, bool) or version not in CRI_PLUGIN:
-        raise ConfigFormatError(path, f"has config version {version!r}; only versions 1, 2 and 3 are supported")
+        raise ConfigFormatError(
+            path, f"has config version {version!r}; only versions 1, 2 and 3 are supported"
+        )
     return int(version)
 
 
@@ -187,7 +189,9 @@ class ContainerdEngine:
             return posixpath.normpath(options.drop_in)
         return DEFAULT_DROP_IN if data.get("imports") or containerd2 else None
 
-    def _desired_cri(self, source: Dict[str, Any], options: RuntimeOptions, plan: ConfigPlan) -> Dict[str, Any]:
+    def _desired_cri(
+        self, source: Dict[str, Any], options: RuntimeOptions, plan: ConfigPlan
+    ) -> Dict[str, Any]:
         """What the CRI plugin table must hold: the runtime entry, and CDI and the default if asked."""
         name = options.runtime_name
         runtimes = _table(_table(source, "containerd"), "runtimes")
@@ -196,9 +200,13 @@ class ContainerdEngine:
         existing = _table(runtimes, name)
         old_path = _table(existing, "options").get("BinaryName")
         if old_path not in (None, options.runtime_path):
-            plan.warnings.append(f"updating the existing {name} runtime from {old_path} to {options.runtime_path}")
+            plan.warnings.append(
+                f"updating the existing {name} runtime from {old_path} to {options.runtime_path}"
+            )
         if existing.get("runtime_type") not in (None, RUNC_V2):
-            plan.warnings.append(f"changing the runtime_type of {name} from {existing['runtime_type']} to {RUNC_V2}")
+            plan.warnings.append(
+                f"changing the runtime_type of {name} from {existing['runtime_type']} to {RUNC_V2}"
+            )
 
         entry_options: Dict[str, Any] = {"BinaryName": options.runtime_path}
         systemd = self._systemd_cgroup(options, runtimes, previous_default, plan)

@@ -45,7 +45,9 @@ def is_glob(pattern: str) -> bool:
 
 def absolute_import(parent: str, entry: str) -> str:
     """Resolve an ``imports`` entry of the file ``parent`` (node paths) as containerd does."""
-    return posixpath.normpath(entry if entry.startswith("/") else posixpath.join(posixpath.dirname(parent), entry))
+    return posixpath.normpath(
+        entry if entry.startswith("/") else posixpath.join(posixpath.dirname(parent), entry)
+    )
 
 
 def covers(pattern: str, path: str) -> bool:

@@ -58,7 +58,9 @@ def containerd_version(root: Path) -> Optional[ContainerdVersion]:
         binary = which("containerd")
         if binary is not None:
             try:
-                found = parse_containerd_version(run([binary, "--version"], check=False, timeout=20).stdout.decode())
+                found = parse_containerd_version(
+                    run([binary, "--version"], check=False, timeout=20).stdout.decode()
+                )
             except ToolError:
                 found = None
             if found is not None:

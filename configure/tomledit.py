@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, List, Optional, Tuple
 
 import tomlkit
+from tomlkit.container import OutOfOrderTableProxy
 from tomlkit.exceptions import TOMLKitError
 from tomlkit.items import AoT, Comment, Item, Table, Whitespace
 from tomlkit.toml_document import TOMLDocument
@@ -58,7 +59,7 @@ def merge(container: Container, desired: Mapping[str, Any], *, where: str = "") 
             set_value(container, key, value)
         elif key not in container:
             _append_table(container, key, value)
-        elif isinstance(container[key], (Table, TOMLDocument)):
+        elif isinstance(container[key], (Table, TOMLDocument, OutOfOrderTableProxy)):
             merge(container[key], value, where=path)
         else:
             raise ConfigFormatError("<config>", f"{path} is a value, not a table; cannot add to it")
@@ -66,6 +67,11 @@ def merge(container: Container, desired: Mapping[str, Any], *, where: str = "") 
 
 def set_value(table: Container, key: str, value: Any) -> None:
     """Set ``table[key]`` to a plain value, keeping the key's position and comment when it exists."""
+    if isinstance(table, OutOfOrderTableProxy):
+        # A table split across the file ([a] ... [b] ... [a.c]); tomlkit routes the write itself.
+        if not (key in table and table[key] == value and type(table[key]) is type(value)):
+            table[key] = value
+        return
     if key in table:
         old = table.item(key)
         current = old.unwrap() if isinstance(old, Item) else old
@@ -84,6 +90,9 @@ def set_value(table: Container, key: str, value: Any) -> None:
 
 
 def _append_table(parent: Container, key: str, value: Mapping[str, Any]) -> None:
+    if isinstance(parent, OutOfOrderTableProxy):
+        parent[key] = _build(value)
+        return
     header, step = _child_indent(parent)
     table = _build(value)
     previous_leaf = _last_leaf(parent)

@@ -1,0 +1,224 @@
+"""What ``configure <engine>|report|verify|revert`` do, independent of the command line.
+
+One implementation serves every engine: the engine plans (never writes), and this module checks
+that every file can be written *before* writing any, applies the plan through
+:mod:`configure.changes` (one backup per write, journaled), and reads facts back for
+``report``/``verify``. Nothing here prints; :mod:`configure.cli` renders the results.
+
+Contract with ``configure runtimeclass``: it records what it wrote in
+``<root>/var/lib/gpu-airgap/configure/runtimeclass.json`` as ``{"name": ..., "handler": ...,
+"path": ...}``. Without that file the handler is taken to be the runtime name.
+
+Facts an engine's ``report`` returns that ``verify`` relies on: ``RUNTIME`` (the name when
+registered, else empty), ``RUNTIME_PATH`` (the binary), ``DEFAULT`` (the default runtime).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence
+
+from configure.cdi import parse_spec, validate_spec
+from configure.changes import (
+    STATE_DIR,
+    FileChange,
+    Journal,
+    apply_changes,
+    read_optional,
+    revert,
+    unified_diff,
+)
+from configure.engine import ConfigPlan, Engine, RuntimeOptions
+from configure.engines import get_engine
+from configure.errors import ConfigFormatError, ProblemsFound
+from configure.fsutil import rooted
+
+RUNTIMECLASS_STATE = STATE_DIR + "/runtimeclass.json"
+CDI_SPEC = "/etc/cdi/nvidia.yaml"
+#: where a bare runtime path (docker's ``nvidia-container-runtime``) is looked for under the root
+SEARCH_PATH = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
+#: the order ``report`` prints its facts in; anything else an engine reports follows
+REPORT_ORDER = (
+    "CONFIG_VERSION",
+    "RUNTIME",
+    "RUNTIME_TYPE",
+    "SYSTEMD_CGROUP",
+    "HANDLER",
+    "DEFAULT",
+    "DEFAULT_UNCHANGED",
+)
+
+
+@dataclass
+class ConfigureResult:
+    """The outcome of one ``configure <engine>`` run."""
+
+    plan: ConfigPlan
+    dry_run: bool
+    written: List[Path] = field(default_factory=list)
+
+    @property
+    def already_configured(self) -> bool:
+        """True when nothing would change."""
+        return not self.plan.changed
+
+    @property
+    def diff(self) -> str:
+        """The unified diff of every file the plan changes."""
+        return unified_diff(self.plan.changes)
+
+
+def configure_engine(engine: Engine, options: RuntimeOptions, *, dry_run: bool = False) -> ConfigureResult:
+    """Plan ``engine`` for ``options`` and, unless ``dry_run``, apply it with journaled backups.
+
+    :raises ConfigFormatError: when a file cannot be parsed or written; nothing is written then.
+    """
+    plan = engine.plan(options)
+    if dry_run or not plan.changed:
+        return ConfigureResult(plan, dry_run)
+    check_writable(plan.changes)
+    written = apply_changes(engine.name, plan.changes, Journal(options.root), plan.notes)
+    return ConfigureResult(plan, dry_run, written)
+
+
+def check_writable(changes: Sequence[FileChange]) -> None:
+    """Refuse before the first write when any file of the plan is read-only, so none is half-applied.
+
+    A file without any write bit is refused even for root: someone made it read-only on purpose
+    (configuration management, an immutable image) and we would silently undo that.
+    """
+    for change in changes:
+        if not change.changed or not change.path.exists():
+            continue
+        mode = change.path.stat().st_mode
+        if mode & 0o222 == 0 or not os.access(change.path, os.W_OK):
+            raise ConfigFormatError(
+                change.path,
+                f"is read-only (mode {mode & 0o7777:04o}); make it writable to let gpu-airgap change it",
+            )
+
+
+def engine_notes(journal: Journal, engine: str) -> Dict[str, Any]:
+    """What the operator chose, from the journal: the latest notes, with the *first* previous default."""
+    notes: Dict[str, Any] = {}
+    first_default: Optional[Any] = None
+    for entry in journal.entries():
+        if entry.engine != engine:
+            continue
+        if first_default is None and "previous_default" in entry.notes:
+            first_default = entry.notes["previous_default"]
+        notes.update(entry.notes)
+    if first_default is not None:
+        notes["previous_default"] = first_default
+    return notes
+
+
+def configured_engines(journal: Journal) -> List[str]:
+    """Engines gpu-airgap has changed under this root, in the order it first did."""
+    names: List[str] = []
+    for entry in journal.entries():
+        if entry.engine not in names:
+            names.append(entry.engine)
+    return names
+
+
+def runtimeclass_handler(root: Path) -> Optional[str]:
+    """The handler of the RuntimeClass ``configure runtimeclass`` wrote, or None."""
+    path = rooted(root, RUNTIMECLASS_STATE)
+    raw = read_optional(path)
+    if raw is None:
+        return None
+    try:
+        handler = json.loads(raw).get("handler")
+    except (ValueError, AttributeError) as exc:
+        raise ConfigFormatError(path, "is not the JSON object configure runtimeclass writes") from exc
+    return str(handler) if handler else None
+
+
+def report(engine: Engine, root: Path, runtime_name: Optional[str] = None) -> Dict[str, str]:
+    """Facts about the runtime, read back from the files on disk, in ``REPORT_ORDER``."""
+    notes = engine_notes(Journal(root), engine.name)
+    name = runtime_name or str(notes.get("runtime_name", "nvidia"))
+    facts = dict(engine.report(root, name))
+    facts["HANDLER"] = runtimeclass_handler(root) or name
+    previous = notes.get("previous_default")
+    facts["DEFAULT_UNCHANGED"] = str(previous is None or facts.get("DEFAULT") == previous).lower()
+    ordered = {key: facts[key] for key in REPORT_ORDER if key in facts}
+    ordered.update((key, value) for key, value in facts.items() if key not in ordered)
+    return ordered
+
+
+def verify(root: Path, engines: Optional[Sequence[str]] = None) -> List[str]:
+    """Check what the node will actually use; return the checks that passed.
+
+    :raises ProblemsFound: listing every problem found (handler, binary, default, CDI spec).
+    """
+    journal = Journal(root)
+    names = list(engines or configured_engines(journal) or ["containerd"])
+    handler = runtimeclass_handler(root)
+    passed: List[str] = []
+    problems: List[str] = []
+    for name in names:
+        engine = get_engine(name)
+        notes = engine_notes(journal, name)
+        runtime = str(notes.get("runtime_name", "nvidia"))
+        facts = engine.report(root, runtime)
+        if not facts.get("RUNTIME"):
+            problems.append(f"{name}: the runtime {runtime!r} is not registered")
+            continue
+        passed.append(f"{name}: runtime {runtime} is registered")
+        wanted = handler or runtime
+        if wanted != runtime and not engine.report(root, wanted).get("RUNTIME"):
+            problems.append(f"{name}: the RuntimeClass handler {wanted!r} is not a registered runtime")
+        else:
+            passed.append(f"{name}: RuntimeClass handler {wanted} matches a registered runtime")
+        binary = facts.get("RUNTIME_PATH", "")
+        if binary and _binary_exists(root, binary):
+            passed.append(f"{name}: {binary} exists")
+        else:
+            problems.append(f"{name}: the runtime binary {binary or '(none)'} does not exist under {root}")
+        if "set_as_default" in notes:
+            expected = runtime if notes["set_as_default"] else str(notes.get("previous_default", "runc"))
+            if facts.get("DEFAULT") != expected:
+                problems.append(
+                    f"{name}: the default runtime is {facts.get('DEFAULT')!r}, but the operator chose {expected!r}"
+                )
+            else:
+                passed.append(f"{name}: the default runtime is {expected}, as chosen")
+    problems.extend(_cdi_problems(root, passed))
+    if problems:
+        raise ProblemsFound(f"{len(problems)} configuration problem(s) found", problems)
+    return passed
+
+
+def revert_engines(root: Path, engines: Optional[Sequence[str]] = None, *, force: bool = False) -> List[Path]:
+    """Restore every file the given engines' configure runs changed (all recorded engines by default)."""
+    journal = Journal(root)
+    names = list(engines or configured_engines(journal))
+    if not names:
+        names = ["containerd"]  # lets changes.revert say there is nothing to revert
+    restored: List[Path] = []
+    for name in names:
+        restored.extend(revert(name, journal, force=force))
+    return restored
+
+
+def _binary_exists(root: Path, binary: str) -> bool:
+    candidates = [binary] if binary.startswith("/") else [f"{d}/{binary}" for d in SEARCH_PATH]
+    return any(rooted(root, c).is_file() for c in candidates)
+
+
+def _cdi_problems(root: Path, passed: List[str]) -> List[str]:
+    """Problems with the CDI spec (none when there is no spec: CDI is optional)."""
+    raw = read_optional(rooted(root, CDI_SPEC))
+    if raw is None:
+        return []
+    data, problems = parse_spec(raw)
+    if not problems:
+        problems = validate_spec(data)
+    if not problems:
+        passed.append(f"{CDI_SPEC} is a valid CDI spec")
+    return [f"{CDI_SPEC}: {p}" for p in problems]

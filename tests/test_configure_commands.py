@@ -1,0 +1,84 @@
+"""The shared command layer: dry-run, JSON, verify's problem list, set-as-default + revert, registry."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import tomllib
+
+from configure.engine import Engine
+from configure.engines import get_engine
+from configure.errors import ExitCode
+from tests.cli_runner import run_cli
+from tests.containerd_helpers import CONFIG, make_root
+
+_conforms: Engine = get_engine("containerd")  # the containerd engine satisfies the Engine Protocol
+
+
+def test_dry_run_prints_the_diff_and_writes_nothing(tmp_path: Path) -> None:
+    config = make_root(tmp_path, "config.toml.base")
+    before = config.read_bytes()
+    result = run_cli("configure", "containerd", "--root", str(tmp_path), "--dry-run")
+    assert result.exit_code == 0, result.stderr
+    assert '+        [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]' in result.stdout
+    assert config.read_bytes() == before
+    assert not (tmp_path / "var").exists()  # no journal, no backups
+
+
+def test_json_output_is_one_object_with_the_facts(tmp_path: Path) -> None:
+    make_root(tmp_path, "config.toml.base")
+    result = run_cli("configure", "containerd", "--root", str(tmp_path), "--json", "--cdi")
+    data = json.loads(result.stdout)
+    assert data["facts"]["RUNTIME"] == "nvidia" and data["facts"]["CDI"] == "true"
+    assert data["written"] == [str(tmp_path / CONFIG)]
+
+
+def test_set_as_default_then_revert_restores_the_previous_default(tmp_path: Path) -> None:
+    config = make_root(tmp_path, "config.toml.base")
+    original = config.read_bytes()
+    assert run_cli("configure", "containerd", "--root", str(tmp_path), "--set-as-default").exit_code == 0
+    report = run_cli("configure", "report", "--root", str(tmp_path)).stdout.splitlines()
+    assert "DEFAULT=nvidia" in report and "DEFAULT_UNCHANGED=false" in report
+    (tmp_path / "usr/bin").mkdir(parents=True)
+    (tmp_path / "usr/bin/nvidia-container-runtime").write_text("#!/bin/sh\n")
+    assert run_cli("configure", "verify", "--root", str(tmp_path)).exit_code == 0
+    assert run_cli("configure", "revert", "--root", str(tmp_path)).exit_code == 0
+    assert config.read_bytes() == original
+    data = tomllib.loads(config.read_text())
+    assert data["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["default_runtime_name"] == "runc"
+
+
+def test_verify_lists_every_problem_with_a_non_zero_exit(tmp_path: Path) -> None:
+    config = make_root(tmp_path, "config.toml.base")
+    assert run_cli("configure", "containerd", "--root", str(tmp_path)).exit_code == 0
+    # Someone flips the default behind our back; the binary is missing; the handler is unknown.
+    config.write_text(
+        config.read_text().replace('default_runtime_name = "runc"', 'default_runtime_name = "nvidia"')
+    )
+    state = tmp_path / "var/lib/gpu-airgap/configure/runtimeclass.json"
+    state.write_text(json.dumps({"name": "nvidia", "handler": "gpu", "path": "/tmp/rc.yaml"}))
+    cdi = tmp_path / "etc/cdi/nvidia.yaml"
+    cdi.parent.mkdir(parents=True)
+    cdi.write_text("cdiVersion: 0.5.0\nkind: example.com/gpu\ndevices: []\n")
+    result = run_cli("configure", "verify", "--root", str(tmp_path))
+    assert result.exit_code == ExitCode.PROBLEMS_FOUND
+    problems = [line for line in result.stdout.splitlines() if line.startswith("PROBLEM:")]
+    assert any("handler 'gpu'" in p for p in problems)
+    assert any("/usr/bin/nvidia-container-runtime does not exist" in p for p in problems)
+    assert any("operator chose 'runc'" in p for p in problems)
+    assert any("nvidia.com/gpu" in p for p in problems)
+    assert len(problems) == 5  # the spec lacks both the right kind and any device
+
+
+def test_unknown_engine_in_this_build_is_a_clear_usage_error(tmp_path: Path) -> None:
+    result = run_cli("configure", "report", "--root", str(tmp_path), "--runtime", "podman")
+    assert result.exit_code == ExitCode.USAGE
+    assert "podman is not supported" in result.stderr
+
+
+def test_invalid_config_is_a_config_error_naming_the_file(tmp_path: Path) -> None:
+    make_root(tmp_path, text="version = = 2\n")
+    result = run_cli("configure", "containerd", "--root", str(tmp_path))
+    assert result.exit_code == ExitCode.CONFIG
+    assert "config.toml: is not valid TOML" in result.stderr
