@@ -9,7 +9,7 @@ import shutil
 import subprocess
 import threading
 from collections.abc import Mapping, Sequence
-from typing import BinaryIO, Optional
+from typing import IO, BinaryIO, Optional
 
 from configure.errors import CommandError, ToolError
 
@@ -75,7 +75,7 @@ class FilterPipe:
         except FileNotFoundError as exc:
             raise ToolError(f"{self.argv[0]} is not installed or not on PATH") from exc
         assert self._proc.stdin is not None and self._proc.stdout is not None
-        self.stdout: BinaryIO = self._proc.stdout
+        self.stdout: IO[bytes] = self._proc.stdout
         self.feed_error: Optional[BaseException] = None
         self._thread = threading.Thread(target=self._feed, args=(source, self._proc.stdin, chunk), daemon=True)
         self._thread.start()

@@ -22,7 +22,7 @@ import lzma
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import BinaryIO, List, Optional, Protocol, Tuple
+from typing import BinaryIO, List, Optional, Protocol, Tuple, Union
 
 from configure.errors import ChecksumMismatch, ToolError, VerificationError
 from configure.proc import FilterPipe
@@ -112,13 +112,13 @@ class _PartsReader(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
-    def readinto(self, buffer: "bytearray | memoryview") -> int:  # type: ignore[override]
+    def readinto(self, buffer: Union[bytearray, memoryview]) -> int:  # type: ignore[override]
         while True:
             if self._fh is None:
                 if not self._parts:
                     return 0
                 self._current = self._parts.pop(0)
-                self._fh = open(self._current, "rb")
+                self._fh = open(self._current, "rb")  # noqa: SIM115 (closed at its end)
                 self._hash = hashlib.sha256()
             n = self._fh.readinto(buffer)  # type: ignore[attr-defined]
             if n:
@@ -145,10 +145,10 @@ def open_raw(path: Path, verifier: Optional[SignatureCheck] = None) -> Iterator[
     split = split_parts(path)
     try:
         if split is None:
-            raw: BinaryIO = open(path, "rb")
+            raw: BinaryIO = open(path, "rb")  # noqa: SIM115 (closed by the with below)
         else:
             base, parts = split
-            raw = io.BufferedReader(_PartsReader(parts, read_checksum_list(base, verifier)), CHUNK)  # type: ignore[arg-type]
+            raw = io.BufferedReader(_PartsReader(parts, read_checksum_list(base, verifier)), CHUNK)
     except OSError as exc:
         raise BundleOpenError(f"cannot read bundle {path}: {exc.strerror or exc}") from exc
     with raw:
@@ -165,16 +165,16 @@ def open_stream(path: Path, verifier: Optional[SignatureCheck] = None) -> Iterat
     :raises ToolError: when zstd is needed but neither the module nor the command is available.
     """
     with open_raw(path, verifier) as raw:
-        head = raw.peek(8)[:8] if hasattr(raw, "peek") else b""  # type: ignore[attr-defined]
+        head = raw.peek(8)[:8] if hasattr(raw, "peek") else b""
         kind = detect_compression(head)
         if kind == "none":
             yield raw
         elif kind == "gzip":
             with gzip.GzipFile(fileobj=raw, mode="rb") as stream:
-                yield stream  # type: ignore[misc]
+                yield stream  # type: ignore[misc,unused-ignore]
         elif kind == "xz":
             with lzma.LZMAFile(raw, mode="rb") as stream:
-                yield stream  # type: ignore[misc]
+                yield stream  # type: ignore[misc,unused-ignore]
         else:
             with _zstd_reader(raw) as stream:
                 yield stream
@@ -182,11 +182,9 @@ def open_stream(path: Path, verifier: Optional[SignatureCheck] = None) -> Iterat
 
 @contextlib.contextmanager
 def _zstd_reader(raw: BinaryIO) -> Iterator[BinaryIO]:
-    try:
+    if _have_zstandard():
         import zstandard  # optional: present on the connected host, rarely on a node
-    except ImportError:
-        zstandard = None
-    if zstandard is not None:
+
         reader = zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True, closefd=False)
         with io.BufferedReader(reader, CHUNK) as stream:
             yield stream
@@ -198,4 +196,10 @@ def _zstd_reader(raw: BinaryIO) -> Iterator[BinaryIO]:
             "this bundle is zstd-compressed but neither the zstd command nor the python zstandard module is available; install zstd or rebuild with --compression xz"
         ) from exc
     with pipe:
-        yield pipe.stdout
+        yield pipe.stdout  # type: ignore[misc]
+
+
+def _have_zstandard() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("zstandard") is not None

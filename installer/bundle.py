@@ -169,16 +169,14 @@ class _Scan:
         last = "(start of archive)"
         try:
             with open_stream(self.path, self.keyring) as stream, tarfile.open(fileobj=stream, mode="r|") as tar:
-                count = 0
-                for info in tar:
-                    count += 1
+                for count, info in enumerate(tar, start=1):
                     last = info.name
                     if count > MAX_MEMBERS + 2:
                         self.fail(info.name, f"the archive has more than {MAX_MEMBERS} members", fatal=True)
                     self._member(tar, info)
                     if manifest_only and self.report.manifest is not None:
                         return self.report
-                    tar.members = []  # stream mode keeps every header otherwise; memory must stay flat
+                    tar.members = []  # type: ignore[attr-defined]  # stream mode keeps every header otherwise; memory must stay flat
                 self._finish(stream)
         except _Stop:
             pass
@@ -239,13 +237,10 @@ class _Scan:
             try:
                 self.report.signer = self.keyring.verify_detached(data, signature, what=MANIFEST_NAME).fingerprint
             except VerificationError as exc:
-                # Name the signature when the manifest parses (the signature was replaced), the
-                # manifest itself otherwise (its bytes were changed under a good signature).
-                try:
-                    Manifest.from_json(data)
-                    member = SIGNATURE_NAME
-                except VerificationError:
-                    member = MANIFEST_NAME
+                # A BADSIG is a well-formed signature by the trusted key over other bytes: the
+                # manifest changed. A damaged armor (its CRC covers every byte) or a signature by
+                # another key means the signature file is what was altered or replaced.
+                member = MANIFEST_NAME if "bad signature" in str(exc) else SIGNATURE_NAME
                 self.fail(member, str(exc), fatal=self.sink is not None)
         try:
             manifest = Manifest.from_json(data)
@@ -267,7 +262,7 @@ class _Scan:
         if self.sink is not None:
             target = safe_join(self.sink, info.name)
             target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            out = open(target, "xb")  # fresh private directory: nothing may already be there
+            out = open(target, "xb")  # noqa: SIM115 (closed below)  # fresh private directory: nothing may already be there
         try:
             while True:
                 block = handle.read(CHUNK)
@@ -304,7 +299,8 @@ class _Scan:
 
 
 def _is_zstd_failure(exc: ToolError) -> bool:
-    return getattr(exc, "argv", [""])[0] == "zstd"
+    argv: list[str] = list(getattr(exc, "argv", None) or [""])
+    return argv[0] == "zstd"
 
 
 def inspect(path: PathLike) -> Manifest:

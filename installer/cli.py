@@ -44,7 +44,11 @@ def _root_callback(
 
 def make_bundle_app() -> typer.Typer:
     """The ``bundle`` group with the node-side commands; ``mirror.cli`` adds ``build``."""
-    return typer.Typer(help="Build, inspect and verify signed offline bundles.", no_args_is_help=True)
+    from installer.bundle_cli import add_bundle_commands
+
+    bundle_app = typer.Typer(help="Build, inspect and verify signed offline bundles.", no_args_is_help=True)
+    add_bundle_commands(bundle_app)
+    return bundle_app
 
 
 def make_app(

@@ -37,6 +37,7 @@ from mirror.bundle_repo import TargetRepo, build_target_repo
 from mirror.bundle_sign import OperatorKey
 from mirror.bundle_source import MirrorSelection, select_from_mirror, upstream_version
 from mirror.bundle_tar import BundleWriter
+from mirror.lockfile import Lockfile
 from mirror.node_zipapp import PYZ_NAME, build_zipapp
 from mirror.sbom import SBOM_NAME, SbomPackage, render_spdx
 
@@ -92,18 +93,21 @@ def build_bundle(
     compression: str = "zstd",
     split: int | None = None,
     wheel_cache: Path | None = None,
+    locked: Lockfile | None = None,
+    epoch: int | None = None,
 ) -> BuildResult:
     """Select ``version`` for ``targets`` from the mirror at ``mirror`` and write a signed bundle to ``output``.
 
+    :param epoch: the build time; default SOURCE_DATE_EPOCH, else now.
     :raises ToolError: (subclasses) when the mirror lacks something, signing fails, or a package
         on disk no longer matches its verified digest; no output is left behind then.
     """
-    if not targets:
+    if not targets and locked is None:
         raise UsageError("name at least one --target, e.g. --target deb/amd64")
-    selection = select_from_mirror(mirror, version=version, targets=targets, channel=channel)
+    selection = select_from_mirror(mirror, version=version, targets=targets, channel=channel, locked=locked)
     return build_from_selection(
         selection, sign_key=sign_key, gnupghome=gnupghome, output=output,
-        compression=compression, split=split, wheel_cache=wheel_cache,
+        compression=compression, split=split, wheel_cache=wheel_cache, epoch=epoch,
     )
 
 
@@ -116,9 +120,10 @@ def build_from_selection(
     compression: str = "zstd",
     split: int | None = None,
     wheel_cache: Path | None = None,
+    epoch: int | None = None,
 ) -> BuildResult:
     """Write the bundle for an already-selected set of targets (see :func:`build_bundle`)."""
-    epoch = build_epoch()
+    epoch = build_epoch() if epoch is None else epoch
     created = datetime.fromtimestamp(epoch, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     key = OperatorKey.find(sign_key, gnupghome)
     repos = [build_target_repo(t, key=key, epoch=epoch, channel=selection.channel) for t in selection.targets]
@@ -130,7 +135,9 @@ def build_from_selection(
     for repo in repos:
         for path, data in repo.metadata.items():
             generated[path] = (data, "repo-metadata")
-    sbom = render_spdx(bundle_name=output.name, created=created, tool_version=VERSION, packages=_sbom_packages(repos))
+    # Named after the content, not the output file, so renaming the output keeps builds identical.
+    name = f"gpu-airgap-bundle-{upstream_version(selection.targets[0].toolkit_version)}-{selection.channel}"
+    sbom = render_spdx(bundle_name=name, created=created, tool_version=VERSION, packages=_sbom_packages(repos))
     generated[SBOM_NAME] = (sbom, "sbom")
     manifest = _manifest(selection, repos, generated, created=created, signer=key.fingerprint)
     manifest_bytes = manifest.to_json()

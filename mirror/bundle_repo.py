@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import lzma
-import os
 import tempfile
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -136,7 +135,7 @@ def _yum_metadata(packages: tuple[RepoPackage, ...], *, key: OperatorKey, epoch:
         work = Path(tmp)
         for pkg in packages:
             # createrepo_c follows symlinks: the metadata describes the mirror's files without copying them.
-            os.symlink(pkg.source.path, work / pkg.source.path.name)
+            (work / pkg.source.path.name).symlink_to(pkg.source.path)
         run(
             [
                 "createrepo_c", "--quiet", "--no-database", "--workers", "1",

@@ -9,15 +9,13 @@ and picks one release per requested target.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from configure.errors import ToolError, UsageError
-from configure.fsutil import safe_join
+from mirror.lockfile import LockedPackage, LockedTarget, Lockfile
+from mirror.store import MirrorState, Release, RepoRecord, StoredPackage
 
-STATE_FILE = Path(".gpu-airgap") / "state.json"
 #: Either spelling of an arch is accepted on the command line; the repo uses its format's own.
 _ARCH_ALIASES = {
     "deb": {"x86_64": "amd64", "aarch64": "arm64", "ppc64le": "ppc64el"},
@@ -93,86 +91,99 @@ def upstream_version(version: str) -> str:
     return version.split(":", 1)[-1].rsplit("-", 1)[0]
 
 
-def select_from_mirror(mirror: Path, *, version: str, targets: list[tuple[str, str]], channel: str | None) -> MirrorSelection:
+def select_from_mirror(
+    mirror: Path,
+    *,
+    version: str,
+    targets: list[tuple[str, str]],
+    channel: str | None,
+    locked: Lockfile | None = None,
+) -> MirrorSelection:
     """Pick ``version`` (``latest``, ``1.17.8`` or ``1.17.8-1``) for each target from the mirror at ``mirror``.
 
-    :raises SourceError: when the mirror has no state, or lacks a target or the version.
+    With ``locked``, take exactly the lockfile's targets and packages (name, version, arch and
+    checksums must match what the mirror holds) instead of ``version``/``targets``.
+
+    :raises MirrorStateError: when the mirror has no (readable) state.
+    :raises SourceError: when the mirror lacks a target, the version or a locked package.
     """
-    try:
-        raw = json.loads((mirror / STATE_FILE).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise SourceError(f"{mirror} is not a gpu-airgap mirror (no {STATE_FILE}); run `gpu-airgap mirror sync` first") from None
-    except (OSError, ValueError) as exc:
-        raise SourceError(f"cannot read the mirror state in {mirror}: {exc}") from exc
-    try:
-        return _select(raw, mirror, version=version, targets=targets, channel=channel)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise SourceError(f"the mirror state in {mirror} is malformed ({exc!r}); re-run `gpu-airgap mirror sync`") from exc
-
-
-def _select(
-    raw: dict[str, Any], mirror: Path, *, version: str, targets: list[tuple[str, str]], channel: str | None
-) -> MirrorSelection:
-    channel = channel or str(raw["channel"])
-    repos = {str(r["key"]): r for r in raw["repos"]}
+    state = MirrorState.load(mirror)
+    channel = locked.channel if locked is not None else channel or state.channel
+    if locked is not None:
+        targets = [(t.format, t.arch) for t in locked.targets]
     chosen = []
     for fmt, arch in targets:
         key = f"{channel}/{fmt}/{arch}"
-        repo = repos.get(key)
+        repo = state.repo(key)
         if repo is None:
-            held = ", ".join(sorted(repos)) or "nothing"
+            held = ", ".join(r.key for r in state.repos) or "nothing"
             raise SourceError(f"the mirror has no {key} repository (it holds {held}); sync it first")
-        release = _pick_release(repo, version, key)
-        stored = {str(p["path"]): p for p in repo["packages"]}
-        packages = []
-        for path in release["packages"]:
-            pkg = stored.get(path)
-            if pkg is None:
-                raise SourceError(f"the mirror state names {path} in release {release['toolkit_version']} but holds no such package")
-            packages.append(
-                SourcePackage(
-                    name=str(pkg["name"]),
-                    version=str(pkg["version"]),
-                    arch=str(pkg["arch"]),
-                    path=safe_join(mirror, str(pkg["path"])),
-                    size=int(pkg["size"]),
-                    sha256=pkg.get("sha256"),
-                    sha512=pkg.get("sha512"),
-                    origin=str(pkg.get("url", "")),
-                )
-            )
-        prov = repo["provenance"]
+        if locked is not None:
+            release = _locked_release(repo, next(t for t in locked.targets if (t.format, t.arch) == (fmt, arch)))
+        else:
+            release = _pick_release(repo, version)
+        packages = tuple(_source_package(mirror, repo.package(path)) for path in release.packages)
+        prov = repo.provenance
         chosen.append(
             TargetSelection(
                 format=fmt,
                 arch=arch,
-                toolkit_version=str(release["toolkit_version"]),
-                packages=tuple(packages),
-                node_requirements=tuple(release.get("node_requirements", ())),
-                base_url=str(repo["base_url"]),
-                fingerprint=str(prov["fingerprint"]),
-                signed_at=prov.get("signed_at"),
-                signed_files=tuple(
-                    SignedUpstreamFile(str(f["path"]), int(f["size"]), f.get("sha256"), f.get("sha512"))
-                    for f in prov["signed_files"]
-                ),
+                toolkit_version=release.toolkit_version,
+                packages=packages,
+                node_requirements=release.node_requirements,
+                base_url=repo.base_url,
+                fingerprint=prov.fingerprint,
+                signed_at=prov.signed_at,
+                signed_files=tuple(SignedUpstreamFile(f.path, f.size, f.sha256, f.sha512) for f in prov.signed_files),
             )
         )
     versions = {upstream_version(t.toolkit_version) for t in chosen}
     if len(versions) > 1:
         raise SourceError(f"the targets resolve to different toolkit versions ({', '.join(sorted(versions))}); pass --version")
-    return MirrorSelection(upstream=str(raw["upstream"]), channel=channel, targets=tuple(chosen))
+    return MirrorSelection(upstream=state.upstream, channel=channel, targets=tuple(chosen))
 
 
-def _pick_release(repo: dict[str, Any], version: str, key: str) -> dict[str, Any]:
-    releases = list(repo["releases"])
-    if not releases:
-        raise SourceError(f"the mirror's {key} repository holds no toolkit release")
+def _source_package(mirror: Path, pkg: StoredPackage) -> SourcePackage:
+    return SourcePackage(
+        name=pkg.name,
+        version=pkg.version,
+        arch=pkg.arch,
+        path=pkg.local_path(mirror),
+        size=pkg.size,
+        sha256=pkg.sha256,
+        sha512=pkg.sha512,
+        origin=pkg.url,
+    )
+
+
+def _pick_release(repo: RepoRecord, version: str) -> Release:
+    if not repo.releases:
+        raise SourceError(f"the mirror's {repo.key} repository holds no toolkit release")
     if version == "latest":
-        return dict(releases[-1])  # the state lists releases oldest first
-    for release in releases:
-        full = str(release["toolkit_version"])
-        if version in (full, upstream_version(full)):
-            return dict(release)
-    have = ", ".join(str(r["toolkit_version"]) for r in releases)
-    raise UsageError(f"the mirror's {key} repository has no toolkit {version} (it has {have}); sync it first")
+        return repo.releases[-1]  # the state lists releases oldest first
+    for release in repo.releases:
+        if version in (release.toolkit_version, upstream_version(release.toolkit_version)):
+            return release
+    have = ", ".join(r.toolkit_version for r in repo.releases)
+    raise SourceError(f"the mirror's {repo.key} repository has no toolkit {version} (it has {have}); sync it first")
+
+
+def _locked_release(repo: RepoRecord, target: LockedTarget) -> Release:
+    """The mirror's release whose packages are exactly the locked ones (by identity and checksum)."""
+    for release in repo.releases:
+        held = [repo.package(path) for path in release.packages]
+        if len(held) == len(target.packages) and all(_same(h, w) for h, w in zip(held, target.packages)):
+            return release
+    raise SourceError(
+        f"the mirror's {repo.key} repository does not hold the locked set for toolkit {target.toolkit_version}; "
+        "run `gpu-airgap mirror sync --locked` first"
+    )
+
+
+def _same(held: StoredPackage, wanted: LockedPackage) -> bool:
+    if (held.name, held.version, held.arch, held.size) != (wanted.name, wanted.version, wanted.arch, wanted.size):
+        return False
+    # A digest recorded on both sides must agree; at least one must be comparable.
+    pairs = [(held.sha256, wanted.sha256), (held.sha512, wanted.sha512)]
+    comparable = [(a, b) for a, b in pairs if a and b]
+    return bool(comparable) and all(a == b for a, b in comparable)

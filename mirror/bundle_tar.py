@@ -121,20 +121,20 @@ class BundleWriter:
         self.output = output
         self.mtime = mtime
         self.sink = _SplitSink(output, split)
-        self._buffered = io.BufferedWriter(self.sink, CHUNK)
+        self._buffered = io.BufferedWriter(self.sink, CHUNK)  # type: ignore[type-var]
         self._compressor: BinaryIO
         if compression == "zstd":
             cctx = zstandard.ZstdCompressor(level=ZSTD_LEVEL, write_content_size=False, write_checksum=True, threads=0)
-            self._compressor = cctx.stream_writer(self._buffered, closefd=False)  # type: ignore[assignment]
+            self._compressor = cctx.stream_writer(self._buffered, closefd=False)
         elif compression == "xz":
-            self._compressor = lzma.LZMAFile(self._buffered, mode="wb", preset=6)  # type: ignore[assignment]
+            self._compressor = lzma.LZMAFile(self._buffered, mode="wb", preset=6)  # type: ignore[assignment]  # noqa: SIM115
         elif compression == "gzip":
             self._compressor = gzip.GzipFile(filename="", mode="wb", fileobj=self._buffered, mtime=0, compresslevel=6)  # type: ignore[assignment]
         else:
-            self._compressor = self._buffered  # type: ignore[assignment]
+            self._compressor = self._buffered
         # tarfile's stream buffer re-slices its whole buffer per record: big buffers keep copies linear.
-        self._tar = tarfile.open(fileobj=self._compressor, mode="w|", format=tarfile.GNU_FORMAT, bufsize=CHUNK)
-        self._tar.copybufsize = CHUNK
+        self._tar = tarfile.open(fileobj=self._compressor, mode="w|", format=tarfile.GNU_FORMAT, bufsize=CHUNK)  # noqa: SIM115 (closed in commit/abort)
+        self._tar.copybufsize = CHUNK  # type: ignore[attr-defined]
         self._closed = False
 
     def _info(self, name: str, size: int, executable: bool) -> tarfile.TarInfo:
@@ -163,7 +163,7 @@ class BundleWriter:
         try:
             if reader.size != size:
                 raise ChecksumMismatch(str(source), f"{size} bytes", f"{reader.size} bytes")
-            self._tar.addfile(self._info(name, size, False), reader)  # type: ignore[arg-type]
+            self._tar.addfile(self._info(name, size, False), reader)
         finally:
             reader.close()
         digest = hasher.hexdigest()
@@ -213,7 +213,7 @@ class _HashingReader:
     """A read-only file that hashes what is read from it (tarfile copies through ``read``)."""
 
     def __init__(self, path: Path, hasher: hashlib._Hash) -> None:
-        self._fh = open(path, "rb")
+        self._fh = open(path, "rb")  # noqa: SIM115 (closed by close())
         self.size = os.fstat(self._fh.fileno()).st_size
         self._hasher = hasher
 

@@ -13,7 +13,7 @@ import typer
 from configure import output
 from configure.errors import ProblemsFound, UsageError
 from installer import cli as node_cli
-from mirror import maintain
+from mirror import bundle_cli, maintain
 from mirror import progress as progress_lib
 from mirror import sync as sync_lib
 from mirror.http import Downloader
@@ -218,6 +218,7 @@ def prune_command(
 def make_app() -> typer.Typer:
     """The root app with every group, connected side included."""
     bundle_app = node_cli.make_bundle_app()
+    bundle_cli.add_build_command(bundle_app)
     return node_cli.make_app(bundle_app=bundle_app, groups={"mirror": mirror_app})
 
 

@@ -93,7 +93,8 @@ def build_zipapp(*, epoch: int, cache: Path | None = None) -> bytes:
             for info in zf.infolist():
                 name = info.filename
                 top = name.split("/", 1)[0]
-                if info.is_dir() or top.endswith((".dist-info", ".data")) or name.endswith((".so", ".pyd", ".pyc")):
+                # dist-info stays: importlib.metadata.version() (annotated-doc, typer) reads it from the zip.
+                if info.is_dir() or top.endswith(".data") or name.endswith((".so", ".pyd", ".pyc", "/RECORD")):
                     continue
                 entries[name] = zf.read(info)
     stamp = time.gmtime(max(epoch, 315532800))[:6]

@@ -22,10 +22,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Protocol
 
-from installer.gpg import Keyring
-
 from configure.errors import UsageError
 from configure.fsutil import safe_join
+from installer.gpg import Keyring
 from mirror import lockfile, store
 from mirror.errors import LockfileMismatch
 from mirror.http import Downloader, DownloadRequest

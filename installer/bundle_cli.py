@@ -1,0 +1,77 @@
+"""``gpu-airgap bundle inspect|verify``: thin typer commands over :mod:`installer.bundle`.
+
+They build the collaborators (the operator keyring), call the library and render the result
+through :mod:`configure.output`; a failed verification becomes an exit code here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List
+
+import typer
+
+from configure import output
+from configure.errors import ExitCode
+from installer import bundle as bundle_lib
+from installer.gpg import Keyring
+from installer.manifest import Manifest
+
+_FILE = typer.Argument(..., help="The bundle file, or FILE.part001 of a split bundle.")
+_JSON = typer.Option(False, "--json", help="Print one JSON object.")
+_KEYRING = typer.Option(..., "--keyring", help="The operator's public key file (armored or binary); the only key trusted.")
+
+
+def add_bundle_commands(app: typer.Typer) -> None:
+    """Register ``inspect`` and ``verify`` on the ``bundle`` group."""
+    app.command("inspect")(inspect_command)
+    app.command("verify")(verify_command)
+
+
+def inspect_command(file: Path = _FILE, json_output: bool = _JSON) -> None:
+    """Show a bundle's targets, packages, sizes, provenance and claimed signer (no key needed; nothing verified)."""
+    manifest = bundle_lib.inspect(file)
+    if json_output:
+        data = manifest.to_dict()
+        data["verified"] = False
+        output.emit_json(data)
+    else:
+        output.emit_lines(manifest_lines(manifest))
+
+
+def verify_command(file: Path = _FILE, keyring: Path = _KEYRING, json_output: bool = _JSON) -> None:
+    """Check the signature and every member's size and sha256 without extracting anything."""
+    with Keyring.open([keyring]) as keys:
+        report = bundle_lib.verify(file, keys)
+    if json_output:
+        output.emit_json(report.to_dict())
+        if not report.ok:
+            raise typer.Exit(int(ExitCode.VERIFICATION_FAILED))
+        return
+    report.raise_for_problems()
+    output.emit_lines(
+        [f"OK: {file.name} is signed by {report.signer}; {report.members_checked} members, {report.bytes_checked} bytes checked"]
+    )
+
+
+def manifest_lines(manifest: Manifest) -> List[str]:
+    """Human-readable summary of a manifest."""
+    lines = [
+        f"bundle of NVIDIA Container Toolkit {manifest.toolkit_version} ({manifest.channel}), created {manifest.created}",
+        f"signer (claimed, run `bundle verify` to check): {manifest.signer}",
+        f"upstream: {manifest.upstream_url} (key {manifest.upstream_fingerprint})",
+    ]
+    for target in manifest.targets:
+        lines.append(f"target {target.format}/{target.arch}: toolkit {target.toolkit_version}, repo {target.repo_dir}/")
+        prov = target.provenance
+        lines.append(f"  verified upstream metadata signed by {prov.fingerprint} at {prov.signed_at or 'unknown time'}")
+        for signed in prov.signed_files:
+            lines.append(f"    {signed.path} {signed.size} B sha256={signed.sha256 or '-'}")
+        for pkg in target.packages:
+            lines.append(f"  {pkg.install_order + 1}. {pkg.name} {pkg.version} {pkg.arch} {pkg.size} B sha256={pkg.sha256[:16]}…")
+        if target.node_requirements:
+            lines.append(f"  node requirements: {', '.join(target.node_requirements)}")
+    total = sum(f.size for f in manifest.files)
+    lines.append(f"other members: {len(manifest.files)} ({total} B)")
+    return lines
+

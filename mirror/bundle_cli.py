@@ -1,0 +1,80 @@
+"""``gpu-airgap bundle build``: a thin typer command over :func:`mirror.bundle_build.build_bundle`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from configure import output
+from configure.errors import UsageError
+from mirror.bundle_build import build_bundle, parse_size
+from mirror.bundle_source import parse_target
+from mirror.bundle_tar import COMPRESSIONS
+from mirror.lockfile import Lockfile
+
+_MIRROR = typer.Option(..., "--mirror", help="The mirror directory (from `gpu-airgap mirror sync`).")
+_VERSION = typer.Option("latest", "--version", help="Toolkit release: latest, 1.17.8 or 1.17.8-1.")
+_CHANNEL = typer.Option(None, "--channel", help="stable or experimental (default: the mirror's).")
+_TARGET = typer.Option([], "--target", help="deb/amd64, rpm/x86_64, …; repeat for several.")
+_SIGN_KEY = typer.Option(..., "--sign-key", help="The operator's secret key (fingerprint or key id).")
+_GNUPGHOME = typer.Option(None, "--gnupghome", help="gpg home holding the secret key.")
+_OUTPUT_FILE = typer.Option(..., "--output", help="The bundle file to write.")
+_COMPRESSION = typer.Option("zstd", "--compression", help="zstd, xz, gzip or none (nodes without zstd: xz).")
+_SPLIT = typer.Option(None, "--split", help="Write parts of at most this size (650M, 4G) plus a signed checksum list.")
+_LOCKED = typer.Option(None, "--locked", help="Take exactly the set in this lockfile (gpu-airgap.lock).")
+_JSON_OUTPUT = typer.Option(False, "--json", help="Print one JSON object.")
+
+
+def add_build_command(app: typer.Typer) -> None:
+    """Register ``build`` on the ``bundle`` group."""
+    app.command("build")(build_command)
+
+
+def build_command(
+    mirror: Path = _MIRROR,
+    version: str = _VERSION,
+    channel: Optional[str] = _CHANNEL,
+    target: List[str] = _TARGET,
+    sign_key: str = _SIGN_KEY,
+    gnupghome: Optional[Path] = _GNUPGHOME,
+    output_file: Path = _OUTPUT_FILE,
+    compression: str = _COMPRESSION,
+    split: Optional[str] = _SPLIT,
+    locked: Optional[Path] = _LOCKED,
+    json_output: bool = _JSON_OUTPUT,
+) -> None:
+    """Build one signed offline bundle from a mirror."""
+    if compression not in COMPRESSIONS:
+        raise UsageError(f"unknown --compression {compression!r}; use one of {', '.join(COMPRESSIONS)}")
+    result = build_bundle(
+        mirror,
+        version=version,
+        channel=channel,
+        targets=[parse_target(t) for t in target],
+        sign_key=sign_key,
+        gnupghome=gnupghome,
+        output=output_file,
+        compression=compression,
+        split=parse_size(split) if split else None,
+        locked=Lockfile.load(locked) if locked is not None else None,
+    )
+    if json_output:
+        output.emit_json(
+            {
+                "outputs": [str(p) for p in result.outputs],
+                "members": result.members,
+                "payload_bytes": result.payload_bytes,
+                "toolkit_version": result.manifest.toolkit_version,
+                "targets": [t.name for t in result.manifest.targets],
+                "signer": result.manifest.signer,
+            }
+        )
+        return
+    lines = [f"wrote {p}" for p in result.outputs]
+    lines.append(
+        f"{result.members} members, {result.payload_bytes} bytes, toolkit {result.manifest.toolkit_version}, "
+        f"targets {', '.join(t.name for t in result.manifest.targets)}, signed by {result.manifest.signer}"
+    )
+    output.emit_lines(lines)

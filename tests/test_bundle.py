@@ -1,0 +1,327 @@
+"""Signed offline bundles end to end: a mirror synced from the local upstream, built, inspected, verified, tampered with.
+
+The bundles are built once per session (uncompressed, so single bytes can be flipped in place,
+and zstd for the default path) from a real ``mirror sync`` of the local upstream, signed with a
+throwaway operator key. Everything runs with real gpg, tar, apt-get, dnf and python3 -I.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from installer import archive
+from installer.bundle import BundleVerificationError, extract_verified, verify
+from installer.gpg import Keyring
+from installer.manifest import MANIFEST_NAME, SIGNATURE_NAME, Manifest
+from mirror.bundle_build import BuildResult, build_bundle
+from mirror.bundle_sign import OperatorKey
+from tests.cli_runner import run_cli
+from tests.gpgkeys import TestKey, make_key
+from tests.test_upstream_clients import apt, dnf
+from tests.upstream import UpstreamServer, UpstreamTree, stop_agent
+
+PY39 = Path("/root/.pyenv/versions/3.9.18/bin/python3.9")
+TARGETS = [("deb", "amd64"), ("rpm", "x86_64")]
+
+
+@pytest.fixture(scope="session")
+def operator_key(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestKey]:
+    """The operator's throwaway signing key (ed25519, no passphrase, its own GNUPGHOME)."""
+    key = make_key(tmp_path_factory.mktemp("operator-gpg"), "bundle operator <operator@example.invalid>")
+    yield key
+    stop_agent(key.home)
+
+
+@pytest.fixture(scope="session")
+def stranger_key(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestKey]:
+    """A second key nobody trusts."""
+    key = make_key(tmp_path_factory.mktemp("stranger-gpg"), "someone else <other@example.invalid>")
+    yield key
+    stop_agent(key.home)
+
+
+@pytest.fixture(scope="session")
+def synced_mirror(
+    upstream_tree: UpstreamTree, _upstream_session_server: UpstreamServer, tmp_path_factory: pytest.TempPathFactory
+) -> Path:
+    """A mirror synced with the real ``mirror sync`` from the local upstream: 1.17.8, deb/amd64 + rpm/x86_64."""
+    dest = tmp_path_factory.mktemp("mirror")
+    result = run_cli(
+        "mirror", "sync", "--dest", str(dest), "--upstream", _upstream_session_server.url,
+        "--keyring", str(upstream_tree.public_key), "--version", "1.17.8",
+        "--format", "deb,rpm", "--arch", "amd64", "--quiet",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    return dest
+
+
+@pytest.fixture(scope="session")
+def epoch(operator_key: TestKey) -> int:
+    """A fixed SOURCE_DATE_EPOCH for the session, after the operator key was created."""
+    return int(time.time())
+
+
+def _build(mirror: Path, key: TestKey, output: Path, epoch: int, **kwargs: object) -> BuildResult:
+    return build_bundle(
+        mirror, version="1.17.8", channel=None, targets=list(TARGETS), sign_key=key.fingerprint,
+        gnupghome=key.home, output=output, epoch=epoch, **kwargs,  # type: ignore[arg-type]
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def plain_bundle(synced_mirror: Path, operator_key: TestKey, epoch: int, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An uncompressed bundle (member bytes sit in the file as-is, so they can be flipped in place)."""
+    out = tmp_path_factory.mktemp("plain") / "bundle.tar"
+    _build(synced_mirror, operator_key, out, epoch, compression="none")
+    return out
+
+
+@pytest.fixture(scope="session")
+def operator_keyring(operator_key: TestKey) -> Iterator[Keyring]:
+    with Keyring.open([operator_key.public]) as keyring:
+        yield keyring
+
+
+def _member_offsets(path: Path) -> dict[str, tuple[int, int]]:
+    with tarfile.open(path) as tar:
+        return {m.name: (m.offset_data, m.size) for m in tar.getmembers()}
+
+
+def _rewrite(src: Path, dst: Path, *, drop: str | None = None, add: tuple[str, bytes] | None = None) -> None:
+    with tarfile.open(src) as old, tarfile.open(dst, "w", format=tarfile.GNU_FORMAT) as new:
+        for member in old.getmembers():
+            if member.name != drop:
+                new.addfile(member, old.extractfile(member))
+        if add is not None:
+            info = tarfile.TarInfo(add[0])
+            info.size = len(add[1])
+            new.addfile(info, io.BytesIO(add[1]))
+
+
+# -- build, inspect, verify ----------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_cli_builds_from_a_synced_mirror_and_inspect_and_verify_pass(
+    synced_mirror: Path, operator_key: TestKey, tmp_path: Path
+) -> None:
+    out = tmp_path / "bundle.tar.zst"
+    built = run_cli(
+        "bundle", "build", "--mirror", str(synced_mirror), "--version", "1.17.8", "--target", "deb/amd64",
+        "--target", "rpm/x86_64", "--sign-key", operator_key.fingerprint, "--gnupghome", str(operator_key.home),
+        "--output", str(out), "--json",
+    )  # fmt: skip
+    assert built.exit_code == 0, built.stderr
+    assert json.loads(built.stdout)["targets"] == ["deb-amd64", "rpm-x86_64"]
+    assert archive.detect_compression(out.read_bytes()[:8]) == "zstd"
+
+    inspected = run_cli("bundle", "inspect", str(out), "--json")
+    assert inspected.exit_code == 0, inspected.stderr
+    data = json.loads(inspected.stdout)
+    assert data["signer"] == operator_key.fingerprint and data["toolkit_version"] == "1.17.8"
+    deb = next(t for t in data["targets"] if t["format"] == "deb")
+    assert [p["name"] for p in deb["packages"]] == [
+        "libnvidia-container1", "libnvidia-container-tools", "nvidia-container-toolkit-base", "nvidia-container-toolkit",
+    ]  # fmt: skip
+    assert {p["version"] for p in deb["packages"]} == {"1.17.8-1"}
+    assert deb["provenance"]["signed_files"] and "libc6 (>= 2.14)" in deb["node_requirements"]
+
+    verified = run_cli("bundle", "verify", str(out), "--keyring", str(operator_key.public), "--json")
+    assert verified.exit_code == 0, verified.stdout + verified.stderr
+    report = json.loads(verified.stdout)
+    assert report["ok"] and report["signer"] == operator_key.fingerprint and report["members_checked"] == 20
+
+
+def test_flipping_any_single_byte_of_any_member_fails_verify_naming_it(
+    plain_bundle: Path, operator_keyring: Keyring, tmp_path: Path
+) -> None:
+    offsets = _member_offsets(plain_bundle)
+    assert len(offsets) == 22
+    original = plain_bundle.read_bytes()
+    for name, (offset, size) in offsets.items():
+        data = bytearray(original)
+        data[offset + size // 2] ^= 0x01
+        copy = tmp_path / "tampered.tar"
+        copy.write_bytes(bytes(data))
+        report = verify(copy, operator_keyring)
+        assert not report.ok, name
+        assert report.first_bad == name, (name, [str(p) for p in report.problems])
+
+
+def test_a_removed_member_fails_verify_naming_it(plain_bundle: Path, operator_keyring: Keyring, tmp_path: Path) -> None:
+    victim = "targets/deb-amd64/nvidia-container-toolkit_1.17.8-1_amd64.deb"
+    _rewrite(plain_bundle, tmp_path / "b.tar", drop=victim)
+    report = verify(tmp_path / "b.tar", operator_keyring)
+    assert report.first_bad == victim and "missing from the archive" in report.problems[0].message
+
+
+def test_an_added_member_fails_verify_naming_it(plain_bundle: Path, operator_key: TestKey, tmp_path: Path) -> None:
+    _rewrite(plain_bundle, tmp_path / "b.tar", add=("targets/deb-amd64/evil_1.0_amd64.deb", b"payload"))
+    result = run_cli("bundle", "verify", str(tmp_path / "b.tar"), "--keyring", str(operator_key.public))
+    assert result.exit_code == 3
+    assert "targets/deb-amd64/evil_1.0_amd64.deb: is not listed in the signed manifest" in result.stderr
+
+
+def test_a_replaced_signature_fails_verify_naming_the_signature(
+    plain_bundle: Path, stranger_key: TestKey, tmp_path: Path, operator_keyring: Keyring
+) -> None:
+    with tarfile.open(plain_bundle) as tar:
+        manifest = tar.extractfile(MANIFEST_NAME).read()  # type: ignore[union-attr]
+    forged = OperatorKey.find(stranger_key.fingerprint, stranger_key.home).sign_detached(manifest)
+    with tarfile.open(plain_bundle) as old, tarfile.open(tmp_path / "b.tar", "w", format=tarfile.GNU_FORMAT) as new:
+        for member in old.getmembers():
+            if member.name == SIGNATURE_NAME:
+                member.size = len(forged)
+                new.addfile(member, io.BytesIO(forged))
+            else:
+                new.addfile(member, old.extractfile(member))
+    report = verify(tmp_path / "b.tar", operator_keyring)
+    assert report.first_bad == SIGNATURE_NAME
+    assert "not in the trusted keyring" in report.problems[0].message
+
+
+def test_a_keyring_without_the_signing_key_fails_verify(plain_bundle: Path, stranger_key: TestKey) -> None:
+    with Keyring.open([stranger_key.public]) as keyring:
+        report = verify(plain_bundle, keyring)
+    assert not report.ok and report.first_bad == SIGNATURE_NAME
+    with pytest.raises(BundleVerificationError, match=r"failed verification at manifest\.json\.asc"):
+        report.raise_for_problems()
+
+
+# -- what the bundle carries works on a node ---------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def extracted(plain_bundle: Path, operator_keyring: Keyring, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return extract_verified(plain_bundle, operator_keyring, tmp_path_factory.mktemp("staging")).root
+
+
+@pytest.mark.skipif(shutil.which("apt-get") is None, reason="apt-get is not installed")
+def test_embedded_apt_repo_is_accepted_by_a_real_sandboxed_apt_get_update(
+    extracted: Path, operator_key: TestKey, tmp_path: Path
+) -> None:
+    sandbox = tmp_path / "apt"
+    for sub in ("state/lists/partial", "cache/archives/partial", "sources.list.d", "apt.conf.d", "preferences.d"):
+        (sandbox / sub).mkdir(parents=True)
+    (sandbox / "state/status").touch()
+    keyring = sandbox / "operator.gpg"
+    keyring.write_bytes(subprocess.run(["gpg", "--dearmor"], input=operator_key.public.read_bytes(), capture_output=True, check=True).stdout)
+    (sandbox / "sources.list").write_text(f"deb [signed-by={keyring}] file:{extracted / 'targets/deb-amd64'} ./\n")
+    update = apt(sandbox, "update")
+    assert update.returncode == 0 and "W:" not in update.stderr, update.stdout + update.stderr
+    policy = subprocess.run(
+        ["apt-cache", "-o", f"Dir::State={sandbox / 'state'}", "-o", f"Dir::Cache={sandbox / 'cache'}",
+         "-o", f"Dir::Etc::SourceList={sandbox / 'sources.list'}", "-o", f"Dir::Etc::SourceParts={sandbox / 'sources.list.d'}",
+         "policy", "nvidia-container-toolkit"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert "1.17.8-1" in policy.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("dnf") is None, reason="dnf is not installed")
+def test_embedded_yum_repo_verifies_with_gpg_and_is_read_by_dnf(
+    extracted: Path, operator_keyring: Keyring, operator_key: TestKey, tmp_path: Path, upstream_tree: UpstreamTree
+) -> None:
+    repodata = extracted / "targets/rpm-x86_64/repodata"
+    operator_keyring.verify_detached((repodata / "repomd.xml").read_bytes(), (repodata / "repomd.xml.asc").read_bytes())
+    repo_url = (extracted / "targets/rpm-x86_64").as_uri()
+    # Reuse the upstream engineer's sandboxed dnf with a tree whose .repo points at our local repo.
+    fake = tmp_path / "tree"
+    (fake / "stable/rpm").mkdir(parents=True)
+    (fake / "stable/rpm/nvidia-container-toolkit.repo").write_text(
+        f"[bundle]\nname=bundle\nbaseurl={repo_url}\nrepo_gpgcheck=1\ngpgcheck=0\nenabled=1\n"
+        f"gpgkey=https://nvidia.github.io/libnvidia-container/gpgkey\n"
+    )
+    tree = UpstreamTree(fake, operator_key.fingerprint, operator_key.public, operator_key.home, (), ())
+    result = dnf(tmp_path, tree, repo_url, "repoquery", "--available", "--repo", "bundle")
+    assert result.returncode == 0, result.stderr
+    assert "nvidia-container-toolkit-0:1.17.8-1.x86_64" in result.stdout.split()
+
+
+@pytest.mark.parametrize("python", [Path(sys.executable), PY39], ids=["host-python", "python3.9"])
+def test_extracted_zipapp_runs_help_without_site_packages(extracted: Path, python: Path) -> None:
+    if not python.exists():
+        pytest.skip(f"{python} is not installed")
+    result = subprocess.run(
+        [str(python), "-I", str(extracted / "gpu-airgap-node.pyz"), "bundle", "--help"],
+        capture_output=True, text=True, timeout=60, cwd="/",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "verify" in result.stdout and "inspect" in result.stdout
+
+
+# -- determinism, compression, split -------------------------------------------------------------
+
+
+def _members(path: Path) -> dict[str, tuple[bytes, bytes]]:
+    with archive.open_stream(path) as stream, tarfile.open(fileobj=stream, mode="r|") as tar:
+        return {m.name: (m.tobuf(tarfile.GNU_FORMAT), tar.extractfile(m).read()) for m in tar}  # type: ignore[union-attr]
+
+
+@pytest.mark.slow
+def test_two_builds_with_the_same_epoch_are_byte_identical_apart_from_the_signature(
+    synced_mirror: Path, operator_key: TestKey, epoch: int, tmp_path: Path
+) -> None:
+    first = _build(synced_mirror, operator_key, tmp_path / "a.tar.zst", epoch).outputs[0]
+    time.sleep(1.1)  # a clock tick must not leak into the bytes
+    second = _build(synced_mirror, operator_key, tmp_path / "b.tar.zst", epoch).outputs[0]
+    a, b = _members(first), _members(second)
+    assert list(a) == list(b) and list(a)[:2] == [MANIFEST_NAME, SIGNATURE_NAME]
+    differing = [name for name in a if a[name] != b[name]]
+    assert differing in ([], [SIGNATURE_NAME])
+    with tarfile.open(fileobj=io.BytesIO(b"".join(h + d for h, d in a.values()) + b"\0" * 1024)) as tar:
+        assert {(m.uid, m.gid, m.uname, m.gname, m.mtime) for m in tar.getmembers()} == {(0, 0, "", "", epoch)}
+
+
+@pytest.mark.parametrize("compression", ["gzip", "xz"])
+def test_gzip_and_xz_bundles_verify(
+    synced_mirror: Path, operator_key: TestKey, epoch: int, tmp_path: Path, operator_keyring: Keyring, compression: str
+) -> None:
+    out = _build(synced_mirror, operator_key, tmp_path / "bundle", epoch, compression=compression).outputs[0]
+    assert archive.detect_compression(out.read_bytes()[:8]) == compression
+    assert verify(out, operator_keyring).ok
+
+
+def test_zstd_bundle_verifies_through_the_zstd_command_when_the_module_is_missing(
+    synced_mirror: Path, operator_key: TestKey, epoch: int, tmp_path: Path, operator_keyring: Keyring,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    out = _build(synced_mirror, operator_key, tmp_path / "bundle.tar.zst", epoch).outputs[0]
+    monkeypatch.setattr(archive, "_have_zstandard", lambda: False)
+    report = verify(out, operator_keyring)
+    assert report.ok, [str(p) for p in report.problems]
+    data = bytearray(out.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    (tmp_path / "bad.tar.zst").write_bytes(bytes(data))
+    assert not verify(tmp_path / "bad.tar.zst", operator_keyring).ok
+
+
+def test_split_bundle_verifies_from_its_first_part_and_a_bad_part_is_named(
+    synced_mirror: Path, operator_key: TestKey, epoch: int, tmp_path: Path, operator_keyring: Keyring
+) -> None:
+    result = _build(synced_mirror, operator_key, tmp_path / "bundle.tar", epoch, compression="none", split=1 << 20)
+    names = [p.name for p in result.outputs]
+    parts = [n for n in names if ".part" in n]
+    assert len(parts) >= 2 and parts == [f"bundle.tar.part{i:03d}" for i in range(1, len(parts) + 1)]
+    assert names[len(parts):] == ["bundle.tar.sha256sums", "bundle.tar.sha256sums.asc"]
+    assert all((tmp_path / n).stat().st_size == 1 << 20 for n in parts[:-1])
+    assert verify(tmp_path / "bundle.tar.part001", operator_keyring).ok
+    staged = extract_verified(tmp_path / "bundle.tar.part001", operator_keyring, tmp_path / "staging")
+    assert Manifest.from_json((staged.root / MANIFEST_NAME).read_bytes()) == staged.manifest
+    part = tmp_path / parts[-1]
+    data = bytearray(part.read_bytes())
+    data[10] ^= 0x01
+    part.write_bytes(bytes(data))
+    report = verify(tmp_path / "bundle.tar.part001", operator_keyring)
+    assert not report.ok and any(f"part {parts[-1]} does not match" in str(p) for p in report.problems)

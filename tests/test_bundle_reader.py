@@ -1,0 +1,210 @@
+"""The safe reader refuses crafted archives, and the manifest schema is strict: with real signatures, no mirror.
+
+Each crafted archive carries a manifest validly signed by the trusted operator key, so the
+refusals below come from the member checks themselves, not from a bad signature.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import tarfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from installer.bundle import BundleVerificationError, extract_verified, inspect, verify
+from installer.gpg import Keyring
+from installer.manifest import (
+    MANIFEST_NAME,
+    SIGNATURE_NAME,
+    FileEntry,
+    Manifest,
+    ManifestError,
+    PackageEntry,
+    Provenance,
+    SignedFile,
+    Target,
+)
+from mirror.bundle_sign import OperatorKey
+from tests.gpgkeys import TestKey, make_key
+from tests.upstream import stop_agent
+
+GOOD = b"good payload\n"
+
+
+@pytest.fixture(scope="session")
+def operator_key(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestKey]:
+    """The operator's throwaway signing key (ed25519, no passphrase, its own GNUPGHOME)."""
+    key = make_key(tmp_path_factory.mktemp("operator-gpg"), "bundle operator <operator@example.invalid>")
+    yield key
+    stop_agent(key.home)
+
+
+@pytest.fixture(scope="module")
+def keyring(operator_key: TestKey) -> Iterator[Keyring]:
+    with Keyring.open([operator_key.public]) as keys:
+        yield keys
+
+
+def _manifest(fpr: str, listed: dict[str, bytes]) -> Manifest:
+    return Manifest(
+        tool_version="0.1.0",
+        created="2026-01-01T00:00:00Z",
+        channel="stable",
+        toolkit_version="1.17.8",
+        upstream_url="https://nvidia.github.io/libnvidia-container",
+        upstream_fingerprint="C95B321B61E88C1809C4F759DDCAE044F796ECB0",
+        signer=fpr,
+        targets=(),
+        files=tuple(FileEntry(p, len(d), hashlib.sha256(d).hexdigest()) for p, d in sorted(listed.items())),
+    )
+
+
+def _info(name: str, data: bytes = b"", kind: bytes = tarfile.REGTYPE, **attrs: object) -> tuple[tarfile.TarInfo, bytes]:
+    info = tarfile.TarInfo(name)
+    info.type = kind
+    info.size = len(data) if kind == tarfile.REGTYPE else 0
+    for key, value in attrs.items():
+        setattr(info, key, value)
+    return info, data
+
+
+def craft(
+    path: Path, key: TestKey, members: list[tuple[tarfile.TarInfo, bytes]], listed: dict[str, bytes], *, head_first: bool = True
+) -> Path:
+    """Write a tar whose signed manifest lists ``listed`` and whose other members are ``members``."""
+    manifest = _manifest(key.fingerprint, listed).to_json()
+    signature = OperatorKey.find(key.fingerprint, key.home).sign_detached(manifest)
+    head = [_info(MANIFEST_NAME, manifest), _info(SIGNATURE_NAME, signature)]
+    with tarfile.open(path, "w", format=tarfile.GNU_FORMAT) as tar:
+        for info, data in (head + members) if head_first else (members + head):
+            tar.addfile(info, io.BytesIO(data) if info.isreg() else None)
+    return path
+
+
+UNSAFE = {
+    "absolute path": ([_info("/tmp/gpu-airgap-evil", GOOD)], {}),
+    "dot-dot escape": ([_info("../gpu-airgap-evil", GOOD)], {}),
+    "symlink": ([_info("payload", GOOD), _info("link", kind=tarfile.SYMTYPE, linkname="/etc/passwd")], {"payload": GOOD}),
+    "hard link": ([_info("payload", GOOD), _info("hard", kind=tarfile.LNKTYPE, linkname="payload")], {"payload": GOOD}),
+    "character device": ([_info("payload", GOOD), _info("null", kind=tarfile.CHRTYPE, devmajor=1, devminor=3)], {"payload": GOOD}),
+    "fifo": ([_info("payload", GOOD), _info("pipe", kind=tarfile.FIFOTYPE)], {"payload": GOOD}),
+    "directory entry": ([_info("dir", kind=tarfile.DIRTYPE)], {}),
+    "duplicate name": ([_info("payload", GOOD), _info("payload", GOOD)], {"payload": GOOD}),
+    "member missing from the manifest": ([_info("payload", GOOD), _info("extra", GOOD)], {"payload": GOOD}),
+    "manifest entry missing from the archive": ([_info("payload", GOOD)], {"payload": GOOD, "absent": GOOD}),
+    "size beyond the manifest (bomb)": ([_info("payload", GOOD * 1000)], {"payload": GOOD}),
+    "altered content": ([_info("payload", b"evil payload\n")], {"payload": GOOD}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(UNSAFE))
+def test_crafted_unsafe_archive_is_refused_with_nothing_written_outside_staging(
+    case: str, operator_key: TestKey, keyring: Keyring, tmp_path: Path
+) -> None:
+    members, listed = UNSAFE[case]
+    bundle = craft(tmp_path / "crafted.tar", operator_key, members, listed)
+    staging = tmp_path / "work" / "staging"
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    with pytest.raises(BundleVerificationError):
+        extract_verified(bundle, keyring, staging)
+    after = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    assert [p for p in after if p not in before] == [Path("work"), Path("work/staging")]
+    assert list(staging.iterdir()) == []  # what was extracted before the refusal is gone too
+    assert not Path("/tmp/gpu-airgap-evil").exists() and not (tmp_path / "work" / "gpu-airgap-evil").exists()
+    report = verify(bundle, keyring)  # verify lists the same problem without extracting
+    assert not report.ok and report.signer == operator_key.fingerprint
+
+
+def test_a_member_before_the_signed_manifest_is_refused(operator_key: TestKey, keyring: Keyring, tmp_path: Path) -> None:
+    bundle = craft(tmp_path / "b.tar", operator_key, [_info("payload", GOOD)], {"payload": GOOD}, head_first=False)
+    report = verify(bundle, keyring)
+    assert report.first_bad == "payload" and "comes before manifest.json" in report.problems[0].message
+
+
+def test_a_good_crafted_archive_extracts_exactly_its_members(operator_key: TestKey, keyring: Keyring, tmp_path: Path) -> None:
+    bundle = craft(tmp_path / "b.tar", operator_key, [_info("dir/payload", GOOD)], {"dir/payload": GOOD})
+    staged = extract_verified(bundle, keyring, tmp_path / "staging")
+    assert sorted(str(p.relative_to(staged.root)) for p in staged.root.rglob("*") if p.is_file()) == [
+        "dir/payload", MANIFEST_NAME, SIGNATURE_NAME,
+    ]  # fmt: skip
+    assert staged.path_of("dir/payload").read_bytes() == GOOD and staged.signer == operator_key.fingerprint
+    assert (staged.root.stat().st_mode & 0o777) == 0o700
+
+
+def test_verify_lists_every_problem_and_names_the_first_bad_member(operator_key: TestKey, keyring: Keyring, tmp_path: Path) -> None:
+    members = [_info("a", b"changed"), _info("b", GOOD), _info("c", GOOD)]
+    bundle = craft(tmp_path / "b.tar", operator_key, members, {"a": GOOD, "b": GOOD, "d": GOOD})
+    report = verify(bundle, keyring)
+    assert [str(p) for p in report.problems] == [
+        "a: has 7 bytes, the manifest says 13",
+        "c: is not listed in the signed manifest",
+        "d: is listed in the manifest but missing from the archive",
+    ]
+    assert report.first_bad == "a" and report.members_checked == 1
+
+
+def test_inspect_needs_no_key_and_reads_only_the_manifest(operator_key: TestKey, tmp_path: Path) -> None:
+    bundle = craft(tmp_path / "b.tar", operator_key, [_info("payload", b"tampered")], {"payload": GOOD})
+    assert inspect(bundle).signer == operator_key.fingerprint
+
+
+def test_a_truncated_archive_is_reported_not_crashed_on(operator_key: TestKey, keyring: Keyring, tmp_path: Path) -> None:
+    bundle = craft(tmp_path / "b.tar", operator_key, [_info("payload", GOOD * 4000)], {"payload": GOOD * 4000})
+    data = bundle.read_bytes()
+    bundle.write_bytes(data[: len(data) // 2])
+    report = verify(bundle, keyring)
+    assert not report.ok and "damaged or truncated" in report.problems[0].message
+
+
+# -- manifest schema -------------------------------------------------------------------------------
+
+
+def _full_manifest() -> Manifest:
+    pkg = PackageEntry("libnvidia-container1", "1.17.8-1", "amd64", "targets/deb-amd64/l.deb", 10, "a" * 64, 0, ("libc6 (>= 2.27)",), "https://x/l.deb")
+    target = Target(
+        "deb", "amd64", "targets/deb-amd64", "1.17.8-1",
+        Provenance("https://x/stable/deb/amd64", "C95B321B61E88C1809C4F759DDCAE044F796ECB0", "2026-09-18T21:09:04Z",
+                   (SignedFile("stable/deb/amd64/InRelease", 1477, None, "b" * 128),)),
+        (pkg,), ("libc6 (>= 2.27)",),
+    )  # fmt: skip
+    return Manifest(
+        "0.1.0", "2026-01-01T00:00:00Z", "stable", "1.17.8", "https://x", "C95B321B61E88C1809C4F759DDCAE044F796ECB0",
+        "C95B321B61E88C1809C4F759DDCAE044F796ECB0", (target,), (FileEntry("install.sh", 5, "c" * 64, "node-installer"),),
+    )  # fmt: skip
+
+
+def test_manifest_json_is_canonical_and_round_trips() -> None:
+    manifest = _full_manifest()
+    data = manifest.to_json()
+    assert data.endswith(b"}\n") and b", " not in data and b": " not in data
+    assert Manifest.from_json(data) == manifest and Manifest.from_json(data).to_json() == data
+    assert manifest.members() == {"install.sh": (5, "c" * 64), "targets/deb-amd64/l.deb": (10, "a" * 64)}
+
+
+def test_manifest_parser_lists_every_problem_at_once() -> None:
+    import json
+
+    raw = json.loads(_full_manifest().to_json())
+    raw["schema"] = 7
+    raw["signer"] = "not-a-fingerprint"
+    raw["files"][0]["path"] = "../../etc/passwd"
+    raw["targets"][0]["packages"][0]["sha256"] = "XYZ"
+    del raw["channel"]
+    with pytest.raises(ManifestError) as caught:
+        Manifest.from_json(json.dumps(raw).encode())
+    assert len(caught.value.problems) == 5, caught.value.problems
+    assert "schema 7 is not supported" in str(caught.value)
+
+
+def test_manifest_refuses_duplicate_members_and_non_json() -> None:
+    import json
+
+    raw = json.loads(_full_manifest().to_json())
+    raw["files"].append(dict(raw["files"][0]))
+    with pytest.raises(ManifestError, match="listed 2 times"):
+        Manifest.from_json(json.dumps(raw).encode())
+    with pytest.raises(ManifestError, match="not UTF-8 JSON"):
+        Manifest.from_json(b"\xff{")
