@@ -86,6 +86,15 @@ def measure_overhead(work: Path) -> Dict[str, Any]:
     }
 
 
+def _find_python(name: str) -> str | None:
+    """``name`` on PATH when it runs (pyenv shims may not), else a pyenv build of that version."""
+    found = shutil.which(name)
+    if found and subprocess.run([found, "-V"], capture_output=True).returncode == 0:
+        return found
+    candidates = sorted(Path.home().glob(f".pyenv/versions/{name.removeprefix('python')}*/bin/{name}"))
+    return str(candidates[-1]) if candidates else None
+
+
 def measure_zipapp(work: Path) -> Dict[str, Any]:
     try:
         from mirror.node_zipapp import PYZ_NAME, build_zipapp
@@ -99,13 +108,14 @@ def measure_zipapp(work: Path) -> Dict[str, Any]:
     pyz.write_bytes(data)
     results: Dict[str, Any] = {"size_bytes": len(data)}
     for python in ("python3", "python3.9"):
-        if shutil.which(python) is None or subprocess.run([python, "-V"], capture_output=True).returncode != 0:
+        exe = _find_python(python)
+        if exe is None:
             results[python] = {"error": "not installed here"}
             continue
         times = []
         for _ in range(RUNS):
             start = time.perf_counter()
-            done = subprocess.run([python, "-I", str(pyz), "--help"], capture_output=True)
+            done = subprocess.run([exe, "-I", str(pyz), "--help"], capture_output=True)
             times.append(time.perf_counter() - start)
             if done.returncode != 0:
                 results[python] = {"error": done.stderr.decode()[-300:]}

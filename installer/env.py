@@ -9,11 +9,10 @@ from __future__ import annotations
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, Optional, Protocol, Sequence
+from typing import Callable, Optional, Protocol, Sequence
 
 from configure import cdi, proc
 from configure.engine import ConfigPlan, Engine
-from configure.errors import UsageError
 from installer.backend import PackageBackend, make_backend
 from installer.node import NodeFacts, detect_node, proc_runner
 from installer.target import StagedBundle
@@ -57,22 +56,13 @@ class Systemd:
 
 
 def default_engine(name: str) -> Engine:
-    """The configure library's engine ``name`` (containerd, docker, crio).
+    """The configure library's engine ``name`` (the registry in :mod:`configure.engines`).
 
-    :raises UsageError: for any other name.
+    :raises UsageError: for an engine this build does not have.
     """
-    from configure.containerd import ContainerdEngine
-    from configure.crio import CrioEngine
-    from configure.docker import DockerEngine
+    from configure.engines import get_engine
 
-    engines: Dict[str, Callable[[], Engine]] = {
-        "containerd": ContainerdEngine,
-        "docker": DockerEngine,
-        "crio": CrioEngine,
-    }
-    if name not in engines:
-        raise UsageError(f"unknown container engine {name!r}; use one of {', '.join(engines)}")
-    return engines[name]()
+    return get_engine(name)
 
 
 def plan_cdi(root: Path) -> ConfigPlan:
