@@ -71,20 +71,9 @@ def make_app(
 
 
 def _add_node_commands(app: typer.Typer) -> None:
-    @app.command("install")
-    def install() -> None:
-        """Verify a bundle, check the node, install the toolkit and register the runtime."""
-        raise ToolError("install is not available in this build yet")
+    from installer.node_cli import add_node_commands
 
-    @app.command("uninstall")
-    def uninstall() -> None:
-        """Restore every configuration file the install changed and remove the packages."""
-        raise ToolError("uninstall is not available in this build yet")
-
-    @app.command("status")
-    def status() -> None:
-        """Show the installed toolkit, registered runtimes and drift from the last install."""
-        raise ToolError("status is not available in this build yet")
+    add_node_commands(app)
 
 
 def run(app: typer.Typer, argv: Optional[Sequence[str]] = None) -> int:

@@ -1,0 +1,335 @@
+"""The node's own package manager behind one seam: :class:`PackageBackend`, with dpkg and rpm.
+
+Every command goes through :func:`configure.proc.run` and honours ``--root`` the way the tools
+themselves do: ``dpkg --root=DIR`` (whose admin directory is ``DIR/var/lib/dpkg``),
+``dpkg-query --admindir=DIR/var/lib/dpkg``, and ``rpm --root DIR --dbpath PATH`` (``PATH`` is the
+database the node itself uses, found under the root; passing it explicitly matters because some
+hosts, Debian's rpm for one, default to ``~/.rpmdb``).
+
+Maintainer scripts: with ``--root`` dpkg and rpm chroot into the root to run them, which is right
+for a node image or chroot with a real userland. We do not pass ``--force-script-chrootless`` or
+``--noscripts``: the first would run the packages' scripts against the *host*, the second would
+silently skip steps (ldconfig) the real node needs. Scratch roots in the tests use stand-in
+packages that have no scripts.
+
+:class:`FakeBackend` records calls for the pure unit tests of preflight and orchestration.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Dict, List, Optional, Protocol, Sequence, Tuple
+
+from configure import proc
+from configure.errors import CommandError, ToolError
+from configure.fsutil import atomic_write, rooted
+from installer.target import Requirement
+
+VERSIONLOCK = "/etc/dnf/plugins/versionlock.list"
+_SAFE_VERSION = re.compile(r"^[A-Za-z0-9.:~^+_-]+$")
+
+
+class PackageBackend(Protocol):
+    """What the installer needs from dpkg or rpm (pipx ``backends/_base.py`` style)."""
+
+    name: str  #: "dpkg" or "rpm"
+
+    def installed_version(self, name: str) -> Optional[str]:
+        """The installed version of ``name`` or None (half-installed counts as not installed)."""
+        ...
+
+    def package_state(self, name: str) -> str:
+        """A human phrase for ``name``'s state: ``1.17.8-1 (installed)``, ``not installed``, ..."""
+        ...
+
+    def provides(self, requirement: Requirement) -> bool:
+        """True when an installed package satisfies ``requirement`` (name and version constraint)."""
+        ...
+
+    def compare_versions(self, a: str, b: str) -> int:
+        """-1, 0 or 1 as ``a`` is older than, equal to or newer than ``b``."""
+        ...
+
+    def install(self, files: Sequence[Path], *, allow_downgrade: bool = False) -> None:
+        """Install ``files`` (already in dependency order) in one transaction."""
+        ...
+
+    def remove(self, names: Sequence[str]) -> None:
+        """Remove ``names`` (already in reverse dependency order)."""
+        ...
+
+    def hold(self, names: Sequence[str]) -> None:
+        """Keep ``names`` at their installed versions (apt-mark hold / dnf versionlock)."""
+        ...
+
+    def unhold(self, names: Sequence[str]) -> None:
+        """Undo :meth:`hold`."""
+        ...
+
+
+def _check_version(version: str) -> str:
+    if not _SAFE_VERSION.match(version):
+        raise ToolError(f"refusing the version string {version!r}: it has characters no package version uses")
+    return version
+
+
+class DpkgBackend:
+    """dpkg and dpkg-query on a Debian-family node or root."""
+
+    name = "dpkg"
+
+    def __init__(self, root: Path = Path("/")) -> None:
+        self.root = root
+        scratch = str(root) not in ("", "/")
+        self._dpkg = ["dpkg", f"--root={root}"] if scratch else ["dpkg"]
+        admindir = rooted(root, "/var/lib/dpkg")
+        self._query = ["dpkg-query", f"--admindir={admindir}"] if scratch else ["dpkg-query"]
+
+    def _status(self, name: str) -> Tuple[str, str]:
+        result = proc.run([*self._query, "-W", "-f=${db:Status-Abbrev}\t${Version}\n", name], check=False)
+        line = result.stdout.decode("utf-8", "replace").strip().splitlines()
+        if result.returncode != 0 or not line:
+            return "", ""
+        abbrev, _, version = line[-1].partition("\t")
+        return abbrev, version
+
+    def installed_version(self, name: str) -> Optional[str]:
+        """See :meth:`PackageBackend.installed_version`."""
+        abbrev, version = self._status(name)
+        return version if len(abbrev) >= 2 and abbrev[1] == "i" else None
+
+    def package_state(self, name: str) -> str:
+        """See :meth:`PackageBackend.package_state`."""
+        abbrev, version = self._status(name)
+        if len(abbrev) < 2 or abbrev[1] in ("n", " "):
+            return "not installed"
+        phrase = {
+            "i": "installed",
+            "c": "removed, config files remain",
+            "U": "unpacked, not configured",
+            "F": "half-configured",
+            "H": "half-installed",
+            "W": "awaiting triggers",
+            "t": "triggers pending",
+        }.get(abbrev[1], f"dpkg state {abbrev.strip()}")
+        return f"{version} ({phrase})"
+
+    def compare_versions(self, a: str, b: str) -> int:
+        """See :meth:`PackageBackend.compare_versions` (asks ``dpkg --compare-versions``)."""
+        a, b = _check_version(a), _check_version(b)
+        if proc.run(["dpkg", "--compare-versions", a, "eq", b], check=False).returncode == 0:
+            return 0
+        return -1 if proc.run(["dpkg", "--compare-versions", a, "lt", b], check=False).returncode == 0 else 1
+
+    def provides(self, requirement: Requirement) -> bool:
+        """See :meth:`PackageBackend.provides`."""
+        version = self.installed_version(requirement.name)
+        if version is None:
+            return False
+        if not requirement.op or not requirement.version:
+            return True
+        op = {"<<": "lt", "<=": "le", "=": "eq", ">=": "ge", ">>": "gt"}[requirement.op]
+        argv = ["dpkg", "--compare-versions", _check_version(version), op, _check_version(requirement.version)]
+        return proc.run(argv, check=False).returncode == 0
+
+    def install(self, files: Sequence[Path], *, allow_downgrade: bool = False) -> None:
+        """``dpkg -i`` all files at once, so dpkg orders the configuration itself (downgrades are allowed by dpkg)."""
+        proc.run([*self._dpkg, "--install", *(str(f) for f in files)])
+
+    def remove(self, names: Sequence[str]) -> None:
+        """``dpkg --remove`` (conffiles stay, as with ``apt remove``)."""
+        if names:
+            proc.run([*self._dpkg, "--remove", *names])
+
+    def _select(self, names: Sequence[str], selection: str) -> None:
+        lines = "".join(f"{n} {selection}\n" for n in names)
+        if lines:
+            proc.run([*self._dpkg, "--set-selections"], input_bytes=lines.encode())
+
+    def hold(self, names: Sequence[str]) -> None:
+        """``dpkg --set-selections`` with ``hold``: what ``apt-mark hold`` does, and it works under a root."""
+        self._select(names, "hold")
+
+    def unhold(self, names: Sequence[str]) -> None:
+        """Back to ``install`` selections."""
+        self._select(names, "install")
+
+
+class RpmBackend:
+    """rpm on a Red Hat-family node or root; holds are dnf versionlock entries."""
+
+    name = "rpm"
+
+    def __init__(self, root: Path = Path("/"), dbpath: Optional[str] = None) -> None:
+        self.root = root
+        self._rpm = ["rpm"]
+        if str(root) not in ("", "/"):
+            self._rpm += ["--root", str(root)]
+        if dbpath:
+            self._rpm += ["--dbpath", dbpath]
+
+    def installed_version(self, name: str) -> Optional[str]:
+        """See :meth:`PackageBackend.installed_version` (``[epoch:]version-release``)."""
+        fmt = "%|EPOCH?{%{EPOCH}:}:{}|%{VERSION}-%{RELEASE}\n"
+        result = proc.run([*self._rpm, "-q", "--qf", fmt, name], check=False)
+        lines = result.stdout.decode("utf-8", "replace").strip().splitlines()
+        return lines[-1] if result.returncode == 0 and lines else None
+
+    def package_state(self, name: str) -> str:
+        """See :meth:`PackageBackend.package_state`."""
+        version = self.installed_version(name)
+        return f"{version} (installed)" if version else "not installed"
+
+    def compare_versions(self, a: str, b: str) -> int:
+        """See :meth:`PackageBackend.compare_versions` (rpm's own ``rpm.vercmp``)."""
+        a, b = _check_version(a), _check_version(b)
+        out = proc.run(["rpm", "--eval", f'%{{lua: print(rpm.vercmp("{a}", "{b}"))}}']).stdout
+        value = int(out.decode().strip() or "0")
+        return (value > 0) - (value < 0)
+
+    def provides(self, requirement: Requirement) -> bool:
+        """``rpm -q --whatprovides NAME``, then the versions of the matching provides compared by rpm.
+
+        rpm 4.18 does not accept ``'name >= version'`` in ``--whatprovides``, so the constraint is
+        checked against each provider's ``PROVIDEVERSION`` (or its EVR for unversioned provides).
+        """
+        fmt = "@%|EPOCH?{%{EPOCH}:}:{}|%{VERSION}-%{RELEASE}\n[%{PROVIDENAME}\t%{PROVIDEVERSION}\n]"
+        result = proc.run([*self._rpm, "-q", "--whatprovides", requirement.name, "--qf", fmt], check=False)
+        if result.returncode != 0:
+            return False
+        if not requirement.op or not requirement.version:
+            return True
+        wanted = _check_version(requirement.version)
+        evr = ""
+        for line in result.stdout.decode("utf-8", "replace").splitlines():
+            if line.startswith("@"):
+                evr = line[1:]
+                continue
+            name, _, version = line.partition("\t")
+            if name != requirement.name:
+                continue
+            order = self.compare_versions(version or evr, wanted)
+            if {"<<": order < 0, "<=": order <= 0, "=": order == 0, ">=": order >= 0, ">>": order > 0}[requirement.op]:
+                return True
+        return False
+
+    def install(self, files: Sequence[Path], *, allow_downgrade: bool = False) -> None:
+        """``rpm -U`` in one transaction: it either installs every file or changes nothing."""
+        extra = ["--oldpackage"] if allow_downgrade else []
+        proc.run([*self._rpm, "-U", *extra, *(str(f) for f in files)])
+
+    def remove(self, names: Sequence[str]) -> None:
+        """``rpm -e`` in one transaction."""
+        if names:
+            proc.run([*self._rpm, "-e", *names])
+
+    def _lock_lines(self) -> Tuple[Path, List[str]]:
+        path = rooted(self.root, VERSIONLOCK)
+        text = path.read_text(encoding="utf-8") if path.is_file() else ""
+        return path, text.splitlines()
+
+    def hold(self, names: Sequence[str]) -> None:
+        """Lock ``names`` at their installed versions with ``NAME-EPOCH:VERSION-RELEASE.*`` lines in dnf's versionlock list.
+
+        Earlier lines for the same names (an older release) are replaced; other lines stay as they are.
+        """
+        path, lines = self._lock_lines()
+        lines = [line for line in lines if _versionlock_name(line) not in names]
+        for name in names:
+            version = self.installed_version(name)
+            if version is None:
+                raise ToolError(f"cannot hold {name}: it is not installed")
+            entry = f"{name}-{version if ':' in version else '0:' + version}.*"
+            if entry not in lines:
+                lines.append(entry)
+        atomic_write(path, ("\n".join(lines) + "\n").encode())
+
+    def unhold(self, names: Sequence[str]) -> None:
+        """Drop the versionlock lines of ``names``; other lines stay byte-for-byte."""
+        path, lines = self._lock_lines()
+        if not path.is_file():
+            return
+        kept = [line for line in lines if _versionlock_name(line) not in names]
+        if kept != lines:
+            atomic_write(path, ("\n".join(kept) + "\n").encode() if kept else b"")
+
+
+def _versionlock_name(line: str) -> str:
+    """``nvidia-container-toolkit-0:1.17.8-1.*`` -> ``nvidia-container-toolkit``."""
+    parts = line.strip().lstrip("!").rsplit("-", 2)
+    return parts[0] if len(parts) == 3 else line.strip()
+
+
+class FakeBackend:
+    """An in-memory package manager for pure tests: records every call in ``calls``."""
+
+    def __init__(
+        self,
+        installed: Optional[Dict[str, str]] = None,
+        provided: Sequence[str] = (),
+        name: str = "dpkg",
+        fail_install: Optional[str] = None,
+    ) -> None:
+        self.name = name
+        self.installed: Dict[str, str] = dict(installed or {})
+        self.provided = set(provided)
+        self.held: List[str] = []
+        self.calls: List[Tuple[str, ...]] = []
+        self.fail_install = fail_install  #: raise CommandError from install() with this text
+
+    def installed_version(self, name: str) -> Optional[str]:
+        """See :meth:`PackageBackend.installed_version`."""
+        return self.installed.get(name)
+
+    def package_state(self, name: str) -> str:
+        """See :meth:`PackageBackend.package_state`."""
+        version = self.installed.get(name)
+        return f"{version} (installed)" if version else "not installed"
+
+    def compare_versions(self, a: str, b: str) -> int:
+        """Compare dotted numbers only (enough for tests)."""
+        key_a = [int(x) for x in re.findall(r"\d+", a)]
+        key_b = [int(x) for x in re.findall(r"\d+", b)]
+        return (key_a > key_b) - (key_a < key_b)
+
+    def provides(self, requirement: Requirement) -> bool:
+        """True for names given as ``provided`` (or installed)."""
+        return requirement.name in self.provided or requirement.name in self.installed
+
+    def install(self, files: Sequence[Path], *, allow_downgrade: bool = False) -> None:
+        """Record the files; ``name_version_arch.ext`` names become installed entries."""
+        self.calls.append(("install", *(str(f) for f in files)))
+        if self.fail_install:
+            raise CommandError([self.name, "--install"], 1, self.fail_install)
+        for f in files:
+            name, version = f.name.split("_")[:2]
+            self.installed[name] = version
+
+    def remove(self, names: Sequence[str]) -> None:
+        """Record and forget ``names``."""
+        self.calls.append(("remove", *names))
+        for name in names:
+            self.installed.pop(name, None)
+
+    def hold(self, names: Sequence[str]) -> None:
+        """Record the hold."""
+        self.calls.append(("hold", *names))
+        self.held.extend(n for n in names if n not in self.held)
+
+    def unhold(self, names: Sequence[str]) -> None:
+        """Record the release."""
+        self.calls.append(("unhold", *names))
+        self.held = [n for n in self.held if n not in names]
+
+
+def make_backend(package_format: Optional[str], root: Path, rpm_dbpath: Optional[str] = None) -> PackageBackend:
+    """The backend for the node's package format.
+
+    :raises ToolError: when the node has neither dpkg nor rpm.
+    """
+    if package_format == "deb":
+        return DpkgBackend(root)
+    if package_format == "rpm":
+        return RpmBackend(root, rpm_dbpath)
+    raise ToolError(f"found neither a dpkg nor an rpm database under {root}; this node cannot install packages")

@@ -1,0 +1,97 @@
+"""The installer's collaborators: the seams :mod:`installer.install` works through, and the real ones.
+
+Install, uninstall and status take a :class:`NodeEnv`; tests replace single fields (the bundle
+opener, the service manager, the engine registry) and keep the rest real.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional, Protocol, Sequence
+
+from configure import cdi, proc
+from configure.engine import ConfigPlan, Engine
+from installer.backend import PackageBackend, make_backend
+from installer.node import NodeFacts, detect_node, proc_runner
+from installer.target import StagedBundle
+
+#: Where the CDI spec goes (node path) and the engines the installer knows, in detection order.
+CDI_SPEC = cdi.CDI_SPEC
+ENGINE_NAMES = ("containerd", "docker", "crio")
+SERVICE_UNITS = {"containerd": "containerd", "docker": "docker", "crio": "crio"}
+
+
+class BundleOpener(Protocol):
+    """Verify a bundle completely against ``keyring`` and stage its packages under ``staging_dir``."""
+
+    def __call__(self, bundle: Path, keyring: Path, staging_dir: Path) -> StagedBundle:
+        """:raises VerificationError: for a bad signature, wrong key, or any digest mismatch."""
+        ...
+
+
+class ServiceManager(Protocol):
+    """Restart a service and ask whether it runs (systemd on real nodes)."""
+
+    def restart(self, unit: str) -> None:
+        """Restart ``unit``; failures surface through :meth:`is_active`."""
+        ...
+
+    def is_active(self, unit: str) -> bool:
+        """True when ``unit`` runs."""
+        ...
+
+
+class Systemd:
+    """:class:`ServiceManager` over ``systemctl``."""
+
+    def restart(self, unit: str) -> None:
+        """``systemctl restart UNIT`` (a failure is seen by :meth:`is_active`)."""
+        proc.run(["systemctl", "restart", unit], check=False, timeout=120)
+
+    def is_active(self, unit: str) -> bool:
+        """``systemctl is-active --quiet UNIT``."""
+        return proc.run(["systemctl", "is-active", "--quiet", unit], check=False, timeout=30).returncode == 0
+
+
+def default_engine(name: str) -> Engine:
+    """The configure library's engine ``name`` (the registry in :mod:`configure.engines`).
+
+    :raises UsageError: for an engine this build does not have.
+    """
+    from configure.engines import get_engine
+
+    return get_engine(name)
+
+
+def plan_cdi(root: Path) -> ConfigPlan:
+    """Plan the CDI spec with the installed ``nvidia-ctk cdi generate`` (device nodes under another root)."""
+    return cdi.plan_spec(root)
+
+
+def default_opener(bundle: Path, keyring: Path, staging_dir: Path) -> StagedBundle:
+    """Verify and stage with :mod:`installer.bundle` (see :mod:`installer.source`)."""
+    from installer.source import open_verified
+
+    return open_verified(bundle, keyring, staging_dir)
+
+
+def free_bytes(path: Path) -> int:
+    """Free space on the filesystem that holds ``path``."""
+    return shutil.disk_usage(path).free
+
+
+@dataclass
+class NodeEnv:
+    """Everything install/uninstall/status reach the outside world through."""
+
+    opener: BundleOpener = default_opener
+    detect: Callable[[Path], NodeFacts] = lambda root: detect_node(root, proc_runner, proc.which)
+    backend: Callable[[NodeFacts], PackageBackend] = lambda f: make_backend(f.package_format, f.root, f.rpm_dbpath)
+    engine: Callable[[str], Engine] = default_engine
+    services: ServiceManager = Systemd()  # noqa: RUF009 - stateless, sharing it is fine
+    cdi: Callable[[Path], ConfigPlan] = plan_cdi
+    free: Callable[[Path], int] = free_bytes
+    engine_names: Sequence[str] = ENGINE_NAMES
+    log: Optional[Callable[[str], None]] = None  #: progress lines (the CLI prints them on stderr)

@@ -1,0 +1,151 @@
+"""``gpu-airgap uninstall`` and ``gpu-airgap status``: undo the recorded install, or report on it.
+
+Both read ``state.json`` (:mod:`installer.state`) and the configure journal; uninstall restores
+files with :func:`configure.changes.revert`, so the bytes come back exactly as they were.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List
+
+from configure import cdi as cdi_spec
+from configure.changes import Journal, read_optional, revert
+from configure.errors import ProblemsFound, ToolError
+from configure.fsutil import rooted
+from installer.env import CDI_SPEC, SERVICE_UNITS, NodeEnv
+from installer.install import node_lock
+from installer.state import NodeState, load_state, state_path
+from installer.target import TOOLKIT_ORDER
+
+
+@dataclass
+class UninstallResult:
+    """What uninstall restored and removed."""
+
+    restored: List[str] = field(default_factory=list)
+    removed: List[str] = field(default_factory=list)
+    messages: List[str] = field(default_factory=list)
+
+    def to_dict(self) -> Dict[str, Any]:
+        """The ``--json`` object."""
+        return dict(self.__dict__)
+
+
+def file_drift(state: NodeState) -> List[str]:
+    """Every recorded configuration file someone changed after gpu-airgap wrote it."""
+    problems = []
+    for item in state.files:
+        current = read_optional(Path(item.path))
+        if current is None:
+            problems.append(f"{item.path} was deleted after gpu-airgap wrote it")
+        elif hashlib.sha256(current).hexdigest() != item.sha256:
+            problems.append(f"{item.path} was edited after gpu-airgap wrote it")
+    return problems
+
+
+def _require_state(root: Path) -> NodeState:
+    state = load_state(root)
+    if state is None:
+        raise ToolError(f"nothing to uninstall: gpu-airgap has no install recorded under {root}")
+    return state
+
+
+def uninstall(root: Path, env: NodeEnv, *, keep_packages: bool = False, force: bool = False) -> UninstallResult:
+    """Restore every configuration file the install changed, then remove its packages in reverse order.
+
+    :param keep_packages: restore the configuration only.
+    :param force: restore files even if they were edited since (those edits are lost).
+    :raises ProblemsFound: when recorded files were edited since, unless ``force`` (nothing changed).
+    """
+    result = UninstallResult()
+    with node_lock(root):
+        state = _require_state(root)
+        drift = file_drift(state)
+        if drift and not force:
+            raise ProblemsFound("refusing to uninstall (use --force to restore the recorded files anyway)", drift)
+        journal = Journal(root)
+        engines_in_journal = {entry.engine for entry in journal.entries()}
+        for engine in state.engines:
+            if engine in engines_in_journal:
+                result.restored.extend(str(p) for p in revert(engine, journal, force=force))
+        if str(root) in ("", "/"):
+            for engine in state.engines:
+                if engine in SERVICE_UNITS:
+                    env.services.restart(SERVICE_UNITS[engine])
+        if not keep_packages:
+            facts = env.detect(root)
+            backend = env.backend(facts)
+            names = [n for n in reversed(list(state.packages)) if backend.installed_version(n) is not None]
+            if state.held:
+                backend.unhold(names)
+            backend.remove(names)
+            result.removed = names
+        else:
+            result.messages.append("kept the packages (--keep-packages)")
+        older = {n: v for n, v in state.previous.items() if v is not None and n in result.removed}
+        if older:
+            result.messages.append(
+                "before the install the node had " + ", ".join(f"{n} {v}" for n, v in older.items())
+                + "; those versions are not in the bundle, reinstall them from their own media if needed"
+            )
+        if state.removed:
+            result.messages.append(
+                "the install had removed " + ", ".join(f"{n} {v}" for n, v in state.removed.items()) + "; reinstall them if you still need them"
+            )
+        state_path(root).unlink()
+    return result
+
+
+def status(root: Path, env: NodeEnv, runtime_name: str = "nvidia") -> Dict[str, Any]:
+    """Report packages, engine registration, the CDI spec and drift from ``state.json``.
+
+    The returned dict has ``problems`` (a list): empty means the node matches its record.
+    """
+    facts = env.detect(root)
+    state = load_state(root)
+    problems: List[str] = []
+    packages: Dict[str, Any] = {}
+    try:
+        backend = env.backend(facts)
+        names = list(state.packages) if state else list(TOOLKIT_ORDER)
+        packages = {name: backend.installed_version(name) for name in names}
+    except ToolError as exc:
+        problems.append(str(exc))
+    name = state.runtime_name if state else runtime_name
+    engines: Dict[str, Any] = {}
+    for engine_name in env.engine_names:
+        if engine_name not in facts.engines and not (state and engine_name in state.engines):
+            continue
+        try:
+            engines[engine_name] = env.engine(engine_name).report(root, name)
+        except ToolError as exc:
+            engines[engine_name] = {"error": str(exc)}
+    cdi_path = rooted(root, CDI_SPEC)
+    cdi: Dict[str, Any] = {"path": CDI_SPEC, "present": cdi_path.is_file(), "valid": False}
+    if cdi["present"]:
+        data, spec_problems = cdi_spec.parse_spec(cdi_path.read_bytes())
+        spec_problems = spec_problems or cdi_spec.validate_spec(data)
+        cdi["valid"] = not spec_problems
+        problems.extend(f"{CDI_SPEC}: {p}" for p in spec_problems)
+    if state is not None:
+        for pkg, version in state.packages.items():
+            now = packages.get(pkg)
+            if now != version:
+                problems.append(f"{pkg} is {now or 'not installed'}, the install recorded {version}")
+        problems.extend(file_drift(state))
+    return {
+        "root": str(root),
+        "node": facts.describe(),
+        "installed_by_gpu_airgap": state is not None,
+        "bundle_id": state.bundle_id if state else None,
+        "signer": state.signer if state else None,
+        "release": state.release if state else None,
+        "held": state.held if state else False,
+        "packages": packages,
+        "engines": engines,
+        "cdi": cdi,
+        "problems": problems,
+    }

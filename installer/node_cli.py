@@ -1,0 +1,125 @@
+"""``gpu-airgap install | uninstall | status``: thin typer commands over :mod:`installer.install` and :mod:`installer.manage`.
+
+Each command turns flags into options, calls the library with the real :class:`~installer.env.NodeEnv`
+and renders the result (human lines, or one JSON object with ``--json``). Errors propagate to
+:func:`installer.cli.run`, the one place that prints them. Annotations use ``typing.Optional``
+because typer reads them at runtime on python3.9.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any, Dict, List
+
+import typer
+
+from configure.errors import ExitCode
+from configure.output import emit_json, emit_lines
+
+ROOT_HELP = "Treat DIR as the node's / (configs, dpkg/rpm database, state), like dpkg --root."
+
+
+def _progress(line: str) -> None:
+    sys.stderr.write(line + "\n")
+
+
+def add_node_commands(app: typer.Typer) -> None:
+    """Register ``install``, ``uninstall`` and ``status`` on ``app``."""
+
+    @app.command("install")
+    def install(
+        bundle: str = typer.Argument(..., help="The signed bundle (.tar, .tar.zst, or the first of its parts)."),
+        keyring: str = typer.Option(..., "--keyring", help="The operator's public key file; nothing else is trusted."),
+        root: str = typer.Option("/", "--root", metavar="DIR", help=ROOT_HELP),
+        runtime: str = typer.Option("auto", "--runtime", help="auto | containerd | docker | crio | none"),
+        runtime_name: str = typer.Option("nvidia", "--runtime-name", help="Name of the runtime entry."),
+        set_as_default: bool = typer.Option(False, "--set-as-default", help="Make it the engine's default runtime."),
+        cdi: str = typer.Option("auto", "--cdi", help="auto (when a driver is present) | on | off"),
+        hold: bool = typer.Option(False, "--hold", help="Keep the node on this release (dpkg hold / dnf versionlock)."),
+        allow_downgrade: bool = typer.Option(False, "--allow-downgrade", help="Install over newer versions."),
+        no_restart: bool = typer.Option(False, "--no-restart", help="Do not restart changed engines."),
+        dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan and change nothing."),
+        as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    ) -> None:
+        """Verify a bundle, check the node, install the toolkit and register the runtime."""
+        # The library loads only when a command runs, so --help stays fast.
+        from installer import install as install_lib
+        from installer.env import NodeEnv
+
+        options = install_lib.InstallOptions(
+            root=Path(root),
+            runtime=runtime,
+            runtime_name=runtime_name,
+            set_as_default=set_as_default,
+            cdi=cdi,
+            hold=hold,
+            allow_downgrade=allow_downgrade,
+            no_restart=no_restart,
+            dry_run=dry_run,
+        )
+        result = install_lib.install(Path(bundle), Path(keyring), options, NodeEnv(log=_progress))
+        if as_json:
+            emit_json(result.to_dict())
+            return
+        lines: List[str] = [f"{result.outcome}: bundle {result.bundle_id[:16]}… for {result.target} on {result.node}"]
+        lines += [f"  {m}" for m in result.messages]
+        lines += [f"  {name}: {what}" for name, what in result.engines.items()]
+        lines.append(f"  CDI: {result.cdi}")
+        emit_lines(lines)
+        if result.diff:
+            sys.stdout.write(result.diff)
+
+    @app.command("uninstall")
+    def uninstall(
+        root: str = typer.Option("/", "--root", metavar="DIR", help=ROOT_HELP),
+        keep_packages: bool = typer.Option(False, "--keep-packages", help="Restore the configuration only."),
+        force: bool = typer.Option(False, "--force", help="Restore files even if they were edited since the install."),
+        as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    ) -> None:
+        """Restore every configuration file the install changed and remove the packages."""
+        from installer import manage
+        from installer.env import NodeEnv
+
+        result = manage.uninstall(Path(root), NodeEnv(log=_progress), keep_packages=keep_packages, force=force)
+        if as_json:
+            emit_json(result.to_dict())
+            return
+        lines = [f"restored {path}" for path in result.restored]
+        lines += [f"removed {name}" for name in result.removed]
+        lines += result.messages
+        emit_lines(lines or ["nothing was changed"])
+
+    @app.command("status")
+    def status(
+        root: str = typer.Option("/", "--root", metavar="DIR", help=ROOT_HELP),
+        runtime_name: str = typer.Option("nvidia", "--runtime-name", help="Runtime to look for when nothing was recorded."),
+        as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    ) -> int:
+        """Show the installed toolkit, registered runtimes and drift from the last install (exit 9 on drift)."""
+        from installer import manage
+        from installer.env import NodeEnv
+
+        report = manage.status(Path(root), NodeEnv(), runtime_name)
+        if as_json:
+            emit_json(report)
+        else:
+            emit_lines(_status_lines(report))
+        return int(ExitCode.PROBLEMS_FOUND if report["problems"] else ExitCode.OK)
+
+
+def _status_lines(report: Dict[str, Any]) -> List[str]:
+    lines = [f"node: {report['node']}"]
+    if report["installed_by_gpu_airgap"]:
+        lines.append(f"bundle: {report['bundle_id']} (release {report['release']}, signed by {report['signer']})")
+    else:
+        lines.append("bundle: no install recorded by gpu-airgap")
+    for name, version in report["packages"].items():
+        lines.append(f"  {name}: {version or 'not installed'}" + (" (held)" if report["held"] and version else ""))
+    for engine, facts in report["engines"].items():
+        runtime = facts.get("RUNTIME") or "not registered"
+        lines.append(f"  {engine}: runtime {runtime}" + (f", default {facts['DEFAULT']}" if facts.get("DEFAULT") else ""))
+    cdi = report["cdi"]
+    lines.append(f"  CDI {cdi['path']}: " + ("valid" if cdi["valid"] else "invalid" if cdi["present"] else "absent"))
+    lines += [f"problem: {p}" for p in report["problems"]] or ["no drift from the recorded install"]
+    return lines

@@ -1,0 +1,156 @@
+"""Preflight: everything that would stop or change an install, found at once, before anything changes.
+
+Pure: the node facts, the chosen target, the installed versions and the answers to the node
+requirements are passed in (:mod:`installer.install` asks the backend for them), so every rule
+here is tested with plain values.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Mapping, Optional, Set, Tuple
+
+from configure.errors import ExitCode, ProblemsFound
+from installer.target import Requirement, StagedPackage, Target
+
+#: Packages of the old nvidia-docker world that a toolkit install should talk about.
+LEGACY_PACKAGES = ("nvidia-docker2", "nvidia-container-runtime", "nvidia-container-runtime-hook", "nvidia-docker")
+
+#: Unpacked size is not in the manifest; a package's files plus dpkg/rpm's own copies fit in 3x.
+DISK_FACTOR = 3
+
+Compare = Callable[[str, str], int]
+
+
+class PreflightFailed(ProblemsFound):
+    """The node does not meet the bundle's requirements; ``problems`` lists every reason."""
+
+    exit_code = ExitCode.PREFLIGHT
+
+
+@dataclass
+class Preflight:
+    """The outcome of the checks and the plan that follows from them."""
+
+    problems: List[str] = field(default_factory=list)  #: blocking; empty means go
+    to_install: List[StagedPackage] = field(default_factory=list)  #: in the target's order
+    already: List[str] = field(default_factory=list)  #: names already at the bundle's version
+    downgrades: List[Tuple[str, str, str]] = field(default_factory=list)  #: (name, installed, bundle)
+    remove_first: List[Tuple[str, str, str]] = field(default_factory=list)  #: (name, version, why)
+    notes: List[str] = field(default_factory=list)
+    needed_bytes: int = 0
+
+    @property
+    def nothing_to_do(self) -> bool:
+        """Every package is already at the bundle's version and nothing must be removed."""
+        return not self.to_install and not self.remove_first and not self.problems
+
+    def raise_for_problems(self) -> None:
+        """:raises PreflightFailed: when there is at least one problem."""
+        if self.problems:
+            raise PreflightFailed("the node is not ready for this bundle", self.problems)
+
+
+def satisfies(version: str, requirement: Requirement, compare: Compare) -> bool:
+    """True when ``version`` of ``requirement.name`` meets its constraint."""
+    if not requirement.op or not requirement.version:
+        return True
+    result = compare(version, requirement.version)
+    return {
+        "<<": result < 0,
+        "<=": result <= 0,
+        "=": result == 0,
+        ">=": result >= 0,
+        ">>": result > 0,
+    }[requirement.op]
+
+
+def check(
+    target: Target,
+    *,
+    installed: Mapping[str, Optional[str]],
+    requirements_met: Mapping[Requirement, bool],
+    compare: Compare,
+    free_bytes: int,
+    allow_downgrade: bool = False,
+    root_label: str = "/",
+) -> Preflight:
+    """Run every check and build the plan.
+
+    :param target: the bundle target chosen for this node, packages in install order.
+    :param installed: installed version (or None) of every target package, legacy package and Breaks name.
+    :param requirements_met: the backend's answer for each node requirement of the target.
+    :param compare: the node package manager's version comparison.
+    :param free_bytes: free space on the filesystem holding the root.
+    :param allow_downgrade: install older versions over newer ones.
+    """
+    result = Preflight()
+    missing = [str(req) for req, ok in requirements_met.items() if not ok]
+    for req in missing:
+        result.problems.append(f"the node requirement {req} is not installed")
+
+    names = {pkg.name for pkg in target.packages}
+    for pkg in target.packages:
+        current = installed.get(pkg.name)
+        if current is None:
+            result.to_install.append(pkg)
+            continue
+        order = compare(current, pkg.version)
+        if order == 0:
+            result.already.append(pkg.name)
+        elif order < 0:
+            result.to_install.append(pkg)
+            result.notes.append(f"{pkg.name} will be upgraded from {current} to {pkg.version}")
+        else:
+            result.downgrades.append((pkg.name, current, pkg.version))
+            result.to_install.append(pkg)
+            if allow_downgrade:
+                result.notes.append(f"{pkg.name} will be downgraded from {current} to {pkg.version}")
+            else:
+                result.problems.append(
+                    f"{pkg.name} {current} is newer than the bundle's {pkg.version} (use --allow-downgrade to install it anyway)"
+                )
+
+    _plan_legacy(target, names, installed, compare, result)
+
+    result.needed_bytes = sum(pkg.size for pkg in result.to_install) * DISK_FACTOR
+    if result.to_install and free_bytes < result.needed_bytes:
+        result.problems.append(
+            f"only {_mib(free_bytes)} free under {root_label}, the install needs about {_mib(result.needed_bytes)}"
+        )
+    return result
+
+
+def _plan_legacy(
+    target: Target, names: Set[str], installed: Mapping[str, Optional[str]], compare: Compare, result: Preflight
+) -> None:
+    broken: Dict[str, str] = {}
+    for pkg in target.packages:
+        for rel in pkg.breaks:
+            current = installed.get(rel.name)
+            if rel.name in names or current is None or rel.name in broken:
+                continue
+            if satisfies(current, rel, compare):
+                broken[rel.name] = current
+                why = f"{pkg.name} {pkg.version} breaks {rel}"
+                result.remove_first.append((rel.name, current, why))
+    for name in LEGACY_PACKAGES:
+        current = installed.get(name)
+        if current is not None and name not in broken and name not in names:
+            result.notes.append(
+                f"{name} {current} is a deprecated package that works with this toolkit; it is left in place"
+            )
+
+
+def _mib(n: int) -> str:
+    return f"{n / (1024 * 1024):.1f} MiB"
+
+
+def names_to_query(target: Target) -> List[str]:
+    """Every package name whose installed version :func:`check` needs."""
+    seen: List[str] = []
+    for name in [p.name for p in target.packages] + [r.name for p in target.packages for r in p.breaks]:
+        if name not in seen:
+            seen.append(name)
+    seen.extend(n for n in LEGACY_PACKAGES if n not in seen)
+    return seen

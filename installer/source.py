@@ -1,0 +1,75 @@
+"""Turn a signed bundle into the installer's :class:`~installer.target.StagedBundle`.
+
+:func:`open_verified` is the real :class:`~installer.env.BundleOpener`: it verifies the bundle with
+:func:`installer.bundle.extract_verified` against exactly the operator key file given (a throwaway
+gpg home, nothing else trusted) and only then reads the manifest it verified.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Dict, Tuple
+
+from installer.bundle import VerifiedBundle, extract_verified
+from installer.gpg import Keyring
+from installer.manifest import Manifest
+from installer.target import Requirement, StagedBundle, StagedPackage, Target
+
+#: Breaks of the toolkit packages, identical in every upstream version (docs/upstream.md section 4).
+#: The manifest does not carry them, so the installer knows them here.
+KNOWN_BREAKS: Dict[str, Tuple[Requirement, ...]] = {
+    "nvidia-container-toolkit": (
+        Requirement("nvidia-container-runtime", "<=", "3.5.0-1"),
+        Requirement("nvidia-container-runtime-hook"),
+    ),
+    "nvidia-container-toolkit-base": (
+        Requirement("nvidia-container-runtime", "<=", "3.5.0-1"),
+        Requirement("nvidia-container-runtime-hook"),
+        Requirement("nvidia-container-toolkit", "<=", "1.10.0-1"),
+    ),
+}
+
+
+def bundle_id(manifest: Manifest) -> str:
+    """The sha256 of the manifest's canonical bytes, which are exactly the bytes the operator signed."""
+    return hashlib.sha256(manifest.to_json()).hexdigest()
+
+
+def staged_from_verified(verified: VerifiedBundle) -> StagedBundle:
+    """Describe a verified, extracted bundle as the installer's records."""
+    manifest = verified.manifest
+    targets = []
+    for target in manifest.targets:
+        packages = tuple(
+            StagedPackage(
+                name=pkg.name,
+                version=pkg.version,
+                arch=pkg.arch,
+                path=verified.path_of(pkg.file),
+                size=pkg.size,
+                depends=pkg.depends,
+                breaks=KNOWN_BREAKS.get(pkg.name, ()),
+            )
+            for pkg in target.packages
+        )
+        requirements = tuple(Requirement.parse(text) for text in target.node_requirements)
+        targets.append(Target(target.name, target.format, target.arch, packages, requirements))
+    return StagedBundle(
+        bundle_id=bundle_id(manifest),
+        signer=verified.signer,
+        release=manifest.toolkit_version,
+        targets=tuple(targets),
+        staging_dir=verified.root,
+    )
+
+
+def open_verified(bundle: Path, keyring: Path, staging_dir: Path) -> StagedBundle:
+    """Verify ``bundle`` with the key(s) in ``keyring`` and extract it below ``staging_dir``.
+
+    :raises VerificationError: a bad or missing signature, a key that is not the signer's, or any
+        member whose size or sha256 differs from the manifest (nothing is left in ``staging_dir``).
+    """
+    with Keyring.open([keyring]) as trusted:
+        verified = extract_verified(bundle, trusted, staging_dir)
+    return staged_from_verified(verified)

@@ -1,0 +1,101 @@
+"""What the last install did, in ``ROOT/var/lib/gpu-airgap/state.json``: the record uninstall and status read.
+
+The file names the bundle (the sha256 of its signed manifest) and its signer, the packages and
+versions installed, the packages removed to make room, whether they are held, and every
+configuration file changed with its backup (copied from the configure journal).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from configure.changes import Journal, read_optional
+from configure.errors import ConfigFormatError
+from configure.fsutil import atomic_write, rooted
+
+STATE_DIR = "/var/lib/gpu-airgap"
+STATE_FILE = STATE_DIR + "/state.json"
+SCHEMA = 1
+
+
+@dataclass
+class ChangedFile:
+    """One configuration file the install wrote, and the copy of what it replaced."""
+
+    engine: str
+    path: str
+    backup: Optional[str]  #: None when the file did not exist before
+    sha256: str  #: digest of the bytes gpu-airgap wrote
+
+
+@dataclass
+class NodeState:
+    """The record of one install (see the module docstring)."""
+
+    bundle_id: str
+    signer: str
+    release: str
+    target: str
+    package_manager: str
+    packages: Dict[str, str]  #: name -> version, in install order
+    previous: Dict[str, Optional[str]] = field(default_factory=dict)  #: versions before the install
+    removed: Dict[str, str] = field(default_factory=dict)  #: legacy packages removed first
+    held: bool = False
+    runtime_name: str = "nvidia"
+    engines: List[str] = field(default_factory=list)  #: engines whose config the install changed
+    cdi: str = ""  #: what happened to CDI, in words
+    files: List[ChangedFile] = field(default_factory=list)
+    installed_at: str = ""
+    schema: int = SCHEMA
+
+    def to_json(self) -> bytes:
+        """Render as indented JSON with a trailing newline."""
+        return (json.dumps(asdict(self), indent=2) + "\n").encode()
+
+    @classmethod
+    def from_json(cls, data: bytes, path: Path) -> NodeState:
+        """Parse ``state.json``.
+
+        :raises ConfigFormatError: when the file is not a state record this version understands.
+        """
+        try:
+            raw: Dict[str, Any] = json.loads(data)
+            files = [ChangedFile(**item) for item in raw.pop("files", [])]
+            return cls(files=files, **raw)
+        except (ValueError, TypeError) as exc:
+            raise ConfigFormatError(path, "is not a gpu-airgap state record; move it away and reinstall") from exc
+
+
+def state_path(root: Path) -> Path:
+    """Where the state file lives under ``root``."""
+    return rooted(root, STATE_FILE)
+
+
+def load_state(root: Path) -> Optional[NodeState]:
+    """The recorded state under ``root``, or None when nothing was installed by gpu-airgap."""
+    path = state_path(root)
+    data = read_optional(path)
+    return None if data is None else NodeState.from_json(data, path)
+
+
+def save_state(root: Path, state: NodeState) -> Path:
+    """Write the state atomically (0600: it names backup files)."""
+    path = state_path(root)
+    atomic_write(path, state.to_json(), mode=0o600)
+    return path
+
+
+def changed_files(journal: Journal, engines: List[str]) -> List[ChangedFile]:
+    """The journal's view of every file ``engines`` changed: the first backup, the last digest."""
+    first: Dict[str, ChangedFile] = {}
+    for entry in journal.entries():
+        if entry.engine not in engines:
+            continue
+        if entry.path not in first:
+            first[entry.path] = ChangedFile(entry.engine, entry.path, entry.backup, entry.sha256)
+        else:
+            first[entry.path].sha256 = entry.sha256
+    return list(first.values())

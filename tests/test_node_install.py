@@ -1,0 +1,308 @@
+"""Install, reinstall, refuse, uninstall and status against scratch roots with real dpkg and rpm databases."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+import pytest
+
+from configure.containerd import ContainerdEngine
+from configure.errors import ExitCode, ToolError, VerificationError
+from installer.env import NodeEnv
+from installer.install import InstallFailed, InstallOptions, install
+from installer.manage import status, uninstall
+from installer.preflight import PreflightFailed
+from installer.state import load_state
+from installer.target import Target, TargetMismatch
+from tests.cli_runner import run_cli
+from tests.gpgkeys import TestKey, other_key, test_key  # noqa: F401 - fixtures
+from tests.node_fixtures import (
+    CONTAINERD_CONFIG,
+    DEB_SEED,
+    TOOLKIT,
+    build_target,
+    seed_dpkg_root,
+    seed_rpm_root,
+    tree_digest,
+    write_signed_bundle,
+)
+
+
+class Services:
+    def __init__(self, healthy: bool = True) -> None:
+        self.healthy = healthy
+        self.calls: List[Tuple[str, str]] = []
+
+    def restart(self, unit: str) -> None:
+        self.calls.append(("restart", unit))
+
+    def is_active(self, unit: str) -> bool:
+        self.calls.append(("is-active", unit))
+        return self.healthy
+
+
+@pytest.fixture(scope="session")
+def targets(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, Target]:
+    out = tmp_path_factory.mktemp("stand-in-packages")
+    return {
+        "deb-1.17.8": build_target(out / "deb-1.17.8", "deb", "1.17.8-1", "amd64"),
+        "deb-1.17.7": build_target(out / "deb-1.17.7", "deb", "1.17.7-1", "amd64"),
+        "deb-arm64": build_target(out / "deb-arm64", "deb", "1.17.8-1", "arm64"),
+        "rpm-1.17.8": build_target(out / "rpm-1.17.8", "rpm", "1.17.8-1", "x86_64"),
+    }
+
+
+@pytest.fixture()
+def deb_root(tmp_path: Path) -> Path:
+    root = tmp_path / "root"
+    seed_dpkg_root(root)
+    (root / "etc/containerd").mkdir(parents=True)
+    (root / "etc/containerd/config.toml").write_bytes(CONTAINERD_CONFIG)
+    return root
+
+
+def _setup(tmp_path: Path, *target_list: Target, tamper: bool = False, key: Optional[TestKey] = None) -> Tuple[Path, Path, NodeEnv, Services]:
+    """A real signed bundle of ``target_list``, the operator key file, and a real env with a recording service manager."""
+    signer = key or _KEYS["operator"]
+    bundles = tmp_path / "bundles"
+    bundle = write_signed_bundle(
+        bundles / f"bundle-{len(list(bundles.glob('*.tar'))) if bundles.exists() else 0}.tar",
+        target_list, signer.home, signer.fingerprint, tamper=tamper,
+    )
+    services = Services()
+    return bundle, _KEYS["operator"].public, NodeEnv(services=services), services
+
+
+_KEYS: Dict[str, TestKey] = {}
+
+
+@pytest.fixture(autouse=True)
+def _keys(request: pytest.FixtureRequest) -> None:
+    _KEYS["operator"] = request.getfixturevalue("test_key")
+    _KEYS["other"] = request.getfixturevalue("other_key")
+
+
+def _dpkg_versions(root: Path) -> Dict[str, str]:
+    out = subprocess.run(
+        ["dpkg-query", f"--admindir={root}/var/lib/dpkg", "-W", "-f=${Package} ${db:Status-Abbrev} ${Version}\n", *TOOLKIT],
+        capture_output=True, text=True,
+    ).stdout
+    return {line.split()[0]: line.split()[2] for line in out.splitlines() if line.split()[1][1:2] == "i"}
+
+
+class TestDpkgRoot:
+    def test_install_puts_files_registers_runtime_and_records_state(self, tmp_path: Path, deb_root: Path, targets: Dict[str, Target]) -> None:
+        bundle, key, env, services = _setup(tmp_path, targets["deb-1.17.8"], targets["rpm-1.17.8"])
+        result = install(bundle, key, InstallOptions(root=deb_root, hold=True), env)
+        assert result.outcome == "installed"
+        assert _dpkg_versions(deb_root) == dict.fromkeys(TOOLKIT, "1.17.8-1")
+        ctk = deb_root / "usr/bin/nvidia-ctk"
+        assert subprocess.run([str(ctk)], capture_output=True, text=True).stdout.startswith("nvidia-ctk version 1.17.8")
+        assert ContainerdEngine().report(deb_root, "nvidia")["RUNTIME"] == "nvidia"
+        state = load_state(deb_root)
+        assert state is not None and state.packages == dict.fromkeys(TOOLKIT, "1.17.8-1")
+        assert state.held and "containerd" in state.engines
+        assert "config.toml" in {Path(f.path).name for f in state.files}
+        assert all(f.backup is None or Path(f.backup).is_file() for f in state.files)
+        selections = subprocess.run(["dpkg", f"--root={deb_root}", "--get-selections", *TOOLKIT], capture_output=True, text=True).stdout
+        assert selections.split().count("hold") == 4
+        assert services.calls == []  # --root is not /: never restart the host's engines
+        assert "skipped: no NVIDIA driver" in result.cdi
+        assert not list((deb_root / "var/lib/gpu-airgap").glob("staging-*"))
+
+    def test_second_install_is_a_noop_that_says_so(self, tmp_path: Path, deb_root: Path, targets: Dict[str, Target]) -> None:
+        bundle, key, env, _ = _setup(tmp_path, targets["deb-1.17.8"])
+        install(bundle, key, InstallOptions(root=deb_root), env)
+        before = tree_digest(deb_root)
+        again = install(bundle, key, InstallOptions(root=deb_root), env)
+        assert again.outcome == "up-to-date"
+        assert "already installed" in again.messages[0]
+        assert tree_digest(deb_root) == before
+
+    @pytest.mark.parametrize("problem", ["tampered", "wrong-key", "other-arch"])
+    def test_bad_bundle_changes_nothing_under_the_root(self, tmp_path: Path, deb_root: Path, targets: Dict[str, Target], problem: str) -> None:
+        target = targets["deb-arm64"] if problem == "other-arch" else targets["deb-1.17.8"]
+        signer = _KEYS["other"] if problem == "wrong-key" else None
+        bundle, key, env, _ = _setup(tmp_path, target, tamper=problem == "tampered", key=signer)
+        before = tree_digest(deb_root)
+        expected = {"tampered": VerificationError, "wrong-key": VerificationError, "other-arch": TargetMismatch}[problem]
+        with pytest.raises(expected) as info:
+            install(bundle, key, InstallOptions(root=deb_root), env)
+        if problem == "other-arch":
+            assert "deb/arm64" in str(info.value) and "deb/amd64" in str(info.value)
+        if problem == "tampered":
+            assert "libnvidia-container" in str(info.value)
+        if problem == "wrong-key":
+            assert "not in the trusted keyring" in str(info.value)
+        assert tree_digest(deb_root) == before
+
+    def test_missing_node_requirement_is_named_and_nothing_installed(self, tmp_path: Path, targets: Dict[str, Target]) -> None:
+        root = tmp_path / "root"
+        seed_dpkg_root(root, libraries={"libc6": "2.36-9", "libcap2": "1:2.66-4"})
+        bundle, key, env, _ = _setup(tmp_path, targets["deb-1.17.8"])
+        before = tree_digest(root)
+        with pytest.raises(PreflightFailed, match=r"libseccomp2 \(>= 0.0.0~20120605\)"):
+            install(bundle, key, InstallOptions(root=root), env)
+        assert _dpkg_versions(root) == {}
+        assert tree_digest(root) == before
+
+    def test_too_old_node_library_is_reported_with_its_constraint(self, tmp_path: Path, targets: Dict[str, Target]) -> None:
+        root = tmp_path / "root"
+        seed_dpkg_root(root, libraries={"libc6": "2.9-1", "libcap2": "1:2.66-4", "libseccomp2": "2.5.4-1"})
+        bundle, key, env, _ = _setup(tmp_path, targets["deb-1.17.8"])
+        with pytest.raises(PreflightFailed, match=r"libc6 \(>= 2.14\)"):
+            install(bundle, key, InstallOptions(root=root), env)
+
+    def test_downgrade_refused_without_allow_downgrade(self, tmp_path: Path, deb_root: Path, targets: Dict[str, Target]) -> None:
+        bundle, key, env, _ = _setup(tmp_path, targets["deb-1.17.8"])
+        install(bundle, key, InstallOptions(root=deb_root), env)
+        old_bundle, old_key, old_env, _ = _setup(tmp_path, targets["deb-1.17.7"])
+        assert old_bundle != bundle
+        with pytest.raises(PreflightFailed, match=r"nvidia-container-toolkit 1.17.8-1 is newer than the bundle's 1.17.7-1"):
+            install(old_bundle, old_key, InstallOptions(root=deb_root), old_env)
+        assert _dpkg_versions(deb_root) == dict.fromkeys(TOOLKIT, "1.17.8-1")
+        install(old_bundle, old_key, InstallOptions(root=deb_root, allow_downgrade=True), old_env)
+        assert _dpkg_versions(deb_root) == dict.fromkeys(TOOLKIT, "1.17.7-1")
+
+    def test_dry_run_prints_the_plan_and_changes_nothing(self, tmp_path: Path, deb_root: Path, targets: Dict[str, Target]) -> None:
+        bundle, key, env, _ = _setup(tmp_path, targets["deb-1.17.8"])
+        before = tree_digest(deb_root)
+        result = install(bundle, key, InstallOptions(root=deb_root, dry_run=True), env)
+        assert result.outcome == "dry-run"
+        assert any(m.startswith("would install libnvidia-container1 1.17.8-1") for m in result.messages)
+        assert "runtimes.nvidia]" in result.diff
+        assert tree_digest(deb_root) == before
+
+    def test_uninstall_restores_config_byte_for_byte_and_removes_packages(self, tmp_path: Path, deb_root: Path, targets: Dict[str, Target]) -> None:
+        bundle, key, env, _ = _setup(tmp_path, targets["deb-1.17.8"])
+        install(bundle, key, InstallOptions(root=deb_root, hold=True), env)
+        result = uninstall(deb_root, env)
+        assert (deb_root / "etc/containerd/config.toml").read_bytes() == CONTAINERD_CONFIG
+        assert not (deb_root / "etc/containerd/conf.d/99-nvidia.toml").exists()
+        assert result.removed == list(reversed(TOOLKIT))
+        assert _dpkg_versions(deb_root) == {}
+        assert not (deb_root / "usr/bin/nvidia-ctk").exists()
+        assert load_state(deb_root) is None
+
+    def test_status_reports_packages_engines_and_drift(self, tmp_path: Path, deb_root: Path, targets: Dict[str, Target]) -> None:
+        bundle, key, env, _ = _setup(tmp_path, targets["deb-1.17.8"])
+        install(bundle, key, InstallOptions(root=deb_root), env)
+        report = status(deb_root, env)
+        assert report["problems"] == []
+        assert report["packages"] == dict.fromkeys(TOOLKIT, "1.17.8-1")
+        assert report["engines"]["containerd"]["RUNTIME"] == "nvidia"
+        json.dumps(report)
+        (deb_root / "etc/containerd/config.toml").write_bytes(b"version = 2\n# edited by hand\n")
+        drift = status(deb_root, env)["problems"]
+        assert any("config.toml was edited after gpu-airgap wrote it" in p for p in drift)
+
+    def test_failed_dpkg_run_is_undone_and_the_state_named(self, tmp_path: Path, deb_root: Path, targets: Dict[str, Target]) -> None:
+        bundle, key, env, _ = _setup(tmp_path, targets["deb-1.17.8"])
+        # A file that belongs to another package makes dpkg refuse the toolkit part-way.
+        (deb_root / "var/lib/dpkg/info/intruder.list").write_text("/usr/bin/nvidia-container-runtime-hook\n")
+        with (deb_root / "var/lib/dpkg/status").open("a") as status_file:
+            status_file.write("\nPackage: intruder\nStatus: install ok installed\nMaintainer: x <x@example.invalid>\nArchitecture: amd64\nVersion: 1\nDescription: x\n")
+        (deb_root / "usr/bin").mkdir(parents=True)
+        (deb_root / "usr/bin/nvidia-container-runtime-hook").write_text("#!/bin/sh\n")
+        with pytest.raises(InstallFailed, match="the node now has libnvidia-container1: not installed") as info:
+            install(bundle, key, InstallOptions(root=deb_root), env)
+        assert "removed the newly added" in str(info.value)
+        assert _dpkg_versions(deb_root) == {}
+        assert load_state(deb_root) is None
+
+
+    def test_old_nvidia_container_runtime_is_removed_first_and_recorded(self, tmp_path: Path, targets: Dict[str, Target]) -> None:
+        root = tmp_path / "root"
+        seed_dpkg_root(root, libraries={**DEB_SEED, "nvidia-container-runtime": "3.4.0-1"})
+        bundle, key, env, _ = _setup(tmp_path, targets["deb-1.17.8"])
+        result = install(bundle, key, InstallOptions(root=root), env)
+        assert any(m.startswith("removed nvidia-container-runtime 3.4.0-1: nvidia-container-toolkit") for m in result.messages)
+        assert _dpkg_versions(root) == dict.fromkeys(TOOLKIT, "1.17.8-1")
+        state = load_state(root)
+        assert state is not None and state.removed == {"nvidia-container-runtime": "3.4.0-1"}
+
+
+class TestRpmRoot:
+    def test_install_into_rpm_root_and_uninstall(self, tmp_path: Path, targets: Dict[str, Target]) -> None:
+        root = tmp_path / "root"
+        seed_rpm_root(root, tmp_path)
+        (root / "etc/containerd").mkdir(parents=True)
+        (root / "etc/containerd/config.toml").write_bytes(CONTAINERD_CONFIG)
+        bundle, key, env, _ = _setup(tmp_path, targets["deb-1.17.8"], targets["rpm-1.17.8"])
+        result = install(bundle, key, InstallOptions(root=root, hold=True), env)
+        assert result.target == "rpm/x86_64"
+        rpm = ["rpm", "--root", str(root), "--dbpath", "/var/lib/rpm", "-q", "--qf", "%{NAME} %{VERSION}-%{RELEASE}\n"]
+        assert subprocess.run([*rpm, *TOOLKIT], capture_output=True, text=True).stdout.split("\n")[:4] == [f"{n} 1.17.8-1" for n in TOOLKIT]
+        assert (root / "usr/bin/nvidia-ctk").exists()
+        assert "nvidia-container-toolkit-0:1.17.8-1.*" in (root / "etc/dnf/plugins/versionlock.list").read_text().splitlines()
+        assert install(bundle, key, InstallOptions(root=root, hold=True), env).outcome == "up-to-date"
+        uninstall(root, env)
+        assert subprocess.run([*rpm, "nvidia-container-toolkit"], capture_output=True).returncode != 0
+        assert (root / "etc/containerd/config.toml").read_bytes() == CONTAINERD_CONFIG
+        assert (root / "etc/dnf/plugins/versionlock.list").read_text().strip() == ""
+
+    def test_missing_rpm_requirement_is_named(self, tmp_path: Path, targets: Dict[str, Target]) -> None:
+        root = tmp_path / "root"
+        seed_rpm_root(root, tmp_path, libraries={"glibc": "2.34", "libcap": "2.48"})
+        bundle, key, env, _ = _setup(tmp_path, targets["rpm-1.17.8"])
+        with pytest.raises(PreflightFailed, match="libseccomp"):
+            install(bundle, key, InstallOptions(root=root), env)
+
+
+def test_uninstall_without_a_recorded_install_says_so(tmp_path: Path) -> None:
+    seed_dpkg_root(tmp_path)
+    with pytest.raises(ToolError, match="nothing to uninstall"):
+        uninstall(tmp_path, NodeEnv())
+
+
+def test_cli_install_status_uninstall_round_trip(tmp_path: Path, deb_root: Path, targets: Dict[str, Target]) -> None:
+    bundle, key, _, _ = _setup(tmp_path, targets["deb-1.17.8"])
+    result = run_cli("install", str(bundle), "--keyring", str(key), "--root", str(deb_root), "--json")
+    assert result.exit_code == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["outcome"] == "installed" and data["packages"]["nvidia-container-toolkit"] == "1.17.8-1"
+    assert "verifying bundle-0.tar" in result.stderr
+    again = run_cli("install", str(bundle), "--keyring", str(key), "--root", str(deb_root))
+    assert again.exit_code == 0 and again.stdout.startswith("up-to-date")
+    shown = run_cli("status", "--root", str(deb_root), "--json")
+    assert shown.exit_code == 0, shown.stdout
+    assert json.loads(shown.stdout)["engines"]["containerd"]["RUNTIME"] == "nvidia"
+    removed = run_cli("uninstall", "--root", str(deb_root))
+    assert removed.exit_code == 0, removed.stderr
+    assert "removed nvidia-container-toolkit" in removed.stdout
+    assert (deb_root / "etc/containerd/config.toml").read_bytes() == CONTAINERD_CONFIG
+
+
+def test_cli_preflight_failure_is_one_sentence_with_exit_code_7(tmp_path: Path, targets: Dict[str, Target]) -> None:
+    root = tmp_path / "root"
+    seed_dpkg_root(root, libraries={})
+    bundle, key, _, _ = _setup(tmp_path, targets["deb-1.17.8"])
+    result = run_cli("install", str(bundle), "--keyring", str(key), "--root", str(root))
+    assert result.exit_code == ExitCode.PREFLIGHT
+    assert result.stderr.count("\n") == 2  # the progress line and the one-sentence error
+    assert "libc6 (>= 2.14) is not installed" in result.stderr and "libseccomp2" in result.stderr
+
+
+def test_cli_status_exits_9_on_drift(tmp_path: Path, deb_root: Path, targets: Dict[str, Target]) -> None:
+    bundle, key, _, _ = _setup(tmp_path, targets["deb-1.17.8"])
+    assert run_cli("install", str(bundle), "--keyring", str(key), "--root", str(deb_root)).exit_code == 0
+    subprocess.run(["dpkg", f"--root={deb_root}", "--remove", "nvidia-container-toolkit"], check=True, capture_output=True)
+    shown = run_cli("status", "--root", str(deb_root))
+    assert shown.exit_code == ExitCode.PROBLEMS_FOUND
+    assert "nvidia-container-toolkit is not installed, the install recorded 1.17.8-1" in shown.stdout
+
+
+def test_upgrade_over_a_held_install_keeps_the_hold(tmp_path: Path, deb_root: Path, targets: Dict[str, Target]) -> None:
+    old, key, env, _ = _setup(tmp_path, targets["deb-1.17.7"])
+    install(old, key, InstallOptions(root=deb_root, hold=True), env)
+    new, key, env, _ = _setup(tmp_path, targets["deb-1.17.8"])
+    result = install(new, key, InstallOptions(root=deb_root, hold=True), env)
+    assert result.outcome == "installed"
+    assert _dpkg_versions(deb_root) == dict.fromkeys(TOOLKIT, "1.17.8-1")
+    selections = subprocess.run(["dpkg", f"--root={deb_root}", "--get-selections", *TOOLKIT], capture_output=True, text=True).stdout
+    assert selections.split().count("hold") == 4
+    state = load_state(deb_root)
+    assert state is not None and state.previous == dict.fromkeys(TOOLKIT)  # uninstall still knows the node had none
