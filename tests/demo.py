@@ -1,16 +1,28 @@
 """``make demo`` (``python -m tests.demo``): the pipeline end to end against the local upstream.
 
-Stage one: build the NVIDIA-like upstream into ``./demo-work/upstream``, serve it on a free
-127.0.0.1 port and show what it serves. Later stages plug in as functions taking the
-:class:`DemoContext` (sync -> bundle -> install into a scratch root -> configure -> report);
-add them to :data:`STAGES` in order. The demo exits by itself.
+Build the NVIDIA-like upstream into ``./demo-work/upstream`` and serve it on a free 127.0.0.1
+port, then run what the two roles would run, with the real ``gpu-airgap`` command line:
+
+1. operator: ``mirror sync`` (and a no-op re-sync), ``bundle build`` signed with a throwaway
+   operator key, ``bundle inspect`` and ``bundle verify``;
+2. node admin: extract ``install.sh`` and the zipapp from the bundle with ``tar`` and install into a
+   scratch root (a real dpkg database, a containerd config, stand-in GPU device nodes), then
+   ``configure runtimeclass``, ``configure report``, ``configure verify`` and ``status``;
+3. ``uninstall``, which puts the containerd config back byte for byte.
+
+Each stage is a function taking the :class:`DemoContext`; :data:`STAGES` lists them in order.
+The demo exits by itself and leaves everything under ``./demo-work/``.
 """
 
 from __future__ import annotations
 
+import filecmp
 import gzip
+import os
 import re
+import shlex
 import shutil
+import subprocess
 import sys
 import urllib.request
 import xml.etree.ElementTree as ET
@@ -31,6 +43,7 @@ class DemoContext:
     tree: UpstreamTree  #: the built upstream
     server: UpstreamServer  #: serving ``tree.root``
     notes: list[str] = field(default_factory=list)  #: lines for the final report
+    values: dict[str, str] = field(default_factory=dict)  #: what a stage learned (key fingerprint, ...)
 
 
 def say(line: str = "") -> None:
@@ -100,8 +113,125 @@ def _rpm_count(repo: Path) -> int:
     return int(match.group(1)) if match else 0
 
 
-#: Stages after the upstream is up, in order. Later work adds: sync, bundle, install, configure, report.
-STAGES: list[Callable[[DemoContext], None]] = [stage_show_upstream]
+GPU_AIRGAP = str(Path(sys.executable).with_name("gpu-airgap"))
+CONTAINERD_BASE = Path(__file__).parent / "data" / "fixtures" / "containerd" / "config.toml.base"
+#: root's usual PATH: dpkg needs ldconfig and start-stop-daemon from the sbin directories
+NODE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+def run(argv: list[str], *, cwd: Path | None = None, env: dict[str, str] | None = None) -> str:
+    """Show ``$ argv`` like a terminal session, run it, show its output, fail the demo on error."""
+    shown = " ".join(shlex.quote(a.replace(GPU_AIRGAP, "gpu-airgap").replace(str(Path.cwd()) + "/", "")) for a in argv)
+    say(f"$ {shown}")
+    result = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, check=False)
+    for line in (result.stdout + result.stderr).splitlines():
+        say(f"    {line}")
+    if result.returncode != 0:
+        raise SystemExit(f"demo: the command above failed with exit code {result.returncode}")
+    return result.stdout
+
+
+def fresh(path: Path) -> Path:
+    """An empty directory at ``path`` (the demo starts from scratch each run, except the upstream cache)."""
+    if path.exists():
+        shutil.rmtree(path)
+    path.mkdir(parents=True)
+    return path
+
+
+def stage_sync(ctx: DemoContext) -> None:
+    """Operator: sync 1.17.8 for deb/amd64 and rpm/x86_64 from the local upstream, then re-sync."""
+    say("== operator: mirror the pinned release (upstream key named explicitly: it is not NVIDIA's)")
+    mirror = ctx.work / "mirror"
+    if mirror.exists():
+        shutil.rmtree(mirror)
+    sync = [GPU_AIRGAP, "mirror", "sync", "--dest", str(mirror), "--upstream", ctx.server.url,
+            "--keyring", str(ctx.tree.public_key), "--version", "1.17.8", "--format", "deb,rpm",
+            "--arch", "amd64"]  # fmt: skip
+    run(sync)
+    before = len(ctx.server.log)
+    run([*sync, "--quiet"])
+    package_requests = [r for r in ctx.server.log[before:] if r.path.endswith((".deb", ".rpm"))]
+    ctx.notes.append(f"re-sync with nothing new upstream: {len(package_requests)} package requests")
+    run([GPU_AIRGAP, "mirror", "verify", "--dest", str(mirror)])
+
+
+def stage_bundle(ctx: DemoContext) -> None:
+    """Operator: make a throwaway signing key, build the signed bundle, inspect and verify it."""
+    say("== operator: build one signed bundle for both targets")
+    operator = fresh(ctx.work / "operator")
+    home = operator / "gnupg"
+    home.mkdir(mode=0o700)
+    gpg = ["gpg", "--homedir", str(home), "--batch", "--quiet"]
+    subprocess.run([*gpg, "--passphrase", "", "--quick-gen-key", "Demo operator <ops@example.invalid>",
+                    "ed25519", "sign", "never"], check=True, capture_output=True)  # fmt: skip
+    listing = subprocess.run([*gpg, "--with-colons", "--list-keys"], check=True, capture_output=True, text=True)
+    fingerprint = next(line.split(":")[9] for line in listing.stdout.splitlines() if line.startswith("fpr:"))
+    public = operator / "operator.asc"
+    public.write_bytes(subprocess.run([*gpg, "--armor", "--export", fingerprint], check=True, capture_output=True).stdout)
+    subprocess.run(["gpgconf", "--homedir", str(home), "--kill", "gpg-agent"], check=False, capture_output=True)
+    say(f"   operator key {fingerprint} (public half: {public})")
+    bundle = ctx.work / "gpu-airgap-1.17.8.tar.zst"
+    run([GPU_AIRGAP, "bundle", "build", "--mirror", str(ctx.work / "mirror"), "--version", "1.17.8",
+         "--target", "deb/amd64", "--target", "rpm/x86_64", "--sign-key", fingerprint,
+         "--gnupghome", str(home), "--output", str(bundle)])  # fmt: skip
+    run([GPU_AIRGAP, "bundle", "inspect", str(bundle)])
+    run([GPU_AIRGAP, "bundle", "verify", str(bundle), "--keyring", str(public)])
+    ctx.values.update(bundle=str(bundle.resolve()), keyring=str(public.resolve()))
+    ctx.notes.append(f"bundle {bundle} ({bundle.stat().st_size} bytes) signed by {fingerprint}")
+
+
+def stage_install(ctx: DemoContext) -> None:
+    """Node admin: a scratch root like an Ubuntu node, then install.sh from the bundle."""
+    from tests.node_fixtures import seed_dpkg_root
+
+    say("== node admin: install from the bundle with only python3 and gpg (into a scratch root)")
+    root = fresh(ctx.work / "node-root")
+    seed_dpkg_root(root)  # a real dpkg database with libc6, libcap2, libseccomp2 installed
+    config = root / "etc/containerd/config.toml"
+    config.parent.mkdir(parents=True)
+    shutil.copyfile(CONTAINERD_BASE, config)
+    (root / "dev").mkdir()
+    for node in ("nvidia0", "nvidiactl"):  # stand-in device nodes, so a CDI spec can be written
+        (root / "dev" / node).touch()
+    unpacked = fresh(ctx.work / "node-media")
+    run(["tar", "-xf", ctx.values["bundle"], "install.sh", "gpu-airgap-node.pyz"], cwd=unpacked)
+    node_env = {"PATH": NODE_PATH, "HOME": os.environ.get("HOME", "/root"), "LANG": "C.UTF-8"}
+    install = ["sh", "install.sh", ctx.values["bundle"], "--keyring", ctx.values["keyring"], "--root",
+               str(root.resolve()), "--runtime", "containerd"]  # fmt: skip
+    run(install, cwd=unpacked, env=node_env)
+    run(install, cwd=unpacked, env=node_env)  # the second run changes nothing
+    run(["dpkg-query", f"--admindir={root}/var/lib/dpkg", "-W", "libnvidia-container1", "libnvidia-container-tools",
+         "nvidia-container-toolkit-base", "nvidia-container-toolkit"])  # fmt: skip
+    run([str(root / "usr/bin/nvidia-ctk"), "--version"])
+    ctx.values["root"] = str(root)
+
+
+def stage_configure(ctx: DemoContext) -> None:
+    """Node admin: RuntimeClass, then read back what the node will use."""
+    say("== node admin: RuntimeClass, report, verify, status")
+    root = ctx.values["root"]
+    run([GPU_AIRGAP, "configure", "runtimeclass", "--root", root, "--output", "/etc/kubernetes/runtimeclass-nvidia.yaml"])
+    run([GPU_AIRGAP, "configure", "report", "--root", root])
+    run([GPU_AIRGAP, "configure", "verify", "--root", root])
+    run([GPU_AIRGAP, "status", "--root", root])
+
+
+def stage_uninstall(ctx: DemoContext) -> None:
+    """Node admin: undo everything; the containerd config is the original, byte for byte."""
+    say("== node admin: uninstall")
+    root = Path(ctx.values["root"])
+    run([GPU_AIRGAP, "uninstall", "--root", str(root)], env={**os.environ, "PATH": NODE_PATH})
+    same = filecmp.cmp(root / "etc/containerd/config.toml", CONTAINERD_BASE, shallow=False)
+    ctx.notes.append(f"containerd config after uninstall identical to the original: {same}")
+    if not same:
+        raise SystemExit("demo: uninstall did not restore the containerd config")
+
+
+#: Stages after the upstream is up, in order.
+STAGES: list[Callable[[DemoContext], None]] = [
+    stage_show_upstream, stage_sync, stage_bundle, stage_install, stage_configure, stage_uninstall,
+]  # fmt: skip
 
 
 def main() -> int:
