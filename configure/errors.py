@@ -56,8 +56,20 @@ class CommandError(ToolError):
         self.argv = list(argv)
         self.returncode = returncode
         self.stderr = stderr
-        last = stderr.strip().splitlines()[-1] if stderr.strip() else "no error output"
-        super().__init__(f"{self.argv[0]} exited with status {returncode}: {last}")
+        super().__init__(f"{self.argv[0]} exited with status {returncode}: {_telling_line(self.argv[0], stderr)}")
+
+
+def _telling_line(program: str, stderr: str) -> str:
+    """The stderr line that says what went wrong: the last ``<prog>: error`` line, else the last line.
+
+    Tools like dpkg end with hints ("Note: root's PATH should usually contain ...") after the error.
+    """
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    if not lines:
+        return "no error output"
+    name = program.rsplit("/", 1)[-1]
+    errors = [line for line in lines if line.startswith((f"{name}: error", "error:", "E: "))]
+    return errors[-1] if errors else lines[-1]
 
 
 class VerificationError(ToolError):

@@ -32,3 +32,17 @@ def test_each_group_has_help(group: str) -> None:
     result = run_cli(group, "--help")
     assert result.exit_code == 0
     assert "Usage" in result.stdout
+
+
+def test_command_errors_quote_the_line_that_says_what_went_wrong() -> None:
+    from configure.errors import CommandError
+
+    stderr = (
+        "dpkg: warning: 'ldconfig' not found in PATH or not executable\n"
+        "dpkg: error: 1 expected program not found in PATH or not executable\n"
+        "Note: root's PATH should usually contain /usr/local/sbin, /usr/sbin and /sbin\n"
+    )
+    message = str(CommandError(["/usr/bin/dpkg", "-i", "x.deb"], 2, stderr))
+    assert message == "/usr/bin/dpkg exited with status 2: dpkg: error: 1 expected program not found in PATH or not executable"
+    assert str(CommandError(["gpg"], 2, "")).endswith("no error output")
+    assert str(CommandError(["rpm"], 1, "one\ntwo\n")).endswith(": two")
