@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: test demo lint typecheck pycompat pytest sysdeps venv bench clean nodewheels
+.PHONY: test demo lint typecheck pycompat pytest sysdeps venv bench clean nodewheels debootstrapcache
 
 test: venv sysdeps lint typecheck pycompat pytest
 
@@ -30,12 +30,17 @@ typecheck: venv
 pycompat: venv
 	$(VENV)/bin/vermin --target=3.9- --violations --no-tips --eval-annotations --feature union-types --backport typing installer configure
 
-pytest: venv sysdeps nodewheels
+pytest: venv sysdeps nodewheels debootstrapcache
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
 
 # The python3.9 wheels vendored into the bundle's node zipapp (pip download; the tests stay offline).
 nodewheels: venv
 	$(PY) -c 'from mirror.node_zipapp import ensure_wheels; ensure_wheels()'
+
+# The .debs debootstrap --variant=minbase needs, as a local repo for tests/test_node_debootstrap.py
+# (apt-get download with the host's apt configuration; seconds, and a no-op once cached).
+debootstrapcache: sysdeps
+	@bash scripts/prepare-debootstrap-cache
 
 demo: venv sysdeps
 	$(PY) -m tests.demo
