@@ -204,7 +204,8 @@ def write_signed_bundle(
             member = f"targets/{target.name}/{pkg.path.name}"
             members[member] = pkg.path
             digest = hashlib.sha256(pkg.path.read_bytes()).hexdigest()
-            packages.append(PackageEntry(pkg.name, pkg.version, pkg.arch, member, pkg.size, digest, order, pkg.depends))
+            breaks = tuple(str(r) if target.format == "deb" else _rpm_text(r) for r in pkg.breaks)
+            packages.append(PackageEntry(pkg.name, pkg.version, pkg.arch, member, pkg.size, digest, order, pkg.depends, breaks=breaks))
         entries.append(
             ManifestTarget(
                 format=target.format,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 from pathlib import Path
@@ -16,7 +17,7 @@ from installer.install import InstallFailed, InstallOptions, install
 from installer.manage import status, uninstall
 from installer.preflight import PreflightFailed
 from installer.state import load_state
-from installer.target import Target, TargetMismatch
+from installer.target import Requirement, Target, TargetMismatch
 from tests.cli_runner import run_cli
 from tests.gpgkeys import TestKey, other_key, test_key  # noqa: F401 - fixtures
 from tests.node_fixtures import (
@@ -223,6 +224,23 @@ class TestDpkgRoot:
         assert _dpkg_versions(root) == dict.fromkeys(TOOLKIT, "1.17.8-1")
         state = load_state(root)
         assert state is not None and state.removed == {"nvidia-container-runtime": "3.4.0-1"}
+
+
+    def test_breaks_come_from_the_signed_manifest(self, tmp_path: Path, targets: Dict[str, Target]) -> None:
+        # nvidia-docker2 is not in the installer's fallback list: only the manifest can say it must go.
+        root = tmp_path / "root"
+        seed_dpkg_root(root, libraries={**DEB_SEED, "nvidia-docker2": "2.13.0-1"})
+        base = targets["deb-1.17.8"]
+        rule = Requirement("nvidia-docker2", "<<", "2.14.0")
+        packages = tuple(
+            dataclasses.replace(p, breaks=(rule,)) if p.name == "nvidia-container-toolkit" else p for p in base.packages
+        )
+        bundle, key, env, _ = _setup(tmp_path, dataclasses.replace(base, packages=packages))
+        plan = install(bundle, key, InstallOptions(root=root, dry_run=True), env)
+        assert "would remove nvidia-docker2 2.13.0-1: nvidia-container-toolkit 1.17.8-1 breaks nvidia-docker2 (<< 2.14.0)" in plan.messages
+        install(bundle, key, InstallOptions(root=root), env)
+        state = load_state(root)
+        assert state is not None and state.removed == {"nvidia-docker2": "2.13.0-1"}
 
 
 class TestRpmRoot:
