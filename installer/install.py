@@ -134,6 +134,7 @@ def install(bundle: Path, keyring: Path, options: InstallOptions, env: NodeEnv) 
     with node_lock(root) as state_dir, staging(state_dir) as stage:
         _say(env, f"verifying {bundle.name} with {keyring}")
         staged = env.opener(bundle, keyring, stage)
+        old_state = load_state(root)  # a damaged record must stop us before anything changes
         facts = env.detect(root)
         target = pick_target(staged, facts.package_format, facts.arch, (facts.os.id, *facts.os.id_like))
         backend = env.backend(facts)
@@ -161,7 +162,6 @@ def install(bundle: Path, keyring: Path, options: InstallOptions, env: NodeEnv) 
             result.messages.append(
                 "installed " + ", ".join(f"{p.name} {p.version}" for p in install_order(check.to_install))
             )
-        old_state = load_state(root)
         if options.hold and not (old_state and old_state.held and not check.to_install):
             backend.hold([p.name for p in target.packages])
             result.messages.append("held " + ", ".join(p.name for p in target.packages) + " at this release")
