@@ -48,7 +48,9 @@ def verify_command(file: Path = _FILE, keyring: Path = _KEYRING, json_output: bo
         if not report.ok:
             raise typer.Exit(int(ExitCode.VERIFICATION_FAILED))
         return
-    report.raise_for_problems()
+    if not report.ok:
+        output.emit_lines([f"FAILED: {file.name}"] + [f"  {problem}" for problem in report.problems])
+        report.raise_for_problems(listed=True)
     output.emit_lines(
         [f"OK: {file.name} is signed by {report.signer}; {report.members_checked} members, {report.bytes_checked} bytes checked"]
     )

@@ -289,3 +289,20 @@ def test_verify_writes_nothing_outside_its_private_temporary_directory(
     assert json.loads(result.stdout)["ok"] is True
     assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before  # the gpg home came and went
 
+
+
+def test_verify_command_lists_every_problem_and_exits_3_naming_the_first(operator_key: TestKey, tmp_path: Path) -> None:
+    from tests.cli_runner import run_cli
+
+    members = [_info("a", b"changed"), _info("b", GOOD), _info("c", GOOD)]
+    bundle = craft(tmp_path / "b.tar", operator_key, members, {"a": GOOD, "b": GOOD, "d": GOOD})
+    result = run_cli("bundle", "verify", str(bundle), "--keyring", str(operator_key.public))
+    assert result.exit_code == 3
+    assert result.stdout.splitlines() == [
+        "FAILED: b.tar",
+        "  a: has 7 bytes, the manifest says 13",
+        "  c: is not listed in the signed manifest",
+        "  d: is listed in the manifest but missing from the archive",
+    ]
+    assert result.stderr.count("\n") == 1 and "failed verification at a: has 7 bytes" in result.stderr
+    assert "2 more problem(s): listed above" in result.stderr
