@@ -72,6 +72,8 @@ def manifest_lines(manifest: Manifest) -> List[str]:
             lines.append(f"    {signed.path} {signed.size} B {digest}")
         for pkg in target.packages:
             lines.append(f"  {pkg.install_order + 1}. {pkg.name} {pkg.version} {pkg.arch} {pkg.size} B sha256={pkg.sha256[:16]}…")
+            if pkg.breaks:
+                lines.append(f"     breaks {', '.join(pkg.breaks)}")
         if target.node_requirements:
             lines.append(f"  node requirements: {', '.join(target.node_requirements)}")
     total = sum(f.size for f in manifest.files)

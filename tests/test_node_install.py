@@ -307,6 +307,18 @@ class TestDpkgRoot:
         assert tree_digest(deb_root) == before and _dpkg_versions(deb_root) == {}
 
 
+    def test_install_accepts_the_first_part_of_a_split_bundle(self, tmp_path: Path, deb_root: Path, targets: Dict[str, Target]) -> None:
+        signer = _KEYS["operator"]
+        first = write_signed_bundle(tmp_path / "split" / "bundle.tar", [targets["deb-1.17.8"]], signer.home, signer.fingerprint, split=1 << 20)
+        assert first.name == "bundle.tar.part001" and len(list(first.parent.glob("bundle.tar.part*"))) >= 2
+        result = install(first, signer.public, InstallOptions(root=deb_root), NodeEnv(services=Services()))
+        assert result.outcome == "installed" and _dpkg_versions(deb_root) == dict.fromkeys(TOOLKIT, "1.17.8-1")
+        second = first.with_name("bundle.tar.part002")
+        second.write_bytes(second.read_bytes()[:-1] + bytes([second.read_bytes()[-1] ^ 0xFF]))
+        with pytest.raises(VerificationError, match="part002"):
+            install(first, signer.public, InstallOptions(root=deb_root, dry_run=True), NodeEnv(services=Services()))
+
+
 class TestRpmRoot:
     def test_install_into_rpm_root_and_uninstall(self, tmp_path: Path, targets: Dict[str, Target]) -> None:
         root = tmp_path / "root"
