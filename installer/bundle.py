@@ -105,19 +105,23 @@ class VerifyReport:
             "problems": [{"member": p.member, "message": p.message} for p in self.problems],
         }
 
-    def raise_for_problems(self) -> None:
-        """Raise :class:`BundleVerificationError` unless the bundle verified."""
+    def raise_for_problems(self, *, listed: bool = False) -> None:
+        """Raise :class:`BundleVerificationError` unless the bundle verified.
+
+        :param listed: the caller has already shown every problem (``bundle verify``).
+        """
         if not self.ok:
-            raise BundleVerificationError(self)
+            raise BundleVerificationError(self, listed=listed)
 
 
 class BundleVerificationError(VerificationError):
     """A bundle failed verification; names the first bad member and carries every problem."""
 
-    def __init__(self, report: VerifyReport) -> None:
+    def __init__(self, report: VerifyReport, *, listed: bool = False) -> None:
         self.report = report
         problems = report.problems or [Problem(MANIFEST_NAME, "no valid signature")]
-        more = f" ({len(problems) - 1} more problem(s): run `gpu-airgap bundle verify` to list them)" if len(problems) > 1 else ""
+        where = "listed above" if listed else "run `gpu-airgap bundle verify` to list them"
+        more = f" ({len(problems) - 1} more problem(s): {where})" if len(problems) > 1 else ""
         super().__init__(f"bundle {Path(report.path).name} failed verification at {problems[0]}{more}")
 
 

@@ -48,7 +48,9 @@ def verify_command(file: Path = _FILE, keyring: Path = _KEYRING, json_output: bo
         if not report.ok:
             raise typer.Exit(int(ExitCode.VERIFICATION_FAILED))
         return
-    report.raise_for_problems()
+    if not report.ok:
+        output.emit_lines([f"FAILED: {file.name}"] + [f"  {problem}" for problem in report.problems])
+        report.raise_for_problems(listed=True)
     output.emit_lines(
         [f"OK: {file.name} is signed by {report.signer}; {report.members_checked} members, {report.bytes_checked} bytes checked"]
     )
@@ -70,6 +72,8 @@ def manifest_lines(manifest: Manifest) -> List[str]:
             lines.append(f"    {signed.path} {signed.size} B {digest}")
         for pkg in target.packages:
             lines.append(f"  {pkg.install_order + 1}. {pkg.name} {pkg.version} {pkg.arch} {pkg.size} B sha256={pkg.sha256[:16]}…")
+            if pkg.breaks:
+                lines.append(f"     breaks {', '.join(pkg.breaks)}")
         if target.node_requirements:
             lines.append(f"  node requirements: {', '.join(target.node_requirements)}")
     total = sum(f.size for f in manifest.files)

@@ -134,6 +134,7 @@ def install(bundle: Path, keyring: Path, options: InstallOptions, env: NodeEnv) 
     with node_lock(root) as state_dir, staging(state_dir) as stage:
         _say(env, f"verifying {bundle.name} with {keyring}")
         staged = env.opener(bundle, keyring, stage)
+        old_state = load_state(root)  # a damaged record must stop us before anything changes
         facts = env.detect(root)
         target = pick_target(staged, facts.package_format, facts.arch, (facts.os.id, *facts.os.id_like))
         backend = env.backend(facts)
@@ -161,14 +162,13 @@ def install(bundle: Path, keyring: Path, options: InstallOptions, env: NodeEnv) 
             result.messages.append(
                 "installed " + ", ".join(f"{p.name} {p.version}" for p in install_order(check.to_install))
             )
-        old_state = load_state(root)
         if options.hold and not (old_state and old_state.held and not check.to_install):
             backend.hold([p.name for p in target.packages])
             result.messages.append("held " + ", ".join(p.name for p in target.packages) + " at this release")
         journal = Journal(root)
         cdi_on, result.cdi = _cdi(facts, options, journal, env)
         changed = _register(engines, facts, options, journal, cdi_on, env, result)
-        _restart(changed, options, journal, env, result)
+        changed = _restart(changed, options, journal, env, result)
         nothing = not check.to_install and not check.remove_first and not changed and "written" not in result.cdi
         if nothing and old_state is not None and old_state.bundle_id == staged.bundle_id:
             result.outcome = "up-to-date"
@@ -293,23 +293,27 @@ def _register(
     return changed
 
 
-def _restart(changed: List[str], options: InstallOptions, journal: Journal, env: NodeEnv, result: InstallResult) -> None:
+def _restart(changed: List[str], options: InstallOptions, journal: Journal, env: NodeEnv, result: InstallResult) -> List[str]:
+    """Restart the changed engines; return those whose change stayed (a reverted one is not recorded)."""
     if not changed:
-        return
+        return changed
     if not _may_restart(options):
         why = "--no-restart" if options.no_restart else f"--root is {options.root}"
         result.messages.append(f"not restarting {', '.join(changed)} ({why}); restart them to use the runtime")
-        return
+        return changed
+    kept: List[str] = []
     for name in changed:
         unit = SERVICE_UNITS.get(name, name)
         env.services.restart(unit)
         if env.services.is_active(unit):
             result.engines[name] += ", restarted"
+            kept.append(name)
             continue
         revert(name, journal, force=True)
         env.services.restart(unit)
         back = "it is running again" if env.services.is_active(unit) else "it is still not running"
         result.engines[name] = f"did not come back after the change; restored its configuration and restarted it ({back})"
+    return kept
 
 
 def _may_restart(options: InstallOptions) -> bool:

@@ -19,7 +19,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
-from configure.errors import VerificationError
+from configure.errors import ToolError, VerificationError
+from installer.target import Requirement
 
 SCHEMA_VERSION = 1
 MANIFEST_NAME = "manifest.json"
@@ -89,6 +90,9 @@ class PackageEntry:
     install_order: int
     depends: Tuple[str, ...] = ()
     origin: str = ""  #: the upstream URL it was downloaded from
+    #: Breaks/Conflicts against packages outside the target (``nvidia-container-runtime (<= 3.5.0-1)``):
+    #: installed matches must be removed first. None when the bundle predates this field.
+    breaks: Optional[Tuple[str, ...]] = None
 
 
 @dataclass(frozen=True)
@@ -201,6 +205,7 @@ def _target_dict(t: Target) -> Dict[str, Any]:
                 "install_order": p.install_order,
                 "depends": list(p.depends),
                 "origin": p.origin,
+                **({} if p.breaks is None else {"breaks": list(p.breaks)}),
             }
             for p in sorted(t.packages, key=lambda p: p.install_order)
         ],
@@ -384,7 +389,20 @@ class _Parser:
             install_order=order if isinstance(order, int) else -1,
             depends=self._strings(raw, "depends", where),
             origin=self._str(raw, "origin", where, optional=True),
+            breaks=self._relations(raw, "breaks", where),
         )
+
+    def _relations(self, raw: Any, key: str, where: str) -> Optional[Tuple[str, ...]]:
+        """An optional list of package relations, each one the installer can evaluate."""
+        if not isinstance(raw, dict) or raw.get(key) is None:
+            return None
+        items = self._strings(raw, key, where)
+        for item in items:
+            try:
+                Requirement.parse(item)
+            except ToolError:
+                self.problems.append(f"{where}.{key} has {item!r}, which is not a package relation")
+        return items
 
 
 def is_plain_relative(path: str) -> bool:

@@ -13,11 +13,11 @@ from typing import Dict, Tuple
 
 from installer.bundle import VerifiedBundle, extract_verified
 from installer.gpg import Keyring
-from installer.manifest import Manifest
+from installer.manifest import Manifest, PackageEntry
 from installer.target import Requirement, StagedBundle, StagedPackage, Target
 
 #: Breaks of the toolkit packages, identical in every upstream version (docs/upstream.md section 4).
-#: The manifest does not carry them, so the installer knows them here.
+#: Only a fallback for bundles whose manifest predates the per-package ``breaks`` field.
 KNOWN_BREAKS: Dict[str, Tuple[Requirement, ...]] = {
     "nvidia-container-toolkit": (
         Requirement("nvidia-container-runtime", "<=", "3.5.0-1"),
@@ -49,7 +49,7 @@ def staged_from_verified(verified: VerifiedBundle) -> StagedBundle:
                 path=verified.path_of(pkg.file),
                 size=pkg.size,
                 depends=pkg.depends,
-                breaks=KNOWN_BREAKS.get(pkg.name, ()),
+                breaks=_breaks(pkg),
             )
             for pkg in target.packages
         )
@@ -62,6 +62,13 @@ def staged_from_verified(verified: VerifiedBundle) -> StagedBundle:
         targets=tuple(targets),
         staging_dir=verified.root,
     )
+
+
+def _breaks(pkg: PackageEntry) -> Tuple[Requirement, ...]:
+    """The package's Breaks as the signed manifest states them, else the known upstream ones."""
+    if pkg.breaks is None:
+        return KNOWN_BREAKS.get(pkg.name, ())
+    return tuple(Requirement.parse(text) for text in pkg.breaks)
 
 
 def open_verified(bundle: Path, keyring: Path, staging_dir: Path) -> StagedBundle:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from configure.errors import ToolError, UsageError
+from installer.target import Requirement
 from mirror.lockfile import LockedPackage, LockedTarget, Lockfile
 from mirror.store import MirrorState, Release, RepoRecord, StoredPackage
 
@@ -64,6 +65,32 @@ class TargetSelection:
     fingerprint: str
     signed_at: str | None
     signed_files: tuple[SignedUpstreamFile, ...]
+    #: the resolution's ``<package> Breaks|Conflicts <relation>`` lines (mirror state ``breaks``)
+    breaks: tuple[str, ...] = ()
+
+    def breaks_of(self, name: str) -> tuple[str, ...] | None:
+        """The relations package ``name`` breaks or conflicts with, in a form the node can evaluate.
+
+        None when the mirror recorded no Breaks for the release at all (a ``sync --locked`` does
+        not resolve): the manifest then omits the field and the node uses its known list.
+
+        >>> TargetSelection("deb", "amd64", "1", (), (), "", "", None, (),
+        ...     ("t Breaks r (<= 3.5.0-1)", "t Conflicts (a if b)")).breaks_of("t")
+        ('r (<= 3.5.0-1)',)
+        """
+        if not self.breaks:
+            return None
+        out: list[str] = []
+        for line in self.breaks:
+            package, _kind, relation = [*line.split(" ", 2), "", ""][:3]
+            if package != name or not relation or relation in out:
+                continue
+            try:
+                Requirement.parse(relation)
+            except ToolError:
+                continue  # an rpm rich dependency: the node's rpm enforces it, preflight cannot
+            out.append(relation)
+        return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -135,6 +162,7 @@ def select_from_mirror(
                 fingerprint=prov.fingerprint,
                 signed_at=prov.signed_at,
                 signed_files=tuple(SignedUpstreamFile(f.path, f.size, f.sha256, f.sha512) for f in prov.signed_files),
+                breaks=release.breaks,
             )
         )
     versions = {upstream_version(t.toolkit_version) for t in chosen}

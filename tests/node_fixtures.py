@@ -14,7 +14,7 @@ import shutil
 import subprocess
 import textwrap
 from pathlib import Path
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from installer.target import Requirement, StagedPackage, Target
 
@@ -184,15 +184,25 @@ def tree_digest(root: Path) -> Dict[str, str]:
 
 
 def write_signed_bundle(
-    out: Path, targets: Sequence[Target], key_home: Path, fingerprint: str, release: str = "1.17.8", *, tamper: bool = False
+    out: Path, targets: Sequence[Target], key_home: Path, fingerprint: str, release: str = "1.17.8", *, tamper: bool = False,
+    split: Optional[int] = None,
 ) -> Path:
     """Write a real signed bundle (manifest + detached signature + packages) readable by ``installer.bundle``.
 
     A trimmed version of what ``bundle build`` writes: no zipapp or repo metadata, which the node
     installer does not read. Signed with the real gpg key in ``key_home``. ``tamper`` flips one
-    byte of the first package after signing (same size, wrong sha256).
+    byte of the first package after signing (same size, wrong sha256). ``split`` writes parts of
+    that size (plus an incompressible filler member so there are several) and the signed
+    checksum list, and returns the first part.
     """
-    from installer.manifest import MANIFEST_NAME, SIGNATURE_NAME, Manifest, PackageEntry, Provenance
+    from installer.manifest import (
+        MANIFEST_NAME,
+        SIGNATURE_NAME,
+        FileEntry,
+        Manifest,
+        PackageEntry,
+        Provenance,
+    )
     from installer.manifest import Target as ManifestTarget
     from mirror.bundle_tar import BundleWriter
 
@@ -204,7 +214,8 @@ def write_signed_bundle(
             member = f"targets/{target.name}/{pkg.path.name}"
             members[member] = pkg.path
             digest = hashlib.sha256(pkg.path.read_bytes()).hexdigest()
-            packages.append(PackageEntry(pkg.name, pkg.version, pkg.arch, member, pkg.size, digest, order, pkg.depends))
+            breaks = tuple(str(r) if target.format == "deb" else _rpm_text(r) for r in pkg.breaks)
+            packages.append(PackageEntry(pkg.name, pkg.version, pkg.arch, member, pkg.size, digest, order, pkg.depends, breaks=breaks))
         entries.append(
             ManifestTarget(
                 format=target.format,
@@ -216,6 +227,7 @@ def write_signed_bundle(
                 node_requirements=tuple(str(r) if target.format == "deb" else _rpm_text(r) for r in target.requirements),
             )
         )
+    filler = hashlib.shake_256(b"filler").digest(3 * split // 2) if split else b""
     manifest = Manifest(
         tool_version="0.1.0",
         created="2026-11-30T00:00:00Z",
@@ -225,17 +237,23 @@ def write_signed_bundle(
         upstream_fingerprint="C95B321B61E88C1809C4F759DDCAE044F796ECB0",
         signer=fingerprint,
         targets=tuple(entries),
-        files=(),
+        files=(FileEntry("filler.bin", len(filler), hashlib.sha256(filler).hexdigest()),) if filler else (),
     )
     data = manifest.to_json()
-    signature = subprocess.run(
-        ["gpg", "--homedir", str(key_home), "--batch", "--armor", "--detach-sign", "--local-user", fingerprint],
-        input=data, check=True, capture_output=True,
-    ).stdout
+
+    def sign(payload: bytes) -> bytes:
+        return subprocess.run(
+            ["gpg", "--homedir", str(key_home), "--batch", "--armor", "--detach-sign", "--local-user", fingerprint],
+            input=payload, check=True, capture_output=True,
+        ).stdout
+
+    signature = sign(data)
     out.parent.mkdir(parents=True, exist_ok=True)
-    with BundleWriter(out, compression="gzip", mtime=0) as writer:
+    with BundleWriter(out, compression="gzip", mtime=0, split=split) as writer:
         writer.add_bytes(MANIFEST_NAME, data)
         writer.add_bytes(SIGNATURE_NAME, signature)
+        if filler:
+            writer.add_bytes("filler.bin", filler)
         for index, member in enumerate(sorted(members)):
             source = members[member]
             if tamper and index == 0:
@@ -245,8 +263,13 @@ def write_signed_bundle(
                 bad.write_bytes(bytes(raw))
                 source = bad
             writer.add_file(member, source, size=source.stat().st_size)
-        writer.commit()
-    return out
+        parts = writer.commit()
+    if split is None:
+        return out
+    listing = "".join(f"{hashlib.sha256(p.read_bytes()).hexdigest()}  {p.name}\n" for p in parts).encode()
+    out.with_name(out.name + ".sha256sums").write_bytes(listing)
+    out.with_name(out.name + ".sha256sums.asc").write_bytes(sign(listing))
+    return parts[0]
 
 
 def install_order_of(target: Target) -> List[StagedPackage]:

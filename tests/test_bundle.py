@@ -8,6 +8,7 @@ throwaway operator key. Everything runs with real gpg, tar, apt-get, dnf and pyt
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import io
 import json
 import shutil
@@ -285,6 +286,46 @@ def test_extracted_zipapp_runs_help_without_site_packages(extracted: Path, pytho
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert "verify" in result.stdout and "inspect" in result.stdout
+
+
+def test_manifest_and_sbom_carry_everything_the_bundle_promises(plain_bundle: Path, epoch: int) -> None:
+    members = _members(plain_bundle)
+    manifest = Manifest.from_json(members[MANIFEST_NAME][1])
+    assert manifest.schema == 1 and manifest.tool_version and manifest.channel == "stable"
+    assert manifest.created == time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
+    assert manifest.upstream_url.startswith("http://127.0.0.1") and len(manifest.upstream_fingerprint) == 40
+    # Every member but the manifest and its signature is listed with its size and sha256.
+    listed = manifest.members()
+    assert set(listed) == set(members) - {MANIFEST_NAME, SIGNATURE_NAME}
+    for name, (size, sha256) in listed.items():
+        assert (size, sha256) == (len(members[name][1]), hashlib.sha256(members[name][1]).hexdigest()), name
+    for target in manifest.targets:
+        prov = target.provenance
+        assert prov.fingerprint == manifest.upstream_fingerprint and prov.signed_files
+        assert all(f.sha256 or f.sha512 for f in prov.signed_files)
+        assert target.node_requirements
+        for pkg in target.packages:
+            assert pkg.origin.startswith(prov.upstream_url) and pkg.file.startswith(target.repo_dir + "/")
+        toolkit = {p.name: p for p in target.packages}["nvidia-container-toolkit"]
+        assert toolkit.depends and toolkit.breaks is not None
+        assert any(b.startswith("nvidia-container-runtime") for b in toolkit.breaks), toolkit.breaks
+    sbom = json.loads(members["sbom.spdx.json"][1])
+    assert sbom["spdxVersion"] == "SPDX-2.3"
+    listed_packages = {(p.name, p.version, p.sha256, p.origin) for t in manifest.targets for p in t.packages}
+    assert {
+        (p["name"], p["versionInfo"], p["checksums"][0]["checksumValue"], p["downloadLocation"]) for p in sbom["packages"]
+    } == listed_packages
+
+
+def test_creation_time_comes_from_source_date_epoch(monkeypatch: pytest.MonkeyPatch) -> None:
+    from configure.errors import UsageError
+    from mirror.bundle_build import build_epoch
+
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000000")
+    assert build_epoch() == 1700000000
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "yesterday")
+    with pytest.raises(UsageError, match="SOURCE_DATE_EPOCH='yesterday' is not a number"):
+        build_epoch()
 
 
 # -- determinism, compression, split -------------------------------------------------------------

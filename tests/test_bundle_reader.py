@@ -208,3 +208,101 @@ def test_manifest_refuses_duplicate_members_and_non_json() -> None:
         Manifest.from_json(json.dumps(raw).encode())
     with pytest.raises(ManifestError, match="not UTF-8 JSON"):
         Manifest.from_json(b"\xff{")
+
+
+def test_manifest_carries_breaks_per_package_and_a_manifest_without_them_still_parses() -> None:
+    import dataclasses
+    import json
+
+    manifest = _full_manifest()
+    pkg = dataclasses.replace(manifest.targets[0].packages[0], breaks=("nvidia-container-runtime (<= 3.5.0-1)", "old-hook"))
+    with_breaks = dataclasses.replace(manifest, targets=(dataclasses.replace(manifest.targets[0], packages=(pkg,)),))
+    raw = json.loads(with_breaks.to_json())
+    assert raw["targets"][0]["packages"][0]["breaks"] == ["nvidia-container-runtime (<= 3.5.0-1)", "old-hook"]
+    assert Manifest.from_json(with_breaks.to_json()) == with_breaks
+    # Bundles built before the field existed: no key at all, read as "not stated" (None), not "none".
+    assert "breaks" not in json.loads(manifest.to_json())["targets"][0]["packages"][0]
+    assert Manifest.from_json(manifest.to_json()).targets[0].packages[0].breaks is None
+
+
+def test_manifest_refuses_a_breaks_entry_that_is_not_a_relation() -> None:
+    import json
+
+    raw = json.loads(_full_manifest().to_json())
+    raw["targets"][0]["packages"][0]["breaks"] = ["good-name (>= 1)", "(a if b) or worse"]
+    with pytest.raises(ManifestError, match=r"breaks has '\(a if b\) or worse', which is not a package relation"):
+        Manifest.from_json(json.dumps(raw).encode())
+
+
+def test_manifest_refuses_member_and_total_sizes_beyond_the_limits() -> None:
+    import json
+
+    from installer.manifest import MAX_MEMBER_SIZE, MAX_TOTAL_SIZE
+
+    raw = json.loads(_full_manifest().to_json())
+    raw["files"][0]["size"] = MAX_MEMBER_SIZE + 1
+    with pytest.raises(ManifestError, match=r"files\[0\]\.size \d+ is outside"):
+        Manifest.from_json(json.dumps(raw).encode())
+    count = MAX_TOTAL_SIZE // MAX_MEMBER_SIZE + 1  # each member within its limit, together too much
+    raw["files"] = [{"path": f"f{i}", "size": MAX_MEMBER_SIZE, "sha256": "c" * 64, "role": ""} for i in range(count)]
+    with pytest.raises(ManifestError, match=r"the members add up to \d+ bytes, more than"):
+        Manifest.from_json(json.dumps(raw).encode())
+
+
+def test_an_archive_with_more_members_than_the_limit_is_refused_before_extracting_them(
+    operator_key: TestKey, keyring: Keyring, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import installer.bundle as reader
+
+    monkeypatch.setattr(reader, "MAX_MEMBERS", 3)
+    listed = {f"m{i}": GOOD for i in range(3)}
+    members = [_info(f"m{i}", GOOD) for i in range(3)] + [_info(f"x{i}", GOOD) for i in range(50)]
+    bundle = craft(tmp_path / "many.tar", operator_key, members, listed)
+    report = verify(bundle, keyring)  # verify keeps going after ordinary problems, but not past the count limit
+    assert report.problems[-1].message == "the archive has more than 3 members"
+    assert len(report.problems) < 10
+    staging = tmp_path / "staging"
+    with pytest.raises(BundleVerificationError):
+        extract_verified(bundle, keyring, staging)
+    assert list(staging.iterdir()) == []
+
+
+def test_verify_writes_nothing_outside_its_private_temporary_directory(
+    operator_key: TestKey, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import json
+    import tempfile
+
+    from tests.cli_runner import run_cli
+
+    (tmp_path / "bundles").mkdir()
+    bundle = craft(tmp_path / "bundles" / "b.tar", operator_key, [_info("payload", GOOD)], {"payload": GOOD})
+    temp, home = tmp_path / "tmp", tmp_path / "home"
+    temp.mkdir()
+    home.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(home)
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    result = run_cli("bundle", "verify", str(bundle), "--keyring", str(operator_key.public), "--json")
+    assert result.exit_code == 0, result.stdout + result.stderr
+    assert json.loads(result.stdout)["ok"] is True
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before  # the gpg home came and went
+
+
+
+def test_verify_command_lists_every_problem_and_exits_3_naming_the_first(operator_key: TestKey, tmp_path: Path) -> None:
+    from tests.cli_runner import run_cli
+
+    members = [_info("a", b"changed"), _info("b", GOOD), _info("c", GOOD)]
+    bundle = craft(tmp_path / "b.tar", operator_key, members, {"a": GOOD, "b": GOOD, "d": GOOD})
+    result = run_cli("bundle", "verify", str(bundle), "--keyring", str(operator_key.public))
+    assert result.exit_code == 3
+    assert result.stdout.splitlines() == [
+        "FAILED: b.tar",
+        "  a: has 7 bytes, the manifest says 13",
+        "  c: is not listed in the signed manifest",
+        "  d: is listed in the manifest but missing from the archive",
+    ]
+    assert result.stderr.count("\n") == 1 and "failed verification at a: has 7 bytes" in result.stderr
+    assert "2 more problem(s): listed above" in result.stderr

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 from pathlib import Path
@@ -10,13 +11,14 @@ from typing import Dict, List, Optional, Tuple
 import pytest
 
 from configure.containerd import ContainerdEngine
+from configure.docker import DockerEngine
 from configure.errors import ExitCode, ToolError, VerificationError
 from installer.env import NodeEnv
 from installer.install import InstallFailed, InstallOptions, install
 from installer.manage import status, uninstall
 from installer.preflight import PreflightFailed
 from installer.state import load_state
-from installer.target import Target, TargetMismatch
+from installer.target import Requirement, Target, TargetMismatch
 from tests.cli_runner import run_cli
 from tests.gpgkeys import TestKey, other_key, test_key  # noqa: F401 - fixtures
 from tests.node_fixtures import (
@@ -223,6 +225,98 @@ class TestDpkgRoot:
         assert _dpkg_versions(root) == dict.fromkeys(TOOLKIT, "1.17.8-1")
         state = load_state(root)
         assert state is not None and state.removed == {"nvidia-container-runtime": "3.4.0-1"}
+
+
+    def test_breaks_come_from_the_signed_manifest(self, tmp_path: Path, targets: Dict[str, Target]) -> None:
+        # nvidia-docker2 is not in the installer's fallback list: only the manifest can say it must go.
+        root = tmp_path / "root"
+        seed_dpkg_root(root, libraries={**DEB_SEED, "nvidia-docker2": "2.13.0-1"})
+        base = targets["deb-1.17.8"]
+        rule = Requirement("nvidia-docker2", "<<", "2.14.0")
+        packages = tuple(
+            dataclasses.replace(p, breaks=(rule,)) if p.name == "nvidia-container-toolkit" else p for p in base.packages
+        )
+        bundle, key, env, _ = _setup(tmp_path, dataclasses.replace(base, packages=packages))
+        plan = install(bundle, key, InstallOptions(root=root, dry_run=True), env)
+        assert "would remove nvidia-docker2 2.13.0-1: nvidia-container-toolkit 1.17.8-1 breaks nvidia-docker2 (<< 2.14.0)" in plan.messages
+        install(bundle, key, InstallOptions(root=root), env)
+        state = load_state(root)
+        assert state is not None and state.removed == {"nvidia-docker2": "2.13.0-1"}
+
+
+    def test_uninstall_restores_the_previous_default_runtime_byte_for_byte(self, tmp_path: Path, deb_root: Path, targets: Dict[str, Target]) -> None:
+        daemon = b'{\n    "default-runtime": "runc",\n    "log-level": "warn"\n}\n'
+        (deb_root / "etc/docker").mkdir(parents=True)
+        (deb_root / "etc/docker/daemon.json").write_bytes(daemon)
+        bundle, key, env, _ = _setup(tmp_path, targets["deb-1.17.8"])
+        result = install(bundle, key, InstallOptions(root=deb_root, set_as_default=True), env)
+        assert set(result.engines) == {"containerd", "docker"}
+        assert ContainerdEngine().report(deb_root, "nvidia")["DEFAULT"] == "nvidia"
+        assert DockerEngine().report(deb_root, "nvidia")["DEFAULT"] == "nvidia"
+        state = load_state(deb_root)
+        assert state is not None and state.signer == _KEYS["operator"].fingerprint
+        assert state.bundle_id == result.bundle_id and len(state.bundle_id) == 64
+        recorded = {Path(f.path).name: f for f in state.files}
+        assert {"config.toml", "daemon.json"} <= set(recorded)
+        backup = recorded["daemon.json"].backup
+        assert backup is not None and Path(backup).read_bytes() == daemon
+        uninstall(deb_root, env)
+        assert (deb_root / "etc/docker/daemon.json").read_bytes() == daemon
+        assert (deb_root / "etc/containerd/config.toml").read_bytes() == CONTAINERD_CONFIG
+        assert ContainerdEngine().report(deb_root, "nvidia")["DEFAULT"] == "runc"
+        assert DockerEngine().report(deb_root, "nvidia")["DEFAULT"] == "runc"
+
+    def test_cdi_spec_is_written_with_a_driver_recorded_and_removed_by_uninstall(self, tmp_path: Path, deb_root: Path, targets: Dict[str, Target]) -> None:
+        for stand_in in ("proc/driver/nvidia/version", "dev/nvidiactl", "dev/nvidia0"):
+            (deb_root / stand_in).parent.mkdir(parents=True, exist_ok=True)
+            (deb_root / stand_in).write_text("stand-in\n")
+        bundle, key, env, _ = _setup(tmp_path, targets["deb-1.17.8"])
+        result = install(bundle, key, InstallOptions(root=deb_root), env)
+        spec = deb_root / "etc/cdi/nvidia.yaml"
+        assert result.cdi.startswith("written to /etc/cdi/nvidia.yaml") and spec.is_file()
+        assert b"/dev/nvidia0" in spec.read_bytes()
+        state = load_state(deb_root)
+        assert state is not None and "cdi" in state.engines and str(spec) in {f.path for f in state.files}
+        assert ContainerdEngine().report(deb_root, "nvidia")["CDI"] == "true"
+        uninstall(deb_root, env)
+        assert not spec.exists()
+
+    def test_cdi_off_skips_the_spec_even_with_a_driver(self, tmp_path: Path, deb_root: Path, targets: Dict[str, Target]) -> None:
+        (deb_root / "dev").mkdir()
+        (deb_root / "dev/nvidiactl").write_text("stand-in\n")
+        bundle, key, env, _ = _setup(tmp_path, targets["deb-1.17.8"])
+        result = install(bundle, key, InstallOptions(root=deb_root, cdi="off"), env)
+        assert result.cdi == "skipped: disabled with --cdi off"
+        assert not (deb_root / "etc/cdi").exists()
+
+    def test_cdi_on_without_a_driver_is_a_preflight_problem_and_changes_nothing(self, tmp_path: Path, deb_root: Path, targets: Dict[str, Target]) -> None:
+        bundle, key, env, _ = _setup(tmp_path, targets["deb-1.17.8"])
+        before = tree_digest(deb_root)
+        with pytest.raises(PreflightFailed, match="--cdi on needs an NVIDIA driver"):
+            install(bundle, key, InstallOptions(root=deb_root, cdi="on"), env)
+        assert tree_digest(deb_root) == before
+
+
+    def test_damaged_state_file_is_refused_before_anything_is_installed(self, tmp_path: Path, deb_root: Path, targets: Dict[str, Target]) -> None:
+        (deb_root / "var/lib/gpu-airgap").mkdir(parents=True)
+        (deb_root / "var/lib/gpu-airgap/state.json").write_text("{not json")
+        bundle, key, env, _ = _setup(tmp_path, targets["deb-1.17.8"])
+        before = tree_digest(deb_root)
+        with pytest.raises(ToolError, match="is not a gpu-airgap state record"):
+            install(bundle, key, InstallOptions(root=deb_root), env)
+        assert tree_digest(deb_root) == before and _dpkg_versions(deb_root) == {}
+
+
+    def test_install_accepts_the_first_part_of_a_split_bundle(self, tmp_path: Path, deb_root: Path, targets: Dict[str, Target]) -> None:
+        signer = _KEYS["operator"]
+        first = write_signed_bundle(tmp_path / "split" / "bundle.tar", [targets["deb-1.17.8"]], signer.home, signer.fingerprint, split=1 << 20)
+        assert first.name == "bundle.tar.part001" and len(list(first.parent.glob("bundle.tar.part*"))) >= 2
+        result = install(first, signer.public, InstallOptions(root=deb_root), NodeEnv(services=Services()))
+        assert result.outcome == "installed" and _dpkg_versions(deb_root) == dict.fromkeys(TOOLKIT, "1.17.8-1")
+        second = first.with_name("bundle.tar.part002")
+        second.write_bytes(second.read_bytes()[:-1] + bytes([second.read_bytes()[-1] ^ 0xFF]))
+        with pytest.raises(VerificationError, match="part002"):
+            install(first, signer.public, InstallOptions(root=deb_root, dry_run=True), NodeEnv(services=Services()))
 
 
 class TestRpmRoot:

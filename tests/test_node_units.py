@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import List, Optional, Sequence, Tuple
 
 import pytest
 
@@ -134,6 +134,29 @@ def _check(installed: dict, met: bool = True, free: int = 10**9, allow_downgrade
     )
 
 
+class TestStagedFromManifest:
+    def _staged(self, breaks: Optional[Tuple[str, ...]]) -> StagedPackage:
+        from installer.bundle import VerifiedBundle
+        from installer.manifest import Manifest, PackageEntry, Provenance
+        from installer.manifest import Target as ManifestTarget
+        from installer.source import staged_from_verified
+
+        entry = PackageEntry("nvidia-container-toolkit", "1.17.8-1", "amd64", "targets/deb-amd64/t.deb", 1, "a" * 64, 0, breaks=breaks)
+        target = ManifestTarget("deb", "amd64", "targets/deb-amd64", "1.17.8-1", Provenance("u", "F" * 40, None), (entry,))
+        manifest = Manifest("0", "t", "stable", "1.17.8", "u", "F" * 40, "F" * 40, (target,), ())
+        staged = staged_from_verified(VerifiedBundle(Path("/staging"), manifest, "F" * 40))
+        return staged.targets[0].packages[0]
+
+    def test_breaks_stated_in_the_manifest_are_used_as_stated(self) -> None:
+        assert self._staged(("nvidia-docker2 (<< 2.14.0)",)).breaks == (Requirement("nvidia-docker2", "<<", "2.14.0"),)
+        assert self._staged(()).breaks == ()
+
+    def test_a_manifest_without_breaks_falls_back_to_the_known_upstream_ones(self) -> None:
+        from installer.source import KNOWN_BREAKS
+
+        assert self._staged(None).breaks == KNOWN_BREAKS["nvidia-container-toolkit"]
+
+
 class TestPreflight:
     def test_every_problem_reported_at_once(self) -> None:
         result = _check({"nvidia-container-toolkit": "1.18.0-1"}, met=False, free=10)
@@ -228,7 +251,8 @@ class TestOrchestration:
         result = InstallResult("installed", "n", "t", "id", engines={"containerd": "registered"})
         options = InstallOptions(root=tmp_path)
         monkeypatch.setattr(install_mod, "_may_restart", lambda options: True)
-        install_mod._restart(["containerd"], options, journal, NodeEnv(services=services), result)
+        kept = install_mod._restart(["containerd"], options, journal, NodeEnv(services=services), result)
+        assert kept == []  # the reverted engine is not recorded as changed
         assert config.read_bytes() == b"version = 2\n"
         assert services.calls == ["restart containerd", "restart containerd"]
         assert "did not come back" in result.engines["containerd"] and "running again" in result.engines["containerd"]
