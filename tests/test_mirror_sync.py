@@ -25,7 +25,6 @@ from tests.upstream import (
     Fault,
     UpstreamServer,
     UpstreamTree,
-    cached_upstream,
     copy_upstream,
     make_wrong_key,
     resign_inrelease,
@@ -36,15 +35,16 @@ FOUR = {"nvidia-container-toolkit", "nvidia-container-toolkit-base", "libnvidia-
 REAL_UPSTREAM = Path(__file__).parent / "data" / "real-upstream"
 
 
-@pytest.fixture(scope="module")
-def tree() -> UpstreamTree:
-    return cached_upstream()
+@pytest.fixture
+def site(upstream_tree: UpstreamTree, upstream_server: UpstreamServer) -> tuple[UpstreamTree, UpstreamServer]:
+    """The shared upstream and its server (faults are injected per request; files stay untouched)."""
+    return upstream_tree, upstream_server
 
 
 @pytest.fixture
-def site(tree: UpstreamTree, tmp_path: Path) -> Iterator[tuple[UpstreamTree, UpstreamServer]]:
-    """A private copy of the upstream (tests tamper with it) and a server over it."""
-    copy = copy_upstream(tree, tmp_path / "site")
+def tampered_site(upstream_tree: UpstreamTree, tmp_path: Path) -> Iterator[tuple[UpstreamTree, UpstreamServer]]:
+    """A private copy of the upstream (the test edits its files) and a server over it."""
+    copy = copy_upstream(upstream_tree, tmp_path / "site")
     with UpstreamServer(copy.root) as server:
         yield copy, server
 
@@ -168,7 +168,7 @@ def _missing_deb(tree: UpstreamTree, server: UpstreamServer) -> None:
         (_tamper_packages, ExitCode.VERIFICATION_FAILED, "Packages.xz (size) does not match its signed checksum"),
         (_other_key, ExitCode.VERIFICATION_FAILED, "InRelease"),
         (_bad_signature, ExitCode.VERIFICATION_FAILED, "InRelease"),
-        (_empty_inrelease, ExitCode.VERIFICATION_FAILED, "signed Release is empty"),
+        (_empty_inrelease, ExitCode.VERIFICATION_FAILED, "/stable/deb/amd64/InRelease is empty"),
         (_corrupt_deb, ExitCode.VERIFICATION_FAILED, "nvidia-container-toolkit_1.20.1-1_amd64.deb does not match"),
         (_truncate_rpm, ExitCode.VERIFICATION_FAILED, "libnvidia-container1-1.20.1-1.x86_64.rpm"),
         (_missing_deb, ExitCode.NETWORK, "HTTP 404"),
@@ -176,9 +176,9 @@ def _missing_deb(tree: UpstreamTree, server: UpstreamServer) -> None:
     ids=["tampered-packages", "other-key", "bad-signature", "empty-inrelease", "corrupted-deb", "truncated-rpm", "404"],
 )
 def test_failed_sync_reports_one_sentence_and_leaves_the_mirror_byte_identical(
-    site: tuple[UpstreamTree, UpstreamServer], tmp_path: Path, breakage: object, exit_code: ExitCode, message: str
+    tampered_site: tuple[UpstreamTree, UpstreamServer], tmp_path: Path, breakage: object, exit_code: ExitCode, message: str
 ) -> None:
-    tree, server = site
+    tree, server = tampered_site
     dest = tmp_path / "mirror"
     assert _sync(server, tree, dest, "--version", "1.17.8", "--arch", "amd64").exit_code == 0
     before = _tree_hash(dest)
