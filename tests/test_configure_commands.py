@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
+import pytest
 import tomllib
 
 from configure.engine import Engine
@@ -12,6 +14,8 @@ from configure.engines import get_engine
 from configure.errors import ExitCode
 from tests.cli_runner import run_cli
 from tests.containerd_helpers import CONFIG, make_root
+
+FIXTURES = Path(__file__).parent / "data" / "fixtures"
 
 _conforms: Engine = get_engine("containerd")  # the containerd engine satisfies the Engine Protocol
 
@@ -82,3 +86,35 @@ def test_invalid_config_is_a_config_error_naming_the_file(tmp_path: Path) -> Non
     result = run_cli("configure", "containerd", "--root", str(tmp_path))
     assert result.exit_code == ExitCode.CONFIG
     assert "config.toml: is not valid TOML" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("engine_name", "fixture", "node_path", "flags"),
+    [
+        ("containerd", "containerd/config.toml.base", "/opt/k8s/containerd.toml", ["--no-drop-in"]),
+        ("docker", "docker/daemon.json", "/opt/docker/daemon.json", []),
+        ("crio", "crio/crio.conf", "/opt/crio/crio.conf", ["--no-drop-in"]),
+    ],
+)
+def test_report_and_verify_read_back_the_config_a_custom_config_run_edited(
+    tmp_path: Path, engine_name: str, fixture: str, node_path: str, flags: list[str]
+) -> None:
+    config = tmp_path / node_path.lstrip("/")
+    config.parent.mkdir(parents=True)
+    shutil.copy(FIXTURES / fixture, config)
+    (tmp_path / "usr/bin").mkdir(parents=True)
+    (tmp_path / "usr/bin/nvidia-container-runtime").write_text("#!/bin/sh\n")
+    root = str(tmp_path)
+    result = run_cli("configure", engine_name, "--root", root, "--config", node_path, *flags)
+    assert result.exit_code == 0, result.stderr
+    assert not (tmp_path / "etc").exists()  # nothing was written at the engine's default path
+
+    report = run_cli("configure", "report", "--root", root, "--runtime", engine_name)
+    assert report.exit_code == 0, report.stderr
+    assert "RUNTIME=nvidia" in report.stdout.splitlines()
+    verify = run_cli("configure", "verify", "--root", root, "--json")
+    assert verify.exit_code == 0, verify.stdout
+    assert f"{engine_name}: runtime nvidia is registered" in json.loads(verify.stdout)["passed"]
+    # --config still reads another file on request.
+    elsewhere = run_cli("configure", "report", "--root", root, "--runtime", engine_name, "--config", "/nowhere.conf")
+    assert "RUNTIME=nvidia" not in elsewhere.stdout.splitlines()
