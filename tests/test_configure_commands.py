@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -118,3 +122,50 @@ def test_report_and_verify_read_back_the_config_a_custom_config_run_edited(
     # --config still reads another file on request.
     elsewhere = run_cli("configure", "report", "--root", root, "--runtime", engine_name, "--config", "/nowhere.conf")
     assert "RUNTIME=nvidia" not in elsewhere.stdout.splitlines()
+
+
+#: util-linux's setpriv: run a command as nobody with no capabilities left
+AS_NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root and setpriv to run as nobody"
+)
+@pytest.mark.parametrize(
+    ("engine_name", "fixture", "node_path"),
+    [
+        ("containerd", "containerd/config.toml.base", "/etc/containerd/config.toml"),
+        ("docker", "docker/daemon.json", "/etc/docker/daemon.json"),
+        ("crio", "crio/crio.conf", "/etc/crio/crio.conf"),
+    ],
+)
+def test_a_read_only_config_is_refused_with_a_sentence_and_nothing_is_written(
+    tmp_path_factory: pytest.TempPathFactory, engine_name: str, fixture: str, node_path: str
+) -> None:
+    # Root may replace a 0444 file, so the refusal is exercised as a user without write access,
+    # through the real console entry point in a child process.
+    root = Path(tempfile.mkdtemp(prefix="ro-", dir=tmp_path_factory.getbasetemp().parent.parent))
+    try:
+        root.chmod(0o755)
+        config = root / node_path.lstrip("/")
+        config.parent.mkdir(parents=True)
+        shutil.copy(FIXTURES / fixture, config)
+        if engine_name == "crio":
+            (root / "etc/crio/crio.conf.d").mkdir()
+            (root / "etc/crio/crio.conf.d/99-nvidia.toml").write_text("# ours, read-only\n")
+            (root / "etc/crio/crio.conf.d/99-nvidia.toml").chmod(0o444)
+        config.chmod(0o444)
+        for directory in (root, *(p for p in config.parents if root in p.parents)):
+            directory.chmod(0o755)
+        before = {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
+        result = subprocess.run(
+            [*AS_NOBODY, sys.executable, "-m", "mirror", "configure", engine_name, "--root", str(root)],
+            capture_output=True, text=True, timeout=60, check=False, cwd=root,
+        )  # fmt: skip
+        assert result.returncode == ExitCode.CONFIG, result.stderr
+        assert "is read-only for this user (mode 0444)" in result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1
+        assert {p: p.read_bytes() for p in root.rglob("*") if p.is_file()} == before
+        assert not (root / "var").exists()  # no journal, no backup
+    finally:
+        shutil.rmtree(root)
