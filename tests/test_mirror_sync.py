@@ -7,6 +7,7 @@ files; a failing sync must leave the previous good mirror byte-identical.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import lzma
 import os
@@ -16,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from configure.errors import BusyError, ExitCode
-from mirror import store
+from mirror import progress, store
 from mirror import sync as sync_lib
 from mirror.http import Downloader
 from mirror.trust import open_keyring
@@ -326,6 +327,10 @@ def test_verify_finds_a_changed_file(site: tuple[UpstreamTree, UpstreamServer], 
     result = run_cli("mirror", "verify", "--dest", str(dest))
     assert result.exit_code == ExitCode.PROBLEMS_FOUND
     assert "libnvidia-container1_1.20.1-1_amd64.deb does not match its recorded sha512" in result.stderr
+    as_json = run_cli("mirror", "verify", "--dest", str(dest), "--json")
+    assert as_json.exit_code == ExitCode.PROBLEMS_FOUND
+    (problem,) = json.loads(as_json.stdout)["problems"]  # stdout is one object, even on failure
+    assert "libnvidia-container1_1.20.1-1_amd64.deb does not match" in problem
 
 
 def test_prune_keeps_the_newest_releases_and_what_they_need(site: tuple[UpstreamTree, UpstreamServer], tmp_path: Path) -> None:
@@ -341,3 +346,41 @@ def test_prune_keeps_the_newest_releases_and_what_they_need(site: tuple[Upstream
     assert not list((dest / "stable/deb/amd64").glob("*1.17.8-1*"))
     assert len(list((dest / "stable/deb/amd64").glob("*.deb"))) == 8
     assert run_cli("mirror", "verify", "--dest", str(dest)).exit_code == 0
+
+
+# -- output modes --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["plain", "quiet", "json"])
+def test_sync_output_plain_lines_on_a_pipe_nothing_when_quiet_one_object_with_json(
+    site: tuple[UpstreamTree, UpstreamServer], tmp_path: Path, mode: str
+) -> None:
+    tree, server = site
+    flags = {"plain": [], "quiet": ["--quiet"], "json": ["--json"]}[mode]
+    result = _sync(server, tree, tmp_path / "mirror", "--channel", "experimental", "--format", "deb", *flags)
+    assert result.exit_code == 0, result.stderr
+    warning = "warning: the experimental channel carries release candidates, which are not for production"
+    if mode == "quiet":
+        assert result.stdout == "" and result.stderr == ""
+        return
+    assert result.stderr.splitlines()[0] == warning  # the warning goes to stderr in every other mode
+    if mode == "json":
+        report = json.loads(result.stdout)  # the whole of stdout is one object
+        assert report["channel"] == "experimental" and report["downloaded_files"] == 4
+        assert result.stderr.strip() == warning  # no progress lines either
+    else:
+        assert "downloading 4 file(s)" in result.stderr  # plain progress lines, not a bar, on a pipe
+        assert result.stdout.splitlines()[-1].startswith(f"synced {tmp_path / 'mirror'}: downloaded 4 file(s)")
+
+
+def test_progress_is_a_bar_on_a_terminal_and_lines_on_a_pipe(monkeypatch: pytest.MonkeyPatch) -> None:
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    monkeypatch.setattr("sys.stderr", Tty())
+    assert isinstance(progress.choose(quiet=False, json_output=False), progress.BarProgress)
+    assert isinstance(progress.choose(quiet=True, json_output=False), progress.QuietProgress)
+    monkeypatch.setattr("sys.stderr", io.StringIO())
+    assert isinstance(progress.choose(quiet=False, json_output=False), progress.LineProgress)
+    assert isinstance(progress.choose(quiet=False, json_output=True), progress.QuietProgress)
