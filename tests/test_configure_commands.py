@@ -169,3 +169,23 @@ def test_a_read_only_config_is_refused_with_a_sentence_and_nothing_is_written(
         assert not (root / "var").exists()  # no journal, no backup
     finally:
         shutil.rmtree(root)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root can hand a file to another owner")
+def test_configure_and_revert_keep_the_owner_and_mode_and_one_backup_per_change(tmp_path: Path) -> None:
+    config = make_root(tmp_path, "config.toml.base")
+    original = config.read_bytes()
+    os.chown(config, 65534, 65534)
+    config.chmod(0o600)
+    assert run_cli("configure", "containerd", "--root", str(tmp_path)).exit_code == 0
+    assert run_cli("configure", "containerd", "--root", str(tmp_path), "--cdi").exit_code == 0
+    assert run_cli("configure", "containerd", "--root", str(tmp_path), "--cdi").exit_code == 0  # no change
+    stat = config.stat()
+    assert (stat.st_uid, stat.st_gid, stat.st_mode & 0o7777) == (65534, 65534, 0o600)
+    backups = sorted((tmp_path / "var/lib/gpu-airgap/configure/backups").iterdir())
+    assert len(backups) == 2  # one per change; the third run changed nothing
+    assert backups[0].read_bytes() == original
+    assert run_cli("configure", "revert", "--root", str(tmp_path)).exit_code == 0
+    stat = config.stat()
+    assert config.read_bytes() == original
+    assert (stat.st_uid, stat.st_gid, stat.st_mode & 0o7777) == (65534, 65534, 0o600)
