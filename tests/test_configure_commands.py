@@ -116,6 +116,11 @@ def test_report_and_verify_read_back_the_config_a_custom_config_run_edited(
     report = run_cli("configure", "report", "--root", root, "--runtime", engine_name)
     assert report.exit_code == 0, report.stderr
     assert "RUNTIME=nvidia" in report.stdout.splitlines()
+    as_json = json.loads(run_cli("configure", "report", "--root", root, "--runtime", engine_name, "--json").stdout)
+    assert as_json["RUNTIME"] == "nvidia" and as_json["RUNTIME_PATH"] == "/usr/bin/nvidia-container-runtime"
+    for engine_flags in (["--json"], ["--json", "--dry-run"]):  # configure --json: one object, run after run
+        again = json.loads(run_cli("configure", engine_name, "--root", root, "--config", node_path, *flags, *engine_flags).stdout)
+        assert again["already_configured"] is True and again["written"] == []
     verify = run_cli("configure", "verify", "--root", root, "--json")
     assert verify.exit_code == 0, verify.stdout
     assert f"{engine_name}: runtime nvidia is registered" in json.loads(verify.stdout)["passed"]
