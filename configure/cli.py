@@ -137,10 +137,14 @@ def report_command(
     runtime_name: Annotated[
         Optional[str], typer.Option("--runtime-name", help="Runtime to describe (default: as configured).")
     ] = None,
+    config: Annotated[
+        Optional[str],
+        typer.Option("--config", metavar="PATH", help="Main config to read (default: the one configure edited)."),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Print the runtime configuration read back from the files on disk, as KEY=value lines."""
-    facts = commands.report(get_engine(runtime), root, runtime_name)
+    facts = commands.report(get_engine(runtime), root, runtime_name, config)
     if as_json:
         emit_json(facts)
     else:

@@ -138,11 +138,23 @@ def runtimeclass_handler(root: Path) -> Optional[str]:
     return str(handler) if handler else None
 
 
-def report(engine: Engine, root: Path, runtime_name: Optional[str] = None) -> Dict[str, str]:
-    """Facts about the runtime, read back from the files on disk, in ``REPORT_ORDER``."""
+def recorded_config(notes: Dict[str, Any]) -> Optional[str]:
+    """The main config (node path) the last configure run edited, from its journal notes; None for the default."""
+    config = notes.get("config")
+    return str(config) if config else None
+
+
+def report(
+    engine: Engine, root: Path, runtime_name: Optional[str] = None, config: Optional[str] = None
+) -> Dict[str, str]:
+    """Facts about the runtime, read back from the files on disk, in ``REPORT_ORDER``.
+
+    :param config: the main config to read (node path); by default the one the last
+        ``configure <engine>`` run under ``root`` edited (its ``--config``), else the engine's default.
+    """
     notes = engine_notes(Journal(root), engine.name)
     name = runtime_name or str(notes.get("runtime_name", "nvidia"))
-    facts = dict(engine.report(root, name))
+    facts = dict(engine.report(root, name, config or recorded_config(notes)))
     facts["HANDLER"] = runtimeclass_handler(root) or name
     previous = notes.get("previous_default")
     facts["DEFAULT_UNCHANGED"] = str(previous is None or facts.get("DEFAULT") == previous).lower()
@@ -166,13 +178,14 @@ def verify(root: Path, engines: Optional[Sequence[str]] = None) -> List[str]:
         engine = get_engine(name)
         notes = engine_notes(journal, name)
         runtime = str(notes.get("runtime_name", "nvidia"))
-        facts = engine.report(root, runtime)
+        config = recorded_config(notes)
+        facts = engine.report(root, runtime, config)
         if not facts.get("RUNTIME"):
             problems.append(f"{name}: the runtime {runtime!r} is not registered")
             continue
         passed.append(f"{name}: runtime {runtime} is registered")
         wanted = handler or runtime
-        if wanted != runtime and not engine.report(root, wanted).get("RUNTIME"):
+        if wanted != runtime and not engine.report(root, wanted, config).get("RUNTIME"):
             problems.append(f"{name}: the RuntimeClass handler {wanted!r} is not a registered runtime")
         else:
             passed.append(f"{name}: RuntimeClass handler {wanted} matches a registered runtime")

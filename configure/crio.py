@@ -237,13 +237,13 @@ class CrioEngine:
             )
         return plan
 
-    def report(self, root: Path, runtime_name: str) -> Dict[str, str]:
+    def report(self, root: Path, runtime_name: str, config: Optional[str] = None) -> Dict[str, str]:
         """Read the effective configuration under ``root`` back: RUNTIME, RUNTIME_TYPE, RUNTIME_PATH, DEFAULT.
 
         DEFAULT is absent when no file sets ``default_runtime`` (CRI-O's compiled-in default applies);
         HOOK is present when the OCI hook file exists.
         """
-        facts = _facts(effective_config(source_files(root, CRIO_CONF)), runtime_name)
+        facts = _facts(effective_config(source_files(root, config or CRIO_CONF)), runtime_name)
         if rooted(root, OCI_HOOK).is_file():
             facts["HOOK"] = OCI_HOOK
         return facts

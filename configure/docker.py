@@ -202,9 +202,9 @@ class DockerEngine:
         plan.facts.update(_facts(data, options.runtime_name))
         return plan
 
-    def report(self, root: Path, runtime_name: str) -> Dict[str, str]:
-        """Read daemon.json under ``root`` back: RUNTIME, RUNTIME_PATH, DEFAULT, CDI."""
-        path = rooted(root, DAEMON_JSON)
+    def report(self, root: Path, runtime_name: str, config: Optional[str] = None) -> Dict[str, str]:
+        """Read daemon.json (or ``config``) under ``root`` back: RUNTIME, RUNTIME_PATH, DEFAULT, CDI."""
+        path = rooted(root, config or DAEMON_JSON)
         raw = read_optional(path)
         data = {} if raw is None else parse_daemon_json(decode_utf8(raw, path), path)
         return _facts(data, runtime_name)

@@ -58,6 +58,10 @@ class Engine(Protocol):
         """Load, change in memory and render; never write."""
         ...
 
-    def report(self, root: Path, runtime_name: str) -> Dict[str, str]:
-        """Read back the files on disk and return the facts (KEY=value pairs) about ``runtime_name``."""
+    def report(self, root: Path, runtime_name: str, config: Optional[str] = None) -> Dict[str, str]:
+        """Read back the files on disk and return the facts (KEY=value pairs) about ``runtime_name``.
+
+        :param config: node path of the main config (``--config`` of the configure run); the engine's
+            default when None.
+        """
         ...

@@ -83,10 +83,11 @@ class ReleaseIndex:
         return self.fields.get("Architectures", "").split()
 
 
-def parse_release(verified_text: str) -> ReleaseIndex:
+def parse_release(verified_text: str, what: str = "the signed Release") -> ReleaseIndex:
     """Parse the verified text of an InRelease (or a Release file checked against Release.gpg).
 
     :param verified_text: exactly the signed text :func:`installer.gpg.Keyring.verify_clearsigned` returned.
+    :param what: how errors name the file, e.g. ``the signed <url>/InRelease``, so the operator knows which repo.
     :raises MetadataError: when the body is empty, has more than one paragraph, or lists no SHA512 files.
 
     Example::
@@ -96,11 +97,9 @@ def parse_release(verified_text: str) -> ReleaseIndex:
     """
     paragraphs = list(deb822.Release.iter_paragraphs(iter(verified_text.splitlines()), use_apt_pkg=False))
     if not paragraphs:
-        raise MetadataError(
-            "the signed Release", "is empty; refusing to treat it as a repository with no packages"
-        )
+        raise MetadataError(what, "is empty; refusing to treat it as a repository with no packages")
     if len(paragraphs) > 1:
-        raise MetadataError("the signed Release", f"has {len(paragraphs)} paragraphs instead of one")
+        raise MetadataError(what, f"has {len(paragraphs)} paragraphs instead of one")
     paragraph = paragraphs[0]
     fields = {key: value for key, value in paragraph.items() if isinstance(value, str) and "\n" not in value}
     files: dict[str, FileDigest] = {}
@@ -114,9 +113,9 @@ def parse_release(verified_text: str) -> ReleaseIndex:
         else:
             files[name] = FileDigest(digest, int(size))
     if problems:
-        raise MetadataError("the signed Release", "; ".join(problems))
+        raise MetadataError(what, "; ".join(problems))
     if not files:
-        raise MetadataError("the signed Release", "lists no SHA512 checksums, so no index can be verified")
+        raise MetadataError(what, "lists no SHA512 checksums, so no index can be verified")
     return ReleaseIndex(fields, files)
 
 

@@ -108,7 +108,7 @@ def sync_command(
 ) -> None:
     """Download the resolved toolkit release into a local mirror, verified, all or nothing."""
     options = _options(upstream, channel, fmt, arch, version, locked)
-    _warn_channel(options, quiet or json_output)
+    _warn_channel(options, quiet)  # on stderr, so --json still prints one object on stdout
     progress = progress_lib.choose(quiet=quiet, json_output=json_output)
     with open_keyring([keyring] if keyring else None) as ring, Downloader(jobs=jobs) as downloader:
         try:
@@ -145,7 +145,7 @@ def plan_command(
 ) -> None:
     """Show the resolved set (name, version, arch, size, checksum, total bytes); download no package."""
     options = _options(upstream, channel, fmt, arch, version, locked)
-    _warn_channel(options, json_output)
+    _warn_channel(options, quiet=False)
     with open_keyring([keyring] if keyring else None) as ring, Downloader() as downloader:
         planned = sync_lib.plan(options, fetcher=downloader.fetcher(), loader=sync_lib.make_loader(ring))
     total = sum(t.total_bytes for t in planned)

@@ -133,7 +133,7 @@ def load_apt_repo(fetcher: Fetcher, base_url: str, keyring: Keyring) -> RepoSnap
     base = base_url.rstrip("/")
     inrelease = fetcher.get(f"{base}/InRelease")
     verified = keyring.verify_clearsigned(inrelease, what=f"{base}/InRelease")
-    release = parse_release(verified.text)
+    release = parse_release(verified.text, f"the signed {base}/InRelease")
     index_bytes, name = _fetch_packages_index(fetcher, base, release)
     check_digest(
         f"{base}/{name}", index_bytes, "sha512", release.files[name].sha512, release.files[name].size

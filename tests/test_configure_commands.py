@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
+import pytest
 import tomllib
 
 from configure.engine import Engine
@@ -12,6 +18,8 @@ from configure.engines import get_engine
 from configure.errors import ExitCode
 from tests.cli_runner import run_cli
 from tests.containerd_helpers import CONFIG, make_root
+
+FIXTURES = Path(__file__).parent / "data" / "fixtures"
 
 _conforms: Engine = get_engine("containerd")  # the containerd engine satisfies the Engine Protocol
 
@@ -82,3 +90,107 @@ def test_invalid_config_is_a_config_error_naming_the_file(tmp_path: Path) -> Non
     result = run_cli("configure", "containerd", "--root", str(tmp_path))
     assert result.exit_code == ExitCode.CONFIG
     assert "config.toml: is not valid TOML" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("engine_name", "fixture", "node_path", "flags"),
+    [
+        ("containerd", "containerd/config.toml.base", "/opt/k8s/containerd.toml", ["--no-drop-in"]),
+        ("docker", "docker/daemon.json", "/opt/docker/daemon.json", []),
+        ("crio", "crio/crio.conf", "/opt/crio/crio.conf", ["--no-drop-in"]),
+    ],
+)
+def test_report_and_verify_read_back_the_config_a_custom_config_run_edited(
+    tmp_path: Path, engine_name: str, fixture: str, node_path: str, flags: list[str]
+) -> None:
+    config = tmp_path / node_path.lstrip("/")
+    config.parent.mkdir(parents=True)
+    shutil.copy(FIXTURES / fixture, config)
+    (tmp_path / "usr/bin").mkdir(parents=True)
+    (tmp_path / "usr/bin/nvidia-container-runtime").write_text("#!/bin/sh\n")
+    root = str(tmp_path)
+    result = run_cli("configure", engine_name, "--root", root, "--config", node_path, *flags)
+    assert result.exit_code == 0, result.stderr
+    assert not (tmp_path / "etc").exists()  # nothing was written at the engine's default path
+
+    report = run_cli("configure", "report", "--root", root, "--runtime", engine_name)
+    assert report.exit_code == 0, report.stderr
+    assert "RUNTIME=nvidia" in report.stdout.splitlines()
+    as_json = json.loads(run_cli("configure", "report", "--root", root, "--runtime", engine_name, "--json").stdout)
+    assert as_json["RUNTIME"] == "nvidia" and as_json["RUNTIME_PATH"] == "/usr/bin/nvidia-container-runtime"
+    for engine_flags in (["--json"], ["--json", "--dry-run"]):  # configure --json: one object, run after run
+        again = json.loads(run_cli("configure", engine_name, "--root", root, "--config", node_path, *flags, *engine_flags).stdout)
+        assert again["already_configured"] is True and again["written"] == []
+    verify = run_cli("configure", "verify", "--root", root, "--json")
+    assert verify.exit_code == 0, verify.stdout
+    assert f"{engine_name}: runtime nvidia is registered" in json.loads(verify.stdout)["passed"]
+    # --config still reads another file on request.
+    elsewhere = run_cli("configure", "report", "--root", root, "--runtime", engine_name, "--config", "/nowhere.conf")
+    assert "RUNTIME=nvidia" not in elsewhere.stdout.splitlines()
+
+
+#: util-linux's setpriv: run a command as nobody with no capabilities left
+AS_NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root and setpriv to run as nobody"
+)
+@pytest.mark.parametrize(
+    ("engine_name", "fixture", "node_path"),
+    [
+        ("containerd", "containerd/config.toml.base", "/etc/containerd/config.toml"),
+        ("docker", "docker/daemon.json", "/etc/docker/daemon.json"),
+        ("crio", "crio/crio.conf", "/etc/crio/crio.conf"),
+    ],
+)
+def test_a_read_only_config_is_refused_with_a_sentence_and_nothing_is_written(
+    tmp_path_factory: pytest.TempPathFactory, engine_name: str, fixture: str, node_path: str
+) -> None:
+    # Root may replace a 0444 file, so the refusal is exercised as a user without write access,
+    # through the real console entry point in a child process.
+    root = Path(tempfile.mkdtemp(prefix="ro-", dir=tmp_path_factory.getbasetemp().parent.parent))
+    try:
+        root.chmod(0o755)
+        config = root / node_path.lstrip("/")
+        config.parent.mkdir(parents=True)
+        shutil.copy(FIXTURES / fixture, config)
+        if engine_name == "crio":
+            (root / "etc/crio/crio.conf.d").mkdir()
+            (root / "etc/crio/crio.conf.d/99-nvidia.toml").write_text("# ours, read-only\n")
+            (root / "etc/crio/crio.conf.d/99-nvidia.toml").chmod(0o444)
+        config.chmod(0o444)
+        for directory in (root, *(p for p in config.parents if root in p.parents)):
+            directory.chmod(0o755)
+        before = {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
+        result = subprocess.run(
+            [*AS_NOBODY, sys.executable, "-m", "mirror", "configure", engine_name, "--root", str(root)],
+            capture_output=True, text=True, timeout=60, check=False, cwd=root,
+        )  # fmt: skip
+        assert result.returncode == ExitCode.CONFIG, result.stderr
+        assert "is read-only for this user (mode 0444)" in result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1
+        assert {p: p.read_bytes() for p in root.rglob("*") if p.is_file()} == before
+        assert not (root / "var").exists()  # no journal, no backup
+    finally:
+        shutil.rmtree(root)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root can hand a file to another owner")
+def test_configure_and_revert_keep_the_owner_and_mode_and_one_backup_per_change(tmp_path: Path) -> None:
+    config = make_root(tmp_path, "config.toml.base")
+    original = config.read_bytes()
+    os.chown(config, 65534, 65534)
+    config.chmod(0o600)
+    assert run_cli("configure", "containerd", "--root", str(tmp_path)).exit_code == 0
+    assert run_cli("configure", "containerd", "--root", str(tmp_path), "--cdi").exit_code == 0
+    assert run_cli("configure", "containerd", "--root", str(tmp_path), "--cdi").exit_code == 0  # no change
+    stat = config.stat()
+    assert (stat.st_uid, stat.st_gid, stat.st_mode & 0o7777) == (65534, 65534, 0o600)
+    backups = sorted((tmp_path / "var/lib/gpu-airgap/configure/backups").iterdir())
+    assert len(backups) == 2  # one per change; the third run changed nothing
+    assert backups[0].read_bytes() == original
+    assert run_cli("configure", "revert", "--root", str(tmp_path)).exit_code == 0
+    stat = config.stat()
+    assert config.read_bytes() == original
+    assert (stat.st_uid, stat.st_gid, stat.st_mode & 0o7777) == (65534, 65534, 0o600)

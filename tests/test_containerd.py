@@ -69,6 +69,19 @@ def test_fixture_gets_nvidia_runtime_keeping_comments_and_parses_with_tomllib(
         assert _is_subsequence(original.splitlines(), written.splitlines())
 
 
+def test_version_2_config_on_containerd_2_gets_a_version_2_drop_in_not_version_3(tmp_path: Path) -> None:
+    # containerd 2.x reads (and `config dump` reports) a migrated version; the file on disk says 2.
+    config = make_root(tmp_path, "config.toml.base")
+    result = configure_engine(engine((2, 0)), RuntimeOptions(root=tmp_path))
+    root_config = tomllib.loads(config.read_text())
+    assert root_config["version"] == 2 and root_config["imports"] == ["/etc/containerd/conf.d/99-nvidia.toml"]
+    drop_in = tomllib.loads((tmp_path / DROP_IN).read_text())
+    assert drop_in["version"] == 2
+    assert runtime(drop_in, 2)["options"]["BinaryName"] == BINARY
+    assert CRI_PLUGIN[3] not in drop_in["plugins"]
+    assert result.plan.facts["CONFIG_VERSION"] == "2"
+
+
 @pytest.mark.parametrize("fixture", [case[0] for case in CASES])
 def test_second_run_changes_nothing(tmp_path: Path, fixture: str) -> None:
     make_root(tmp_path, fixture)
@@ -182,9 +195,11 @@ def test_v1_config_is_edited_in_place_even_with_imports_and_refuses_a_drop_in(tm
         engine().plan(RuntimeOptions(root=tmp_path, drop_in="/etc/containerd/conf.d/99-nvidia.toml"))
 
 
-@pytest.mark.parametrize("name", ["cri", "io.containerd.grpc.v1.cri"])
-def test_config_that_disables_cri_is_refused_untouched(tmp_path: Path, name: str) -> None:
-    config = make_root(tmp_path, text=f'version = 2\ndisabled_plugins = ["{name}"]\n')
+@pytest.mark.parametrize(
+    ("version", "name"), [(1, "cri"), (2, "cri"), (2, "io.containerd.grpc.v1.cri"), (3, "io.containerd.cri.v1.runtime")]
+)
+def test_config_that_disables_cri_is_refused_untouched(tmp_path: Path, version: int, name: str) -> None:
+    config = make_root(tmp_path, text=f'version = {version}\ndisabled_plugins = ["{name}"]\n')
     before = config.read_bytes()
     with pytest.raises(ConfigFormatError, match="disables the CRI plugin"):
         configure_engine(engine(), RuntimeOptions(root=tmp_path))

@@ -34,6 +34,7 @@ class Site:
     log: list[tuple[str, str, int, dict[str, str]]] = field(default_factory=list)  # method, path, status, headers
     served: dict[str, int] = field(default_factory=dict)  # body bytes sent per path
     base: str = ""
+    last_modified_only: bool = False  #: validate with Last-Modified / If-Modified-Since, send no ETag
 
     def requests_for(self, path: str) -> list[dict[str, str]]:
         return [headers for _, p, _, headers in self.log if p == path]
@@ -65,7 +66,14 @@ def _handler(site: Site) -> type[BaseHTTPRequestHandler]:
                 return
             assert body is not None
             etag = '"' + hashlib.sha256(body).hexdigest()[:16] + '"'
-            if self.headers.get("If-None-Match") == etag:
+            if site.last_modified_only:
+                etag, extra["Last-Modified"] = "", "Sat, 01 Nov 2025 10:00:00 GMT"
+                if self.headers.get("If-Modified-Since") == extra["Last-Modified"]:
+                    site.log.append(("GET", path, 304, headers))
+                    self.send_response(304)
+                    self.end_headers()
+                    return
+            if etag and self.headers.get("If-None-Match") == etag:
                 site.log.append(("GET", path, 304, headers))
                 self.send_response(304)
                 self.send_header("ETag", etag)
@@ -83,7 +91,8 @@ def _handler(site: Site) -> type[BaseHTTPRequestHandler]:
             site.log.append(("GET", path, status, headers))
             self.send_response(status)
             self.send_header("Content-Length", str(len(payload)))
-            self.send_header("ETag", etag)
+            if etag:
+                self.send_header("ETag", etag)
             for key, value in extra.items():
                 self.send_header(key, value)
             self.end_headers()
@@ -227,6 +236,19 @@ def test_get_revalidates_with_etag_and_reuses_the_cached_body(site: Site) -> Non
     statuses = [status for _, _, status, _ in site.log]
     assert statuses == [200, 304]
     assert site.requests_for("/InRelease")[1]["If-None-Match"].startswith('"')
+
+
+def test_get_revalidates_with_if_modified_since_when_there_is_no_etag(site: Site) -> None:
+    site.files["/repodata/repomd.xml"] = b"<repomd/>"
+    site.last_modified_only = True
+    cache = MemoryCache()
+    with _downloader() as dl:
+        dl.get(f"{site.base}/repodata/repomd.xml", cache=cache)
+        assert dl.get(f"{site.base}/repodata/repomd.xml", cache=cache) == b"<repomd/>"
+        assert dl.stats.not_modified == 1
+    assert [status for _, _, status, _ in site.log] == [200, 304]
+    second = site.requests_for("/repodata/repomd.xml")[1]
+    assert second["If-Modified-Since"] == "Sat, 01 Nov 2025 10:00:00 GMT" and "If-None-Match" not in second
 
 
 def test_get_fetches_new_bytes_when_upstream_changed(site: Site) -> None:

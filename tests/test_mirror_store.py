@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from configure.errors import BusyError, ConfigFormatError, UnsafePathError, UsageError
-from mirror import store
+from mirror import maintain, store
 from mirror import sync as sync_lib
 from mirror.errors import MirrorStateError
 from mirror.http import CachedResponse
@@ -159,3 +159,34 @@ def test_plan_refuses_a_filename_that_escapes_the_repository() -> None:
     options = sync_lib.SyncOptions(upstream="http://x", targets=(sync_lib.Target(PackageFormat.DEB, "amd64"),))
     with pytest.raises(UnsafePathError):
         sync_lib.plan(options, fetcher=FakeFetcher(), loader=loader)
+
+
+def test_prune_keeps_a_package_a_dropped_release_shares_with_a_kept_one(tmp_path: Path) -> None:
+    def pkg(name: str) -> store.StoredPackage:
+        path = f"stable/deb/amd64/{name}.deb"
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_bytes(b"x" * 7)
+        return store.StoredPackage(path=path, size=7, sha512="0" * 128, name=name, version="1", arch="amd64")
+
+    t1, t2, t3, lib1, lib2 = pkg("toolkit1"), pkg("toolkit2"), pkg("toolkit3"), pkg("lib1"), pkg("lib2")
+    releases = (
+        store.Release("1", (t1.path, lib1.path)),
+        store.Release("2", (t2.path, lib1.path)),  # an older library still satisfies release 2
+        store.Release("3", (t3.path, lib2.path)),
+    )
+    repo = store.RepoRecord(
+        key="stable/deb/amd64", format="deb", arch="amd64", channel="stable", base_url="http://x/stable/deb/amd64",
+        provenance=store.Provenance("F" * 40, None, ()), packages=(t1, t2, t3, lib1, lib2), releases=releases,
+    )  # fmt: skip
+    store.write_state(tmp_path, store.MirrorState(upstream="http://x", channel="stable", repos=(repo,)))
+
+    preview = maintain.prune(tmp_path, 2, dry_run=True)
+    assert preview.removed_files == [t1.path] and (tmp_path / t1.path).exists()
+    report = maintain.prune(tmp_path, 2)
+    assert report.removed_releases == ["stable/deb/amd64 1"]
+    assert report.removed_files == [t1.path] and report.freed_bytes == 7
+    assert not (tmp_path / t1.path).exists()
+    assert all((tmp_path / p.path).exists() for p in (t2, t3, lib1, lib2))
+    held = store.MirrorState.load(tmp_path).repos[0]
+    assert {p.path for p in held.packages} == {t2.path, t3.path, lib1.path, lib2.path}
+    assert maintain.prune(tmp_path, 2).removed_files == []  # a second prune has nothing left to do

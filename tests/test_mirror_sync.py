@@ -7,6 +7,7 @@ files; a failing sync must leave the previous good mirror byte-identical.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import lzma
 import os
@@ -16,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from configure.errors import BusyError, ExitCode
-from mirror import store
+from mirror import progress, store
 from mirror import sync as sync_lib
 from mirror.http import Downloader
 from mirror.trust import open_keyring
@@ -25,7 +26,6 @@ from tests.upstream import (
     Fault,
     UpstreamServer,
     UpstreamTree,
-    cached_upstream,
     copy_upstream,
     make_wrong_key,
     resign_inrelease,
@@ -36,15 +36,16 @@ FOUR = {"nvidia-container-toolkit", "nvidia-container-toolkit-base", "libnvidia-
 REAL_UPSTREAM = Path(__file__).parent / "data" / "real-upstream"
 
 
-@pytest.fixture(scope="module")
-def tree() -> UpstreamTree:
-    return cached_upstream()
+@pytest.fixture
+def site(upstream_tree: UpstreamTree, upstream_server: UpstreamServer) -> tuple[UpstreamTree, UpstreamServer]:
+    """The shared upstream and its server (faults are injected per request; files stay untouched)."""
+    return upstream_tree, upstream_server
 
 
 @pytest.fixture
-def site(tree: UpstreamTree, tmp_path: Path) -> Iterator[tuple[UpstreamTree, UpstreamServer]]:
-    """A private copy of the upstream (tests tamper with it) and a server over it."""
-    copy = copy_upstream(tree, tmp_path / "site")
+def tampered_site(upstream_tree: UpstreamTree, tmp_path: Path) -> Iterator[tuple[UpstreamTree, UpstreamServer]]:
+    """A private copy of the upstream (the test edits its files) and a server over it."""
+    copy = copy_upstream(upstream_tree, tmp_path / "site")
     with UpstreamServer(copy.root) as server:
         yield copy, server
 
@@ -168,7 +169,7 @@ def _missing_deb(tree: UpstreamTree, server: UpstreamServer) -> None:
         (_tamper_packages, ExitCode.VERIFICATION_FAILED, "Packages.xz (size) does not match its signed checksum"),
         (_other_key, ExitCode.VERIFICATION_FAILED, "InRelease"),
         (_bad_signature, ExitCode.VERIFICATION_FAILED, "InRelease"),
-        (_empty_inrelease, ExitCode.VERIFICATION_FAILED, "signed Release is empty"),
+        (_empty_inrelease, ExitCode.VERIFICATION_FAILED, "/stable/deb/amd64/InRelease is empty"),
         (_corrupt_deb, ExitCode.VERIFICATION_FAILED, "nvidia-container-toolkit_1.20.1-1_amd64.deb does not match"),
         (_truncate_rpm, ExitCode.VERIFICATION_FAILED, "libnvidia-container1-1.20.1-1.x86_64.rpm"),
         (_missing_deb, ExitCode.NETWORK, "HTTP 404"),
@@ -176,9 +177,9 @@ def _missing_deb(tree: UpstreamTree, server: UpstreamServer) -> None:
     ids=["tampered-packages", "other-key", "bad-signature", "empty-inrelease", "corrupted-deb", "truncated-rpm", "404"],
 )
 def test_failed_sync_reports_one_sentence_and_leaves_the_mirror_byte_identical(
-    site: tuple[UpstreamTree, UpstreamServer], tmp_path: Path, breakage: object, exit_code: ExitCode, message: str
+    tampered_site: tuple[UpstreamTree, UpstreamServer], tmp_path: Path, breakage: object, exit_code: ExitCode, message: str
 ) -> None:
-    tree, server = site
+    tree, server = tampered_site
     dest = tmp_path / "mirror"
     assert _sync(server, tree, dest, "--version", "1.17.8", "--arch", "amd64").exit_code == 0
     before = _tree_hash(dest)
@@ -226,6 +227,7 @@ def test_second_sync_without_upstream_change_downloads_no_package_bytes(
     dest = tmp_path / "mirror"
     assert _sync(server, tree, dest).exit_code == 0
     before = _tree_hash(dest)
+    before_synced_at = json.loads(store.state_path(dest).read_text())["repos"][0]["synced_at"]
     server.clear()
     result = _sync(server, tree, dest, "--json")
     assert result.exit_code == 0, result.stderr
@@ -234,6 +236,10 @@ def test_second_sync_without_upstream_change_downloads_no_package_bytes(
     assert not [r for r in server.log if r.path.endswith((".deb", ".rpm"))]
     assert {r.status for r in server.log} == {304}  # metadata revalidated, nothing re-sent
     assert report["seconds"] < 1.0
+    # Only the "synced_at" check time may move on (it is to the second, so two syncs can straddle one).
+    after_state = store.state_path(dest).read_text()
+    after_synced_at = json.loads(after_state)["repos"][0]["synced_at"]
+    store.state_path(dest).write_text(after_state.replace(after_synced_at, before_synced_at))
     assert _tree_hash(dest) == before
 
 
@@ -326,6 +332,10 @@ def test_verify_finds_a_changed_file(site: tuple[UpstreamTree, UpstreamServer], 
     result = run_cli("mirror", "verify", "--dest", str(dest))
     assert result.exit_code == ExitCode.PROBLEMS_FOUND
     assert "libnvidia-container1_1.20.1-1_amd64.deb does not match its recorded sha512" in result.stderr
+    as_json = run_cli("mirror", "verify", "--dest", str(dest), "--json")
+    assert as_json.exit_code == ExitCode.PROBLEMS_FOUND
+    (problem,) = json.loads(as_json.stdout)["problems"]  # stdout is one object, even on failure
+    assert "libnvidia-container1_1.20.1-1_amd64.deb does not match" in problem
 
 
 def test_prune_keeps_the_newest_releases_and_what_they_need(site: tuple[UpstreamTree, UpstreamServer], tmp_path: Path) -> None:
@@ -341,3 +351,41 @@ def test_prune_keeps_the_newest_releases_and_what_they_need(site: tuple[Upstream
     assert not list((dest / "stable/deb/amd64").glob("*1.17.8-1*"))
     assert len(list((dest / "stable/deb/amd64").glob("*.deb"))) == 8
     assert run_cli("mirror", "verify", "--dest", str(dest)).exit_code == 0
+
+
+# -- output modes --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["plain", "quiet", "json"])
+def test_sync_output_plain_lines_on_a_pipe_nothing_when_quiet_one_object_with_json(
+    site: tuple[UpstreamTree, UpstreamServer], tmp_path: Path, mode: str
+) -> None:
+    tree, server = site
+    flags = {"plain": [], "quiet": ["--quiet"], "json": ["--json"]}[mode]
+    result = _sync(server, tree, tmp_path / "mirror", "--channel", "experimental", "--format", "deb", *flags)
+    assert result.exit_code == 0, result.stderr
+    warning = "warning: the experimental channel carries release candidates, which are not for production"
+    if mode == "quiet":
+        assert result.stdout == "" and result.stderr == ""
+        return
+    assert result.stderr.splitlines()[0] == warning  # the warning goes to stderr in every other mode
+    if mode == "json":
+        report = json.loads(result.stdout)  # the whole of stdout is one object
+        assert report["channel"] == "experimental" and report["downloaded_files"] == 4
+        assert result.stderr.strip() == warning  # no progress lines either
+    else:
+        assert "downloading 4 file(s)" in result.stderr  # plain progress lines, not a bar, on a pipe
+        assert result.stdout.splitlines()[-1].startswith(f"synced {tmp_path / 'mirror'}: downloaded 4 file(s)")
+
+
+def test_progress_is_a_bar_on_a_terminal_and_lines_on_a_pipe(monkeypatch: pytest.MonkeyPatch) -> None:
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    monkeypatch.setattr("sys.stderr", Tty())
+    assert isinstance(progress.choose(quiet=False, json_output=False), progress.BarProgress)
+    assert isinstance(progress.choose(quiet=True, json_output=False), progress.QuietProgress)
+    monkeypatch.setattr("sys.stderr", io.StringIO())
+    assert isinstance(progress.choose(quiet=False, json_output=False), progress.LineProgress)
+    assert isinstance(progress.choose(quiet=False, json_output=True), progress.QuietProgress)
