@@ -7,15 +7,15 @@ through :mod:`configure.output`; a failed verification becomes an exit code here
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List
+from typing import TYPE_CHECKING, List
 
 import typer
 
 from configure import output
 from configure.errors import ExitCode
-from installer import bundle as bundle_lib
-from installer.gpg import Keyring
-from installer.manifest import Manifest
+
+if TYPE_CHECKING:
+    from installer.manifest import Manifest
 
 _FILE = typer.Argument(..., help="The bundle file, or FILE.part001 of a split bundle.")
 _JSON = typer.Option(False, "--json", help="Print one JSON object.")
@@ -30,6 +30,9 @@ def add_bundle_commands(app: typer.Typer) -> None:
 
 def inspect_command(file: Path = _FILE, json_output: bool = _JSON) -> None:
     """Show a bundle's targets, packages, sizes, provenance and claimed signer (no key needed; nothing verified)."""
+    # The library (and python-gnupg) loads only when a command runs, so --help stays fast.
+    from installer import bundle as bundle_lib
+
     manifest = bundle_lib.inspect(file)
     if json_output:
         data = manifest.to_dict()
@@ -41,6 +44,9 @@ def inspect_command(file: Path = _FILE, json_output: bool = _JSON) -> None:
 
 def verify_command(file: Path = _FILE, keyring: Path = _KEYRING, json_output: bool = _JSON) -> None:
     """Check the signature and every member's size and sha256 without extracting anything."""
+    from installer import bundle as bundle_lib
+    from installer.gpg import Keyring
+
     with Keyring.open([keyring]) as keys:
         report = bundle_lib.verify(file, keys)
     if json_output:

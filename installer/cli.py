@@ -7,21 +7,63 @@ shown only with ``--debug``. ``mirror.cli`` adds the connected-side groups to th
 
 from __future__ import annotations
 
+import importlib
 import logging
 import sys
 import traceback
 from collections.abc import Mapping, Sequence
-from typing import Optional
+from typing import Any, Dict, Optional, Tuple
 
 import click
 import typer
+from typer.core import TyperGroup
 
-from configure import cli as configure_cli
 from configure.errors import ExitCode, ToolError
 from configure.version import VERSION
 
 PROG = "gpu-airgap"
 _debug = False
+
+#: Groups whose module is imported only when the group runs: name -> (module, attribute, help).
+#: ``configure.cli`` pulls in tomlkit and PyYAML, which the zipapp would otherwise compile for
+#: every ``install`` and ``--help``. The help is repeated here so the root help needs no import;
+#: a test checks it matches the group's own.
+LAZY_GROUPS: Dict[str, Tuple[str, str, str]] = {
+    "configure": (
+        "configure.cli",
+        "app",
+        "Register the NVIDIA runtime with containerd, Docker or CRI-O; write CDI specs and RuntimeClasses.",
+    ),
+}
+
+
+class _LazyGroup(click.Group):
+    """Stands in for a typer group in the root's command list until the group is invoked."""
+
+    def __init__(self, name: str, module: str, attribute: str, help_text: str) -> None:
+        super().__init__(name=name, help=help_text)
+        self._module = module
+        self._attribute = attribute
+
+    def load(self) -> click.Group:
+        """Import the group's module and build the real click group."""
+        group: typer.Typer = getattr(importlib.import_module(self._module), self._attribute)
+        return typer.main.get_group(group)
+
+    def make_context(
+        self, info_name: Optional[str], args: list[str], parent: Optional[click.Context] = None, **extra: Any
+    ) -> click.Context:
+        """Invoking (or ``--help`` on) the group hands over to the real one."""
+        return self.load().make_context(info_name, args, parent=parent, **extra)
+
+
+class _RootGroup(TyperGroup):
+    """The root group: typer's, plus the :data:`LAZY_GROUPS` stand-ins listed last."""
+
+    def __init__(self, **attrs: Any) -> None:
+        super().__init__(**attrs)
+        for name, (module, attribute, help_text) in LAZY_GROUPS.items():
+            self.add_command(_LazyGroup(name, module, attribute, help_text))
 
 
 def _version_callback(value: bool) -> None:
@@ -57,6 +99,7 @@ def make_app(
     """Build the root app; ``groups`` adds connected-side groups such as ``mirror``."""
     app = typer.Typer(
         name=PROG,
+        cls=_RootGroup,
         callback=_root_callback,
         no_args_is_help=True,
         pretty_exceptions_show_locals=False,
@@ -65,7 +108,6 @@ def make_app(
     for name, group in (groups or {}).items():
         app.add_typer(group, name=name)
     app.add_typer(bundle_app or make_bundle_app(), name="bundle")
-    app.add_typer(configure_cli.app, name="configure")
     _add_node_commands(app)
     return app
 

@@ -3,7 +3,9 @@
 The zipapp holds ``installer/`` and ``configure/`` from this source tree plus the Python files of
 the wheels pinned in ``mirror/data/node-wheels.txt`` (resolved for python3.9). Compiled modules
 (``*.so``, e.g. PyYAML's optional ``_yaml``) are left out, so it runs on any node arch with
-``python3 -I gpu-airgap-node.pyz`` — no site-packages, no pip, no network.
+``python3 -I gpu-airgap-node.pyz`` — no site-packages, no pip, no network. Its ``__main__.py`` is
+:mod:`installer.zipapp_main`, which extracts the zip once into a private cache so Python can keep
+bytecode (a zip cannot hold ``__pycache__``), and runs from there.
 
 Wheels come from a cache directory (``GPU_AIRGAP_WHEEL_CACHE``, default
 ``~/.cache/gpu-airgap/node-wheels``); :func:`ensure_wheels` fills it with
@@ -31,7 +33,8 @@ PYZ_NAME: Final = "gpu-airgap-node.pyz"
 _PINS: Final = Path(__file__).parent / "data" / "node-wheels.txt"
 _SOURCE_ROOT: Final = Path(__file__).resolve().parent.parent
 _NODE_PACKAGES: Final = ("configure", "installer")
-_MAIN: Final = b"import sys\n\nfrom installer.cli import main\n\nsys.exit(main())\n"
+#: the zipapp's __main__.py: extract once into a private cache, then import from there (bytecode caching)
+_MAIN: Final = _SOURCE_ROOT / "installer" / "zipapp_main.py"
 
 
 def default_cache() -> Path:
@@ -80,7 +83,7 @@ def ensure_wheels(cache: Path | None = None) -> list[Path]:
 
 
 def _node_sources() -> dict[str, bytes]:
-    entries: dict[str, bytes] = {"__main__.py": _MAIN}
+    entries: dict[str, bytes] = {"__main__.py": _MAIN.read_bytes()}
     for package in _NODE_PACKAGES:
         for path in sorted((_SOURCE_ROOT / package).rglob("*")):
             if path.is_file() and path.suffix in (".py", ".typed") and "__pycache__" not in path.parts:

@@ -44,3 +44,15 @@ def upstream_server(_upstream_session_server: UpstreamServer) -> UpstreamServer:
     """A server on 127.0.0.1 serving ``upstream_tree``, with no faults and an empty log for this test."""
     _upstream_session_server.reset()
     return _upstream_session_server
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _node_zipapp_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Zipapps run by tests extract into a session temp dir, not the machine's /var/cache/gpu-airgap."""
+    previous = os.environ.get("GPU_AIRGAP_NODE_CACHE")
+    os.environ["GPU_AIRGAP_NODE_CACHE"] = str(tmp_path_factory.mktemp("node-zipapp-cache"))
+    yield
+    if previous is None:
+        os.environ.pop("GPU_AIRGAP_NODE_CACHE", None)
+    else:
+        os.environ["GPU_AIRGAP_NODE_CACHE"] = previous

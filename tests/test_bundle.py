@@ -11,11 +11,13 @@ import dataclasses
 import hashlib
 import io
 import json
+import random
 import shutil
 import subprocess
 import sys
 import tarfile
 import time
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -374,10 +376,26 @@ def test_zstd_bundle_verifies_through_the_zstd_command_when_the_module_is_missin
     assert not verify(tmp_path / "bad.tar.zst", operator_keyring).ok
 
 
+def _padded_wheel_cache(cache: Path, size: int) -> Path:
+    """The node wheels, with ``size`` incompressible bytes added to one, so a bundle spans several parts."""
+    from mirror.node_zipapp import default_cache, ensure_wheels
+
+    cache.mkdir()
+    for wheel in ensure_wheels(default_cache()):
+        shutil.copy(wheel, cache / wheel.name)
+    padded = next(cache.glob("annotated_doc-*.whl"))
+    with zipfile.ZipFile(padded, "a") as zf:
+        zf.writestr("annotated_doc/padding.bin", random.Random(0).randbytes(size))
+    return cache
+
+
 def test_split_bundle_verifies_from_its_first_part_and_a_bad_part_is_named(
     synced_mirror: Path, operator_key: TestKey, epoch: int, tmp_path: Path, operator_keyring: Keyring
 ) -> None:
-    result = _build(synced_mirror, operator_key, tmp_path / "bundle.tar", epoch, compression="none", split=1 << 20)
+    wheels = _padded_wheel_cache(tmp_path / "wheels", 3 << 20)  # the bundle alone is under 1 MiB
+    result = _build(
+        synced_mirror, operator_key, tmp_path / "bundle.tar", epoch, compression="none", split=1 << 20, wheel_cache=wheels
+    )
     names = [p.name for p in result.outputs]
     parts = [n for n in names if ".part" in n]
     assert len(parts) >= 2 and parts == [f"bundle.tar.part{i:03d}" for i in range(1, len(parts) + 1)]

@@ -1,0 +1,106 @@
+"""The node zipapp's start-up path: lazily loaded command groups and the verified extraction cache.
+
+The end-to-end run of ``install.sh`` with the real zipapp is in ``tests/test_install_sh.py``; these
+tests pin down the pieces that make it start fast (issue 6: ``--help`` under 0.5 s).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+import typer
+
+from installer import cli, zipapp_main
+from mirror.node_zipapp import build_zipapp
+from tests.cli_runner import run_cli
+
+PY39 = Path("/root/.pyenv/versions/3.9.18/bin/python3.9")
+HEAVY = ("configure.cli", "configure.commands", "tomlkit", "yaml", "gnupg", "installer.gpg", "installer.bundle", "rich")
+
+
+def test_root_help_imports_neither_configure_nor_its_parsers_nor_gnupg() -> None:
+    code = "import json, sys; from installer.cli import main; main(['--help']); print(json.dumps(sorted(sys.modules)))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                          env={**os.environ, "TYPER_USE_RICH": "0"}, cwd=Path(__file__).parent.parent)  # fmt: skip
+    loaded = set(json.loads(done.stdout.strip().splitlines()[-1]))
+    assert "configure" in done.stdout and not loaded.intersection(HEAVY)
+
+
+@pytest.mark.parametrize("name", sorted(cli.LAZY_GROUPS))
+def test_lazy_group_help_matches_the_group_it_stands_for(name: str) -> None:
+    module, attribute, help_text = cli.LAZY_GROUPS[name]
+    group: typer.Typer = getattr(__import__(module, fromlist=[attribute]), attribute)
+    assert typer.main.get_group(group).help == help_text
+
+
+def test_lazy_configure_group_runs_its_real_commands(tmp_path: Path) -> None:
+    result = run_cli("configure", "containerd", "--root", str(tmp_path), "--dry-run")
+    assert result.exit_code == 0, result.stderr
+    assert "nvidia" in result.stdout and not (tmp_path / "etc").exists()
+    helped = run_cli("configure", "--help")
+    assert helped.exit_code == 0 and "containerd" in helped.stdout and "--install-completion" not in helped.stdout
+
+
+@pytest.fixture(scope="module")
+def pyz(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("pyz") / "gpu-airgap-node.pyz"
+    path.write_bytes(build_zipapp(epoch=0))
+    return path
+
+
+def test_zipapp_main_is_the_extracting_launcher_and_rich_is_not_shipped(pyz: Path) -> None:
+    with zipfile.ZipFile(pyz) as zf:
+        names = zf.namelist()
+        assert zf.read("__main__.py") == Path(zipapp_main.__file__).read_bytes()
+    assert not [n for n in names if n.split("/")[0] in ("rich", "pygments", "markdown_it", "mdurl")]
+
+
+def test_extracted_copy_is_private_complete_and_reused(pyz: Path, tmp_path: Path) -> None:
+    base = tmp_path / "cache"
+    first = zipapp_main.extracted_copy(pyz, base)
+    assert first is not None and first.parent == base
+    assert (base.stat().st_mode & 0o777, first.stat().st_mode & 0o777) == (0o700, 0o700)
+    assert (first / "installer/cli.py").read_bytes() == (Path(cli.__file__)).read_bytes()
+    assert (first / zipapp_main.MARKER).read_text() == zipapp_main.archive_digest(pyz) + "\n"
+    (first / "installer/__pycache__").mkdir()  # what Python writes on the first run survives reuse
+    assert zipapp_main.extracted_copy(pyz, base) == first and (first / "installer/__pycache__").is_dir()
+    assert [p.name for p in base.iterdir()] == [first.name]  # no temporary directory left
+
+
+def test_damaged_copy_is_made_again_and_a_foreign_cache_is_not_used(pyz: Path, tmp_path: Path) -> None:
+    base = tmp_path / "cache"
+    first = zipapp_main.extracted_copy(pyz, base)
+    assert first is not None
+    (first / zipapp_main.MARKER).write_text("0" * 64 + "\n")  # e.g. a copy of another archive under this name
+    (first / "installer/cli.py").write_text("raise SystemExit('tampered')\n")
+    again = zipapp_main.extracted_copy(pyz, base)
+    assert again == first and (first / "installer/cli.py").read_bytes() == Path(cli.__file__).read_bytes()
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o777)
+    shared.chmod(0o777)  # others could swap files in: run from the zip instead
+    assert zipapp_main.extracted_copy(pyz, shared) is None and list(shared.iterdir()) == []
+
+
+@pytest.mark.parametrize("python", [Path(sys.executable), PY39], ids=["host-python", "python3.9"])
+def test_zipapp_help_runs_isolated_from_the_cache_and_from_the_zip(pyz: Path, python: Path, tmp_path: Path) -> None:
+    if not python.exists():
+        pytest.skip(f"{python} is not installed")
+    env = {"PATH": "/usr/bin:/bin", "GPU_AIRGAP_NODE_CACHE": str(tmp_path / "cache")}
+    for _ in range(2):  # cold (extracts, compiles), then warm (reuses the bytecode)
+        done = subprocess.run([str(python), "-I", str(pyz), "--help"], capture_output=True, text=True, env=env, cwd="/")
+        assert done.returncode == 0, done.stderr
+        assert "install" in done.stdout and "configure" in done.stdout
+    (copy,) = (tmp_path / "cache").iterdir()
+    assert list(copy.glob("installer/__pycache__/cli.*.pyc"))
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    done = subprocess.run([str(python), "-I", str(pyz), "bundle", "--help"], capture_output=True, text=True,
+                          env={**env, "GPU_AIRGAP_NODE_CACHE": str(shared)}, cwd="/")  # fmt: skip
+    assert done.returncode == 0 and "verify" in done.stdout, done.stderr
