@@ -22,4 +22,14 @@ if ! command -v gpg >/dev/null 2>&1; then
   echo "install.sh: gpg is required to verify the bundle signature; install gnupg from the OS media" >&2
   exit 7
 fi
+if [ ! -f "$here/gpu-airgap-node.pyz" ]; then
+  echo "install.sh: $here/gpu-airgap-node.pyz is missing; extract it next to this script with: tar -xf BUNDLE install.sh gpu-airgap-node.pyz" >&2
+  exit 7
+fi
+# zstd bundles (the default) need the zstd command on a node: say so before anything runs.
+magic=$(od -An -tx1 -N4 "$BUNDLE" 2>/dev/null | tr -d ' \n') || magic=
+if [ "$magic" = "28b52ffd" ] && ! command -v zstd >/dev/null 2>&1; then
+  echo "install.sh: $BUNDLE is zstd-compressed and this node has no zstd command; install zstd from the OS media or ask for a bundle built with --compression xz" >&2
+  exit 7
+fi
 exec python3 -I "$here/gpu-airgap-node.pyz" install "$BUNDLE" "$@"

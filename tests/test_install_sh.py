@@ -1,0 +1,185 @@
+"""Issue 6 end to end: a node with only python3 and gpg installs from the bundle's ``install.sh``.
+
+A mirror is synced from the local upstream with the real ``mirror sync``, a real signed zstd
+bundle is built with ``bundle build``, and the node admin's README steps are followed literally:
+``tar -xf BUNDLE install.sh gpu-airgap-node.pyz`` with the system tar, then
+``sh install.sh BUNDLE --keyring OPERATOR_KEY --root SCRATCH --runtime containerd`` with ``python3``
+on PATH being python3.9 (when installed) and an environment with no trace of the project's venv.
+The scratch root has a real dpkg database seeded with the node requirements.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Dict, List
+
+import pytest
+
+from tests.cli_runner import run_cli
+from tests.gpgkeys import TestKey, make_key
+from tests.node_fixtures import CONTAINERD_CONFIG, TOOLKIT, seed_dpkg_root
+from tests.upstream import UpstreamServer, UpstreamTree, stop_agent
+
+PY39 = Path("/root/.pyenv/versions/3.9.18/bin/python3.9")
+NODE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"  # dpkg wants ldconfig etc. on PATH
+
+
+def _node_python() -> Path:
+    """The node's python3: 3.9.18 when this machine has it, else the system python3 (never the venv's)."""
+    return PY39 if PY39.exists() else Path("/usr/bin/python3")
+
+
+@pytest.fixture(scope="module")
+def operator_key(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestKey]:
+    key = make_key(tmp_path_factory.mktemp("operator-gpg"), "bundle operator <operator@example.invalid>")
+    yield key
+    stop_agent(key.home)
+
+
+@pytest.fixture(scope="module")
+def bundle(
+    upstream_tree: UpstreamTree, _upstream_session_server: UpstreamServer, operator_key: TestKey,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Path:
+    """A signed zstd deb/amd64 bundle of 1.17.8, built by ``bundle build`` from a real ``mirror sync``."""
+    mirror = tmp_path_factory.mktemp("mirror")
+    synced = run_cli(
+        "mirror", "sync", "--dest", str(mirror), "--upstream", _upstream_session_server.url,
+        "--keyring", str(upstream_tree.public_key), "--version", "1.17.8", "--format", "deb", "--arch", "amd64", "--quiet",
+    )  # fmt: skip
+    assert synced.exit_code == 0, synced.stderr
+    out = tmp_path_factory.mktemp("bundle") / "nvidia-container-toolkit-1.17.8.tar.zst"
+    built = run_cli(
+        "bundle", "build", "--mirror", str(mirror), "--version", "1.17.8", "--target", "deb/amd64",
+        "--sign-key", operator_key.fingerprint, "--gnupghome", str(operator_key.home), "--output", str(out),
+    )  # fmt: skip
+    assert built.exit_code == 0, built.stderr
+    return out
+
+
+@pytest.fixture()
+def node(bundle: Path, tmp_path: Path) -> Path:
+    """The node admin's working directory: install.sh and the zipapp extracted with the system tar."""
+    work = tmp_path / "node"
+    work.mkdir()
+    subprocess.run(["tar", "-xf", str(bundle), "install.sh", "gpu-airgap-node.pyz"], cwd=work, check=True)
+    return work
+
+
+def _bin_dir(path: Path, links: Dict[str, str]) -> Path:
+    """A PATH directory of symlinks (name -> target) and, for ``#!`` values, small scripts."""
+    path.mkdir()
+    for name, target in links.items():
+        if target.startswith("#!"):
+            (path / name).write_text(target)
+            (path / name).chmod(0o755)
+        else:
+            (path / name).symlink_to(target)
+    return path
+
+
+def _env(path: str, tmp_path: Path) -> Dict[str, str]:
+    """What a root shell on a node has: no PYTHONPATH, no VIRTUAL_ENV, nothing from this venv."""
+    return {"PATH": path, "HOME": str(tmp_path / "home"), "LANG": "C.UTF-8", "GPU_AIRGAP_NODE_CACHE": str(tmp_path / "cache")}
+
+
+def _install_sh(node: Path, env: Dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["/bin/sh", "install.sh", *args], cwd=node, env=env, capture_output=True, text=True, timeout=120)
+
+
+def _dpkg_versions(root: Path) -> Dict[str, str]:
+    out = subprocess.run(
+        ["dpkg-query", f"--admindir={root}/var/lib/dpkg", "-W", "-f=${Package} ${db:Status-Abbrev} ${Version}\n", *TOOLKIT],
+        capture_output=True, text=True,
+    ).stdout  # fmt: skip
+    return {line.split()[0]: line.split()[2] for line in out.splitlines() if line.split()[1][1:2] == "i"}
+
+
+def test_install_sh_installs_with_only_python3_and_gpg_and_a_second_run_has_nothing_to_do(
+    node: Path, bundle: Path, operator_key: TestKey, tmp_path: Path
+) -> None:
+    root = tmp_path / "root"
+    seed_dpkg_root(root)
+    (root / "etc/containerd").mkdir(parents=True)
+    (root / "etc/containerd/config.toml").write_bytes(CONTAINERD_CONFIG)
+    python_bin = _bin_dir(tmp_path / "python-bin", {"python3": str(_node_python())})
+    env = _env(f"{python_bin}:{NODE_PATH}", tmp_path)
+    assert subprocess.run(["python3", "-c", "import typer"], env=env, capture_output=True).returncode != 0  # no venv
+
+    args = (bundle.name, "--keyring", str(operator_key.public), "--root", str(root), "--runtime", "containerd")
+    shutil.copy(bundle, node / bundle.name)  # the admin copied both to the node
+    first = _install_sh(node, env, *args)
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.startswith("installed: bundle ")
+
+    inspected = json.loads(run_cli("bundle", "inspect", str(bundle), "--json").stdout)
+    (target,) = inspected["targets"]
+    assert _dpkg_versions(root) == {p["name"]: p["version"] for p in target["packages"]}
+    assert sorted(_dpkg_versions(root)) == sorted(TOOLKIT)
+    for tool in ("nvidia-ctk", "nvidia-container-runtime", "nvidia-container-cli"):
+        assert os.access(root / "usr/bin" / tool, os.X_OK), tool
+    report = run_cli("configure", "report", "--root", str(root), "--runtime", "containerd", "--json")
+    assert json.loads(report.stdout)["RUNTIME"] == "nvidia", report.stdout
+    state = json.loads((root / "var/lib/gpu-airgap/state.json").read_text())
+    assert state["signer"] == operator_key.fingerprint and state["bundle_id"][:16] in first.stdout
+    assert state["packages"] == _dpkg_versions(root) and state["engines"] == ["containerd"]
+    # It ran under the node's python3, from the verified extracted copy (bytecode cached there).
+    (copy,) = (tmp_path / "cache").iterdir()
+    tag = "cpython-39" if _node_python() == PY39 else "cpython-"
+    assert list(copy.glob(f"installer/__pycache__/install.{tag}*.pyc"))
+
+    second = _install_sh(node, env, *args)
+    assert second.returncode == 0, second.stderr
+    assert second.stdout.startswith("up-to-date:") and "already installed" in second.stdout
+
+
+def _refusal(node: Path, tmp_path: Path, links: Dict[str, str]) -> subprocess.CompletedProcess[str]:
+    tools = {name: f"/usr/bin/{name}" for name in ("dirname", "cut")}
+    bin_dir = _bin_dir(tmp_path / "bin", {**tools, **links})
+    return _install_sh(node, _env(str(bin_dir), tmp_path), "bundle.tar.zst", "--keyring", "key.asc")
+
+
+def _one_sentence(stderr: str) -> List[str]:
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("install.sh: "), stderr
+    return lines
+
+
+def test_install_sh_without_gpg_exits_7_and_says_to_install_gnupg(node: Path, tmp_path: Path) -> None:
+    done = _refusal(node, tmp_path, {"python3": str(_node_python())})
+    assert done.returncode == 7
+    assert "gpg is required" in _one_sentence(done.stderr)[0] and "gnupg" in done.stderr
+
+
+def test_install_sh_with_an_old_python3_exits_7_naming_its_version(node: Path, tmp_path: Path) -> None:
+    old = '#!/bin/sh\n[ "$1" = -V ] && { echo "Python 3.6.15"; exit 0; }\nexit 1  # the version check fails\n'
+    done = _refusal(node, tmp_path, {"python3": old, "gpg": "/usr/bin/gpg"})
+    assert done.returncode == 7
+    (line,) = _one_sentence(done.stderr)
+    assert "3.6.15" in line and ">= 3.9" in line
+
+
+def test_install_sh_without_python3_exits_7(node: Path, tmp_path: Path) -> None:
+    done = _refusal(node, tmp_path, {"gpg": "/usr/bin/gpg"})
+    assert done.returncode == 7 and "python3 (>= 3.9) is required" in _one_sentence(done.stderr)[0]
+
+
+def test_install_sh_refuses_a_zstd_bundle_on_a_node_without_zstd(node: Path, bundle: Path, tmp_path: Path) -> None:
+    tools = {name: f"/usr/bin/{name}" for name in ("dirname", "cut", "od", "tr", "gpg")}
+    bin_dir = _bin_dir(tmp_path / "bin", {**tools, "python3": str(_node_python())})
+    done = _install_sh(node, _env(str(bin_dir), tmp_path), str(bundle), "--keyring", "key.asc")
+    assert done.returncode == 7
+    (line,) = _one_sentence(done.stderr)
+    assert "no zstd command" in line and "--compression xz" in line
+
+
+def test_install_sh_refuses_when_the_zipapp_was_not_extracted(node: Path, tmp_path: Path) -> None:
+    (node / "gpu-airgap-node.pyz").unlink()
+    bin_dir = _bin_dir(tmp_path / "bin", {"python3": str(_node_python())})
+    done = _install_sh(node, _env(f"{bin_dir}:{NODE_PATH}", tmp_path), "bundle.tar.zst", "--keyring", "key.asc")
+    assert done.returncode == 7 and "tar -xf BUNDLE install.sh gpu-airgap-node.pyz" in _one_sentence(done.stderr)[0]
