@@ -117,8 +117,8 @@ def extracted_copy(archive: Union[str, Path], base: Optional[Path] = None) -> Op
         refused unless it is private to the running user.
     """
     archive = Path(archive)
-    base = base or cache_base()
     try:
+        base = base or cache_base()
         digest = archive_digest(archive)
         final = base / (PREFIX + digest[:32])
         if _usable(final, digest):
@@ -139,7 +139,7 @@ def extracted_copy(archive: Union[str, Path], base: Optional[Path] = None) -> Op
             return final if _usable(final, digest) else None
         _prune(base, final)
         return final if _usable(final, digest) else None
-    except (OSError, zipfile.BadZipFile):
+    except (OSError, RuntimeError, zipfile.BadZipFile):  # RuntimeError: no home directory to cache in
         return None
 
 
