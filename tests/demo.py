@@ -196,7 +196,13 @@ def stage_install(ctx: DemoContext) -> None:
         (root / "dev" / node).touch()
     unpacked = fresh(ctx.work / "node-media")
     run(["tar", "-xf", ctx.values["bundle"], "install.sh", "gpu-airgap-node.pyz"], cwd=unpacked)
-    node_env = {"PATH": NODE_PATH, "HOME": os.environ.get("HOME", "/root"), "LANG": "C.UTF-8"}
+    node_env = {
+        "PATH": NODE_PATH,
+        "HOME": os.environ.get("HOME", "/root"),
+        "LANG": "C.UTF-8",
+        # keep the zipapp's extract-once cache with the demo, not in /var/cache/gpu-airgap
+        "GPU_AIRGAP_NODE_CACHE": str((ctx.work / "node-cache").resolve()),
+    }
     install = ["sh", "install.sh", ctx.values["bundle"], "--keyring", ctx.values["keyring"], "--root",
                str(root.resolve()), "--runtime", "containerd"]  # fmt: skip
     run(install, cwd=unpacked, env=node_env)
