@@ -17,6 +17,7 @@ packages that have no scripts.
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Dict, List, Optional, Protocol, Sequence, Tuple
@@ -66,6 +67,19 @@ class PackageBackend(Protocol):
     def unhold(self, names: Sequence[str]) -> None:
         """Undo :meth:`hold`."""
         ...
+
+
+_SBIN_DIRS = ("/usr/local/sbin", "/usr/sbin", "/sbin")
+
+
+def package_manager_env() -> Dict[str, str]:
+    """PATH for dpkg and rpm runs: theirs must hold the sbin directories.
+
+    dpkg refuses to run without ``ldconfig`` and ``start-stop-daemon`` on PATH, and maintainer
+    scripts call tools from sbin; an admin's ``sudo`` or a minimal ``env -i`` PATH may lack them.
+    """
+    parts = [p for p in os.environ.get("PATH", "/usr/bin:/bin").split(os.pathsep) if p]
+    return {"PATH": os.pathsep.join([*parts, *(d for d in _SBIN_DIRS if d not in parts)])}
 
 
 def _check_version(version: str) -> str:
@@ -135,12 +149,12 @@ class DpkgBackend:
 
     def install(self, files: Sequence[Path], *, allow_downgrade: bool = False) -> None:
         """``dpkg -i`` all files at once, so dpkg orders the configuration itself (downgrades are allowed by dpkg)."""
-        proc.run([*self._dpkg, "--install", *(str(f) for f in files)])
+        proc.run([*self._dpkg, "--install", *(str(f) for f in files)], env_overrides=package_manager_env())
 
     def remove(self, names: Sequence[str]) -> None:
         """``dpkg --remove`` (conffiles stay, as with ``apt remove``)."""
         if names:
-            proc.run([*self._dpkg, "--remove", *names])
+            proc.run([*self._dpkg, "--remove", *names], env_overrides=package_manager_env())
 
     def _select(self, names: Sequence[str], selection: str) -> None:
         lines = "".join(f"{n} {selection}\n" for n in names)
@@ -217,12 +231,12 @@ class RpmBackend:
     def install(self, files: Sequence[Path], *, allow_downgrade: bool = False) -> None:
         """``rpm -U`` in one transaction: it either installs every file or changes nothing."""
         extra = ["--oldpackage"] if allow_downgrade else []
-        proc.run([*self._rpm, "-U", *extra, *(str(f) for f in files)])
+        proc.run([*self._rpm, "-U", *extra, *(str(f) for f in files)], env_overrides=package_manager_env())
 
     def remove(self, names: Sequence[str]) -> None:
         """``rpm -e`` in one transaction."""
         if names:
-            proc.run([*self._rpm, "-e", *names])
+            proc.run([*self._rpm, "-e", *names], env_overrides=package_manager_env())
 
     def _lock_lines(self) -> Tuple[Path, List[str]]:
         path = rooted(self.root, VERSIONLOCK)

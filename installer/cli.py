@@ -82,6 +82,8 @@ def _root_callback(
     global _debug
     _debug = debug
     logging.basicConfig(level=logging.DEBUG if debug else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    # python-gnupg logs every non-zero gpg exit as a warning; we turn those into one ToolError sentence.
+    logging.getLogger("gnupg").setLevel(logging.DEBUG if debug else logging.CRITICAL)
 
 
 def make_bundle_app() -> typer.Typer:

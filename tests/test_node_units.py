@@ -256,3 +256,12 @@ class TestOrchestration:
         assert config.read_bytes() == b"version = 2\n"
         assert services.calls == ["restart containerd", "restart containerd"]
         assert "did not come back" in result.engines["containerd"] and "running again" in result.engines["containerd"]
+
+
+def test_package_manager_runs_get_the_sbin_directories_dpkg_needs(monkeypatch: pytest.MonkeyPatch) -> None:
+    from installer.backend import package_manager_env
+
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    assert package_manager_env()["PATH"] == "/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"
+    monkeypatch.setenv("PATH", "/sbin:/usr/bin")
+    assert package_manager_env()["PATH"] == "/sbin:/usr/bin:/usr/local/sbin:/usr/sbin"
