@@ -15,7 +15,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from configure.changes import Journal, apply_changes, revert, unified_diff
 from configure.engine import RuntimeOptions
@@ -69,6 +69,7 @@ class InstallResult:
     engines: Dict[str, str] = field(default_factory=dict)  #: engine -> what happened
     cdi: str = ""
     diff: str = ""  #: configuration diff (dry-run)
+    failed_engines: List[str] = field(default_factory=list)  #: engines that did not come back; config restored
 
     def to_dict(self) -> Dict[str, Any]:
         """The ``--json`` object."""
@@ -77,6 +78,17 @@ class InstallResult:
 
 class InstallFailed(ToolError):
     """dpkg or rpm failed part-way; the message says what was undone and the state of every package."""
+
+
+class EngineRestartFailed(ToolError):
+    """An engine did not come back with the new runtime; its previous configuration was put back."""
+
+    def __init__(self, engines: Sequence[str]) -> None:
+        self.engines = list(engines)
+        super().__init__(
+            f"{', '.join(self.engines)} did not come back after registering the runtime, so the previous "
+            "configuration was restored; the packages stay installed (see `gpu-airgap status`)"
+        )
 
 
 @contextlib.contextmanager
@@ -313,6 +325,7 @@ def _restart(changed: List[str], options: InstallOptions, journal: Journal, env:
         env.services.restart(unit)
         back = "it is running again" if env.services.is_active(unit) else "it is still not running"
         result.engines[name] = f"did not come back after the change; restored its configuration and restarted it ({back})"
+        result.failed_engines.append(name)
     return kept
 
 

@@ -61,14 +61,16 @@ def add_node_commands(app: typer.Typer) -> None:
         result = install_lib.install(Path(bundle), Path(keyring), options, NodeEnv(log=_progress))
         if as_json:
             emit_json(result.to_dict())
-            return
-        lines: List[str] = [f"{result.outcome}: bundle {result.bundle_id[:16]}… for {result.target} on {result.node}"]
-        lines += [f"  {m}" for m in result.messages]
-        lines += [f"  {name}: {what}" for name, what in result.engines.items()]
-        lines.append(f"  CDI: {result.cdi}")
-        emit_lines(lines)
-        if result.diff:
-            sys.stdout.write(result.diff)
+        else:
+            lines: List[str] = [f"{result.outcome}: bundle {result.bundle_id[:16]}… for {result.target} on {result.node}"]
+            lines += [f"  {m}" for m in result.messages]
+            lines += [f"  {name}: {what}" for name, what in result.engines.items()]
+            lines.append(f"  CDI: {result.cdi}")
+            emit_lines(lines)
+            if result.diff:
+                sys.stdout.write(result.diff)
+        if result.failed_engines:
+            raise install_lib.EngineRestartFailed(result.failed_engines)
 
     @app.command("uninstall")
     def uninstall(

@@ -256,6 +256,8 @@ class TestOrchestration:
         assert config.read_bytes() == b"version = 2\n"
         assert services.calls == ["restart containerd", "restart containerd"]
         assert "did not come back" in result.engines["containerd"] and "running again" in result.engines["containerd"]
+        assert result.failed_engines == ["containerd"]  # the CLI turns this into a non-zero exit
+        assert "previous configuration was restored" in str(install_mod.EngineRestartFailed(result.failed_engines))
 
 
 def test_package_manager_runs_get_the_sbin_directories_dpkg_needs(monkeypatch: pytest.MonkeyPatch) -> None:
