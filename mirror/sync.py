@@ -27,6 +27,7 @@ from configure.fsutil import safe_join
 from installer.gpg import Keyring
 from mirror import lockfile, store
 from mirror.errors import LockfileMismatch
+from mirror.metadata_errors import UnresolvableDependency
 from mirror.http import Downloader, DownloadRequest
 from mirror.lockfile import LockedPackage, LockedTarget, Lockfile
 from mirror.model import Package, PackageFormat
@@ -231,12 +232,20 @@ def plan_target(options: SyncOptions, target: Target, *, fetcher: Fetcher, loade
         wanted = _locked_target(options.locked, target)
         by_key = {p.key: p for p in snapshot.packages}
         chosen = tuple(by_key[p.key] for p in wanted.packages if p.key in by_key)
+        # The lockfile names the packages; the resolver still says what the node must provide and
+        # what they break, so a bundle built from a locked mirror carries both.
+        try:
+            release = resolve(list(snapshot.packages), VersionSelector.parse(wanted.toolkit_version), target.format)
+            requirements = tuple(sorted({str(r) for r in release.node_requirements}))
+            breaks = tuple(str(b) for b in release.breaks)
+        except UnresolvableDependency:
+            requirements, breaks = (), ()  # the differences below say what upstream no longer has
         planned = PlannedTarget(
             **common,  # type: ignore[arg-type]
             packages=chosen,
             toolkit_version=wanted.toolkit_version,
-            node_requirements=(),
-            breaks=(),
+            node_requirements=requirements,
+            breaks=breaks,
             signed_at=signed_at,
             metadata=metadata,
         )

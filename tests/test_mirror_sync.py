@@ -268,6 +268,9 @@ def test_locked_sync_reproduces_the_written_lockfile(site: tuple[UpstreamTree, U
     assert result.exit_code == 0, result.stderr
     a, b = store.MirrorState.load(tmp_path / "a"), store.MirrorState.load(tmp_path / "b")
     assert [r.packages for r in a.repos] == [r.packages for r in b.repos]
+    # what the node must provide and what the packages break travel with a locked set too
+    assert [r.releases for r in a.repos] == [r.releases for r in b.repos]
+    assert any("libc6" in req for r in b.repos for rel in r.releases for req in rel.node_requirements)
 
 
 def test_locked_sync_names_what_differs_and_changes_nothing(site: tuple[UpstreamTree, UpstreamServer], tmp_path: Path) -> None:
