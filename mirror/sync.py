@@ -27,9 +27,9 @@ from configure.fsutil import safe_join
 from installer.gpg import Keyring
 from mirror import lockfile, store
 from mirror.errors import LockfileMismatch
-from mirror.metadata_errors import UnresolvableDependency
 from mirror.http import Downloader, DownloadRequest
 from mirror.lockfile import LockedPackage, LockedTarget, Lockfile
+from mirror.metadata_errors import UnresolvableDependency
 from mirror.model import Package, PackageFormat
 from mirror.repo import MetadataFile, load_apt_repo, load_yum_repo
 from mirror.resolve import resolve
