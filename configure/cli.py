@@ -188,7 +188,7 @@ def revert_command(
 ) -> None:
     """Restore every file configure changed, byte for byte, from the journaled backups."""
     restored = commands.revert_engines(root, runtime or None, force=force)
-    emit_lines([*(f"restored {path}" for path in restored), "reverted: restart the engine(s) to apply"])
+    emit_lines([*(f"{'restored' if path.exists() else 'deleted (gpu-airgap had created it)'} {path}" for path in restored), "reverted: restart the engine(s) to apply"])
 
 
 # toolkit, cdi, runtimeclass (engines branch): the single line where the extra commands join.

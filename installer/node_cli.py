@@ -87,7 +87,7 @@ def add_node_commands(app: typer.Typer) -> None:
         if as_json:
             emit_json(result.to_dict())
             return
-        lines = [f"restored {path}" for path in result.restored]
+        lines = [f"{'restored' if Path(path).exists() else 'deleted (the install had created it)'} {path}" for path in result.restored]
         lines += [f"removed {name}" for name in result.removed]
         lines += result.messages
         emit_lines(lines or ["nothing was changed"])
