@@ -20,9 +20,11 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from configure.errors import CommandError
 from configure.proc import run
 from mirror.bundle_sign import OperatorKey
 from mirror.bundle_source import SourcePackage, TargetSelection
+from mirror.bundle_tar import PackageChangedError
 
 
 @dataclass(frozen=True)
@@ -54,34 +56,75 @@ def build_target_repo(selection: TargetSelection, *, key: OperatorKey, epoch: in
     :param channel: written as the apt ``Codename``.
     """
     repo_dir = f"targets/{selection.format}-{selection.arch}"
+    # One dpkg-deb call per package serves both the manifest's depends and the Packages stanza.
+    control = {pkg.path: _deb_control(pkg) for pkg in selection.packages} if selection.format == "deb" else {}
     packages = tuple(
-        RepoPackage(pkg, f"{repo_dir}/{pkg.path.name}", pkg.sha256 or file_sha256(pkg.path), _depends(selection.format, pkg.path))
+        RepoPackage(
+            pkg, f"{repo_dir}/{pkg.path.name}", _recorded_sha256(pkg),
+            _deb_depends(control[pkg.path]) if selection.format == "deb" else _rpm_requires(pkg),
+        )
         for pkg in selection.packages
-    )
+    )  # fmt: skip
     if selection.format == "deb":
-        metadata = _apt_metadata(packages, arch=selection.arch, key=key, epoch=epoch, channel=channel)
+        metadata = _apt_metadata(packages, control, arch=selection.arch, key=key, epoch=epoch, channel=channel)
     else:
         metadata = _yum_metadata(packages, key=key, epoch=epoch)
     return TargetRepo(selection, repo_dir, packages, {f"{repo_dir}/{k}": v for k, v in metadata.items()})
 
 
-def file_sha256(path: Path) -> str:
-    """sha256 of a file, read in 1 MiB chunks."""
-    hasher = hashlib.sha256()
+def _recorded_sha256(pkg: SourcePackage) -> str:
+    """The sha256 the mirror recorded from signed metadata; the builder checks the shipped bytes against it.
+
+    A package the upstream metadata vouched for by sha512 alone is hashed once here, and its
+    sha512 checked, so the sha256 the manifest names is one of verified bytes too.
+
+    :raises PackageChangedError: when such a file no longer matches its recorded sha512.
+    """
+    if pkg.sha256:
+        return pkg.sha256
+    sha256, sha512 = hashlib.sha256(), hashlib.sha512()
+    with open(pkg.path, "rb") as fh:
+        while block := fh.read(1 << 20):
+            sha256.update(block)
+            sha512.update(block)
+    if pkg.sha512 != sha512.hexdigest():
+        raise PackageChangedError(pkg.path, f"sha512 {(pkg.sha512 or 'recorded')[:16]}…", f"{sha512.hexdigest()[:16]}…")
+    return sha256.hexdigest()
+
+
+def _query(pkg: SourcePackage, argv: list[str]) -> str:
+    """Run a package query on ``pkg``; when it fails because the file changed since sync, say so."""
+    try:
+        return run([*argv, str(pkg.path)]).stdout.decode("utf-8")
+    except CommandError as exc:
+        algo, recorded = ("sha256", pkg.sha256) if pkg.sha256 else ("sha512", pkg.sha512)
+        actual = _digest(pkg.path, algo)
+        if recorded != actual:
+            raise PackageChangedError(pkg.path, f"{algo} {(recorded or 'recorded')[:16]}…", f"{actual[:16]}…") from exc
+        raise
+
+
+def _digest(path: Path, algo: str) -> str:
+    hasher = hashlib.new(algo)
     with open(path, "rb") as fh:
         while block := fh.read(1 << 20):
             hasher.update(block)
     return hasher.hexdigest()
 
 
-def _depends(fmt: str, path: Path) -> tuple[str, ...]:
-    if fmt == "deb":
-        fields = _control_fields(run(["dpkg-deb", "-f", str(path)]).stdout.decode("utf-8"))
-        value = " ".join(v for k, v in fields if k.lower() == "pre-depends") + ", " + " ".join(
-            v for k, v in fields if k.lower() == "depends"
-        )
-        return tuple(d.strip() for d in value.replace("\n", " ").split(",") if d.strip())
-    out = run(["rpm", "-qp", "--nosignature", "--requires", str(path)]).stdout.decode("utf-8")
+def _deb_control(pkg: SourcePackage) -> list[tuple[str, str]]:
+    return _control_fields(_query(pkg, ["dpkg-deb", "-f"]))
+
+
+def _deb_depends(fields: list[tuple[str, str]]) -> tuple[str, ...]:
+    value = " ".join(v for k, v in fields if k.lower() == "pre-depends") + ", " + " ".join(
+        v for k, v in fields if k.lower() == "depends"
+    )
+    return tuple(d.strip() for d in value.replace("\n", " ").split(",") if d.strip())
+
+
+def _rpm_requires(pkg: SourcePackage) -> tuple[str, ...]:
+    out = _query(pkg, ["rpm", "-qp", "--nosignature", "--requires"])
     return tuple(line.strip() for line in out.splitlines() if line.strip() and not line.startswith("rpmlib("))
 
 
@@ -97,13 +140,13 @@ def _control_fields(text: str) -> list[tuple[str, str]]:
 
 
 def _apt_metadata(
-    packages: tuple[RepoPackage, ...], *, arch: str, key: OperatorKey, epoch: int, channel: str
+    packages: tuple[RepoPackage, ...], control: dict[Path, list[tuple[str, str]]], *, arch: str, key: OperatorKey, epoch: int, channel: str
 ) -> dict[str, bytes]:
     stanzas = []
     for pkg in sorted(packages, key=lambda p: (p.source.name, p.source.version, p.member)):
         fields = [
             (k, v)
-            for k, v in _control_fields(run(["dpkg-deb", "-f", str(pkg.source.path)]).stdout.decode("utf-8"))
+            for k, v in control[pkg.source.path]
             if k.lower() not in ("filename", "size", "md5sum", "sha1", "sha256", "sha512")
         ]
         fields += [("Filename", f"./{pkg.source.path.name}"), ("Size", str(pkg.source.size)), ("SHA256", pkg.sha256)]

@@ -41,6 +41,20 @@ COMPRESSIONS: Final = ("zstd", "xz", "gzip", "none")
 SUFFIX: Final = {"zstd": ".tar.zst", "xz": ".tar.xz", "gzip": ".tar.gz", "none": ".tar"}
 
 
+class PackageChangedError(ChecksumMismatch):
+    """A mirror file no longer holds the bytes the mirror verified at sync time."""
+
+    def __init__(self, path: Path, expected: str, actual: str) -> None:
+        super().__init__(str(path), expected, actual)
+        self.args = (
+            f"{path} changed since the mirror verified it (expected {expected}, got {actual}); "
+            "run `gpu-airgap mirror verify`, delete the damaged files and sync again",
+        )
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
 def _load_sync_file_range() -> Callable[[int, int, int, int], int] | None:
     try:
         import ctypes
@@ -269,7 +283,7 @@ class BundleWriter:
 
         :param size: the size the manifest names; a file of another size is an error.
         :param sha256: when given, the digest the manifest names; a mismatch aborts the build.
-        :raises ChecksumMismatch: when the file changed since the manifest was made.
+        :raises PackageChangedError: when the file changed since the manifest was made.
         """
         hasher = hashlib.sha256()
         hashing = _Worker(hasher.update, "bundle-hash", depth=4)
@@ -279,14 +293,14 @@ class BundleWriter:
             hashing.close()
         digest = hasher.hexdigest()
         if sha256 is not None and digest != sha256:
-            raise ChecksumMismatch(str(source), sha256, digest)
+            raise PackageChangedError(source, f"sha256 {sha256[:16]}…", f"{digest[:16]}…")
         return digest
 
     def _copy(self, name: str, source: Path, size: int, hashing: _Worker) -> None:
         with open(source, "rb") as fh:
             actual = os.fstat(fh.fileno()).st_size
             if actual != size:
-                raise ChecksumMismatch(str(source), f"{size} bytes", f"{actual} bytes")
+                raise PackageChangedError(source, f"{size} bytes", f"{actual} bytes")
             self._write(self._info(name, size, False).tobuf(tarfile.GNU_FORMAT, "utf-8", "strict"))
             copied = 0
             while block := fh.read(CHUNK):
@@ -294,7 +308,7 @@ class BundleWriter:
                 self._write(block)
                 copied += len(block)
             if copied != size:
-                raise ChecksumMismatch(str(source), f"{size} bytes", f"{copied} bytes (it changed while read)")
+                raise PackageChangedError(source, f"{size} bytes", f"{copied} bytes while read")
             self._pad()
 
     def commit(self) -> list[Path]:
