@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import lzma
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -56,15 +57,14 @@ def build_target_repo(selection: TargetSelection, *, key: OperatorKey, epoch: in
     :param channel: written as the apt ``Codename``.
     """
     repo_dir = f"targets/{selection.format}-{selection.arch}"
-    # One dpkg-deb call per package serves both the manifest's depends and the Packages stanza.
-    control = {pkg.path: _deb_control(pkg) for pkg in selection.packages} if selection.format == "deb" else {}
+    # Each query is a dpkg-deb / rpm process: running them side by side hides their start-up time.
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        queried = list(pool.map(lambda pkg: _query_package(selection.format, pkg), selection.packages))
+    control = {pkg.path: fields for pkg, (fields, _) in zip(selection.packages, queried)}
     packages = tuple(
-        RepoPackage(
-            pkg, f"{repo_dir}/{pkg.path.name}", _recorded_sha256(pkg),
-            _deb_depends(control[pkg.path]) if selection.format == "deb" else _rpm_requires(pkg),
-        )
-        for pkg in selection.packages
-    )  # fmt: skip
+        RepoPackage(pkg, f"{repo_dir}/{pkg.path.name}", _recorded_sha256(pkg), depends)
+        for pkg, (_, depends) in zip(selection.packages, queried)
+    )
     if selection.format == "deb":
         metadata = _apt_metadata(packages, control, arch=selection.arch, key=key, epoch=epoch, channel=channel)
     else:
@@ -112,8 +112,12 @@ def _digest(path: Path, algo: str) -> str:
     return hasher.hexdigest()
 
 
-def _deb_control(pkg: SourcePackage) -> list[tuple[str, str]]:
-    return _control_fields(_query(pkg, ["dpkg-deb", "-f"]))
+def _query_package(fmt: str, pkg: SourcePackage) -> tuple[list[tuple[str, str]], tuple[str, ...]]:
+    """(control fields, depends) of a .deb — one dpkg-deb call serves both — or ([], requires) of an .rpm."""
+    if fmt == "deb":
+        fields = _control_fields(_query(pkg, ["dpkg-deb", "-f"]))
+        return fields, _deb_depends(fields)
+    return [], _rpm_requires(pkg)
 
 
 def _deb_depends(fields: list[tuple[str, str]]) -> tuple[str, ...]:

@@ -200,8 +200,9 @@ class _BackgroundSink(io.RawIOBase):
         return True
 
     def write(self, data: bytes | bytearray | memoryview) -> int:  # type: ignore[override]
-        # Copy: BufferedWriter hands us a view of its buffer, which it reuses after we return.
-        chunk = bytes(data)
+        # A view (BufferedWriter's buffer) is reused after we return, so it is copied; the bytes
+        # zstandard hands over are immutable and queued as they are.
+        chunk = data if isinstance(data, bytes) else bytes(data)
         self._worker.put(chunk)
         return len(chunk)
 
@@ -240,7 +241,8 @@ class BundleWriter:
             cctx = zstandard.ZstdCompressor(
                 level=ZSTD_LEVEL, write_content_size=False, write_checksum=True, threads=ZSTD_THREADS
             )
-            self._compressor = cctx.stream_writer(self._buffered, closefd=False)
+            # Straight into the writer thread, in CHUNK-sized pieces: no buffer copy on the way.
+            self._compressor = cctx.stream_writer(self._background, write_size=CHUNK, closefd=False)  # type: ignore[arg-type]
         elif compression == "xz":
             self._compressor = lzma.LZMAFile(self._buffered, mode="wb", preset=6)  # type: ignore[assignment]  # noqa: SIM115
         elif compression == "gzip":
