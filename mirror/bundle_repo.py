@@ -13,7 +13,9 @@ files are streamed into the archive later by the builder.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import json
 import lzma
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
@@ -22,10 +24,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from configure.errors import CommandError
+from configure.fsutil import atomic_write
 from configure.proc import run
 from mirror.bundle_sign import OperatorKey
 from mirror.bundle_source import SourcePackage, TargetSelection
 from mirror.bundle_tar import PackageChangedError
+from mirror.node_zipapp import default_cache
 
 
 @dataclass(frozen=True)
@@ -48,18 +52,22 @@ class TargetRepo:
     metadata: dict[str, bytes]
 
 
-def build_target_repo(selection: TargetSelection, *, key: OperatorKey, epoch: int, channel: str) -> TargetRepo:
+def build_target_repo(
+    selection: TargetSelection, *, key: OperatorKey, epoch: int, channel: str, info_cache: Path | None = None
+) -> TargetRepo:
     """Generate the signed repo metadata of one target.
 
     :param selection: the target's packages from the mirror.
     :param key: the operator key that signs ``InRelease`` / ``repomd.xml``.
     :param epoch: the build time (SOURCE_DATE_EPOCH or now) used for dates and signatures.
     :param channel: written as the apt ``Codename``.
+    :param info_cache: where each package's control data / requires is kept, under its recorded
+        digest, so a later build skips the dpkg-deb / rpm query (None: query every time).
     """
     repo_dir = f"targets/{selection.format}-{selection.arch}"
     # Each query is a dpkg-deb / rpm process: running them side by side hides their start-up time.
     with ThreadPoolExecutor(max_workers=4) as pool:
-        queried = list(pool.map(lambda pkg: _query_package(selection.format, pkg), selection.packages))
+        queried = list(pool.map(lambda pkg: _cached_query(selection.format, pkg, info_cache), selection.packages))
     control = {pkg.path: fields for pkg, (fields, _) in zip(selection.packages, queried)}
     packages = tuple(
         RepoPackage(pkg, f"{repo_dir}/{pkg.path.name}", _recorded_sha256(pkg), depends)
@@ -110,6 +118,36 @@ def _digest(path: Path, algo: str) -> str:
         while block := fh.read(1 << 20):
             hasher.update(block)
     return hasher.hexdigest()
+
+
+def default_info_cache() -> Path:
+    """``package-info/`` beside the node wheel cache (``~/.cache/gpu-airgap/package-info``)."""
+    return default_cache().parent / "package-info"
+
+
+def _cached_query(
+    fmt: str, pkg: SourcePackage, cache: Path | None
+) -> tuple[list[tuple[str, str]], tuple[str, ...]]:
+    """:func:`_query_package`, remembered under the package's recorded digest.
+
+    The answer is a pure function of the package's bytes, and those bytes are checked against
+    the same recorded digest while they stream into the bundle (a mismatch aborts the build), so
+    a cached answer always describes the file shipped.
+    """
+    digest = f"sha256-{pkg.sha256}" if pkg.sha256 else f"sha512-{pkg.sha512}" if pkg.sha512 else None
+    entry = cache / f"{fmt}-{digest}.json" if cache is not None and digest else None
+    if entry is not None:
+        try:
+            data = json.loads(entry.read_bytes())
+            return [(str(k), str(v)) for k, v in data["fields"]], tuple(str(d) for d in data["depends"])
+        except (OSError, ValueError, KeyError, TypeError):
+            pass  # absent or unreadable: ask the package
+    fields, depends = _query_package(fmt, pkg)
+    if entry is not None:
+        with contextlib.suppress(OSError):  # a cache that cannot be written only costs time
+            entry.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write(entry, json.dumps({"fields": fields, "depends": depends}).encode())
+    return fields, depends
 
 
 def _query_package(fmt: str, pkg: SourcePackage) -> tuple[list[tuple[str, str]], tuple[str, ...]]:

@@ -5,9 +5,11 @@ header has mtime = SOURCE_DATE_EPOCH (or 0), uid/gid 0, empty user/group names, 
 0755, GNU format (no pax time records). zstd runs at a fixed level in one thread without the
 content-size field; gzip writes mtime 0 and no file name. So the same inputs give the same bytes.
 
-Streaming: file members are copied in 1 MiB chunks straight from their source into the
-compressor, hashed on the way (the caller compares with the digest it put in the manifest),
-so memory stays flat whatever the archive's size.
+Streaming: file members are read once, in 1 MiB chunks; each chunk goes to the compressor and,
+on a worker thread, to sha256 (the caller passes the digest it put in the manifest; a mismatch
+aborts). Compressed output is written by another thread, with writeback to disk started as it
+goes. Queues between the threads are short, so memory stays flat whatever the archive's size,
+and the work (all in C code that releases the GIL) spreads over the cores.
 
 Nothing has its final name until :meth:`BundleWriter.commit`: output goes to temporary files
 beside the target, removed by :meth:`BundleWriter.abort` (or on an exception in the ``with``).

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import re
 import shutil
 import subprocess
 import sys
@@ -17,11 +18,12 @@ import tarfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from installer.manifest import MANIFEST_NAME, Manifest
-from mirror.bundle_build import build_bundle
+from installer.manifest import MANIFEST_NAME, SIGNATURE_NAME, Manifest
+from mirror.bundle_build import BuildResult, build_bundle
 from mirror.bundle_tar import PackageChangedError, _Worker
 from mirror.store import MirrorState, write_state
 from tests.cli_runner import run_cli
@@ -29,6 +31,7 @@ from tests.gpgkeys import TestKey, make_key
 from tests.upstream import UpstreamServer, UpstreamTree, stop_agent
 
 ROOT = Path(__file__).resolve().parent.parent
+EPOCH = 2_000_000_000  # a fixed SOURCE_DATE_EPOCH after any key made today (2033)
 
 
 @pytest.fixture(scope="module")
@@ -64,10 +67,10 @@ def _packages(mirror: Path) -> list[Path]:
     return [pkg.local_path(mirror) for repo in state.repos for pkg in repo.packages]
 
 
-def _build(mirror: Path, key: TestKey, output: Path, compression: str = "zstd") -> None:
-    build_bundle(
+def _build(mirror: Path, key: TestKey, output: Path, compression: str = "zstd", **kwargs: Any) -> BuildResult:
+    return build_bundle(
         mirror, version="1.17.8", channel=None, targets=[("deb", "amd64")], sign_key=key.fingerprint,
-        gnupghome=key.home, output=output, compression=compression,
+        gnupghome=key.home, output=output, compression=compression, **kwargs,
     )  # fmt: skip
 
 
@@ -84,7 +87,8 @@ def test_build_fails_naming_a_package_modified_after_sync_and_leaves_no_output(
     out_dir = tmp_path / "out"
     out_dir.mkdir()
     with pytest.raises(PackageChangedError) as caught:
-        _build(mirror, operator_key, out_dir / "bundle.tar.zst")
+        # An empty query cache: the middle case must reach dpkg-deb, not a cached answer.
+        _build(mirror, operator_key, out_dir / "bundle.tar.zst", info_cache=tmp_path / "info")
     assert str(victim) in str(caught.value) and "changed since the mirror verified it" in str(caught.value)
     assert (caught.value.__cause__ is None) == (where == "end")  # "end" is caught by the streaming check
     assert list(out_dir.iterdir()) == []
@@ -132,6 +136,30 @@ def test_a_package_recorded_by_sha512_alone_ships_with_its_sha256_and_is_still_c
         _build(mirror, operator_key, tmp_path / "bad.tar.zst")
     assert str(victim) in str(caught.value)
     assert not list(tmp_path.glob("bad.tar.zst*")) and not list(tmp_path.glob(".bad.tar.zst*"))
+
+
+def test_cached_package_queries_give_the_same_bundle_and_a_tampered_file_still_fails(
+    mirror: Path, operator_key: TestKey, tmp_path: Path
+) -> None:
+    cache = tmp_path / "info"
+    first = _build(mirror, operator_key, tmp_path / "a.tar", "none", info_cache=cache, epoch=EPOCH)
+    assert len(list(cache.glob("deb-sha256-*.json"))) == len(_packages(mirror))
+    second = _build(mirror, operator_key, tmp_path / "b.tar", "none", info_cache=cache, epoch=EPOCH)
+    assert _members(first.outputs[0]) == _members(second.outputs[0])
+
+    victim = _packages(mirror)[0]
+    data = bytearray(victim.read_bytes())
+    data[len(data) // 2] ^= 0x01  # would break dpkg-deb, but the cached answer is used
+    victim.write_bytes(bytes(data))
+    with pytest.raises(PackageChangedError, match=re.escape(str(victim))):
+        _build(mirror, operator_key, tmp_path / "c.tar", "none", info_cache=cache, epoch=EPOCH)
+    assert not list(tmp_path.glob("*c.tar*"))
+
+
+def _members(path: Path) -> dict[str, bytes]:
+    """Every member's bytes but the signature's (made at the real time)."""
+    with tarfile.open(path) as tar:
+        return {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.name != SIGNATURE_NAME}  # type: ignore[union-attr]
 
 
 def test_an_error_on_a_worker_thread_reaches_the_producer() -> None:
