@@ -23,13 +23,14 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from configure.errors import CommandError
+from configure.errors import CommandError, ToolError
 from configure.fsutil import atomic_write
 from configure.proc import run
 from mirror.bundle_sign import OperatorKey
 from mirror.bundle_source import SourcePackage, TargetSelection
 from mirror.bundle_tar import PackageChangedError
 from mirror.node_zipapp import default_cache
+from mirror.store import file_digest
 
 
 @dataclass(frozen=True)
@@ -90,13 +91,15 @@ def _recorded_sha256(pkg: SourcePackage) -> str:
     """
     if pkg.sha256:
         return pkg.sha256
+    if not pkg.sha512:
+        raise ToolError(f"the mirror recorded no checksum for {pkg.path}; sync the mirror again")
     sha256, sha512 = hashlib.sha256(), hashlib.sha512()
     with open(pkg.path, "rb") as fh:
         while block := fh.read(1 << 20):
             sha256.update(block)
             sha512.update(block)
     if pkg.sha512 != sha512.hexdigest():
-        raise PackageChangedError(pkg.path, f"sha512 {(pkg.sha512 or 'recorded')[:16]}…", f"{sha512.hexdigest()[:16]}…")
+        raise PackageChangedError(pkg.path, f"sha512 {pkg.sha512[:16]}…", f"{sha512.hexdigest()[:16]}…")
     return sha256.hexdigest()
 
 
@@ -106,18 +109,10 @@ def _query(pkg: SourcePackage, argv: list[str]) -> str:
         return run([*argv, str(pkg.path)]).stdout.decode("utf-8")
     except CommandError as exc:
         algo, recorded = ("sha256", pkg.sha256) if pkg.sha256 else ("sha512", pkg.sha512)
-        actual = _digest(pkg.path, algo)
-        if recorded != actual:
-            raise PackageChangedError(pkg.path, f"{algo} {(recorded or 'recorded')[:16]}…", f"{actual[:16]}…") from exc
+        actual = file_digest(pkg.path, algo)
+        if recorded and recorded != actual:
+            raise PackageChangedError(pkg.path, f"{algo} {recorded[:16]}…", f"{actual[:16]}…") from exc
         raise
-
-
-def _digest(path: Path, algo: str) -> str:
-    hasher = hashlib.new(algo)
-    with open(path, "rb") as fh:
-        while block := fh.read(1 << 20):
-            hasher.update(block)
-    return hasher.hexdigest()
 
 
 def default_info_cache() -> Path:

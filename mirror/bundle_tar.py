@@ -53,9 +53,6 @@ class PackageChangedError(ChecksumMismatch):
             "run `gpu-airgap mirror verify`, delete the damaged files and sync again",
         )
 
-    def __str__(self) -> str:
-        return str(self.args[0])
-
 
 def _load_sync_file_range() -> Callable[[int, int, int, int], int] | None:
     try:
