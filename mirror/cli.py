@@ -22,7 +22,7 @@ from mirror.model import PackageFormat
 if TYPE_CHECKING:
     from mirror import sync as sync_lib
 
-#: Same value as mirror.sync.DEFAULT_UPSTREAM (tests/test_bundle_perf.py checks), spelled here so
+#: Same value as mirror.sync.DEFAULT_UPSTREAM (tests/test_bundle_build_safety.py checks), spelled here so
 #: building the command line does not import mirror.sync.
 DEFAULT_UPSTREAM = "https://nvidia.github.io/libnvidia-container"
 
