@@ -8,15 +8,22 @@ incompressible payloads (like real packages, which are already compressed), then
 - peak RSS of build and verify at two sizes (target < 100 MB, not growing with size), measured
   with resource.getrusage(RUSAGE_CHILDREN) in a fresh wrapper process per command.
 
-Usage: python bench/bench_bundle.py [--sizes-mb 50,200] [--keep DIR]
+Each command and its baseline run ``--rounds`` times, interleaved (build, tar, build, tar, …)
+so load from other processes on the machine hits both alike; the medians are compared. The
+source tree is byte-compiled first, as ``pip install`` does for an installed gpu-airgap (with
+PYTHONDONTWRITEBYTECODE set, every run would otherwise re-compile every module it imports).
+
+Usage: python bench/bench_bundle.py [--sizes-mb 50,200] [--rounds 3]
 """
 
 from __future__ import annotations
 
 import argparse
+import compileall
 import hashlib
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -25,6 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from mirror.node_zipapp import ensure_wheels  # noqa: E402
 from mirror.store import MirrorState, Provenance, Release, RepoRecord, StoredFile, StoredPackage, write_state  # noqa: E402
 
 NAMES = ("libnvidia-container1", "libnvidia-container-tools", "nvidia-container-toolkit-base", "nvidia-container-toolkit")
@@ -37,7 +45,12 @@ RSS_WRAPPER = (
 
 
 def measure(argv: list[str], cwd: Path | None = None) -> tuple[float, float]:
-    """Run ``argv`` in a fresh wrapper; return (wall seconds, peak RSS MiB of the command tree's largest process)."""
+    """Run ``argv`` in a fresh wrapper; return (wall seconds, peak RSS MiB of the command tree's largest process).
+
+    Dirty pages left by the previous command (tar does not fsync its output) are flushed first,
+    untimed, so no command pays for another's writeback.
+    """
+    os.sync()
     out = subprocess.run([sys.executable, "-c", RSS_WRAPPER, *argv], capture_output=True, text=True, cwd=cwd, check=True)
     rc, wall, rss_kb = out.stdout.split()
     if rc != "0":
@@ -95,18 +108,29 @@ def make_key(home: Path) -> str:
     return fpr
 
 
-def run_size(work: Path, size_mb: int, fpr: str, home: Path) -> dict[str, float]:
+def paired(command: list[str], baseline: list[str], rounds: int, cwd: Path | None = None) -> tuple[float, float, float]:
+    """Run ``command`` and ``baseline`` alternately ``rounds`` times: (median wall, median baseline wall, max RSS MiB)."""
+    walls, base_walls, rss = [], [], 0.0
+    for _ in range(rounds):
+        wall, peak = measure(command, cwd=cwd)
+        walls.append(wall)
+        rss = max(rss, peak)
+        base_walls.append(measure(baseline)[0])
+    return statistics.median(walls), statistics.median(base_walls), rss
+
+
+def run_size(work: Path, size_mb: int, fpr: str, home: Path, rounds: int) -> dict[str, float]:
     mirror = work / f"mirror-{size_mb}"
     debs = make_mirror(mirror, size_mb)
     bundle = work / f"bundle-{size_mb}.tar.zst"
     build_argv = [*GPU_AIRGAP, "bundle", "build", "--mirror", str(mirror), "--version", "1.17.8", "--target", "deb/amd64",
                   "--sign-key", fpr, "--gnupghome", str(home), "--output", str(bundle)]  # fmt: skip
-    measure(build_argv, cwd=ROOT)  # warm the page cache and the wheel cache once
-    build_wall, build_rss = measure(build_argv, cwd=ROOT)
-    tar_wall, _ = measure(["tar", "--zstd", "-cf", str(work / "ref.tar.zst"), "-C", str(debs[0].parent), *[d.name for d in debs]])
+    tar_argv = ["tar", "--zstd", "-cf", str(work / "ref.tar.zst"), "-C", str(debs[0].parent), *[d.name for d in debs]]
+    measure(build_argv, cwd=ROOT)  # warm the page cache and the zipapp cache once
+    measure(tar_argv)
+    build_wall, tar_wall, build_rss = paired(build_argv, tar_argv, rounds, cwd=ROOT)
     verify_argv = [*GPU_AIRGAP, "bundle", "verify", str(bundle), "--keyring", str(home / "public.asc")]
-    verify_wall, verify_rss = measure(verify_argv, cwd=ROOT)
-    sha_wall, _ = measure(["sha256sum", *[str(d) for d in debs]])
+    verify_wall, sha_wall, verify_rss = paired(verify_argv, ["sha256sum", *[str(d) for d in debs]], rounds, cwd=ROOT)
     shutil.rmtree(mirror)
     return {
         "size_mb": size_mb, "bundle_mb": bundle.stat().st_size / 2**20,
@@ -118,13 +142,22 @@ def run_size(work: Path, size_mb: int, fpr: str, home: Path) -> dict[str, float]
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes-mb", default="50,200")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved runs per command; medians are compared")
     args = parser.parse_args()
+    for package in ("configure", "installer", "mirror"):
+        compileall.compile_dir(ROOT / package, quiet=1)
     with tempfile.TemporaryDirectory(prefix="bench-bundle-") as tmp:
         work = Path(tmp)
+        # A private wheel cache: builds in other checkouts (other sources, other zipapps) share the
+        # default one and would evict the cached zipapp between the warm-up and the measured runs.
+        (work / "wheels").mkdir()
+        for wheel in ensure_wheels():
+            shutil.copy2(wheel, work / "wheels")
+        os.environ["GPU_AIRGAP_WHEEL_CACHE"] = str(work / "wheels")
         home = work / "gnupg"
         fpr = make_key(home)
         try:
-            results = [run_size(work, int(s), fpr, home) for s in args.sizes_mb.split(",")]
+            results = [run_size(work, int(s), fpr, home, args.rounds) for s in args.sizes_mb.split(",")]
         finally:
             subprocess.run(["gpgconf", "--homedir", str(home), "--kill", "gpg-agent"], check=False)
     ok = True

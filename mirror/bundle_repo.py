@@ -13,16 +13,24 @@ files are streamed into the archive later by the builder.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import json
 import lzma
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from configure.errors import CommandError, ToolError
+from configure.fsutil import atomic_write
 from configure.proc import run
 from mirror.bundle_sign import OperatorKey
 from mirror.bundle_source import SourcePackage, TargetSelection
+from mirror.bundle_tar import PackageChangedError
+from mirror.node_zipapp import default_cache
+from mirror.store import file_digest
 
 
 @dataclass(frozen=True)
@@ -45,43 +53,115 @@ class TargetRepo:
     metadata: dict[str, bytes]
 
 
-def build_target_repo(selection: TargetSelection, *, key: OperatorKey, epoch: int, channel: str) -> TargetRepo:
+def build_target_repo(
+    selection: TargetSelection, *, key: OperatorKey, epoch: int, channel: str, info_cache: Path | None = None
+) -> TargetRepo:
     """Generate the signed repo metadata of one target.
 
     :param selection: the target's packages from the mirror.
     :param key: the operator key that signs ``InRelease`` / ``repomd.xml``.
     :param epoch: the build time (SOURCE_DATE_EPOCH or now) used for dates and signatures.
     :param channel: written as the apt ``Codename``.
+    :param info_cache: where each package's control data / requires is kept, under its recorded
+        digest, so a later build skips the dpkg-deb / rpm query (None: query every time).
     """
     repo_dir = f"targets/{selection.format}-{selection.arch}"
+    # Each query is a dpkg-deb / rpm process: running them side by side hides their start-up time.
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        queried = list(pool.map(lambda pkg: _cached_query(selection.format, pkg, info_cache), selection.packages))
+    control = {pkg.path: fields for pkg, (fields, _) in zip(selection.packages, queried)}
     packages = tuple(
-        RepoPackage(pkg, f"{repo_dir}/{pkg.path.name}", pkg.sha256 or file_sha256(pkg.path), _depends(selection.format, pkg.path))
-        for pkg in selection.packages
+        RepoPackage(pkg, f"{repo_dir}/{pkg.path.name}", _recorded_sha256(pkg), depends)
+        for pkg, (_, depends) in zip(selection.packages, queried)
     )
     if selection.format == "deb":
-        metadata = _apt_metadata(packages, arch=selection.arch, key=key, epoch=epoch, channel=channel)
+        metadata = _apt_metadata(packages, control, arch=selection.arch, key=key, epoch=epoch, channel=channel)
     else:
         metadata = _yum_metadata(packages, key=key, epoch=epoch)
     return TargetRepo(selection, repo_dir, packages, {f"{repo_dir}/{k}": v for k, v in metadata.items()})
 
 
-def file_sha256(path: Path) -> str:
-    """sha256 of a file, read in 1 MiB chunks."""
-    hasher = hashlib.sha256()
-    with open(path, "rb") as fh:
+def _recorded_sha256(pkg: SourcePackage) -> str:
+    """The sha256 the mirror recorded from signed metadata; the builder checks the shipped bytes against it.
+
+    A package the upstream metadata vouched for by sha512 alone is hashed once here, and its
+    sha512 checked, so the sha256 the manifest names is one of verified bytes too.
+
+    :raises PackageChangedError: when such a file no longer matches its recorded sha512.
+    """
+    if pkg.sha256:
+        return pkg.sha256
+    if not pkg.sha512:
+        raise ToolError(f"the mirror recorded no checksum for {pkg.path}; sync the mirror again")
+    sha256, sha512 = hashlib.sha256(), hashlib.sha512()
+    with open(pkg.path, "rb") as fh:
         while block := fh.read(1 << 20):
-            hasher.update(block)
-    return hasher.hexdigest()
+            sha256.update(block)
+            sha512.update(block)
+    if pkg.sha512 != sha512.hexdigest():
+        raise PackageChangedError(pkg.path, f"sha512 {pkg.sha512[:16]}…", f"{sha512.hexdigest()[:16]}…")
+    return sha256.hexdigest()
 
 
-def _depends(fmt: str, path: Path) -> tuple[str, ...]:
+def _query(pkg: SourcePackage, argv: list[str]) -> str:
+    """Run a package query on ``pkg``; when it fails because the file changed since sync, say so."""
+    try:
+        return run([*argv, str(pkg.path)]).stdout.decode("utf-8")
+    except CommandError as exc:
+        algo, recorded = ("sha256", pkg.sha256) if pkg.sha256 else ("sha512", pkg.sha512)
+        actual = file_digest(pkg.path, algo)
+        if recorded and recorded != actual:
+            raise PackageChangedError(pkg.path, f"{algo} {recorded[:16]}…", f"{actual[:16]}…") from exc
+        raise
+
+
+def default_info_cache() -> Path:
+    """``package-info/`` beside the node wheel cache (``~/.cache/gpu-airgap/package-info``)."""
+    return default_cache().parent / "package-info"
+
+
+def _cached_query(
+    fmt: str, pkg: SourcePackage, cache: Path | None
+) -> tuple[list[tuple[str, str]], tuple[str, ...]]:
+    """:func:`_query_package`, remembered under the package's recorded digest.
+
+    The answer is a pure function of the package's bytes, and those bytes are checked against
+    the same recorded digest while they stream into the bundle (a mismatch aborts the build), so
+    a cached answer always describes the file shipped.
+    """
+    digest = f"sha256-{pkg.sha256}" if pkg.sha256 else f"sha512-{pkg.sha512}" if pkg.sha512 else None
+    entry = cache / f"{fmt}-{digest}.json" if cache is not None and digest else None
+    if entry is not None:
+        try:
+            data = json.loads(entry.read_bytes())
+            return [(str(k), str(v)) for k, v in data["fields"]], tuple(str(d) for d in data["depends"])
+        except (OSError, ValueError, KeyError, TypeError):
+            pass  # absent or unreadable: ask the package
+    fields, depends = _query_package(fmt, pkg)
+    if entry is not None:
+        with contextlib.suppress(OSError):  # a cache that cannot be written only costs time
+            entry.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write(entry, json.dumps({"fields": fields, "depends": depends}).encode())
+    return fields, depends
+
+
+def _query_package(fmt: str, pkg: SourcePackage) -> tuple[list[tuple[str, str]], tuple[str, ...]]:
+    """(control fields, depends) of a .deb — one dpkg-deb call serves both — or ([], requires) of an .rpm."""
     if fmt == "deb":
-        fields = _control_fields(run(["dpkg-deb", "-f", str(path)]).stdout.decode("utf-8"))
-        value = " ".join(v for k, v in fields if k.lower() == "pre-depends") + ", " + " ".join(
-            v for k, v in fields if k.lower() == "depends"
-        )
-        return tuple(d.strip() for d in value.replace("\n", " ").split(",") if d.strip())
-    out = run(["rpm", "-qp", "--nosignature", "--requires", str(path)]).stdout.decode("utf-8")
+        fields = _control_fields(_query(pkg, ["dpkg-deb", "-f"]))
+        return fields, _deb_depends(fields)
+    return [], _rpm_requires(pkg)
+
+
+def _deb_depends(fields: list[tuple[str, str]]) -> tuple[str, ...]:
+    value = " ".join(v for k, v in fields if k.lower() == "pre-depends") + ", " + " ".join(
+        v for k, v in fields if k.lower() == "depends"
+    )
+    return tuple(d.strip() for d in value.replace("\n", " ").split(",") if d.strip())
+
+
+def _rpm_requires(pkg: SourcePackage) -> tuple[str, ...]:
+    out = _query(pkg, ["rpm", "-qp", "--nosignature", "--requires"])
     return tuple(line.strip() for line in out.splitlines() if line.strip() and not line.startswith("rpmlib("))
 
 
@@ -97,13 +177,13 @@ def _control_fields(text: str) -> list[tuple[str, str]]:
 
 
 def _apt_metadata(
-    packages: tuple[RepoPackage, ...], *, arch: str, key: OperatorKey, epoch: int, channel: str
+    packages: tuple[RepoPackage, ...], control: dict[Path, list[tuple[str, str]]], *, arch: str, key: OperatorKey, epoch: int, channel: str
 ) -> dict[str, bytes]:
     stanzas = []
     for pkg in sorted(packages, key=lambda p: (p.source.name, p.source.version, p.member)):
         fields = [
             (k, v)
-            for k, v in _control_fields(run(["dpkg-deb", "-f", str(pkg.source.path)]).stdout.decode("utf-8"))
+            for k, v in control[pkg.source.path]
             if k.lower() not in ("filename", "size", "md5sum", "sha1", "sha256", "sha512")
         ]
         fields += [("Filename", f"./{pkg.source.path.name}"), ("Size", str(pkg.source.size)), ("SHA256", pkg.sha256)]

@@ -6,20 +6,25 @@ import dataclasses
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, List, Optional
+from typing import TYPE_CHECKING, Any, List, Optional
 
 import typer
 
 from configure import output
 from configure.errors import ProblemsFound, UsageError
 from installer import cli as node_cli
-from mirror import bundle_cli, maintain
-from mirror import progress as progress_lib
-from mirror import sync as sync_lib
-from mirror.http import Downloader
+from mirror import bundle_cli
 from mirror.lockfile import Lockfile
 from mirror.model import PackageFormat
-from mirror.trust import open_keyring
+
+# The mirror commands import their libraries (requests, rich progress, …) when they run, so
+# other commands (bundle build, the node side) start without them.
+if TYPE_CHECKING:
+    from mirror import sync as sync_lib
+
+#: Same value as mirror.sync.DEFAULT_UPSTREAM (tests/test_bundle_build_safety.py checks), spelled here so
+#: building the command line does not import mirror.sync.
+DEFAULT_UPSTREAM = "https://nvidia.github.io/libnvidia-container"
 
 mirror_app = typer.Typer(
     help="Sync NVIDIA's signed apt and yum channels to a local mirror.", no_args_is_help=True
@@ -30,7 +35,7 @@ mirror_app = typer.Typer(
 # Each command builds the collaborators, calls the library, and renders; no decisions here.
 
 _DEST = typer.Option(..., "--dest", help="The mirror directory.")
-_UPSTREAM = typer.Option(sync_lib.DEFAULT_UPSTREAM, "--upstream", help="Base URL of NVIDIA's repositories.")
+_UPSTREAM = typer.Option(DEFAULT_UPSTREAM, "--upstream", help="Base URL of NVIDIA's repositories.")
 _CHANNEL = typer.Option("stable", "--channel", help="stable or experimental (release candidates).")
 _FORMAT = typer.Option("deb,rpm", "--format", help="Package formats, comma-separated: deb, rpm.")
 _ARCH = typer.Option(["amd64"], "--arch", help="Architectures (amd64/x86_64, arm64/aarch64, ppc64el); repeat or comma-separate.")
@@ -44,6 +49,8 @@ _WRITE_LOCK = typer.Option(None, "--write-lock", help="Record the synced set in 
 
 
 def _options(upstream: str, channel: str, fmt: str, arch: list[str], version: str, locked: Optional[Path]) -> sync_lib.SyncOptions:
+    from mirror import sync as sync_lib
+
     if channel not in sync_lib.CHANNELS:
         raise UsageError(f"unknown --channel {channel!r}; use stable or experimental")
     lock = Lockfile.load(locked) if locked is not None else None
@@ -107,6 +114,11 @@ def sync_command(
     write_lock: Optional[Path] = _WRITE_LOCK,
 ) -> None:
     """Download the resolved toolkit release into a local mirror, verified, all or nothing."""
+    from mirror import progress as progress_lib
+    from mirror import sync as sync_lib
+    from mirror.http import Downloader
+    from mirror.trust import open_keyring
+
     options = _options(upstream, channel, fmt, arch, version, locked)
     _warn_channel(options, quiet)  # on stderr, so --json still prints one object on stdout
     progress = progress_lib.choose(quiet=quiet, json_output=json_output)
@@ -144,6 +156,10 @@ def plan_command(
     locked: Optional[Path] = _LOCKED,
 ) -> None:
     """Show the resolved set (name, version, arch, size, checksum, total bytes); download no package."""
+    from mirror import sync as sync_lib
+    from mirror.http import Downloader
+    from mirror.trust import open_keyring
+
     options = _options(upstream, channel, fmt, arch, version, locked)
     _warn_channel(options, quiet=False)
     with open_keyring([keyring] if keyring else None) as ring, Downloader() as downloader:
@@ -164,6 +180,11 @@ def status_command(
     json_output: bool = _JSON,
 ) -> None:
     """Show what the mirror holds and what is newer upstream on its channel."""
+    from mirror import maintain
+    from mirror import sync as sync_lib
+    from mirror.http import Downloader
+    from mirror.trust import open_keyring
+
     if offline:
         repos = maintain.status(dest, fetcher=None, loader=None)
     else:
@@ -189,6 +210,8 @@ def status_command(
 @mirror_app.command("verify")
 def verify_command(dest: Path = _DEST, json_output: bool = _JSON) -> None:
     """Re-hash every file of the mirror against the checksums recorded from signed metadata."""
+    from mirror import maintain
+
     report = maintain.verify(dest)
     if json_output:
         output.emit_json({"dest": str(dest), "files": report.files, "bytes": report.bytes, "problems": report.problems})
@@ -206,6 +229,8 @@ def prune_command(
     json_output: bool = _JSON,
 ) -> None:
     """Keep the newest N toolkit releases (and what they need); delete the rest."""
+    from mirror import maintain
+
     report = maintain.prune(dest, keep, dry_run=dry_run)
     if json_output:
         output.emit_json({"dest": str(dest), "dry_run": dry_run, **dataclasses.asdict(report)})

@@ -36,12 +36,17 @@ import shutil
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from configure.errors import BusyError, ToolError
 from configure.fsutil import atomic_write, safe_join
 from mirror.errors import MirrorStateError
-from mirror.http import CHUNK, CachedResponse
+
+if TYPE_CHECKING:
+    from mirror.http import CachedResponse
+
+# Not imported from mirror.http: reading the state (bundle build, verify) should not import requests.
+CHUNK: Final = 1024 * 1024
 
 STATE_VERSION: Final = 1
 LOCK_NAME: Final = ".gpu-airgap.lock"
@@ -297,6 +302,8 @@ def read_cache(dest: Path, url: str) -> CachedResponse | None:
         return None
     if info.get("url") != url or hashlib.sha256(body).hexdigest() != info.get("sha256"):
         return None
+    from mirror.http import CachedResponse
+
     return CachedResponse(body, info.get("etag"), info.get("last_modified"))
 
 
