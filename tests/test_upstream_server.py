@@ -196,3 +196,14 @@ def test_own_server_on_a_tree_copy_picks_a_free_port_and_stops(tmp_path: Path) -
         assert request(server, "GET", "/f")[2] == b"hello"
     with pytest.raises(OSError):
         request(server, "GET", "/f")
+
+
+def test_a_client_hanging_up_prints_no_traceback(
+    upstream_server: UpstreamServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    server = upstream_server._httpd  # the socketserver behind it
+    try:
+        raise ConnectionResetError(104, "Connection reset by peer")
+    except ConnectionResetError:
+        server.handle_error(None, ("127.0.0.1", 1))
+    assert capsys.readouterr().err == ""
