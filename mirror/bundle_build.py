@@ -22,6 +22,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from configure.errors import ToolError, UsageError
+from configure.fsutil import atomic_write
 from configure.version import VERSION
 from installer.manifest import (
     MANIFEST_NAME,
@@ -40,6 +41,7 @@ from mirror.bundle_tar import BundleWriter
 from mirror.lockfile import Lockfile
 from mirror.node_zipapp import PYZ_NAME, build_zipapp
 from mirror.sbom import SBOM_NAME, SbomPackage, render_spdx
+from mirror.store import file_digest
 
 INSTALL_SH = "install.sh"
 OPERATOR_KEY = "operator-key.asc"
@@ -176,17 +178,8 @@ def build_from_selection(
 
 
 def _write_checksum_list(output: Path, parts: list[Path], key: OperatorKey) -> list[Path]:
-    from configure.fsutil import atomic_write
-
-    lines = []
-    for part in parts:
-        hasher = hashlib.sha256()
-        with open(part, "rb") as fh:
-            while block := fh.read(1 << 20):
-                hasher.update(block)
-        lines.append(f"{hasher.hexdigest()}  {part.name}\n")
     listing = output.with_name(output.name + ".sha256sums")
-    data = "".join(lines).encode()
+    data = "".join(f"{file_digest(part, 'sha256')}  {part.name}\n" for part in parts).encode()
     atomic_write(listing, data)
     signature = listing.with_name(listing.name + ".asc")
     atomic_write(signature, key.sign_detached(data))
