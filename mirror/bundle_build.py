@@ -78,12 +78,12 @@ def build_epoch() -> int:
 def parse_size(text: str) -> int:
     """``650M`` / ``4G`` / ``1048576`` -> bytes (binary units)."""
     units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
-    text = text.strip().upper().removesuffix("B").removesuffix("I")
+    value = text.strip().upper().removesuffix("B").removesuffix("I")
     try:
-        if text and text[-1] in units:
-            return int(float(text[:-1]) * units[text[-1]])
-        return int(text)
-    except ValueError:
+        if value and value[-1] in units:
+            return int(float(value[:-1]) * units[value[-1]])
+        return int(value)
+    except (ValueError, OverflowError):  # OverflowError: "infM", "1e999G"
         raise UsageError(f"--split {text!r} is not a size like 650M or 4G") from None
 
 

@@ -330,6 +330,18 @@ def test_creation_time_comes_from_source_date_epoch(monkeypatch: pytest.MonkeyPa
         build_epoch()
 
 
+def test_split_size_takes_binary_units_and_refuses_what_is_not_a_size() -> None:
+    from configure.errors import UsageError
+    from mirror.bundle_build import parse_size
+
+    assert [parse_size(s) for s in ("650M", "650MiB", "1.5g", "4GB", "1048576")] == [
+        650 << 20, 650 << 20, 3 << 29, 4 << 30, 1 << 20,
+    ]  # fmt: skip
+    for bad in ("lots", "M", "infM", "1e999G", "nanK"):
+        with pytest.raises(UsageError, match=f"--split '{bad}' is not a size like 650M or 4G"):
+            parse_size(bad)
+
+
 # -- determinism, compression, split -------------------------------------------------------------
 
 
