@@ -28,8 +28,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import configure.proc as proc
 from installer.env import NodeEnv
 from installer.install import InstallOptions, install
-from tests.gpgkeys import _kill_agent, make_key
+from tests.gpgkeys import make_key
 from tests.node_fixtures import CONTAINERD_CONFIG, build_target, seed_dpkg_root, write_signed_bundle
+from tests.upstream import stop_agent
 
 PACKAGE_MANAGERS = ("dpkg", "dpkg-query", "rpm")
 RUNS = 5
@@ -77,7 +78,7 @@ def measure_overhead(work: Path) -> Dict[str, Any]:
             overheads.append(total - sum(spent))
     finally:
         proc.run = real_run  # type: ignore[assignment]
-        _kill_agent(key.home)
+        stop_agent(key.home)
     return {
         "runs": RUNS,
         "total_s_median": statistics.median(totals),

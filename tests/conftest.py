@@ -1,4 +1,6 @@
-"""Shared pytest fixtures: the local NVIDIA-like upstream (``upstream_tree``) and its server (``upstream_server``)."""
+"""Shared pytest fixtures: the local NVIDIA-like upstream (``upstream_tree``) and its server
+(``upstream_server``), mirrors synced from it (``synced_mirror``, ``deb_mirror``) and throwaway gpg keys
+(``test_key``, ``other_key``, the bundle operator's ``operator_key``)."""
 
 from __future__ import annotations
 
@@ -8,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.cli_runner import run_cli
+from tests.gpgkeys import TestKey, make_key
 from tests.upstream import UpstreamServer, UpstreamTree, cached_upstream, stop_agent
 
 
@@ -44,6 +48,62 @@ def upstream_server(_upstream_session_server: UpstreamServer) -> UpstreamServer:
     """A server on 127.0.0.1 serving ``upstream_tree``, with no faults and an empty log for this test."""
     _upstream_session_server.reset()
     return _upstream_session_server
+
+
+def _sync(tree: UpstreamTree, server: UpstreamServer, dest: Path, formats: str, *extra: str) -> Path:
+    result = run_cli(
+        "mirror", "sync", "--dest", str(dest), "--upstream", server.url, "--keyring", str(tree.public_key),
+        "--version", "1.17.8", "--format", formats, "--arch", "amd64", "--quiet", *extra,
+    )  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    return dest
+
+
+@pytest.fixture(scope="session")
+def synced_mirror(
+    upstream_tree: UpstreamTree, _upstream_session_server: UpstreamServer, tmp_path_factory: pytest.TempPathFactory
+) -> Path:
+    """A mirror synced with the real ``mirror sync``: 1.17.8, deb/amd64 + rpm/x86_64, with its ``gpu-airgap.lock``.
+
+    Read-only, like :func:`deb_mirror`.
+    """
+    dest = tmp_path_factory.mktemp("mirror")
+    return _sync(upstream_tree, _upstream_session_server, dest, "deb,rpm", "--write-lock", str(dest / "gpu-airgap.lock"))
+
+
+@pytest.fixture(scope="session")
+def deb_mirror(
+    upstream_tree: UpstreamTree, _upstream_session_server: UpstreamServer, tmp_path_factory: pytest.TempPathFactory
+) -> Path:
+    """A mirror synced with the real ``mirror sync``: 1.17.8, deb/amd64 only.
+
+    Read-only: tests that tamper with it work on a ``shutil.copytree`` of it.
+    """
+    return _sync(upstream_tree, _upstream_session_server, tmp_path_factory.mktemp("deb-mirror"), "deb")
+
+
+@pytest.fixture(scope="session")
+def test_key(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestKey]:
+    """A throwaway signing key the signature tests trust."""
+    key = make_key(tmp_path_factory.mktemp("gpg-a"), "gpu-airgap test <test@example.invalid>")
+    yield key
+    stop_agent(key.home)
+
+
+@pytest.fixture(scope="session")
+def other_key(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestKey]:
+    """A second key nobody trusts."""
+    key = make_key(tmp_path_factory.mktemp("gpg-b"), "someone else <other@example.invalid>")
+    yield key
+    stop_agent(key.home)
+
+
+@pytest.fixture(scope="session")
+def operator_key(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestKey]:
+    """The bundle operator's throwaway signing key (ed25519, no passphrase, its own GNUPGHOME)."""
+    key = make_key(tmp_path_factory.mktemp("operator-gpg"), "bundle operator <operator@example.invalid>")
+    yield key
+    stop_agent(key.home)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -1,16 +1,14 @@
-"""Throwaway OpenPGP keys for signature tests: real gpg, real keys, generated once per session.
+"""Throwaway OpenPGP keys for signature tests: real gpg, real keys.
 
-Import the fixtures into a test module (``from tests.gpgkeys import test_key, other_key``).
+The session fixtures made with :func:`make_key` (``test_key``, ``other_key``, ``operator_key``)
+live in ``tests/conftest.py``.
 """
 
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-
-import pytest
 
 REAL = Path(__file__).parent / "data" / "real-upstream"
 NVIDIA_KEY = REAL / "gpgkey"
@@ -45,25 +43,3 @@ def make_key(home: Path, uid: str) -> TestKey:
         subprocess.run([*gpg, "--armor", "--export", fingerprint], check=True, capture_output=True).stdout
     )
     return TestKey(home, fingerprint, public)
-
-
-def _kill_agent(home: Path) -> None:
-    subprocess.run(
-        ["gpgconf", "--homedir", str(home), "--kill", "gpg-agent"], check=False, capture_output=True
-    )
-
-
-@pytest.fixture(scope="session")
-def test_key(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestKey]:
-    """The operator's throwaway signing key."""
-    key = make_key(tmp_path_factory.mktemp("gpg-a"), "gpu-airgap test <test@example.invalid>")
-    yield key
-    _kill_agent(key.home)
-
-
-@pytest.fixture(scope="session")
-def other_key(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestKey]:
-    """A second key nobody trusts."""
-    key = make_key(tmp_path_factory.mktemp("gpg-b"), "someone else <other@example.invalid>")
-    yield key
-    _kill_agent(key.home)

@@ -32,43 +32,12 @@ from mirror.bundle_sign import OperatorKey
 from mirror.bundle_source import SourceError
 from mirror.lockfile import Lockfile
 from tests.cli_runner import run_cli
-from tests.gpgkeys import TestKey, make_key
+from tests.gpgkeys import TestKey
 from tests.test_upstream_clients import apt, dnf
-from tests.upstream import UpstreamServer, UpstreamTree, stop_agent
+from tests.upstream import UpstreamTree
 
 PY39 = Path("/root/.pyenv/versions/3.9.18/bin/python3.9")
 TARGETS = [("deb", "amd64"), ("rpm", "x86_64")]
-
-
-@pytest.fixture(scope="session")
-def operator_key(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestKey]:
-    """The operator's throwaway signing key (ed25519, no passphrase, its own GNUPGHOME)."""
-    key = make_key(tmp_path_factory.mktemp("operator-gpg"), "bundle operator <operator@example.invalid>")
-    yield key
-    stop_agent(key.home)
-
-
-@pytest.fixture(scope="session")
-def stranger_key(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestKey]:
-    """A second key nobody trusts."""
-    key = make_key(tmp_path_factory.mktemp("stranger-gpg"), "someone else <other@example.invalid>")
-    yield key
-    stop_agent(key.home)
-
-
-@pytest.fixture(scope="session")
-def synced_mirror(
-    upstream_tree: UpstreamTree, _upstream_session_server: UpstreamServer, tmp_path_factory: pytest.TempPathFactory
-) -> Path:
-    """A mirror synced with the real ``mirror sync`` from the local upstream: 1.17.8, deb/amd64 + rpm/x86_64."""
-    dest = tmp_path_factory.mktemp("mirror")
-    result = run_cli(
-        "mirror", "sync", "--dest", str(dest), "--upstream", _upstream_session_server.url,
-        "--keyring", str(upstream_tree.public_key), "--version", "1.17.8",
-        "--format", "deb,rpm", "--arch", "amd64", "--quiet", "--write-lock", str(dest / "gpu-airgap.lock"),
-    )  # fmt: skip
-    assert result.exit_code == 0, result.stderr
-    return dest
 
 
 @pytest.fixture(scope="session")
@@ -202,11 +171,11 @@ def test_an_added_member_fails_verify_naming_it(plain_bundle: Path, operator_key
 
 
 def test_a_replaced_signature_fails_verify_naming_the_signature(
-    plain_bundle: Path, stranger_key: TestKey, tmp_path: Path, operator_keyring: Keyring
+    plain_bundle: Path, other_key: TestKey, tmp_path: Path, operator_keyring: Keyring
 ) -> None:
     with tarfile.open(plain_bundle) as tar:
         manifest = tar.extractfile(MANIFEST_NAME).read()  # type: ignore[union-attr]
-    forged = OperatorKey.find(stranger_key.fingerprint, stranger_key.home).sign_detached(manifest)
+    forged = OperatorKey.find(other_key.fingerprint, other_key.home).sign_detached(manifest)
     with tarfile.open(plain_bundle) as old, tarfile.open(tmp_path / "b.tar", "w", format=tarfile.GNU_FORMAT) as new:
         for member in old.getmembers():
             if member.name == SIGNATURE_NAME:
@@ -219,8 +188,8 @@ def test_a_replaced_signature_fails_verify_naming_the_signature(
     assert "not in the trusted keyring" in report.problems[0].message
 
 
-def test_a_keyring_without_the_signing_key_fails_verify(plain_bundle: Path, stranger_key: TestKey) -> None:
-    with Keyring.open([stranger_key.public]) as keyring:
+def test_a_keyring_without_the_signing_key_fails_verify(plain_bundle: Path, other_key: TestKey) -> None:
+    with Keyring.open([other_key.public]) as keyring:
         report = verify(plain_bundle, keyring)
     assert not report.ok and report.first_bad == SIGNATURE_NAME
     with pytest.raises(BundleVerificationError, match=r"failed verification at manifest\.json\.asc"):

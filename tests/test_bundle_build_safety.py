@@ -16,7 +16,6 @@ import subprocess
 import sys
 import tarfile
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,39 +26,16 @@ from mirror.bundle_build import BuildResult, build_bundle
 from mirror.bundle_tar import PackageChangedError, _Worker
 from mirror.store import MirrorState, write_state
 from tests.cli_runner import run_cli
-from tests.gpgkeys import TestKey, make_key
-from tests.upstream import UpstreamServer, UpstreamTree, stop_agent
+from tests.gpgkeys import TestKey
 
 ROOT = Path(__file__).resolve().parent.parent
 EPOCH = 2_000_000_000  # a fixed SOURCE_DATE_EPOCH after any key made today (2033)
 
 
-@pytest.fixture(scope="module")
-def operator_key(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestKey]:
-    """A throwaway operator signing key."""
-    key = make_key(tmp_path_factory.mktemp("operator-gpg"), "bundle operator <operator@example.invalid>")
-    yield key
-    stop_agent(key.home)
-
-
-@pytest.fixture(scope="module")
-def pristine_mirror(
-    upstream_tree: UpstreamTree, _upstream_session_server: UpstreamServer, tmp_path_factory: pytest.TempPathFactory
-) -> Path:
-    """A deb/amd64 mirror synced with the real ``mirror sync`` (read-only: tests copy it)."""
-    dest = tmp_path_factory.mktemp("mirror")
-    result = run_cli(
-        "mirror", "sync", "--dest", str(dest), "--upstream", _upstream_session_server.url,
-        "--keyring", str(upstream_tree.public_key), "--version", "1.17.8", "--format", "deb", "--arch", "amd64", "--quiet",
-    )  # fmt: skip
-    assert result.exit_code == 0, result.stderr
-    return dest
-
-
 @pytest.fixture
-def mirror(pristine_mirror: Path, tmp_path: Path) -> Path:
-    """A private copy of the synced mirror, free to tamper with."""
-    return Path(shutil.copytree(pristine_mirror, tmp_path / "mirror"))
+def mirror(deb_mirror: Path, tmp_path: Path) -> Path:
+    """A private copy of the synced deb/amd64 mirror, free to tamper with."""
+    return Path(shutil.copytree(deb_mirror, tmp_path / "mirror"))
 
 
 def _packages(mirror: Path) -> list[Path]:

@@ -28,18 +28,9 @@ from installer.manifest import (
     Target,
 )
 from mirror.bundle_sign import OperatorKey
-from tests.gpgkeys import TestKey, make_key
-from tests.upstream import stop_agent
+from tests.gpgkeys import TestKey
 
 GOOD = b"good payload\n"
-
-
-@pytest.fixture(scope="session")
-def operator_key(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestKey]:
-    """The operator's throwaway signing key (ed25519, no passphrase, its own GNUPGHOME)."""
-    key = make_key(tmp_path_factory.mktemp("operator-gpg"), "bundle operator <operator@example.invalid>")
-    yield key
-    stop_agent(key.home)
 
 
 @pytest.fixture(scope="module")

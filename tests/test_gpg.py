@@ -13,9 +13,7 @@ from installer.gpg import Keyring, clearsign, judge_status, sign_detached
 from mirror.apt_index import parse_release
 from mirror.metadata_errors import MetadataError
 from mirror.trust import NVIDIA_FINGERPRINT, default_keyring_path, open_keyring
-from tests.gpgkeys import NVIDIA_KEY, REAL, TestKey, other_key, test_key
-
-__all__ = ["other_key", "test_key"]  # fixtures imported for pytest
+from tests.gpgkeys import NVIDIA_KEY, REAL, TestKey
 
 INRELEASE = (REAL / "stable/deb/amd64/InRelease").read_bytes()
 REPOMD = (REAL / "stable/rpm/x86_64/repodata/repomd.xml").read_bytes()

@@ -14,16 +14,14 @@ import json
 import os
 import shutil
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Dict, List
 
 import pytest
 
 from tests.cli_runner import run_cli
-from tests.gpgkeys import TestKey, make_key
+from tests.gpgkeys import TestKey
 from tests.node_fixtures import CONTAINERD_CONFIG, TOOLKIT, seed_dpkg_root
-from tests.upstream import UpstreamServer, UpstreamTree, stop_agent
 
 PY39 = Path("/root/.pyenv/versions/3.9.18/bin/python3.9")
 NODE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"  # dpkg wants ldconfig etc. on PATH
@@ -35,27 +33,11 @@ def _node_python() -> Path:
 
 
 @pytest.fixture(scope="module")
-def operator_key(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestKey]:
-    key = make_key(tmp_path_factory.mktemp("operator-gpg"), "bundle operator <operator@example.invalid>")
-    yield key
-    stop_agent(key.home)
-
-
-@pytest.fixture(scope="module")
-def bundle(
-    upstream_tree: UpstreamTree, _upstream_session_server: UpstreamServer, operator_key: TestKey,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Path:
+def bundle(deb_mirror: Path, operator_key: TestKey, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A signed zstd deb/amd64 bundle of 1.17.8, built by ``bundle build`` from a real ``mirror sync``."""
-    mirror = tmp_path_factory.mktemp("mirror")
-    synced = run_cli(
-        "mirror", "sync", "--dest", str(mirror), "--upstream", _upstream_session_server.url,
-        "--keyring", str(upstream_tree.public_key), "--version", "1.17.8", "--format", "deb", "--arch", "amd64", "--quiet",
-    )  # fmt: skip
-    assert synced.exit_code == 0, synced.stderr
     out = tmp_path_factory.mktemp("bundle") / "nvidia-container-toolkit-1.17.8.tar.zst"
     built = run_cli(
-        "bundle", "build", "--mirror", str(mirror), "--version", "1.17.8", "--target", "deb/amd64",
+        "bundle", "build", "--mirror", str(deb_mirror), "--version", "1.17.8", "--target", "deb/amd64",
         "--sign-key", operator_key.fingerprint, "--gnupghome", str(operator_key.home), "--output", str(out),
     )  # fmt: skip
     assert built.exit_code == 0, built.stderr

@@ -20,7 +20,7 @@ from installer.preflight import PreflightFailed
 from installer.state import load_state
 from installer.target import Requirement, Target, TargetMismatch
 from tests.cli_runner import run_cli
-from tests.gpgkeys import TestKey, other_key, test_key  # noqa: F401 - fixtures
+from tests.gpgkeys import TestKey
 from tests.node_fixtures import (
     CONTAINERD_CONFIG,
     DEB_SEED,

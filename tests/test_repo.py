@@ -26,10 +26,8 @@ from mirror.resolve import resolve
 from mirror.rpm_index import parse_repomd
 from mirror.selectors import VersionSelector
 from mirror.trust import NVIDIA_FINGERPRINT, open_keyring
-from tests.gpgkeys import REAL, TestKey, other_key, test_key
+from tests.gpgkeys import REAL, TestKey
 from tests.rpmrepo import build_yum_repo
-
-__all__ = ["other_key", "test_key"]
 
 BASE = "http://127.0.0.1:1/stable/deb/amd64"
 YUM = "http://127.0.0.1:1/stable/rpm/x86_64"
