@@ -1,4 +1,4 @@
-"""The one module that talks to gpg: verify clearsigned and detached signatures, and sign.
+"""The node side's one module that talks to gpg: verify clearsigned and detached signatures.
 
 Verification always happens in an isolated, temporary ``GNUPGHOME`` that holds only the keys the
 caller names (:class:`Keyring`), never the user's keyring, so "valid" can only mean "made by one
@@ -11,6 +11,8 @@ cleartext message, dash-unescaped), canonicalised the way the signature hash see
 LF and trailing spaces/tabs are dropped (RFC 4880 §7.1 ignores them, so keeping them would let an
 attacker change bytes without breaking the signature). Anything outside the one signed block is
 rejected before gpg runs, so junk or a second signed message cannot smuggle text in.
+
+Signing happens only on the connected host, with the operator's key (:mod:`mirror.bundle_sign`).
 
 Node side: python3.9-compatible, stdlib + python-gnupg only.
 """
@@ -217,49 +219,6 @@ def judge_status(status: Iterable[tuple[str, list[str]]], trusted: frozenset[str
     raise SignatureError(f"{what} has no valid signature from the trusted keyring")
 
 
-def sign_detached(
-    data: bytes, *, key_id: str, gnupghome: Union[str, os.PathLike[str]], passphrase: Optional[str] = None
-) -> bytes:
-    """Make an armored detached signature over ``data`` with the operator's key.
-
-    :param data: the bytes to sign.
-    :param key_id: the signing key (fingerprint, key id or user id).
-    :param gnupghome: the operator's gpg home holding the secret key.
-    :param passphrase: the key's passphrase, if it has one (sent on a pipe, loopback pinentry).
-    :raises SignatureError: when gpg cannot sign (no such secret key, wrong passphrase, ...).
-    """
-    gpg = _new_gpg(Path(gnupghome))
-    result = gpg.sign(data, keyid=key_id, detach=True, clearsign=False, binary=False, passphrase=passphrase)
-    if not result.data or not result.fingerprint:
-        raise SignatureError(f"gpg could not sign with key {key_id}: {_last_problem(result.stderr)}")
-    return bytes(result.data)
-
-
-def clearsign(
-    text: str, *, key_id: str, gnupghome: Union[str, os.PathLike[str]], passphrase: Optional[str] = None
-) -> bytes:
-    """Make a cleartext-signed message (an ``InRelease``) of ``text`` with the operator's key.
-
-    :param text: the text to sign; it should end with a newline.
-    :param key_id: the signing key (fingerprint, key id or user id).
-    :param gnupghome: the operator's gpg home holding the secret key.
-    :param passphrase: the key's passphrase, if it has one.
-    :raises SignatureError: when gpg cannot sign.
-    """
-    gpg = _new_gpg(Path(gnupghome))
-    result = gpg.sign(
-        text.encode("utf-8"),
-        keyid=key_id,
-        clearsign=True,
-        detach=False,
-        passphrase=passphrase,
-        extra_args=["--digest-algo", "SHA512"],
-    )
-    if not result.data or not result.fingerprint:
-        raise SignatureError(f"gpg could not sign with key {key_id}: {_last_problem(result.stderr)}")
-    return bytes(result.data)
-
-
 def _new_gpg(home: Path, options: Optional[list[str]] = None) -> gnupg.GPG:
     try:
         return gnupg.GPG(gnupghome=str(home), options=options)
@@ -326,8 +285,3 @@ def _normalise_fpr(value: str) -> str:
     if not _FPR_RE.match(fpr):
         raise SignatureError(f"{value!r} is not a 40-hex-digit OpenPGP fingerprint")
     return fpr
-
-
-def _last_problem(stderr: str) -> str:
-    lines = [line for line in stderr.splitlines() if line.strip() and not line.startswith("[GNUPG:]")]
-    return lines[-1] if lines else "no error output"

@@ -10,6 +10,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from mirror.bundle_sign import OperatorKey
+
 REAL = Path(__file__).parent / "data" / "real-upstream"
 NVIDIA_KEY = REAL / "gpgkey"
 
@@ -23,6 +25,14 @@ class TestKey:
     home: Path
     fingerprint: str
     public: Path
+
+    def clearsign(self, text: str) -> bytes:
+        """``text`` as a cleartext-signed message (an InRelease), made by the bundle builder's signer."""
+        return OperatorKey(self.fingerprint, self.home, self.fingerprint).clearsign(text.encode("utf-8"))
+
+    def sign_detached(self, data: bytes) -> bytes:
+        """An armored detached signature over ``data``, made by the bundle builder's signer."""
+        return OperatorKey(self.fingerprint, self.home, self.fingerprint).sign_detached(data)
 
 
 def make_key(home: Path, uid: str) -> TestKey:

@@ -28,7 +28,6 @@ from installer.bundle import BundleVerificationError, extract_verified, verify
 from installer.gpg import Keyring
 from installer.manifest import MANIFEST_NAME, SIGNATURE_NAME, Manifest
 from mirror.bundle_build import BuildResult, build_bundle
-from mirror.bundle_sign import OperatorKey
 from mirror.bundle_source import SourceError
 from mirror.lockfile import Lockfile
 from tests.cli_runner import run_cli
@@ -175,7 +174,7 @@ def test_a_replaced_signature_fails_verify_naming_the_signature(
 ) -> None:
     with tarfile.open(plain_bundle) as tar:
         manifest = tar.extractfile(MANIFEST_NAME).read()  # type: ignore[union-attr]
-    forged = OperatorKey.find(other_key.fingerprint, other_key.home).sign_detached(manifest)
+    forged = other_key.sign_detached(manifest)
     with tarfile.open(plain_bundle) as old, tarfile.open(tmp_path / "b.tar", "w", format=tarfile.GNU_FORMAT) as new:
         for member in old.getmembers():
             if member.name == SIGNATURE_NAME:

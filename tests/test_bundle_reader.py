@@ -27,7 +27,6 @@ from installer.manifest import (
     SignedFile,
     Target,
 )
-from mirror.bundle_sign import OperatorKey
 from tests.gpgkeys import TestKey
 
 GOOD = b"good payload\n"
@@ -67,7 +66,7 @@ def craft(
 ) -> Path:
     """Write a tar whose signed manifest lists ``listed`` and whose other members are ``members``."""
     manifest = _manifest(key.fingerprint, listed).to_json()
-    signature = OperatorKey.find(key.fingerprint, key.home).sign_detached(manifest)
+    signature = key.sign_detached(manifest)
     head = [_info(MANIFEST_NAME, manifest), _info(SIGNATURE_NAME, signature)]
     with tarfile.open(path, "w", format=tarfile.GNU_FORMAT) as tar:
         for info, data in (head + members) if head_first else (members + head):

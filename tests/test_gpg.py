@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from configure.errors import SignatureError
-from installer.gpg import Keyring, clearsign, judge_status, sign_detached
+from installer.gpg import Keyring, judge_status
 from mirror.apt_index import parse_release
 from mirror.metadata_errors import MetadataError
 from mirror.trust import NVIDIA_FINGERPRINT, default_keyring_path, open_keyring
@@ -101,7 +101,7 @@ class TestFraming:
 class TestThrowawayKeys:
     def test_clearsign_round_trip_returns_the_signed_text(self, test_key: TestKey, trusting: Keyring) -> None:
         text = BODY + "- dash line\n-----BEGIN PGP SIGNATURE----- inside\n"
-        signed = clearsign(text, key_id=test_key.fingerprint, gnupghome=test_key.home)
+        signed = test_key.clearsign(text)
         verified = trusting.verify_clearsigned(signed)
         assert verified.text == text
         assert verified.fingerprint == test_key.fingerprint
@@ -114,7 +114,7 @@ class TestThrowawayKeys:
             trusting.verify_clearsigned(signed)
 
     def test_signature_by_another_key_names_that_key(self, other_key: TestKey, nvidia: Keyring) -> None:
-        signed = clearsign(BODY, key_id=other_key.fingerprint, gnupghome=other_key.home)
+        signed = other_key.clearsign(BODY)
         with pytest.raises(
             SignatureError, match=f"signed by key {other_key.fingerprint[-16:]}.*not in the trusted keyring"
         ):
@@ -123,12 +123,12 @@ class TestThrowawayKeys:
     def test_detached_signature_by_another_key_is_refused(
         self, other_key: TestKey, trusting: Keyring
     ) -> None:
-        signature = sign_detached(REPOMD, key_id=other_key.fingerprint, gnupghome=other_key.home)
+        signature = other_key.sign_detached(REPOMD)
         with pytest.raises(SignatureError, match="not in the trusted keyring"):
             trusting.verify_detached(REPOMD, signature)
 
     def test_detached_signature_round_trip_and_tamper(self, test_key: TestKey, trusting: Keyring) -> None:
-        signature = sign_detached(REPOMD, key_id=test_key.fingerprint, gnupghome=test_key.home)
+        signature = test_key.sign_detached(REPOMD)
         assert signature.startswith(b"-----BEGIN PGP SIGNATURE-----")
         assert trusting.verify_detached(REPOMD, signature).fingerprint == test_key.fingerprint
         with pytest.raises(SignatureError, match="bad signature"):
@@ -137,7 +137,7 @@ class TestThrowawayKeys:
     def test_empty_signed_body_verifies_but_is_not_a_release(
         self, test_key: TestKey, trusting: Keyring
     ) -> None:
-        signed = clearsign("", key_id=test_key.fingerprint, gnupghome=test_key.home)
+        signed = test_key.clearsign("")
         text = trusting.verify_clearsigned(signed).text
         assert text.strip() == ""
         with pytest.raises(
@@ -212,7 +212,7 @@ class TestThrowawayKeys:
         with Keyring.open([test_key.public]) as keyring:
             home = keyring._home
             keyring.verify_detached(
-                REPOMD, sign_detached(REPOMD, key_id=test_key.fingerprint, gnupghome=test_key.home)
+                REPOMD, test_key.sign_detached(REPOMD)
             )
             assert home.is_dir()
         assert not home.exists()

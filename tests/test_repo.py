@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from configure.errors import ChecksumMismatch, SignatureError, UnsafePathError, UsageError
-from installer.gpg import Keyring, clearsign, sign_detached
+from installer.gpg import Keyring
 from mirror.metadata_errors import MetadataError
 from mirror.model import PackageFormat
 from mirror.repo import (
@@ -65,7 +65,7 @@ def trusting(test_key: TestKey) -> Keyring:
 
 
 def signed_inrelease(key: TestKey, files: dict[str, bytes]) -> bytes:
-    return clearsign(release_text(files), key_id=key.fingerprint, gnupghome=key.home)
+    return key.clearsign(release_text(files))
 
 
 class TestApt:
@@ -142,7 +142,7 @@ class TestApt:
         assert fetcher.requested == [f"{BASE}/InRelease"]
 
     def test_empty_signed_inrelease_is_an_error_naming_its_url(self, test_key: TestKey, trusting: Keyring) -> None:
-        empty = clearsign("", key_id=test_key.fingerprint, gnupghome=test_key.home)
+        empty = test_key.clearsign("")
         fetcher = FakeFetcher().expect(f"{BASE}/InRelease", empty)
         with pytest.raises(MetadataError) as caught:
             load_apt_repo(fetcher, BASE, trusting)
@@ -181,7 +181,7 @@ class TestYum:
         fetcher = FakeFetcher().expect(f"{YUM}/repodata/repomd.xml", repomd)
         fetcher.expect(
             f"{YUM}/repodata/repomd.xml.asc",
-            sign_detached(repomd, key_id=key.fingerprint, gnupghome=key.home),
+            key.sign_detached(repomd),
         )
         return fetcher.expect(f"{YUM}/{href}", primary if primary is not None else (repo / href).read_bytes())
 
