@@ -39,7 +39,7 @@ from mirror.bundle_sign import OperatorKey
 from mirror.bundle_source import MirrorSelection, select_from_mirror, upstream_version
 from mirror.bundle_tar import BundleWriter
 from mirror.lockfile import Lockfile
-from mirror.node_zipapp import PYZ_NAME, build_zipapp
+from mirror.node_zipapp import PYZ_NAME, ZIP_EPOCH, build_zipapp
 from mirror.sbom import SBOM_NAME, SbomPackage, render_spdx
 from mirror.store import file_digest
 
@@ -49,7 +49,7 @@ _INSTALL_SH_SOURCE = Path(__file__).parent / "data" / "install.sh"
 #: The zipapp's entry timestamp: fixed (1980-01-01, the zip format's first date) rather than the
 #: build time, so the zipapp is a pure function of the sources and wheels and its cached copy is
 #: reused by every build instead of being re-deflated (~0.4 s) whenever the clock moved.
-PYZ_EPOCH = 315532800
+PYZ_EPOCH = ZIP_EPOCH
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,8 @@ from configure.fsutil import atomic_write
 from configure.proc import run
 
 PYZ_NAME: Final = "gpu-airgap-node.pyz"
+#: 1980-01-01 00:00 UTC, the earliest time a zip entry can carry
+ZIP_EPOCH: Final = 315532800
 _PINS: Final = Path(__file__).parent / "data" / "node-wheels.txt"
 _SOURCE_ROOT: Final = Path(__file__).resolve().parent.parent
 _NODE_PACKAGES: Final = ("configure", "installer")
@@ -101,9 +103,10 @@ def build_zipapp(*, epoch: int, cache: Path | None = None) -> bytes:
     :param cache: the wheel cache (default :func:`default_cache`).
     """
     cache = cache or default_cache()
+    epoch = max(epoch, ZIP_EPOCH)
     sources = _node_sources()
     wheels = ensure_wheels(cache)
-    key = hashlib.sha256(f"pyz-v1 {max(epoch, 315532800)}\n".encode())
+    key = hashlib.sha256(f"pyz-v1 {epoch}\n".encode())
     for name, data in sorted(sources.items()):
         key.update(f"{name} {len(data)}\n".encode() + data)
     for wheel in wheels:
@@ -130,7 +133,7 @@ def _build(entries: dict[str, bytes], wheels: list[Path], epoch: int) -> bytes:
                 if info.is_dir() or top.endswith(".data") or name.endswith((".so", ".pyd", ".pyc", "/RECORD")):
                     continue
                 entries[name] = zf.read(info)
-    stamp = time.gmtime(max(epoch, 315532800))[:6]
+    stamp = time.gmtime(epoch)[:6]
     buffer = io.BytesIO()
     buffer.write(b"#!/usr/bin/env python3\n")
     with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=6) as out:
