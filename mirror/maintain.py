@@ -15,9 +15,10 @@ from configure.errors import UsageError
 from mirror import store
 from mirror.http import CachedResponse
 from mirror.model import PackageFormat
+from mirror.repo import Fetcher
 from mirror.resolve import resolve
 from mirror.selectors import VersionSelector
-from mirror.sync import Fetcher, RepoLoader
+from mirror.sync import RepoLoader
 
 
 @dataclass

@@ -31,24 +31,22 @@ from mirror.http import Downloader, DownloadRequest
 from mirror.lockfile import LockedPackage, LockedTarget, Lockfile
 from mirror.metadata_errors import UnresolvableDependency
 from mirror.model import Package, PackageFormat
-from mirror.repo import MetadataFile, load_apt_repo, load_yum_repo
+from mirror.repo import (
+    DEB_TO_RPM_ARCH,
+    RPM_TO_DEB_ARCH,
+    Fetcher,
+    MetadataFile,
+    load_apt_repo,
+    load_yum_repo,
+    normalize_arch,
+    repo_path,
+    repo_url,
+)
 from mirror.resolve import resolve
 from mirror.selectors import VersionSelector
 from mirror.versions import sort_key
 
 DEFAULT_UPSTREAM = "https://nvidia.github.io/libnvidia-container"
-CHANNELS = ("stable", "experimental")
-
-#: apt architecture name -> rpm basearch; the CLI accepts either spelling.
-DEB_TO_RPM_ARCH = {"amd64": "x86_64", "arm64": "aarch64", "ppc64el": "ppc64le"}
-RPM_TO_DEB_ARCH = {rpm: deb for deb, rpm in DEB_TO_RPM_ARCH.items()}
-
-
-class Fetcher(Protocol):
-    """Anything that returns the bytes at a URL (``Downloader.fetcher()``, or a fake)."""
-
-    def get(self, url: str) -> bytes:
-        """The body at ``url``."""
 
 
 class Snapshot(Protocol):
@@ -95,7 +93,7 @@ class Target:
 
     def key(self, channel: str) -> str:
         """The repo's directory under DEST and upstream: ``stable/deb/amd64``."""
-        return f"{channel}/{self.format.value}/{self.arch}"
+        return repo_path(channel, self.format, self.arch)
 
 
 def parse_targets(formats: Sequence[str], arches: Sequence[str]) -> list[Target]:
@@ -112,12 +110,11 @@ def parse_targets(formats: Sequence[str], arches: Sequence[str]) -> list[Target]
     targets: list[Target] = []
     for arch in arches:
         arch = arch.strip()
-        deb = arch if arch in DEB_TO_RPM_ARCH else RPM_TO_DEB_ARCH.get(arch)
-        if deb is None:
+        if arch not in DEB_TO_RPM_ARCH and arch not in RPM_TO_DEB_ARCH:
             known = ", ".join([*DEB_TO_RPM_ARCH, *RPM_TO_DEB_ARCH])
             raise UsageError(f"unknown --arch {arch!r}; use one of {known}")
         for fmt in fmts:
-            target = Target(fmt, deb if fmt is PackageFormat.DEB else DEB_TO_RPM_ARCH[deb])
+            target = Target(fmt, normalize_arch(arch, fmt))
             if target not in targets:
                 targets.append(target)
     return targets
@@ -135,7 +132,7 @@ class SyncOptions:
 
     def base_url(self, target: Target) -> str:
         """Upstream URL of ``target``'s flat repo."""
-        return f"{self.upstream.rstrip('/')}/{target.key(self.channel)}"
+        return repo_url(self.upstream, self.channel, target.format, target.arch)
 
 
 @dataclass(frozen=True)
