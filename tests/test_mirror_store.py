@@ -178,7 +178,7 @@ def test_plan_refuses_a_filename_that_escapes_the_repository() -> None:
         return _Snap((evil,))
 
     options = sync_lib.SyncOptions(upstream="http://x", targets=(sync_lib.Target(PackageFormat.DEB, "amd64"),))
-    with pytest.raises(UnsafePathError):
+    with pytest.raises(UnsafePathError, match="outside http://x/stable/deb/amd64"):
         sync_lib.plan(options, fetcher=FakeFetcher(), loader=loader)
 
 
