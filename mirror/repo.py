@@ -28,7 +28,7 @@ from typing import IO, Protocol, cast
 from configure.errors import ChecksumMismatch, ToolError, UnsafePathError, UsageError
 from installer.gpg import Keyring
 from mirror.apt_index import ReleaseIndex, iter_packages, parse_release
-from mirror.metadata_errors import MetadataError
+from mirror.errors import MetadataError
 from mirror.model import Package, PackageFormat
 from mirror.rpm_index import Repomd, iter_primary, open_decompressed, parse_repomd
 

@@ -24,10 +24,9 @@ from typing import Protocol
 from configure.errors import UsageError
 from installer.gpg import Keyring
 from mirror import lockfile, store
-from mirror.errors import LockfileMismatch
+from mirror.errors import LockfileMismatch, UnresolvableDependency
 from mirror.http import Downloader, DownloadRequest
 from mirror.lockfile import LockedPackage, LockedTarget, Lockfile
-from mirror.metadata_errors import UnresolvableDependency
 from mirror.model import Package, PackageFormat
 from mirror.repo import (
     DEB_TO_RPM_ARCH,
