@@ -44,7 +44,7 @@ from typing import Any
 
 from debian import deb822
 
-from mirror.metadata_errors import MetadataError
+from mirror.errors import MetadataError
 from mirror.model import Package, PackageFormat, Relation, Relations
 
 _SHA512_RE = re.compile(r"^[0-9a-f]{128}$")

@@ -50,8 +50,9 @@ _WRITE_LOCK = typer.Option(None, "--write-lock", help="Record the synced set in 
 
 def _options(upstream: str, channel: str, fmt: str, arch: list[str], version: str, locked: Optional[Path]) -> sync_lib.SyncOptions:
     from mirror import sync as sync_lib
+    from mirror.repo import CHANNELS
 
-    if channel not in sync_lib.CHANNELS:
+    if channel not in CHANNELS:
         raise UsageError(f"unknown --channel {channel!r}; use stable or experimental")
     lock = Lockfile.load(locked) if locked is not None else None
     if lock is not None:

@@ -1,4 +1,7 @@
-"""Errors specific to the connected side (downloads, the mirror on disk, lockfiles).
+"""Errors specific to the connected side: downloads, signed metadata, selection, the mirror on disk, lockfiles.
+
+Signature, checksum and path errors live in :mod:`configure.errors` because the node side raises
+them too; these are only raised on the mirror host.
 
 Each is a :class:`~configure.errors.ToolError` whose ``str()`` is one sentence a user can act on;
 ``installer.cli.run`` prints it and exits with the class's :class:`~configure.errors.ExitCode`.
@@ -8,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from configure.errors import ExitCode, ToolError
+from configure.errors import ExitCode, ToolError, UsageError, VerificationError
 
 
 class FetchError(ToolError):
@@ -46,3 +49,40 @@ class LockfileMismatch(ToolError):
         self.path = str(path)
         self.differences = list(differences)
         super().__init__(f"upstream no longer matches {self.path}: " + "; ".join(self.differences))
+
+
+class MetadataError(VerificationError):
+    """Signed (or checksum-verified) metadata is empty, malformed, or lacks what we need.
+
+    A validly signed but empty InRelease is one of these, never "a repository with zero packages".
+    """
+
+    def __init__(self, what: str, detail: str) -> None:
+        self.what = what
+        self.detail = detail
+        super().__init__(f"{what} {detail}")
+
+
+class SelectorError(UsageError):
+    """A ``--version`` value that is not ``latest``, a version, a wildcard or a range."""
+
+    def __init__(self, text: str, detail: str) -> None:
+        self.text = text
+        self.detail = detail
+        super().__init__(f"invalid version selector {text!r}: {detail}")
+
+
+class UnresolvableDependency(ToolError):
+    """No package in the repository satisfies a constraint of the selected release."""
+
+    exit_code = ExitCode.UNRESOLVABLE
+
+    def __init__(self, package: str, constraint: str, detail: str = "") -> None:
+        self.package = package
+        self.constraint = constraint
+        self.detail = detail
+        tail = f" ({detail})" if detail else ""
+        super().__init__(
+            f"cannot satisfy {constraint!s} required by {package}: no matching package in the repository{tail}"
+        )
+

@@ -441,12 +441,3 @@ def _describe(exc: BaseException) -> str:
     # urllib3 wraps the real reason several levels deep; the last "(...)" part is the readable one.
     return text.rsplit(": ", 1)[-1].strip(" ()'\"")[:160] or type(exc).__name__
 
-
-def hash_file(path: Path, algo: str = "sha512") -> str:
-    """Hex digest of ``path``, read in large chunks."""
-    hasher = hashlib.new(algo)
-    with open(path, "rb") as fh:
-        while block := fh.read(CHUNK):
-            hasher.update(block)
-    return hasher.hexdigest()
-

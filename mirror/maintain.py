@@ -8,6 +8,7 @@ the state never names a file that is gone.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -15,9 +16,10 @@ from configure.errors import UsageError
 from mirror import store
 from mirror.http import CachedResponse
 from mirror.model import PackageFormat
+from mirror.repo import Fetcher
 from mirror.resolve import resolve
 from mirror.selectors import VersionSelector
-from mirror.sync import Fetcher, RepoLoader
+from mirror.sync import RepoLoader
 
 
 @dataclass
@@ -73,20 +75,13 @@ def prune(dest: Path, keep: int, *, dry_run: bool = False) -> PruneReport:
             report.removed_releases += [f"{repo.key} {r.toolkit_version}" for r in dropped]
             needed = {path for r in kept for path in r.packages}
             doomed += [p for p in repo.packages if p.path not in needed]
-            repos.append(
-                store.RepoRecord(
-                    key=repo.key, format=repo.format, arch=repo.arch, channel=repo.channel,
-                    base_url=repo.base_url, provenance=repo.provenance,
-                    packages=tuple(p for p in repo.packages if p.path in needed),
-                    releases=tuple(kept), synced_at=repo.synced_at,
-                )
-            )  # fmt: skip
+            packages = tuple(p for p in repo.packages if p.path in needed)
+            repos.append(dataclasses.replace(repo, packages=packages, releases=tuple(kept)))
         report.removed_files = [p.path for p in doomed]
         report.freed_bytes = sum(p.size for p in doomed)
         if dry_run or (not doomed and not report.removed_releases):
             return report
-        new_state = store.MirrorState(state.upstream, state.channel, tuple(repos), state.selector)
-        store.write_state(dest, new_state)
+        store.write_state(dest, dataclasses.replace(state, repos=tuple(repos)))
         for pkg in doomed:
             with contextlib.suppress(FileNotFoundError):
                 pkg.local_path(dest).unlink()

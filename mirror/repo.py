@@ -28,14 +28,14 @@ from typing import IO, Protocol, cast
 from configure.errors import ChecksumMismatch, ToolError, UnsafePathError, UsageError
 from installer.gpg import Keyring
 from mirror.apt_index import ReleaseIndex, iter_packages, parse_release
-from mirror.metadata_errors import MetadataError
+from mirror.errors import MetadataError
 from mirror.model import Package, PackageFormat
 from mirror.rpm_index import Repomd, iter_primary, open_decompressed, parse_repomd
 
 CHANNELS = ("stable", "experimental")
 #: Arch spellings: apt name -> rpm name. Either is accepted anywhere and mapped.
-_DEB_TO_RPM = {"amd64": "x86_64", "arm64": "aarch64", "ppc64el": "ppc64le"}
-_RPM_TO_DEB = {rpm: deb for deb, rpm in _DEB_TO_RPM.items()}
+DEB_TO_RPM_ARCH = {"amd64": "x86_64", "arm64": "aarch64", "ppc64el": "ppc64le"}
+RPM_TO_DEB_ARCH = {rpm: deb for deb, rpm in DEB_TO_RPM_ARCH.items()}
 
 
 class Fetcher(Protocol):
@@ -209,12 +209,12 @@ def normalize_arch(arch: str, fmt: PackageFormat) -> str:
 
     :raises UsageError: for an arch NVIDIA does not publish.
     """
-    if arch not in _DEB_TO_RPM and arch not in _RPM_TO_DEB:
-        known = ", ".join(sorted([*_DEB_TO_RPM, *_RPM_TO_DEB]))
+    if arch not in DEB_TO_RPM_ARCH and arch not in RPM_TO_DEB_ARCH:
+        known = ", ".join(sorted([*DEB_TO_RPM_ARCH, *RPM_TO_DEB_ARCH]))
         raise UsageError(f"unknown architecture {arch!r}; use one of {known}")
     if fmt is PackageFormat.DEB:
-        return _RPM_TO_DEB.get(arch, arch)
-    return _DEB_TO_RPM.get(arch, arch)
+        return RPM_TO_DEB_ARCH.get(arch, arch)
+    return DEB_TO_RPM_ARCH.get(arch, arch)
 
 
 def repo_path(channel: str, fmt: PackageFormat, arch: str) -> str:

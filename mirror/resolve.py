@@ -19,7 +19,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from mirror.metadata_errors import UnresolvableDependency
+from mirror.errors import UnresolvableDependency
 from mirror.model import Package, PackageFormat, Relation
 from mirror.selectors import VersionSelector
 from mirror.versions import satisfies, sort_key, upstream_version

@@ -34,7 +34,7 @@ from typing import IO, Any, cast
 
 import zstandard
 
-from mirror.metadata_errors import MetadataError
+from mirror.errors import MetadataError
 from mirror.model import Package, PackageFormat, Relation
 
 _REPO_NS = "{http://linux.duke.edu/metadata/repo}"

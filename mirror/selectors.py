@@ -18,7 +18,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from mirror.metadata_errors import SelectorError
+from mirror.errors import SelectorError
 from mirror.model import PackageFormat
 from mirror.versions import compare, satisfies, sort_key, upstream_version
 

@@ -143,7 +143,7 @@ class MirrorState:
             raise MirrorStateError(dest, f"cannot read {path.name}: {exc}") from exc
         try:
             return cls.from_dict(raw)
-        except (KeyError, TypeError, ValueError) as exc:
+        except (AttributeError, KeyError, TypeError, ValueError) as exc:  # AttributeError: a list where an object belongs
             raise MirrorStateError(dest, f"{path.name} is malformed ({exc})") from exc
 
     @classmethod
@@ -300,7 +300,7 @@ def read_cache(dest: Path, url: str) -> CachedResponse | None:
         body = base.with_suffix(".body").read_bytes()
     except (OSError, ValueError):
         return None
-    if info.get("url") != url or hashlib.sha256(body).hexdigest() != info.get("sha256"):
+    if not isinstance(info, dict) or info.get("url") != url or hashlib.sha256(body).hexdigest() != info.get("sha256"):
         return None
     from mirror.http import CachedResponse
 

@@ -14,7 +14,6 @@ Any error before the commit leaves the published mirror byte-identical.
 from __future__ import annotations
 
 import hashlib
-import posixpath
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -23,32 +22,29 @@ from pathlib import Path
 from typing import Protocol
 
 from configure.errors import UsageError
-from configure.fsutil import safe_join
 from installer.gpg import Keyring
 from mirror import lockfile, store
-from mirror.errors import LockfileMismatch
+from mirror.errors import LockfileMismatch, UnresolvableDependency
 from mirror.http import Downloader, DownloadRequest
 from mirror.lockfile import LockedPackage, LockedTarget, Lockfile
-from mirror.metadata_errors import UnresolvableDependency
 from mirror.model import Package, PackageFormat
-from mirror.repo import MetadataFile, load_apt_repo, load_yum_repo
+from mirror.repo import (
+    DEB_TO_RPM_ARCH,
+    RPM_TO_DEB_ARCH,
+    Fetcher,
+    MetadataFile,
+    clean_relative,
+    load_apt_repo,
+    load_yum_repo,
+    normalize_arch,
+    repo_path,
+    repo_url,
+)
 from mirror.resolve import resolve
 from mirror.selectors import VersionSelector
 from mirror.versions import sort_key
 
 DEFAULT_UPSTREAM = "https://nvidia.github.io/libnvidia-container"
-CHANNELS = ("stable", "experimental")
-
-#: apt architecture name -> rpm basearch; the CLI accepts either spelling.
-DEB_TO_RPM_ARCH = {"amd64": "x86_64", "arm64": "aarch64", "ppc64el": "ppc64le"}
-RPM_TO_DEB_ARCH = {rpm: deb for deb, rpm in DEB_TO_RPM_ARCH.items()}
-
-
-class Fetcher(Protocol):
-    """Anything that returns the bytes at a URL (``Downloader.fetcher()``, or a fake)."""
-
-    def get(self, url: str) -> bytes:
-        """The body at ``url``."""
 
 
 class Snapshot(Protocol):
@@ -95,7 +91,7 @@ class Target:
 
     def key(self, channel: str) -> str:
         """The repo's directory under DEST and upstream: ``stable/deb/amd64``."""
-        return f"{channel}/{self.format.value}/{self.arch}"
+        return repo_path(channel, self.format, self.arch)
 
 
 def parse_targets(formats: Sequence[str], arches: Sequence[str]) -> list[Target]:
@@ -112,12 +108,11 @@ def parse_targets(formats: Sequence[str], arches: Sequence[str]) -> list[Target]
     targets: list[Target] = []
     for arch in arches:
         arch = arch.strip()
-        deb = arch if arch in DEB_TO_RPM_ARCH else RPM_TO_DEB_ARCH.get(arch)
-        if deb is None:
+        if arch not in DEB_TO_RPM_ARCH and arch not in RPM_TO_DEB_ARCH:
             known = ", ".join([*DEB_TO_RPM_ARCH, *RPM_TO_DEB_ARCH])
             raise UsageError(f"unknown --arch {arch!r}; use one of {known}")
         for fmt in fmts:
-            target = Target(fmt, deb if fmt is PackageFormat.DEB else DEB_TO_RPM_ARCH[deb])
+            target = Target(fmt, normalize_arch(arch, fmt))
             if target not in targets:
                 targets.append(target)
     return targets
@@ -135,7 +130,7 @@ class SyncOptions:
 
     def base_url(self, target: Target) -> str:
         """Upstream URL of ``target``'s flat repo."""
-        return f"{self.upstream.rstrip('/')}/{target.key(self.channel)}"
+        return repo_url(self.upstream, self.channel, target.format, target.arch)
 
 
 @dataclass(frozen=True)
@@ -157,11 +152,11 @@ class PlannedTarget:
 
     def url(self, pkg: Package) -> str:
         """Upstream URL of ``pkg``."""
-        return f"{self.base_url}/{_clean(pkg.filename)}"
+        return f"{self.base_url}/{clean_relative(pkg.filename, self.base_url)}"
 
     def path(self, pkg: Package) -> str:
         """``pkg``'s path under DEST (upstream's relative path)."""
-        return f"{self.key}/{_clean(pkg.filename)}"
+        return f"{self.key}/{clean_relative(pkg.filename, self.base_url)}"
 
     @property
     def total_bytes(self) -> int:
@@ -222,11 +217,11 @@ def plan_target(options: SyncOptions, target: Target, *, fetcher: Fetcher, loade
     """
     key, base = target.key(options.channel), options.base_url(target)
     snapshot = loader(fetcher, base, target.format)
-    metadata = {f"{key}/{_clean(m.path)}": m.data for m in snapshot.metadata}
+    metadata = {f"{key}/{clean_relative(m.path, base)}": m.data for m in snapshot.metadata}
     signed_at = snapshot.signed_at.astimezone(timezone.utc).isoformat() if snapshot.signed_at else None
     common = {
         "target": target, "key": key, "base_url": base, "fingerprint": snapshot.fingerprint,
-        "extra_metadata": _extra_metadata(snapshot, key, set(metadata)),
+        "extra_metadata": _extra_metadata(snapshot, key, base, set(metadata)),
     }  # fmt: skip
     if options.locked is not None:
         wanted = _locked_target(options.locked, target)
@@ -255,7 +250,7 @@ def plan_target(options: SyncOptions, target: Target, *, fetcher: Fetcher, loade
         return planned
     resolution = resolve(list(snapshot.packages), VersionSelector.parse(options.selector), target.format)
     for pkg in resolution.packages:
-        _clean(pkg.filename)  # refuse ``../`` names now, before anything is downloaded or reported
+        clean_relative(pkg.filename, base)  # refuse ``../`` names now, before anything is downloaded or reported
     return PlannedTarget(
         **common,  # type: ignore[arg-type]
         packages=tuple(resolution.packages),
@@ -267,14 +262,14 @@ def plan_target(options: SyncOptions, target: Target, *, fetcher: Fetcher, loade
     )
 
 
-def _extra_metadata(snapshot: Snapshot, key: str, have: set[str]) -> tuple[store.StoredFile, ...]:
+def _extra_metadata(snapshot: Snapshot, key: str, base: str, have: set[str]) -> tuple[store.StoredFile, ...]:
     """The yum indexes repomd.xml names besides primary, with the checksums it signs."""
     repomd = getattr(snapshot, "repomd", None)
     if repomd is None:
         return ()
     extra: list[store.StoredFile] = []
     for data in repomd.data.values():
-        path = f"{key}/{_clean(data.href)}"
+        path = f"{key}/{clean_relative(data.href, base)}"
         if path in have or data.size is None or data.checksum_type not in ("sha256", "sha512"):
             continue
         extra.append(store.StoredFile(path=path, size=data.size, **{data.checksum_type: data.checksum.lower()}))
@@ -413,12 +408,6 @@ def _locked_target(lock: Lockfile, target: Target) -> LockedTarget:
         if locked.format == target.format.value and locked.arch == target.arch:
             return locked
     raise LockfileMismatch("the lockfile", [f"it locks nothing for {target.format.value}/{target.arch}"])
-
-
-def _clean(filename: str) -> str:
-    """``./x.deb`` -> ``x.deb``; refuses escapes (the same check safe_join applies on disk)."""
-    safe_join("/repo", filename)
-    return posixpath.normpath(filename)
 
 
 def _sha512(data: bytes) -> str:

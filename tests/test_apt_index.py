@@ -7,7 +7,7 @@ from collections import Counter
 import pytest
 
 from mirror.apt_index import iter_packages, parse_packages, parse_relations, parse_release
-from mirror.metadata_errors import MetadataError
+from mirror.errors import MetadataError
 from mirror.model import PackageFormat, Relation
 from tests.gpgkeys import REAL
 

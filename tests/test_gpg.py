@@ -11,7 +11,7 @@ import pytest
 from configure.errors import SignatureError
 from installer.gpg import Keyring, judge_status
 from mirror.apt_index import parse_release
-from mirror.metadata_errors import MetadataError
+from mirror.errors import MetadataError
 from mirror.trust import NVIDIA_FINGERPRINT, default_keyring_path, open_keyring
 from tests.gpgkeys import NVIDIA_KEY, REAL, TestKey
 

@@ -47,6 +47,25 @@ def test_damaged_state_is_a_clear_error(tmp_path: Path) -> None:
         store.MirrorState.load(tmp_path)
 
 
+@pytest.mark.parametrize("text", ["[]", '{"version": 1, "upstream": "x", "channel": "stable", "repos": [1]}'])
+def test_state_of_the_wrong_shape_is_a_clear_error(tmp_path: Path, text: str) -> None:
+    store.state_path(tmp_path).parent.mkdir(parents=True)
+    store.state_path(tmp_path).write_text(text)
+    with pytest.raises(MirrorStateError, match=r"state\.json is malformed"):
+        store.MirrorState.load(tmp_path)
+
+
+def test_a_cache_entry_of_the_wrong_shape_is_ignored(tmp_path: Path) -> None:
+    with store.locked(tmp_path):
+        txn = store.Transaction(tmp_path)
+        txn.remember("http://x/InRelease", CachedResponse(b"signed", '"e"'))
+        txn.commit(_state(tmp_path))
+    assert store.read_cache(tmp_path, "http://x/InRelease") == CachedResponse(b"signed", '"e"')
+    (info,) = (tmp_path / store.META_DIR / "http-cache").glob("*.json")
+    info.write_text("[]")
+    assert store.read_cache(tmp_path, "http://x/InRelease") is None
+
+
 def test_aborted_transaction_publishes_nothing(tmp_path: Path) -> None:
     with store.locked(tmp_path):
         txn = store.Transaction(tmp_path)
@@ -124,7 +143,9 @@ def test_lockfile_round_trips_and_is_human_readable() -> None:
 @pytest.mark.parametrize(
     ("text", "message"),
     [("version = 1\nchannel = [", "is not valid TOML"), ("version = 7\n", "not a version 1"),
-     ('version = 1\nchannel = "stable"\n', "names no packages")],
+     ('version = 1\nchannel = "stable"\n', "names no packages"),
+     ('version = 1\nchannel = "stable"\n[[target]]\nformat = "deb"\narch = "amd64"\ntoolkit_version = "1"\n'
+      'key_fingerprint = "F"\npackage = [1]\n', "lacks a required field")],
 )  # fmt: skip
 def test_broken_lockfile_is_a_clear_error(text: str, message: str) -> None:
     with pytest.raises(ConfigFormatError, match=message):
@@ -157,7 +178,7 @@ def test_plan_refuses_a_filename_that_escapes_the_repository() -> None:
         return _Snap((evil,))
 
     options = sync_lib.SyncOptions(upstream="http://x", targets=(sync_lib.Target(PackageFormat.DEB, "amd64"),))
-    with pytest.raises(UnsafePathError):
+    with pytest.raises(UnsafePathError, match="outside http://x/stable/deb/amd64"):
         sync_lib.plan(options, fetcher=FakeFetcher(), loader=loader)
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from configure.errors import ChecksumMismatch, SignatureError, UnsafePathError, UsageError
 from installer.gpg import Keyring
-from mirror.metadata_errors import MetadataError
+from mirror.errors import MetadataError
 from mirror.model import PackageFormat
 from mirror.repo import (
     FakeFetcher,

@@ -6,7 +6,7 @@ import pytest
 
 from configure.errors import ExitCode
 from mirror.apt_index import parse_packages, parse_relations
-from mirror.metadata_errors import UnresolvableDependency
+from mirror.errors import UnresolvableDependency
 from mirror.model import Package, PackageFormat, Relation
 from mirror.resolve import resolve
 from mirror.selectors import VersionSelector

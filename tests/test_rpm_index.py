@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import zstandard
 
-from mirror.metadata_errors import MetadataError
+from mirror.errors import MetadataError
 from mirror.model import PackageFormat, Relation
 from mirror.rpm_index import iter_primary, parse_repomd
 from tests.gpgkeys import REAL

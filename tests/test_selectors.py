@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from configure.errors import ExitCode
-from mirror.metadata_errors import SelectorError
+from mirror.errors import SelectorError
 from mirror.model import PackageFormat
 from mirror.selectors import VersionSelector
 
