@@ -289,9 +289,7 @@ def _register(
     result: InstallResult,
 ) -> List[str]:
     changed: List[str] = []
-    runtime = RuntimeOptions(
-        root=options.root, runtime_name=options.runtime_name, set_as_default=options.set_as_default, cdi=cdi_on
-    )
+    runtime = _runtime_options(options, cdi_on)
     if not engines:
         result.messages.append("no container engine registered (none detected or --runtime none)")
     for name in engines:
@@ -329,6 +327,13 @@ def _restart(changed: List[str], options: InstallOptions, journal: Journal, env:
     return kept
 
 
+def _runtime_options(options: InstallOptions, cdi: bool) -> RuntimeOptions:
+    """The engines' options for this install; ``cdi`` when the CDI spec is (or would be) written."""
+    return RuntimeOptions(
+        root=options.root, runtime_name=options.runtime_name, set_as_default=options.set_as_default, cdi=cdi
+    )
+
+
 def _may_restart(options: InstallOptions) -> bool:
     """Engines are restarted only on the live system: under another root they are not ours to touch."""
     return not options.no_restart and str(options.root) in ("", "/")
@@ -353,14 +358,15 @@ def _dry_run(
         result.messages.append("packages: already at the bundle's versions")
     if options.hold:
         result.messages.append("would hold " + ", ".join(p.name for p in target.packages))
-    runtime = RuntimeOptions(root=options.root, runtime_name=options.runtime_name, set_as_default=options.set_as_default)
+    # CDI is planned only with a driver, and the engines then enable it: the diff shows that too.
+    cdi_on = options.cdi != "off" and facts.driver
+    runtime = _runtime_options(options, cdi_on)
     diffs: List[str] = []
     for name in engines:
         plan = env.engine(name).plan(runtime)
         result.engines[name] = "would register" if plan.changed else "already registered"
         diffs.append(unified_diff(plan.changes))
     result.diff = "".join(diffs)
-    cdi_plan = "off" if options.cdi == "off" else ("would generate" if facts.driver else "skipped: no NVIDIA driver found")
-    result.cdi = cdi_plan
+    result.cdi = "off" if options.cdi == "off" else ("would generate" if cdi_on else "skipped: no NVIDIA driver found")
     result.messages.append("dry run: nothing was changed")
     return result
