@@ -150,7 +150,8 @@ def install(bundle: Path, keyring: Path, options: InstallOptions, env: NodeEnv) 
         facts = env.detect(root)
         target = pick_target(staged, facts.package_format, facts.arch, (facts.os.id, *facts.os.id_like))
         backend = env.backend(facts)
-        check = _preflight(target, facts, backend, options, env)
+        installed = {name: backend.installed_version(name) for name in preflight.names_to_query(target)}
+        check = _preflight(target, facts, backend, installed, options, env)
         engines = _engines_for(options.runtime, facts)
         result = InstallResult(
             outcome="dry-run" if options.dry_run else "installed",
@@ -162,7 +163,7 @@ def install(bundle: Path, keyring: Path, options: InstallOptions, env: NodeEnv) 
         result.messages.extend(check.notes)
         if options.dry_run:
             return _dry_run(result, check, target, engines, facts, options, env)
-        previous = {p.name: backend.installed_version(p.name) for p in target.packages}
+        previous = {p.name: installed[p.name] for p in target.packages}
         if check.remove_first:
             names = [name for name, _, _ in check.remove_first]
             backend.unhold(names)
@@ -213,9 +214,13 @@ def _say(env: NodeEnv, line: str) -> None:
 
 
 def _preflight(
-    target: Target, facts: NodeFacts, backend: PackageBackend, options: InstallOptions, env: NodeEnv
+    target: Target,
+    facts: NodeFacts,
+    backend: PackageBackend,
+    installed: Dict[str, Optional[str]],
+    options: InstallOptions,
+    env: NodeEnv,
 ) -> preflight.Preflight:
-    installed = {name: backend.installed_version(name) for name in preflight.names_to_query(target)}
     requirements = {req: backend.provides(req) for req in target.requirements}
     check = preflight.check(
         target,
