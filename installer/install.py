@@ -182,7 +182,7 @@ def install(bundle: Path, keyring: Path, options: InstallOptions, env: NodeEnv) 
         cdi_on, result.cdi = _cdi(facts, options, journal, env)
         changed = _register(engines, facts, options, journal, cdi_on, env, result)
         changed = _restart(changed, options, journal, env, result)
-        nothing = not check.to_install and not check.remove_first and not changed and "written" not in result.cdi
+        nothing = check.nothing_to_do and not changed and "written" not in result.cdi
         if nothing and old_state is not None and old_state.bundle_id == staged.bundle_id:
             result.outcome = "up-to-date"
             result.messages.insert(0, "already installed: this bundle is on the node and nothing changed")
