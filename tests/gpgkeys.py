@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.upstream import stop_agent
+
 REAL = Path(__file__).parent / "data" / "real-upstream"
 NVIDIA_KEY = REAL / "gpgkey"
 
@@ -47,18 +49,12 @@ def make_key(home: Path, uid: str) -> TestKey:
     return TestKey(home, fingerprint, public)
 
 
-def _kill_agent(home: Path) -> None:
-    subprocess.run(
-        ["gpgconf", "--homedir", str(home), "--kill", "gpg-agent"], check=False, capture_output=True
-    )
-
-
 @pytest.fixture(scope="session")
 def test_key(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestKey]:
     """The operator's throwaway signing key."""
     key = make_key(tmp_path_factory.mktemp("gpg-a"), "gpu-airgap test <test@example.invalid>")
     yield key
-    _kill_agent(key.home)
+    stop_agent(key.home)
 
 
 @pytest.fixture(scope="session")
@@ -66,4 +62,4 @@ def other_key(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestKey]:
     """A second key nobody trusts."""
     key = make_key(tmp_path_factory.mktemp("gpg-b"), "someone else <other@example.invalid>")
     yield key
-    _kill_agent(key.home)
+    stop_agent(key.home)
