@@ -25,6 +25,7 @@ from typing import Dict, List, Optional, Protocol, Sequence, Tuple
 from configure import proc
 from configure.errors import CommandError, ToolError
 from configure.fsutil import atomic_write, rooted
+from installer.preflight import satisfies
 from installer.target import Requirement
 
 VERSIONLOCK = "/etc/dnf/plugins/versionlock.list"
@@ -214,7 +215,7 @@ class RpmBackend:
             return False
         if not requirement.op or not requirement.version:
             return True
-        wanted = _check_version(requirement.version)
+        _check_version(requirement.version)  # a malformed bound is refused even when no provide names it
         evr = ""
         for line in result.stdout.decode("utf-8", "replace").splitlines():
             if line.startswith("@"):
@@ -223,8 +224,7 @@ class RpmBackend:
             name, _, version = line.partition("\t")
             if name != requirement.name:
                 continue
-            order = self.compare_versions(version or evr, wanted)
-            if {"<<": order < 0, "<=": order <= 0, "=": order == 0, ">=": order >= 0, ">>": order > 0}[requirement.op]:
+            if satisfies(version or evr, requirement, self.compare_versions):
                 return True
         return False
 

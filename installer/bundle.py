@@ -39,7 +39,6 @@ from installer.manifest import (
     MAX_SIGNATURE_SIZE,
     SIGNATURE_NAME,
     Manifest,
-    Target,
     is_plain_relative,
 )
 
@@ -136,14 +135,6 @@ class VerifiedBundle:
     def path_of(self, member: str) -> Path:
         """The extracted file of ``member``."""
         return safe_join(self.root, member)
-
-    def package_paths(self, target: Target) -> List[Path]:
-        """The target's package files in install order."""
-        return [self.path_of(p.file) for p in target.packages]
-
-    def cleanup(self) -> None:
-        """Remove the staging directory."""
-        shutil.rmtree(self.root, ignore_errors=True)
 
 
 class _Stop(Exception):

@@ -150,7 +150,8 @@ def install(bundle: Path, keyring: Path, options: InstallOptions, env: NodeEnv) 
         facts = env.detect(root)
         target = pick_target(staged, facts.package_format, facts.arch, (facts.os.id, *facts.os.id_like))
         backend = env.backend(facts)
-        check = _preflight(target, facts, backend, options, env)
+        installed = {name: backend.installed_version(name) for name in preflight.names_to_query(target)}
+        check = _preflight(target, facts, backend, installed, options, env)
         engines = _engines_for(options.runtime, facts)
         result = InstallResult(
             outcome="dry-run" if options.dry_run else "installed",
@@ -162,7 +163,7 @@ def install(bundle: Path, keyring: Path, options: InstallOptions, env: NodeEnv) 
         result.messages.extend(check.notes)
         if options.dry_run:
             return _dry_run(result, check, target, engines, facts, options, env)
-        previous = {p.name: backend.installed_version(p.name) for p in target.packages}
+        previous = {p.name: installed[p.name] for p in target.packages}
         if check.remove_first:
             names = [name for name, _, _ in check.remove_first]
             backend.unhold(names)
@@ -181,7 +182,7 @@ def install(bundle: Path, keyring: Path, options: InstallOptions, env: NodeEnv) 
         cdi_on, result.cdi = _cdi(facts, options, journal, env)
         changed = _register(engines, facts, options, journal, cdi_on, env, result)
         changed = _restart(changed, options, journal, env, result)
-        nothing = not check.to_install and not check.remove_first and not changed and "written" not in result.cdi
+        nothing = check.nothing_to_do and not changed and "written" not in result.cdi
         if nothing and old_state is not None and old_state.bundle_id == staged.bundle_id:
             result.outcome = "up-to-date"
             result.messages.insert(0, "already installed: this bundle is on the node and nothing changed")
@@ -213,9 +214,13 @@ def _say(env: NodeEnv, line: str) -> None:
 
 
 def _preflight(
-    target: Target, facts: NodeFacts, backend: PackageBackend, options: InstallOptions, env: NodeEnv
+    target: Target,
+    facts: NodeFacts,
+    backend: PackageBackend,
+    installed: Dict[str, Optional[str]],
+    options: InstallOptions,
+    env: NodeEnv,
 ) -> preflight.Preflight:
-    installed = {name: backend.installed_version(name) for name in preflight.names_to_query(target)}
     requirements = {req: backend.provides(req) for req in target.requirements}
     check = preflight.check(
         target,
@@ -289,9 +294,7 @@ def _register(
     result: InstallResult,
 ) -> List[str]:
     changed: List[str] = []
-    runtime = RuntimeOptions(
-        root=options.root, runtime_name=options.runtime_name, set_as_default=options.set_as_default, cdi=cdi_on
-    )
+    runtime = _runtime_options(options, cdi_on)
     if not engines:
         result.messages.append("no container engine registered (none detected or --runtime none)")
     for name in engines:
@@ -329,6 +332,13 @@ def _restart(changed: List[str], options: InstallOptions, journal: Journal, env:
     return kept
 
 
+def _runtime_options(options: InstallOptions, cdi: bool) -> RuntimeOptions:
+    """The engines' options for this install; ``cdi`` when the CDI spec is (or would be) written."""
+    return RuntimeOptions(
+        root=options.root, runtime_name=options.runtime_name, set_as_default=options.set_as_default, cdi=cdi
+    )
+
+
 def _may_restart(options: InstallOptions) -> bool:
     """Engines are restarted only on the live system: under another root they are not ours to touch."""
     return not options.no_restart and str(options.root) in ("", "/")
@@ -353,14 +363,15 @@ def _dry_run(
         result.messages.append("packages: already at the bundle's versions")
     if options.hold:
         result.messages.append("would hold " + ", ".join(p.name for p in target.packages))
-    runtime = RuntimeOptions(root=options.root, runtime_name=options.runtime_name, set_as_default=options.set_as_default)
+    # CDI is planned only with a driver, and the engines then enable it: the diff shows that too.
+    cdi_on = options.cdi != "off" and facts.driver
+    runtime = _runtime_options(options, cdi_on)
     diffs: List[str] = []
     for name in engines:
         plan = env.engine(name).plan(runtime)
         result.engines[name] = "would register" if plan.changed else "already registered"
         diffs.append(unified_diff(plan.changes))
     result.diff = "".join(diffs)
-    cdi_plan = "off" if options.cdi == "off" else ("would generate" if facts.driver else "skipped: no NVIDIA driver found")
-    result.cdi = cdi_plan
+    result.cdi = "off" if options.cdi == "off" else ("would generate" if cdi_on else "skipped: no NVIDIA driver found")
     result.messages.append("dry run: nothing was changed")
     return result

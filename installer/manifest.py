@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -138,10 +137,6 @@ class Manifest:
             for pkg in target.packages:
                 out[pkg.file] = (pkg.size, pkg.sha256)
         return out
-
-    def target(self, fmt: str, arch: str) -> Optional[Target]:
-        """The target for ``fmt``/``arch``, or None."""
-        return next((t for t in self.targets if t.format == fmt and t.arch == arch), None)
 
     def to_dict(self) -> Dict[str, Any]:
         """The JSON-ready form."""
@@ -410,10 +405,3 @@ def is_plain_relative(path: str) -> bool:
     if not path or path.startswith("/") or "\\" in path or "\x00" in path:
         return False
     return all(part not in ("", ".", "..") for part in path.split("/"))
-
-
-def iter_packages(manifest: Manifest) -> Iterator[Tuple[Target, PackageEntry]]:
-    """Every (target, package) pair, targets in manifest order, packages in install order."""
-    for target in manifest.targets:
-        for pkg in target.packages:
-            yield target, pkg

@@ -8,9 +8,9 @@ whose digest the signed manifest named.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Set, Tuple
+from typing import List, Optional, Sequence, Set, Tuple
 
 from configure.errors import ExitCode, ToolError
 
@@ -66,7 +66,6 @@ class StagedPackage:
     size: int
     depends: Tuple[str, ...] = ()  #: names this package depends on (for the install order)
     breaks: Tuple[Requirement, ...] = ()  #: Breaks/Conflicts/Obsoletes: installed matches must go
-    replaces: Tuple[Requirement, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -94,7 +93,6 @@ class StagedBundle:
     release: str  #: the toolkit version the bundle pins
     targets: Tuple[Target, ...]
     staging_dir: Path
-    extra: Dict[str, str] = field(default_factory=dict)
 
 
 def install_order(packages: Sequence[StagedPackage]) -> List[StagedPackage]:

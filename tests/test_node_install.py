@@ -178,6 +178,13 @@ class TestDpkgRoot:
         assert "runtimes.nvidia]" in result.diff
         assert tree_digest(deb_root) == before
 
+    def test_dry_run_diff_enables_cdi_as_the_install_would_when_a_driver_is_present(self, tmp_path: Path, deb_root: Path, targets: Dict[str, Target]) -> None:
+        (deb_root / "dev").mkdir()
+        (deb_root / "dev/nvidiactl").write_text("stand-in\n")
+        bundle, key, env, _ = _setup(tmp_path, targets["deb-1.17.8"])
+        plan = install(bundle, key, InstallOptions(root=deb_root, dry_run=True), env)
+        assert plan.cdi == "would generate" and "+  enable_cdi = true" in plan.diff
+
     def test_uninstall_restores_config_byte_for_byte_and_removes_packages(self, tmp_path: Path, deb_root: Path, targets: Dict[str, Target]) -> None:
         bundle, key, env, _ = _setup(tmp_path, targets["deb-1.17.8"])
         install(bundle, key, InstallOptions(root=deb_root, hold=True), env)
