@@ -103,7 +103,8 @@ class ContainerdEngine:
         plugin = CRI_PLUGIN[version]
         plan = ConfigPlan(engine=self.name)
         data: Dict[str, Any] = doc.unwrap() if doc is not None else {}
-        drop_in = self._drop_in_path(options, version, data, installed is not None and installed[0] >= 2)
+        containerd2 = installed is not None and installed[0] >= 2
+        drop_in = self._drop_in_path(options, config_node, version, data, containerd2)
 
         extra_import = None
         if drop_in is not None and not any(covers(i, drop_in) for i in imports_of(data, config_node)):
@@ -173,7 +174,7 @@ class ContainerdEngine:
         return describe(chain, CRI_PLUGIN[version], version, runtime_name)
 
     def _drop_in_path(
-        self, options: RuntimeOptions, version: int, data: Dict[str, Any], containerd2: bool
+        self, options: RuntimeOptions, config_node: str, version: int, data: Dict[str, Any], containerd2: bool
     ) -> Optional[str]:
         if options.no_drop_in:
             return None
@@ -186,7 +187,13 @@ class ContainerdEngine:
         if options.drop_in:
             if not options.drop_in.startswith("/"):
                 raise UsageError(f"--drop-in must be an absolute path, not {options.drop_in!r}")
-            return posixpath.normpath(options.drop_in)
+            drop_in = posixpath.normpath(options.drop_in)
+            if drop_in == posixpath.normpath(config_node):
+                # Both would be written to one file and the second write would drop the runtime.
+                raise UsageError(
+                    f"--drop-in {options.drop_in} is the main config itself; use --no-drop-in to edit it in place"
+                )
+            return drop_in
         return DEFAULT_DROP_IN if data.get("imports") or containerd2 else None
 
     def _desired_cri(

@@ -306,3 +306,10 @@ def test_fixtures_are_the_shared_ones() -> None:
 def _is_subsequence(small: list[str], big: list[str]) -> bool:
     it = iter(big)
     return all(line in it for line in small)
+
+
+def test_drop_in_naming_the_main_config_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    config = make_root(tmp_path, text="version = 2\n")
+    with pytest.raises(UsageError, match="is the main config itself; use --no-drop-in"):
+        configure_engine(engine(), RuntimeOptions(root=tmp_path, drop_in="/etc/containerd/./config.toml"))
+    assert config.read_text() == "version = 2\n"
