@@ -43,6 +43,7 @@ from configure.changes import FileChange, read_optional
 from configure.containerd_imports import (
     ConfigFile,
     covers,
+    defining_file,
     effective_plugin,
     imports_of,
     load_chain,
@@ -117,6 +118,9 @@ class ContainerdEngine:
         position = next((i for i, c in enumerate(chain) if c.ours), 0)
         before, after = chain[: position + 1] if drop_in is None else chain[:position], chain[position + 1 :]
         source = effective_plugin(before, plugin)
+        origin = defining_file(before, plugin)
+        # Where a non-table in the way of our keys comes from: the file that defines the CRI table.
+        source_path = rooted(options.root, origin.path) if origin is not None else config_path
         for later in after:
             if plugin_table(later.data, plugin) is not None:
                 plan.warnings.append(
@@ -133,10 +137,11 @@ class ContainerdEngine:
             target = tomlkit.document()
             target.add(tomlkit.comment(DROP_IN_HEADER.strip()[2:]))
             target.add("version", version)
-            tomledit.merge(target, {"plugins": {plugin: source}})
+            tomledit.merge(target, {"plugins": {plugin: source}}, path=source_path)
             if extra_import is not None:
                 _add_import(root_doc, drop_in)
-        tomledit.merge(target, {"plugins": {plugin: self._desired_cri(source, options, plan)}})
+        desired = self._desired_cri(source, options, plan)
+        tomledit.merge(target, {"plugins": {plugin: desired}}, path=source_path)
 
         if drop_in is not None:
             drop_path = rooted(options.root, drop_in)
