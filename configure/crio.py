@@ -96,7 +96,8 @@ def effective_config(
 
 
 def _runtime_section(config: Dict[str, Any]) -> Dict[str, Any]:
-    section = config.get("crio", {}).get("runtime", {})
+    crio = config.get("crio")
+    section = crio.get("runtime") if isinstance(crio, dict) else None
     return section if isinstance(section, dict) else {}
 
 
