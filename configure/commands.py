@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
-from configure.cdi import CDI_SPEC, parse_spec, validate_spec
+from configure.cdi import CDI_SPEC, check_spec
 from configure.changes import (
     FileChange,
     Journal,
@@ -222,9 +222,7 @@ def _cdi_problems(root: Path, passed: List[str]) -> List[str]:
     raw = read_optional(rooted(root, CDI_SPEC))
     if raw is None:
         return []
-    data, problems = parse_spec(raw)
-    if not problems:
-        problems = validate_spec(data)
+    _data, problems = check_spec(raw)
     if not problems:
         passed.append(f"{CDI_SPEC} is a valid CDI spec")
     return [f"{CDI_SPEC}: {p}" for p in problems]
