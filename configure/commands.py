@@ -76,9 +76,16 @@ def configure_engine(engine: Engine, options: RuntimeOptions, *, dry_run: bool =
     plan = engine.plan(options)
     if dry_run or not plan.changed:
         return ConfigureResult(plan, dry_run)
+    return ConfigureResult(plan, dry_run, write_plan(plan, options.root))
+
+
+def write_plan(plan: ConfigPlan, root: Path) -> List[Path]:
+    """Check that every file of ``plan`` can be written, then write the changed ones, journaled.
+
+    :raises ConfigFormatError: when a file cannot be written; nothing is written then.
+    """
     check_writable(plan.changes)
-    written = apply_changes(engine.name, plan.changes, Journal(options.root), plan.notes)
-    return ConfigureResult(plan, dry_run, written)
+    return apply_changes(plan.engine, plan.changes, Journal(root), plan.notes)
 
 
 def check_writable(changes: Sequence[FileChange]) -> None:
