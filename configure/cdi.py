@@ -156,6 +156,12 @@ def parse_spec(raw: bytes) -> Tuple[Any, List[str]]:
         return None, [f"not valid YAML: {str(exc).splitlines()[0]}"]
 
 
+def check_spec(raw: bytes) -> Tuple[Any, List[str]]:
+    """Load and validate spec bytes; return ``(data, every problem)`` (none: a valid spec)."""
+    data, problems = parse_spec(raw)
+    return data, problems or validate_spec(data)
+
+
 def validate_spec(data: Any) -> List[str]:
     """Every problem with a CDI spec for NVIDIA GPUs (an empty list means valid).
 
@@ -270,8 +276,7 @@ def plan_spec(
     old = read_optional(path)
     existing_problems: List[str] = []
     if old is not None:
-        existing, existing_problems = parse_spec(old)
-        existing_problems = existing_problems or validate_spec(existing)
+        existing, existing_problems = check_spec(old)
         plan.facts["EXISTING_KEYS"] = ",".join(str(k) for k in existing) if isinstance(existing, dict) else ""
         plan.facts["EXISTING_VALID"] = "false" if existing_problems else "true"
         if existing_problems and not force:
@@ -317,8 +322,7 @@ def _generate(
         except ToolError as exc:
             plan.warnings.append(f"{generator.name} failed ({exc}); building the spec from device nodes")
         else:
-            data, problems = parse_spec(raw)
-            problems = problems or validate_spec(data)
+            data, problems = check_spec(raw)
             if problems:
                 raise ToolError(f"{generator.name} produced an invalid CDI spec: {'; '.join(problems)}")
             return (render_spec(data, as_json=True) if as_json else raw), generator.name

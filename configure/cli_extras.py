@@ -13,8 +13,8 @@ from typing import Any, Dict, List, Optional
 
 import typer
 
-from configure import cdi, runtimeclass, toolkit
-from configure.changes import Journal, apply_changes, read_optional, unified_diff
+from configure import cdi, commands, runtimeclass, toolkit
+from configure.changes import read_optional, unified_diff
 from configure.engine import ConfigPlan
 from configure.fsutil import rooted
 from configure.output import emit_json, emit_lines, warn
@@ -36,8 +36,7 @@ def apply_plan(plan: ConfigPlan, root: Path, *, dry_run: bool) -> Dict[str, Any]
         result["diff"] = unified_diff(plan.changes)
         result["written"] = []
     else:
-        written = apply_changes(plan.engine, plan.changes, Journal(root), dict(plan.notes))
-        result["written"] = [str(p) for p in written]
+        result["written"] = [str(p) for p in commands.write_plan(plan, root)]
     return result
 
 

@@ -5,9 +5,9 @@ that every file can be written *before* writing any, applies the plan through
 :mod:`configure.changes` (one backup per write, journaled), and reads facts back for
 ``report``/``verify``. Nothing here prints; :mod:`configure.cli` renders the results.
 
-Contract with ``configure runtimeclass``: it records what it wrote in
-``<root>/var/lib/gpu-airgap/configure/runtimeclass.json`` as ``{"name": ..., "handler": ...,
-"path": ...}``. Without that file the handler is taken to be the runtime name.
+Contract with ``configure runtimeclass``: the handler it recorded
+(:func:`configure.runtimeclass.read_record`) is checked against the registered runtimes; without
+a record the handler is taken to be the runtime name.
 
 Facts an engine's ``report`` returns that ``verify`` relies on: ``RUNTIME`` (the name when
 registered, else empty), ``RUNTIME_PATH`` (the binary), ``DEFAULT`` (the default runtime).
@@ -15,15 +15,13 @@ registered, else empty), ``RUNTIME_PATH`` (the binary), ``DEFAULT`` (the default
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
-from configure.cdi import parse_spec, validate_spec
+from configure.cdi import CDI_SPEC, check_spec
 from configure.changes import (
-    STATE_DIR,
     FileChange,
     Journal,
     apply_changes,
@@ -35,9 +33,8 @@ from configure.engine import ConfigPlan, Engine, RuntimeOptions
 from configure.engines import engine_names, get_engine
 from configure.errors import ConfigFormatError, ProblemsFound
 from configure.fsutil import rooted
+from configure.runtimeclass import read_record
 
-RUNTIMECLASS_STATE = STATE_DIR + "/runtimeclass.json"
-CDI_SPEC = "/etc/cdi/nvidia.yaml"
 #: where a bare runtime path (docker's ``nvidia-container-runtime``) is looked for under the root
 SEARCH_PATH = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
 #: the order ``report`` prints its facts in; anything else an engine reports follows
@@ -79,9 +76,16 @@ def configure_engine(engine: Engine, options: RuntimeOptions, *, dry_run: bool =
     plan = engine.plan(options)
     if dry_run or not plan.changed:
         return ConfigureResult(plan, dry_run)
+    return ConfigureResult(plan, dry_run, write_plan(plan, options.root))
+
+
+def write_plan(plan: ConfigPlan, root: Path) -> List[Path]:
+    """Check that every file of ``plan`` can be written, then write the changed ones, journaled.
+
+    :raises ConfigFormatError: when a file cannot be written; nothing is written then.
+    """
     check_writable(plan.changes)
-    written = apply_changes(engine.name, plan.changes, Journal(options.root), plan.notes)
-    return ConfigureResult(plan, dry_run, written)
+    return apply_changes(plan.engine, plan.changes, Journal(root), plan.notes)
 
 
 def check_writable(changes: Sequence[FileChange]) -> None:
@@ -127,15 +131,10 @@ def configured_engines(journal: Journal) -> List[str]:
 
 def runtimeclass_handler(root: Path) -> Optional[str]:
     """The handler of the RuntimeClass ``configure runtimeclass`` wrote, or None."""
-    path = rooted(root, RUNTIMECLASS_STATE)
-    raw = read_optional(path)
-    if raw is None:
+    record = read_record(root)
+    if record is None:
         return None
-    try:
-        handler = json.loads(raw).get("handler")
-    except (ValueError, AttributeError) as exc:
-        raise ConfigFormatError(path, "is not the JSON object configure runtimeclass writes") from exc
-    return str(handler) if handler else None
+    return str(record["handler"]) or None
 
 
 def recorded_config(notes: Dict[str, Any]) -> Optional[str]:
@@ -230,9 +229,7 @@ def _cdi_problems(root: Path, passed: List[str]) -> List[str]:
     raw = read_optional(rooted(root, CDI_SPEC))
     if raw is None:
         return []
-    data, problems = parse_spec(raw)
-    if not problems:
-        problems = validate_spec(data)
+    _data, problems = check_spec(raw)
     if not problems:
         passed.append(f"{CDI_SPEC} is a valid CDI spec")
     return [f"{CDI_SPEC}: {p}" for p in problems]

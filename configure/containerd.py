@@ -43,6 +43,7 @@ from configure.changes import FileChange, read_optional
 from configure.containerd_imports import (
     ConfigFile,
     covers,
+    defining_file,
     effective_plugin,
     imports_of,
     load_chain,
@@ -103,7 +104,8 @@ class ContainerdEngine:
         plugin = CRI_PLUGIN[version]
         plan = ConfigPlan(engine=self.name)
         data: Dict[str, Any] = doc.unwrap() if doc is not None else {}
-        drop_in = self._drop_in_path(options, version, data, installed is not None and installed[0] >= 2)
+        containerd2 = installed is not None and installed[0] >= 2
+        drop_in = self._drop_in_path(options, config_node, version, data, containerd2)
 
         extra_import = None
         if drop_in is not None and not any(covers(i, drop_in) for i in imports_of(data, config_node)):
@@ -116,6 +118,9 @@ class ContainerdEngine:
         position = next((i for i, c in enumerate(chain) if c.ours), 0)
         before, after = chain[: position + 1] if drop_in is None else chain[:position], chain[position + 1 :]
         source = effective_plugin(before, plugin)
+        origin = defining_file(before, plugin)
+        # Where a non-table in the way of our keys comes from: the file that defines the CRI table.
+        source_path = rooted(options.root, origin.path) if origin is not None else config_path
         for later in after:
             if plugin_table(later.data, plugin) is not None:
                 plan.warnings.append(
@@ -132,10 +137,11 @@ class ContainerdEngine:
             target = tomlkit.document()
             target.add(tomlkit.comment(DROP_IN_HEADER.strip()[2:]))
             target.add("version", version)
-            tomledit.merge(target, {"plugins": {plugin: source}})
+            tomledit.merge(target, {"plugins": {plugin: source}}, path=source_path)
             if extra_import is not None:
                 _add_import(root_doc, drop_in)
-        tomledit.merge(target, {"plugins": {plugin: self._desired_cri(source, options, plan)}})
+        desired = self._desired_cri(source, options, plan)
+        tomledit.merge(target, {"plugins": {plugin: desired}}, path=source_path)
 
         if drop_in is not None:
             drop_path = rooted(options.root, drop_in)
@@ -173,7 +179,7 @@ class ContainerdEngine:
         return describe(chain, CRI_PLUGIN[version], version, runtime_name)
 
     def _drop_in_path(
-        self, options: RuntimeOptions, version: int, data: Dict[str, Any], containerd2: bool
+        self, options: RuntimeOptions, config_node: str, version: int, data: Dict[str, Any], containerd2: bool
     ) -> Optional[str]:
         if options.no_drop_in:
             return None
@@ -186,7 +192,13 @@ class ContainerdEngine:
         if options.drop_in:
             if not options.drop_in.startswith("/"):
                 raise UsageError(f"--drop-in must be an absolute path, not {options.drop_in!r}")
-            return posixpath.normpath(options.drop_in)
+            drop_in = posixpath.normpath(options.drop_in)
+            if drop_in == posixpath.normpath(config_node):
+                # Both would be written to one file and the second write would drop the runtime.
+                raise UsageError(
+                    f"--drop-in {options.drop_in} is the main config itself; use --no-drop-in to edit it in place"
+                )
+            return drop_in
         return DEFAULT_DROP_IN if data.get("imports") or containerd2 else None
 
     def _desired_cri(

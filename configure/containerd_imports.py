@@ -141,11 +141,12 @@ def plugin_table(data: Dict[str, Any], plugin: str) -> Optional[Dict[str, Any]]:
     return None
 
 
+def defining_file(chain: Sequence[ConfigFile], plugin: str) -> Optional[ConfigFile]:
+    """The last file in the chain that defines ``plugin`` (the one containerd < 2.1 takes it from)."""
+    return next((config for config in reversed(chain) if plugin_table(config.data, plugin) is not None), None)
+
+
 def effective_plugin(chain: Sequence[ConfigFile], plugin: str) -> Dict[str, Any]:
     """The table containerd < 2.1 uses for ``plugin``: the last file in the chain that defines it."""
-    found: Dict[str, Any] = {}
-    for config in chain:
-        table = plugin_table(config.data, plugin)
-        if table is not None:
-            found = table
-    return found
+    found = defining_file(chain, plugin)
+    return (plugin_table(found.data, plugin) if found is not None else None) or {}

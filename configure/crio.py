@@ -96,7 +96,8 @@ def effective_config(
 
 
 def _runtime_section(config: Dict[str, Any]) -> Dict[str, Any]:
-    section = config.get("crio", {}).get("runtime", {})
+    crio = config.get("crio")
+    section = crio.get("runtime") if isinstance(crio, dict) else None
     return section if isinstance(section, dict) else {}
 
 
@@ -205,7 +206,7 @@ class CrioEngine:
         fields = {"runtime_path": options.runtime_path, "runtime_type": "oci", **values}
         new = render_runtime(text, target, options.runtime_name, fields, options.set_as_default).encode()
         plan.changes.append(FileChange(target, old, new, mode=0o644))
-        plan.warnings.extend(_overridden_by_later(options, target))
+        plan.warnings.extend(_overridden_by_later(options, target, files))
         plan.notes.update(
             {
                 "config": config,
@@ -263,11 +264,10 @@ def _facts(config: Dict[str, Any], runtime_name: str) -> Dict[str, str]:
     return facts
 
 
-def _overridden_by_later(options: RuntimeOptions, target: Path) -> List[str]:
-    """Warn about drop-ins read after ours that redefine what we set (later files win)."""
+def _overridden_by_later(options: RuntimeOptions, target: Path, files: List[Path]) -> List[str]:
+    """Warn about drop-ins read after ours (in ``files``, the :func:`source_files`) that redefine what we set."""
     if options.no_drop_in:
         return []
-    files = source_files(options.root, options.config or CRIO_CONF, extra=target)
     if target not in files:
         return [
             f"CRI-O reads drop-ins from {CRIO_DROP_IN_DIR} only (unless started with --config-dir); {target} may never be read"

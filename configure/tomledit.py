@@ -44,25 +44,26 @@ def render(doc: TOMLDocument) -> bytes:
     return tomlkit.dumps(doc).encode("utf-8")
 
 
-def merge(container: Container, desired: Mapping[str, Any], *, where: str = "") -> None:
+def merge(container: Container, desired: Mapping[str, Any], *, path: object, where: str = "") -> None:
     """Make ``container`` hold every value of the nested mapping ``desired``; touch nothing else.
 
     Existing keys keep their place and comment (and are not rewritten when already equal); a
     missing table is built complete and appended laid out like its siblings.
 
+    :param path: the file whose content ``container`` holds, for error messages.
     :param where: dotted path of ``container``, for error messages.
     :raises ConfigFormatError: when the file has a plain value where ``desired`` needs a table.
     """
     for key, value in desired.items():
-        path = f"{where}.{key}" if where else key
+        dotted = f"{where}.{key}" if where else key
         if not isinstance(value, Mapping):
             set_value(container, key, value)
         elif key not in container:
             _append_table(container, key, value)
         elif isinstance(container[key], (Table, TOMLDocument, OutOfOrderTableProxy)):
-            merge(container[key], value, where=path)
+            merge(container[key], value, path=path, where=dotted)
         else:
-            raise ConfigFormatError("<config>", f"{path} is a value, not a table; cannot add to it")
+            raise ConfigFormatError(path, f"{dotted} is a value, not a table; cannot add to it")
 
 
 def set_value(table: Container, key: str, value: Any) -> None:

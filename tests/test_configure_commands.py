@@ -176,6 +176,38 @@ def test_a_read_only_config_is_refused_with_a_sentence_and_nothing_is_written(
         shutil.rmtree(root)
 
 
+@pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root and setpriv to run as nobody"
+)
+def test_a_read_only_toolkit_config_is_refused_before_its_backup_is_journaled(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    # The journal is writable, the config is not: the write must be refused before the backup and
+    # the journal entry, or revert would later restore a write that never happened.
+    root = Path(tempfile.mkdtemp(prefix="ro-", dir=tmp_path_factory.getbasetemp().parent.parent))
+    try:
+        root.chmod(0o755)
+        config = root / "etc/nvidia-container-runtime/config.toml"
+        config.parent.mkdir(parents=True)
+        config.write_text('[nvidia-container-runtime]\nmode = "auto"\n')
+        config.chmod(0o444)
+        state = root / "var/lib/gpu-airgap/configure"
+        state.mkdir(parents=True)
+        os.chown(state, 65534, 65534)
+        for directory in (root, *(p for p in config.parents if root in p.parents)):
+            directory.chmod(0o755)
+        result = subprocess.run(
+            [*AS_NOBODY, sys.executable, "-m", "mirror", "configure", "toolkit", "--root", str(root), "--mode", "cdi"],
+            capture_output=True, text=True, timeout=60, check=False, cwd=root,
+        )  # fmt: skip
+        assert result.returncode == ExitCode.CONFIG, result.stderr
+        assert "is read-only for this user (mode 0444)" in result.stderr
+        assert config.read_text() == '[nvidia-container-runtime]\nmode = "auto"\n'
+        assert list(state.iterdir()) == []  # no journal, no backup
+    finally:
+        shutil.rmtree(root)
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="only root can hand a file to another owner")
 def test_configure_and_revert_keep_the_owner_and_mode_and_one_backup_per_change(tmp_path: Path) -> None:
     config = make_root(tmp_path, "config.toml.base")

@@ -306,3 +306,32 @@ def test_fixtures_are_the_shared_ones() -> None:
 def _is_subsequence(small: list[str], big: list[str]) -> bool:
     it = iter(big)
     return all(line in it for line in small)
+
+
+def test_drop_in_naming_the_main_config_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    config = make_root(tmp_path, text="version = 2\n")
+    with pytest.raises(UsageError, match="is the main config itself; use --no-drop-in"):
+        configure_engine(engine(), RuntimeOptions(root=tmp_path, drop_in="/etc/containerd/./config.toml"))
+    assert config.read_text() == "version = 2\n"
+
+
+@pytest.mark.parametrize(
+    ("root_text", "site_text", "culprit"),
+    [
+        ('version = 2\n[plugins."io.containerd.grpc.v1.cri"]\n  containerd = 3\n', None, CONFIG),
+        (
+            'version = 2\nimports = ["/etc/containerd/10-site.toml"]\n',
+            'version = 2\n[plugins."io.containerd.grpc.v1.cri".containerd]\n  runtimes = 3\n',
+            "etc/containerd/10-site.toml",
+        ),
+    ],
+)
+def test_a_value_where_the_runtime_table_goes_names_the_file_that_holds_it(
+    tmp_path: Path, root_text: str, site_text: Optional[str], culprit: str
+) -> None:
+    make_root(tmp_path, text=root_text)
+    if site_text is not None:
+        (tmp_path / "etc/containerd/10-site.toml").write_text(site_text)
+    with pytest.raises(ConfigFormatError, match="is a value, not a table") as caught:
+        configure_engine(engine(), RuntimeOptions(root=tmp_path))
+    assert str(caught.value).startswith(f"{tmp_path / culprit}: plugins.io.containerd.grpc.v1.cri.containerd")

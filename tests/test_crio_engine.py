@@ -145,6 +145,16 @@ def test_invalid_toml_in_crio_conf_is_refused(tmp_path: Path) -> None:
     assert not rooted(root, CRIO_DROP_IN).exists()
 
 
+@pytest.mark.parametrize("text", ['crio = "x"\n', "[crio]\nruntime = 3\n"])
+def test_a_crio_conf_without_runtime_tables_inherits_nothing_instead_of_crashing(tmp_path: Path, text: str) -> None:
+    root = _node(tmp_path, crio_conf=False)
+    rooted(root, CRIO_CONF).write_text(text)
+    plan = CrioEngine().plan(RuntimeOptions(root=root))
+    assert any("no default, runc or crun runtime" in w for w in plan.warnings)
+    assert plan.facts["RUNTIME_PATH"] == RUNTIME
+    assert "DEFAULT" not in CrioEngine().report(root, "nvidia")
+
+
 def test_hook_mode_writes_the_oci_hook_instead_of_a_runtime(tmp_path: Path) -> None:
     root = _node(tmp_path, packaged_drop_in=True)
     plan = CrioEngine().plan(RuntimeOptions(root=root, hook=True))
