@@ -38,7 +38,7 @@ from configure import proc
 from configure.changes import FileChange, read_optional
 from configure.engine import ConfigPlan
 from configure.errors import ConfigFormatError, ToolError, UsageError
-from configure.fsutil import rooted
+from configure.fsutil import is_live_root, rooted
 
 CDI_SPEC = "/etc/cdi/nvidia.yaml"
 #: where nvidia-cdi-refresh.service (toolkit >= 1.18) writes its own spec
@@ -98,7 +98,7 @@ class NvidiaCtkGenerator:
 
 def find_generator(root: Path) -> Tuple[Optional[SpecGenerator], List[str]]:
     """nvidia-ctk for ``/`` when installed; never a binary under another root (returns a warning)."""
-    if str(root) in ("", "/"):
+    if is_live_root(root):
         binary = proc.which("nvidia-ctk")
         return (NvidiaCtkGenerator(binary) if binary else None), []
     for candidate in ("/usr/bin/nvidia-ctk", "/usr/local/bin/nvidia-ctk"):

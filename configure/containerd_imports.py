@@ -24,7 +24,7 @@ from typing import Any, Dict, List, Optional, Sequence, Set
 from configure import tomledit
 from configure.changes import read_optional
 from configure.errors import ConfigFormatError
-from configure.fsutil import rooted
+from configure.fsutil import is_live_root, rooted
 
 _GLOB_CHARS = ("*", "?", "[")
 
@@ -122,7 +122,7 @@ def _expand(root: Path, imports: Sequence[str], ours: Optional[str]) -> List[str
             continue
         base = os.path.abspath(root)
         matches = [
-            "/" + os.path.relpath(found, base) if str(root) not in ("", "/") else found
+            "/" + os.path.relpath(found, base) if not is_live_root(root) else found
             for found in glob.glob(str(rooted(root, entry)))  # noqa: PTH207 - patterns may glob directories too
         ]
         if ours is not None and covers(entry, ours) and ours not in matches:

@@ -35,9 +35,18 @@ def safe_join(root: Union[str, os.PathLike[str]], relative: str) -> Path:
     return Path(joined)
 
 
+def is_live_root(root: Union[str, os.PathLike[str]]) -> bool:
+    """True when ``--root`` names the running system itself (``/``, or a path that resolves to it).
+
+    Only then may gpu-airgap run the node's own binaries, restart services or use host defaults;
+    under any other root those belong to an image or chroot, not to us.
+    """
+    return str(root) in ("", "/") or os.path.realpath(root) == "/"
+
+
 def rooted(root: Union[str, os.PathLike[str]], system_path: str) -> Path:
     """Map an absolute node path (``/etc/containerd/config.toml``) under ``--root`` (like ``dpkg --root``)."""
-    return safe_join(root, system_path.lstrip("/")) if str(root) not in ("", "/") else Path(system_path)
+    return Path(system_path) if is_live_root(root) else safe_join(root, system_path.lstrip("/"))
 
 
 def atomic_write(path: Path, data: bytes, *, mode: Optional[int] = None) -> None:

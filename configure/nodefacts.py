@@ -19,7 +19,7 @@ import yaml
 
 from configure.changes import read_optional
 from configure.errors import ToolError
-from configure.fsutil import rooted
+from configure.fsutil import is_live_root, rooted
 from configure.proc import run, which
 
 ContainerdVersion = Tuple[int, int]
@@ -54,7 +54,7 @@ def dpkg_containerd_version(status: str) -> Optional[ContainerdVersion]:
 
 def containerd_version(root: Path) -> Optional[ContainerdVersion]:
     """The (major, minor) version of the containerd installed under ``root``, or None when unknown."""
-    if str(root) in ("", "/"):
+    if is_live_root(root):
         binary = which("containerd")
         if binary is not None:
             try:

@@ -24,7 +24,7 @@ from typing import Dict, List, Optional, Protocol, Sequence, Tuple
 
 from configure import proc
 from configure.errors import CommandError, ToolError
-from configure.fsutil import atomic_write, rooted
+from configure.fsutil import atomic_write, is_live_root, rooted
 from installer.preflight import satisfies
 from installer.target import Requirement
 
@@ -96,7 +96,7 @@ class DpkgBackend:
 
     def __init__(self, root: Path = Path("/")) -> None:
         self.root = root
-        scratch = str(root) not in ("", "/")
+        scratch = not is_live_root(root)
         self._dpkg = ["dpkg", f"--root={root}"] if scratch else ["dpkg"]
         admindir = rooted(root, "/var/lib/dpkg")
         self._query = ["dpkg-query", f"--admindir={admindir}"] if scratch else ["dpkg-query"]
@@ -179,7 +179,7 @@ class RpmBackend:
     def __init__(self, root: Path = Path("/"), dbpath: Optional[str] = None) -> None:
         self.root = root
         self._rpm = ["rpm"]
-        if str(root) not in ("", "/"):
+        if not is_live_root(root):
             self._rpm += ["--root", str(root)]
         if dbpath:
             self._rpm += ["--dbpath", dbpath]

@@ -20,7 +20,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 from configure.changes import Journal, apply_changes, revert, unified_diff
 from configure.engine import RuntimeOptions
 from configure.errors import BusyError, CommandError, ToolError, UsageError
-from configure.fsutil import rooted
+from configure.fsutil import is_live_root, rooted
 from installer import preflight
 from installer.backend import PackageBackend
 from installer.env import CDI_SPEC, SERVICE_UNITS, NodeEnv
@@ -341,7 +341,7 @@ def _runtime_options(options: InstallOptions, cdi: bool) -> RuntimeOptions:
 
 def _may_restart(options: InstallOptions) -> bool:
     """Engines are restarted only on the live system: under another root they are not ours to touch."""
-    return not options.no_restart and str(options.root) in ("", "/")
+    return not options.no_restart and is_live_root(options.root)
 
 
 def _dry_run(

@@ -14,7 +14,7 @@ from typing import Any, Dict, List
 from configure import cdi as cdi_spec
 from configure.changes import Journal, read_optional, revert
 from configure.errors import ProblemsFound, ToolError
-from configure.fsutil import rooted
+from configure.fsutil import is_live_root, rooted
 from installer.env import CDI_SPEC, SERVICE_UNITS, NodeEnv
 from installer.install import node_lock
 from installer.state import NodeState, load_state, state_path
@@ -71,7 +71,7 @@ def uninstall(root: Path, env: NodeEnv, *, keep_packages: bool = False, force: b
         for engine in state.engines:
             if engine in engines_in_journal:
                 result.restored.extend(str(p) for p in revert(engine, journal, force=force))
-        if str(root) in ("", "/"):
+        if is_live_root(root):
             for engine in state.engines:
                 if engine in SERVICE_UNITS:
                     env.services.restart(SERVICE_UNITS[engine])

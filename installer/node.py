@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from configure.errors import ToolError
-from configure.fsutil import rooted
+from configure.fsutil import is_live_root, rooted
 
 #: One name per architecture in each package world: (deb name, rpm name).
 _ARCH_PAIRS: Tuple[Tuple[str, str], ...] = (("amd64", "x86_64"), ("arm64", "aarch64"), ("ppc64el", "ppc64le"))
@@ -111,7 +111,7 @@ def detect_package_format(root: Path, which: Callable[[str], Optional[str]]) -> 
     for dbpath in RPM_DB_DIRS:
         if rooted(root, dbpath).is_dir():
             return "rpm", dbpath
-    if str(root) in ("", "/"):
+    if is_live_root(root):
         if which("dpkg"):
             return "deb", None
         if which("rpm"):

@@ -53,3 +53,13 @@ def test_atomic_write_into_unwritable_directory_is_a_clear_error(tmp_path: Path)
         atomic_write(blocker / "child.toml", b"x")
     assert blocker.read_bytes() == b""
     assert not any(name.endswith(".tmp") for name in os.listdir(tmp_path))
+
+
+def test_only_the_running_system_is_a_live_root(tmp_path: Path) -> None:
+    from configure.fsutil import is_live_root
+
+    assert is_live_root("/") and is_live_root("") and is_live_root(Path("//")) and is_live_root("/.")
+    link = tmp_path / "host"
+    link.symlink_to("/")
+    assert is_live_root(link)  # a path that resolves to / is the running system too
+    assert not is_live_root(tmp_path)
