@@ -28,10 +28,22 @@ class UninstallResult:
     restored: List[str] = field(default_factory=list)
     removed: List[str] = field(default_factory=list)
     messages: List[str] = field(default_factory=list)
+    failed_engines: List[str] = field(default_factory=list)  #: engines not running after the restore
 
     def to_dict(self) -> Dict[str, Any]:
         """The ``--json`` object."""
         return dict(self.__dict__)
+
+
+class EngineNotRunning(ToolError):
+    """An engine was not running after uninstall put its previous configuration back."""
+
+    def __init__(self, engines: List[str]) -> None:
+        self.engines = engines
+        super().__init__(
+            f"{', '.join(engines)} did not come back after its previous configuration was restored; "
+            "the files are the ones from before the install, see `systemctl status` for why it stopped"
+        )
 
 
 def file_drift(state: NodeState) -> List[str]:
@@ -75,6 +87,8 @@ def uninstall(root: Path, env: NodeEnv, *, keep_packages: bool = False, force: b
             for engine in state.engines:
                 if engine in SERVICE_UNITS:
                     env.services.restart(SERVICE_UNITS[engine])
+                    if not env.services.is_active(SERVICE_UNITS[engine]):
+                        result.failed_engines.append(engine)
         if not keep_packages:
             facts = env.detect(root)
             backend = env.backend(facts)

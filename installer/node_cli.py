@@ -86,11 +86,13 @@ def add_node_commands(app: typer.Typer) -> None:
         result = manage.uninstall(Path(root), NodeEnv(log=_progress), keep_packages=keep_packages, force=force)
         if as_json:
             emit_json(result.to_dict())
-            return
-        lines = [f"{'restored' if Path(path).exists() else 'deleted (the install had created it)'} {path}" for path in result.restored]
-        lines += [f"removed {name}" for name in result.removed]
-        lines += result.messages
-        emit_lines(lines or ["nothing was changed"])
+        else:
+            lines = [f"{'restored' if Path(path).exists() else 'deleted (the install had created it)'} {path}" for path in result.restored]
+            lines += [f"removed {name}" for name in result.removed]
+            lines += result.messages
+            emit_lines(lines or ["nothing was changed"])
+        if result.failed_engines:
+            raise manage.EngineNotRunning(result.failed_engines)
 
     @app.command("status")
     def status(

@@ -196,6 +196,21 @@ class TestDpkgRoot:
         assert not (deb_root / "usr/bin/nvidia-ctk").exists()
         assert load_state(deb_root) is None
 
+    def test_uninstall_on_the_live_system_says_when_an_engine_stays_down(
+        self, tmp_path: Path, deb_root: Path, targets: Dict[str, Target], monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        import installer.manage as manage_mod
+
+        bundle, key, env, services = _setup(tmp_path, targets["deb-1.17.8"])
+        install(bundle, key, InstallOptions(root=deb_root), env)
+        services.healthy = False
+        monkeypatch.setattr(manage_mod, "is_live_root", lambda root: True)  # restart as on a real node
+        result = uninstall(deb_root, env)
+        assert ("restart", "containerd.service") in services.calls or ("restart", "containerd") in services.calls
+        assert result.failed_engines == ["containerd"]
+        assert (deb_root / "etc/containerd/config.toml").read_bytes() == CONTAINERD_CONFIG  # restored all the same
+        assert "did not come back" in str(manage_mod.EngineNotRunning(result.failed_engines))
+
     def test_status_reports_packages_engines_and_drift(self, tmp_path: Path, deb_root: Path, targets: Dict[str, Target]) -> None:
         bundle, key, env, _ = _setup(tmp_path, targets["deb-1.17.8"])
         install(bundle, key, InstallOptions(root=deb_root), env)
