@@ -143,6 +143,8 @@ def install(bundle: Path, keyring: Path, options: InstallOptions, env: NodeEnv) 
         raise UsageError(f"the bundle {bundle} does not exist")
     if not keyring.is_file():
         raise UsageError(f"the operator key {keyring} does not exist")
+    if not root.is_dir():
+        raise UsageError(f"the root {root} is not a directory")
     with node_lock(root) as state_dir, staging(state_dir) as stage:
         _say(env, f"verifying {bundle.name} with {keyring}")
         staged = env.opener(bundle, keyring, stage)

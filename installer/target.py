@@ -136,7 +136,9 @@ def pick_target(bundle: StagedBundle, package_format: Optional[str], arch: str, 
     if matches:
         return matches[0]
     has = ", ".join(t.describe() for t in bundle.targets) or "no targets"
-    node = f"{package_format or 'no dpkg/rpm'}/{arch}"
+    if not package_format:
+        raise TargetMismatch(f"found neither a dpkg nor an rpm database on this node, and the bundle has {has}")
+    node = f"{package_format}/{arch}"
     raise TargetMismatch(f"the bundle has {has} but this node is {node}; build a bundle for {node}")
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from configure.containerd import ContainerdEngine
 from configure.docker import DockerEngine
-from configure.errors import ExitCode, ToolError, VerificationError
+from configure.errors import ExitCode, ToolError, UsageError, VerificationError
 from installer.env import NodeEnv
 from installer.install import InstallFailed, InstallOptions, install
 from installer.manage import status, uninstall
@@ -366,6 +366,14 @@ class TestRpmRoot:
         bundle, key, env, _ = _setup(tmp_path, targets["rpm-1.17.8"])
         with pytest.raises(PreflightFailed, match="libseccomp"):
             install(bundle, key, InstallOptions(root=root), env)
+
+
+def test_install_into_a_root_that_does_not_exist_is_refused_and_creates_nothing(tmp_path: Path, targets: Dict[str, Target]) -> None:
+    bundle, key, env, _ = _setup(tmp_path, targets["deb-1.17.8"])
+    missing = tmp_path / "no-such-root"
+    with pytest.raises(UsageError, match="is not a directory"):
+        install(bundle, key, InstallOptions(root=missing), env)
+    assert not missing.exists()
 
 
 def test_uninstall_without_a_recorded_install_says_so(tmp_path: Path) -> None:

@@ -113,6 +113,8 @@ class TestTarget:
         bundle = StagedBundle("id", "F" * 40, "1.17.8", (TARGET,), Path("/staging"))
         with pytest.raises(TargetMismatch, match=r"the bundle has deb/amd64 but this node is rpm/aarch64"):
             pick_target(bundle, "rpm", "aarch64", ("rhel",))
+        with pytest.raises(TargetMismatch, match=r"found neither a dpkg nor an rpm database on this node, and the bundle has deb/amd64"):
+            pick_target(bundle, None, "amd64", ())
 
     def test_distribution_specific_target_preferred(self) -> None:
         generic = Target("deb-amd64", "deb", "amd64", ())
