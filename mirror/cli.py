@@ -52,8 +52,11 @@ def _options(upstream: str, channel: str, fmt: str, arch: list[str], version: st
     from mirror import sync as sync_lib
     from mirror.repo import CHANNELS
 
+    from mirror.selectors import VersionSelector
+
     if channel not in CHANNELS:
         raise UsageError(f"unknown --channel {channel!r}; use stable or experimental")
+    VersionSelector.parse(version)  # a bad --version is a usage error before anything is fetched
     lock = Lockfile.load(locked) if locked is not None else None
     if lock is not None:
         channel = lock.channel

@@ -392,3 +392,14 @@ def test_progress_is_a_bar_on_a_terminal_and_lines_on_a_pipe(monkeypatch: pytest
     monkeypatch.setattr("sys.stderr", io.StringIO())
     assert isinstance(progress.choose(quiet=False, json_output=False), progress.LineProgress)
     assert isinstance(progress.choose(quiet=False, json_output=True), progress.QuietProgress)
+
+
+def test_a_bad_version_selector_is_a_usage_error_before_anything_is_fetched(
+    site: tuple[UpstreamTree, UpstreamServer], tmp_path: Path
+) -> None:
+    tree, server = site
+    before = len(server.log)
+    result = _sync(server, tree, tmp_path / "m", "--version", "banana")
+    assert result.exit_code == ExitCode.USAGE
+    assert "invalid version selector 'banana'" in result.stderr
+    assert len(server.log) == before and not (tmp_path / "m").exists()
