@@ -51,7 +51,6 @@ _WRITE_LOCK = typer.Option(None, "--write-lock", help="Record the synced set in 
 def _options(upstream: str, channel: str, fmt: str, arch: list[str], version: str, locked: Optional[Path]) -> sync_lib.SyncOptions:
     from mirror import sync as sync_lib
     from mirror.repo import CHANNELS
-
     from mirror.selectors import VersionSelector
 
     if channel not in CHANNELS:
