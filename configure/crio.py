@@ -27,9 +27,9 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 import tomlkit
-from tomlkit.exceptions import TOMLKitError
 from tomlkit.items import Table
 
+from configure import tomledit
 from configure.changes import FileChange, read_optional
 from configure.engine import ConfigPlan, Engine, RuntimeOptions
 from configure.errors import ConfigFormatError, UsageError
@@ -51,14 +51,8 @@ def parse_toml(text: str, path: object) -> Dict[str, Any]:
 
     :raises ConfigFormatError: for invalid TOML.
     """
-    return _parse_document(text, path).unwrap()
+    return tomledit.parse_text(text, path).unwrap()
 
-
-def _parse_document(text: str, path: object) -> tomlkit.TOMLDocument:
-    try:
-        return tomlkit.parse(text)
-    except TOMLKitError as exc:
-        raise ConfigFormatError(path, f"is not valid TOML ({exc}); fix or remove it first") from exc
 
 
 def merge(base: Dict[str, Any], override: Dict[str, Any]) -> Dict[str, Any]:
@@ -147,7 +141,7 @@ def render_runtime(
     text: str, path: object, runtime_name: str, values: Dict[str, str], set_as_default: bool
 ) -> str:
     """Add or update ``[crio.runtime.runtimes.<name>]`` in ``text`` (empty for a new drop-in)."""
-    doc = _parse_document(text, path)
+    doc = tomledit.parse_text(text, path)
     if not text:
         doc.add(tomlkit.comment("NVIDIA runtime for CRI-O, written by gpu-airgap configure crio."))
     runtime = _table(_table(doc, "crio", path), "runtime", path)

@@ -39,6 +39,17 @@ def parse(path: Path, data: bytes) -> TOMLDocument:
         raise ConfigFormatError(path, f"is not valid TOML ({exc}); fix it or restore it first") from exc
 
 
+def parse_text(text: str, path: object) -> TOMLDocument:
+    """Parse already-decoded ``text`` of ``path`` (crio.conf and drop-ins, the toolkit config).
+
+    :raises ConfigFormatError: naming the file when it is not valid TOML.
+    """
+    try:
+        return tomlkit.parse(text)
+    except TOMLKitError as exc:
+        raise ConfigFormatError(path, f"is not valid TOML ({exc}); fix or remove it first") from exc
+
+
 def render(doc: TOMLDocument) -> bytes:
     """Serialise ``doc``; an untouched document renders to exactly the bytes it was parsed from."""
     return tomlkit.dumps(doc).encode("utf-8")

@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Optional
 
 import tomlkit
-from tomlkit.exceptions import TOMLKitError
 from tomlkit.items import Table
 
+from configure import tomledit
 from configure.changes import FileChange, read_optional
 from configure.engine import ConfigPlan
 from configure.errors import ConfigFormatError, UsageError
@@ -31,7 +31,7 @@ ENGINE = "toolkit"
 
 def current_mode(text: str, path: object = TOOLKIT_CONFIG) -> Optional[str]:
     """The ``mode`` set in ``text``, or None when it is left to the runtime's default (auto)."""
-    section = _parse(text, path).get(SECTION)
+    section = tomledit.parse_text(text, path).get(SECTION)
     value = section.get("mode") if isinstance(section, dict) else None
     return str(value) if value is not None else None
 
@@ -40,7 +40,7 @@ def set_mode(text: str, mode: str, path: object = TOOLKIT_CONFIG) -> str:
     """Return ``text`` with ``[nvidia-container-runtime] mode = <mode>``, everything else unchanged."""
     if mode not in MODES:
         raise UsageError(f"unknown runtime mode {mode!r}; choose one of {', '.join(MODES)}")
-    doc = _parse(text, path)
+    doc = tomledit.parse_text(text, path)
     if SECTION not in doc:
         doc.add(SECTION, tomlkit.table())
     section = doc[SECTION]
@@ -64,10 +64,3 @@ def plan_mode(root: Path, mode: str, config: str = TOOLKIT_CONFIG) -> ConfigPlan
     plan.notes.update({"mode": mode, "previous_mode": current_mode(text, path)})
     plan.facts["MODE"] = mode
     return plan
-
-
-def _parse(text: str, path: object) -> tomlkit.TOMLDocument:
-    try:
-        return tomlkit.parse(text)
-    except TOMLKitError as exc:
-        raise ConfigFormatError(path, f"is not valid TOML ({exc}); fix or remove it first") from exc
