@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from installer.gpg import Keyring
+from mirror.trust import open_keyring
 from tests.cli_runner import run_cli
 from tests.gpgkeys import TestKey, make_key
 from tests.upstream import UpstreamServer, UpstreamTree, cached_upstream, stop_agent
@@ -88,6 +90,20 @@ def test_key(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestKey]:
     key = make_key(tmp_path_factory.mktemp("gpg-a"), "gpu-airgap test <test@example.invalid>")
     yield key
     stop_agent(key.home)
+
+
+@pytest.fixture(scope="module")
+def nvidia() -> Iterator[Keyring]:
+    """NVIDIA's pinned public key, in a throwaway GNUPGHOME (what ``mirror sync`` trusts by default)."""
+    with open_keyring() as keyring:
+        yield keyring
+
+
+@pytest.fixture()
+def trusting(test_key: TestKey) -> Iterator[Keyring]:
+    """A keyring holding only ``test_key``."""
+    with Keyring.open([test_key.public]) as keyring:
+        yield keyring
 
 
 @pytest.fixture(scope="session")

@@ -12,25 +12,13 @@ from configure.errors import SignatureError
 from installer.gpg import Keyring, judge_status
 from mirror.apt_index import parse_release
 from mirror.errors import MetadataError
-from mirror.trust import NVIDIA_FINGERPRINT, default_keyring_path, open_keyring
+from mirror.trust import NVIDIA_FINGERPRINT, default_keyring_path
 from tests.gpgkeys import NVIDIA_KEY, REAL, TestKey
 
 INRELEASE = (REAL / "stable/deb/amd64/InRelease").read_bytes()
 REPOMD = (REAL / "stable/rpm/x86_64/repodata/repomd.xml").read_bytes()
 REPOMD_ASC = (REAL / "stable/rpm/x86_64/repodata/repomd.xml.asc").read_bytes()
 BODY = "Origin: test\nLabel: test\nSHA512:\n " + "a" * 128 + " 10 Packages\n"
-
-
-@pytest.fixture(scope="module")
-def nvidia() -> Keyring:
-    with open_keyring() as keyring:
-        yield keyring  # type: ignore[misc]
-
-
-@pytest.fixture()
-def trusting(test_key: TestKey) -> Keyring:
-    with Keyring.open([test_key.public]) as keyring:
-        yield keyring  # type: ignore[misc]
 
 
 class TestRealNvidiaFiles:

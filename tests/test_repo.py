@@ -25,7 +25,7 @@ from mirror.repo import (
 from mirror.resolve import resolve
 from mirror.rpm_index import parse_repomd
 from mirror.selectors import VersionSelector
-from mirror.trust import NVIDIA_FINGERPRINT, open_keyring
+from mirror.trust import NVIDIA_FINGERPRINT
 from tests.gpgkeys import REAL, TestKey
 from tests.rpmrepo import build_yum_repo
 
@@ -50,18 +50,6 @@ def release_text(files: dict[str, bytes]) -> str:
         f" {hashlib.sha512(data).hexdigest()} {len(data):>16} {name}\n" for name, data in files.items()
     )
     return f"Origin: test\nLabel: test\nArchitectures: amd64\nSHA512:\n{lines}"
-
-
-@pytest.fixture(scope="module")
-def nvidia() -> Keyring:
-    with open_keyring() as keyring:
-        yield keyring  # type: ignore[misc]
-
-
-@pytest.fixture()
-def trusting(test_key: TestKey) -> Keyring:
-    with Keyring.open([test_key.public]) as keyring:
-        yield keyring  # type: ignore[misc]
 
 
 def signed_inrelease(key: TestKey, files: dict[str, bytes]) -> bytes:
