@@ -169,6 +169,15 @@ class Keyring:
             Path(sig_path).unlink()
         return self._judge(result.stderr, what)
 
+    def export(self, fingerprint: str) -> bytes:
+        """The armored public key ``fingerprint`` as this keyring holds it (``mirror publish`` serves it).
+
+        :raises SignatureError: when the keyring does not hold that key.
+        """
+        if _normalise_fpr(fingerprint) not in self.fingerprints:
+            raise SignatureError(f"the keyring does not hold key {fingerprint}")
+        return str(self._gpg.export_keys(_normalise_fpr(fingerprint))).encode("ascii")
+
     def _judge(self, stderr: str, what: str) -> Verification:
         return judge_status(_status_lines(stderr), self.fingerprints, what)
 

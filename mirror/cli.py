@@ -13,7 +13,7 @@ import typer
 from configure import output
 from configure.errors import ProblemsFound, UsageError
 from installer import cli as node_cli
-from mirror import bundle_cli
+from mirror import bundle_cli, publish_cli
 from mirror.lockfile import Lockfile
 from mirror.model import PackageFormat
 
@@ -241,6 +241,10 @@ def prune_command(
     verb = "would remove" if dry_run else "removed"
     output.emit_lines([f"{verb} release {r}" for r in report.removed_releases])
     output.emit_lines([f"{verb} {len(report.removed_files)} file(s), {report.freed_bytes} bytes"])
+
+
+# -- mirror publish (its own module, like bundle build) -------------------------------------------
+publish_cli.add_publish_command(mirror_app)
 
 
 def make_app() -> typer.Typer:

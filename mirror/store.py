@@ -3,7 +3,7 @@
 Layout of ``DEST`` (upstream's relative paths are kept, so a mirror can be served as-is)::
 
     DEST/
-      .gpu-airgap.lock                    flock'ed by a running sync/prune (never deleted)
+      .gpu-airgap.lock                    flock'ed by sync/prune (exclusive) and publish (shared); never deleted
       .gpu-airgap/
         state.json                        what the mirror holds (MirrorState); written LAST
         http-cache/<key>.json, <key>.body conditional-GET validators and bodies of metadata
@@ -194,22 +194,28 @@ def state_path(dest: Path) -> Path:
 
 
 @contextlib.contextmanager
-def locked(dest: Path) -> Iterator[None]:
-    """Hold the exclusive lock of mirror ``dest`` (created when missing) for the ``with`` block.
+def locked(dest: Path, *, shared: bool = False) -> Iterator[None]:
+    """Hold the lock of mirror ``dest`` for the ``with`` block: exclusive (sync, prune; ``dest`` is
+    created when missing) or ``shared`` (readers such as ``publish``: several may read at once, and
+    no sync or prune can change files under them).
 
-    :raises BusyError: when another process holds it.
+    :raises BusyError: when another process holds it in a conflicting mode.
     """
     try:
-        dest.mkdir(parents=True, exist_ok=True)
-        fd = os.open(dest / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+        if not shared:
+            dest.mkdir(parents=True, exist_ok=True)
+        # A reader only needs to read the lock file, so a read-only mirror can still be published.
+        fd = os.open(dest / LOCK_NAME, (os.O_RDONLY if shared else os.O_RDWR) | os.O_CREAT, 0o644)
     except OSError as exc:
         raise ToolError(f"cannot use {dest} as a mirror: {exc.strerror or exc}") from exc
     try:
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
         except OSError as exc:
             if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                raise BusyError(f"another sync is running on {dest}; wait for it to finish") from exc
+                if shared:
+                    raise BusyError(f"a sync or prune is changing {dest}; wait for it to finish") from exc
+                raise BusyError(f"another sync is running on {dest} (or a publish is reading it); wait for it to finish") from exc
             raise
         yield
     finally:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -10,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.pkg_clients import apt, dnf_with_repo, new_apt_sandbox
 from tests.upstream import (
     SigningKey,
     UpstreamServer,
@@ -37,51 +37,14 @@ def snapshot(directory: Path) -> dict[str, tuple[int, int]]:
     return {p.name: (p.stat().st_size, p.stat().st_mtime_ns) for p in directory.iterdir()}
 
 
-def apt(sandbox: Path, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    """apt-get confined to ``sandbox``: its own state, cache, sources, config parts; no lock on the host."""
-    opts = {
-        "Dir::State": sandbox / "state",
-        "Dir::State::status": sandbox / "state/status",
-        "Dir::Cache": sandbox / "cache",
-        "Dir::Etc::SourceList": sandbox / "sources.list",
-        "Dir::Etc::SourceParts": sandbox / "sources.list.d",
-        "Dir::Etc::Parts": sandbox / "apt.conf.d",
-        "Dir::Etc::Preferences": sandbox / "preferences",
-        "Dir::Etc::PreferencesParts": sandbox / "preferences.d",
-        "Debug::NoLocking": "1",
-        "APT::Sandbox::User": "root" if os.geteuid() == 0 else "",
-        "APT::Architecture": "amd64",
-        "APT::Architectures::": "amd64",
-    }
-    argv = ["apt-get", "-q"]
-    for key, value in opts.items():
-        if value != "":
-            argv += ["-o", f"{key}={value}"]
-    return subprocess.run([*argv, *args], capture_output=True, text=True, cwd=cwd, timeout=120)
-
-
 def apt_sandbox(tmp_path: Path, tree: UpstreamTree, url: str) -> Path:
     sandbox = tmp_path / "apt"
-    for sub in (
-        "state/lists/partial",
-        "cache/archives/partial",
-        "sources.list.d",
-        "apt.conf.d",
-        "preferences.d",
-        "dl",
-    ):
-        (sandbox / sub).mkdir(parents=True)
-    (sandbox / "state/status").touch()
     keyring = sandbox / "nvidia-container-toolkit-keyring.gpg"
-    armored = tree.public_key.read_bytes()
-    keyring.write_bytes(
-        subprocess.run(["gpg", "--dearmor"], input=armored, capture_output=True, check=True).stdout
-    )
     # NVIDIA's documented sed: add signed-by to the real .list, then point it at our server.
     text = (tree.root / "stable/deb/nvidia-container-toolkit.list").read_text()
     text = text.replace("deb https://", f"deb [signed-by={keyring}] https://")
     text = text.replace("https://nvidia.github.io/libnvidia-container", url)
-    (sandbox / "sources.list").write_text(text)
+    new_apt_sandbox(sandbox, tree.public_key.read_bytes(), text, keyring_name=keyring.name)
     return sandbox
 
 
@@ -120,31 +83,11 @@ def test_real_apt_get_rejects_an_inrelease_signed_by_another_key(
 
 
 def dnf(tmp_path: Path, tree: UpstreamTree, url: str, *args: str) -> subprocess.CompletedProcess[str]:
-    """dnf confined to ``tmp_path``: its own installroot, repos dir, cache and log dir."""
-    base = tmp_path / "dnf"
-    for sub in ("root", "repos", "cache", "log"):
-        (base / sub).mkdir(parents=True, exist_ok=True)
-    (base / "dnf.conf").write_text("[main]\n")
+    """dnf confined to ``tmp_path`` with the tree's real .repo pointed at ``url`` (and its key file)."""
     text = (tree.root / "stable/rpm/nvidia-container-toolkit.repo").read_text()
     text = text.replace("https://nvidia.github.io/libnvidia-container/gpgkey", tree.public_key.as_uri())
     text = text.replace("https://nvidia.github.io/libnvidia-container", url)
-    (base / "repos/nvidia-container-toolkit.repo").write_text(text)
-    argv = [
-        "dnf", "-y", "-q",
-        f"--installroot={base / 'root'}",
-        f"--config={base / 'dnf.conf'}",
-        f"--setopt=reposdir={base / 'repos'}",
-        f"--setopt=cachedir={base / 'cache'}",
-        f"--setopt=logdir={base / 'log'}",
-        "--releasever=1",
-        "--forcearch=x86_64",
-    ]  # fmt: skip
-    try:
-        return subprocess.run([*argv, *args], capture_output=True, text=True, timeout=120)
-    finally:
-        # repo_gpgcheck makes dnf start a gpg-agent per repo keyring; end exactly those.
-        for pubring in (base / "cache").glob("*/pubring"):
-            stop_agent(pubring)
+    return dnf_with_repo(tmp_path / "dnf", text, *args)
 
 
 @pytest.mark.skipif(shutil.which("dnf") is None, reason="dnf is not installed")

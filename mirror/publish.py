@@ -1,0 +1,284 @@
+"""``gpu-airgap mirror publish``: turn a mirror into a tree nodes' own apt and dnf can use.
+
+The tree keeps upstream's paths (``stable/deb/amd64/``, ``stable/rpm/x86_64/``, …) and holds
+exactly what the mirror's ``state.json`` lists, checked against the recorded digests as each file
+is placed (:mod:`mirror.publish_place`). Two ways to make the indexes trusted:
+
+- re-signed (default): fresh ``Packages``/``Packages.xz``/``InRelease`` and createrepo_c
+  ``repodata/`` over the held packages (:mod:`mirror.signed_repo`), signed by the operator key;
+  ``gpgkey`` is the operator's public key.
+- ``--preserve-upstream``: upstream's own ``InRelease`` / ``repomd.xml(.asc)`` and indexes,
+  unchanged, so nodes keep trusting NVIDIA's key; ``gpgkey`` is that key as the mirror verified
+  it. Only possible when the mirror holds every package the signed index lists, so each repo is
+  re-verified here and a filtered one is refused by name. Mixing preserved and re-signed repos is
+  refused as well: a node trusts one ``gpgkey`` under one keyring name (the fleet contract), and
+  two keys behind one name would make either half fail.
+
+Order: check ``--out`` -> shared mirror lock -> build the whole tree beside ``--out`` -> swap it in
+(:mod:`mirror.publish_swap`). Any error leaves ``--out`` as it was.
+"""
+
+from __future__ import annotations
+
+import json
+import lzma
+import os
+import time
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Final
+from urllib.parse import urlsplit
+
+from configure.errors import SignatureError, ToolError, UsageError, VerificationError
+from configure.fsutil import safe_join
+from configure.version import VERSION
+from installer.gpg import Keyring
+from mirror import store
+from mirror.bundle_sign import OperatorKey
+from mirror.bundle_source import SourcePackage
+from mirror.errors import FetchError, MirrorStateError
+from mirror.publish_files import (
+    KEY_NAME,
+    LIST_NAME,
+    REPO_NAME,
+    Site,
+    render_install,
+    render_list,
+    render_nginx,
+    render_repo,
+)
+from mirror.publish_place import Placer
+from mirror.publish_swap import MARKER, check_target, staged
+from mirror.repo import RepoSnapshot, check_digest, clean_relative, load_apt_repo, load_yum_repo
+from mirror.signed_repo import AptEntry, ReleaseLabels, apt_metadata, query_packages, yum_metadata
+
+PUBLISH_LABELS: Final = ReleaseLabels(
+    origin="gpu-airgap",
+    label="gpu-airgap internal mirror",
+    description="NVIDIA Container Toolkit packages re-signed by the mirror operator",
+)
+
+
+class PreserveError(UsageError):
+    """``--preserve-upstream`` cannot keep upstream's signatures for a repo (the mirror is filtered)."""
+
+
+@dataclass(frozen=True)
+class PublishedRepo:
+    """One repository of the published tree."""
+
+    key: str  #: ``stable/deb/amd64``
+    format: str
+    arch: str
+    channel: str
+    packages: int
+    bytes: int
+    signed_by: str  #: fingerprint of the key that signed its index
+    preserved: bool  #: upstream's own signed index
+
+
+@dataclass(frozen=True)
+class PublishResult:
+    """What a publish produced."""
+
+    out: str
+    base_url: str
+    signer: str  #: fingerprint of the key ``gpgkey`` holds
+    preserved_upstream: bool
+    repos: tuple[PublishedRepo, ...]
+    files: int
+    bytes: int
+    linked: int  #: package/index files hard-linked from the mirror (the rest were copied)
+    seconds: float
+
+
+def normalize_base_url(url: str) -> str:
+    """``http(s)://host[:port][/path]`` without a trailing slash.
+
+    :raises UsageError: for another scheme, no host, or a query or fragment.
+    """
+    parts = urlsplit(url.strip())
+    if parts.scheme not in ("http", "https") or not parts.netloc or parts.query or parts.fragment or " " in url.strip():
+        raise UsageError(f"--base-url {url!r} must be an http:// or https:// URL such as http://mirror.internal/nvct")
+    return url.strip().rstrip("/")
+
+
+def publish(
+    mirror: Path,
+    out: Path,
+    *,
+    site: Site,
+    key: OperatorKey | None,
+    upstream_keyring: Keyring | None,
+    epoch: int,
+    info_cache: Path | None = None,
+) -> PublishResult:
+    """Publish mirror ``mirror`` into ``out`` for nodes that fetch from ``site.base_url``.
+
+    :param site: base URL and keyring name (its channel lists are filled in from the mirror).
+    :param key: the operator key that re-signs the indexes; None with ``upstream_keyring``.
+    :param upstream_keyring: with ``--preserve-upstream``: the key(s) upstream's indexes must verify with.
+    :param epoch: dates and signature times of generated files (SOURCE_DATE_EPOCH or now).
+    :raises ToolError: (subclasses) for a bad target, a busy or damaged mirror, a filtered repo
+        under ``--preserve-upstream``, or a mirror file that no longer matches its digest.
+    """
+    started = time.monotonic()
+    if (key is None) == (upstream_keyring is None):
+        raise UsageError("publish needs exactly one of an operator key and --preserve-upstream")
+    check_target(out, mirror)
+    store.MirrorState.load(mirror)  # a clear error for a missing mirror before any lock file is made
+    with store.locked(mirror, shared=True):
+        state = store.MirrorState.load(mirror)
+        if not state.repos:
+            raise MirrorStateError(mirror, "it holds no repository yet (run `gpu-airgap mirror sync` first)")
+        deb = tuple(_channels(state, "deb"))
+        rpm = tuple(_channels(state, "rpm"))
+        site = Site(site.base_url, site.keyring_name, deb, rpm)
+        with staged(out) as tree:
+            placer = Placer(mirror, tree)
+            if upstream_keyring is not None:
+                repos = [_preserved(repo, mirror, placer, upstream_keyring) for repo in state.repos]
+                signers = {r.signed_by for r in repos}
+                if len(signers) > 1:
+                    raise PreserveError(f"the mirror's repos are signed by different upstream keys ({', '.join(sorted(signers))}); publish them separately")
+                signer = signers.pop()
+                public = upstream_keyring.export(signer)
+            else:
+                assert key is not None
+                repos = [_resigned(repo, mirror, placer, key, epoch, info_cache) for repo in state.repos]
+                signer, public = key.fingerprint, key.public_key()
+            texts = _site_files(site, tree, out, signer=signer, preserved=upstream_keyring is not None)
+            texts[KEY_NAME] = public
+            for path, data in texts.items():
+                placer.write(path, data, epoch)
+            result = PublishResult(
+                out=str(out), base_url=site.base_url, signer=signer, preserved_upstream=upstream_keyring is not None,
+                repos=tuple(repos), files=placer.files, bytes=placer.bytes, linked=placer.linked, seconds=0.0,
+            )  # fmt: skip
+            marker = {"tool": "gpu-airgap", "version": VERSION, "mirror": os.path.abspath(mirror),
+                      "created": datetime.fromtimestamp(epoch, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                      **{k: v for k, v in asdict(result).items() if k not in ("out", "seconds")}}  # fmt: skip
+            placer.write(MARKER, (json.dumps(marker, indent=2, sort_keys=True) + "\n").encode(), epoch)
+    return PublishResult(**{**asdict(result), "repos": result.repos, "seconds": time.monotonic() - started})
+
+
+def _channels(state: store.MirrorState, fmt: str) -> list[str]:
+    held = {r.channel for r in state.repos if r.format == fmt}
+    return [c for c in ("stable", "experimental") if c in held] + sorted(held - {"stable", "experimental"})
+
+
+def _site_files(site: Site, tree: Path, out: Path, *, signer: str, preserved: bool) -> dict[str, bytes]:
+    files = {f"{c}/deb/{LIST_NAME}": render_list(site, c) for c in site.deb_channels}
+    files.update({f"{c}/rpm/{REPO_NAME}": render_repo(site, c) for c in site.rpm_channels})
+    files["INSTALL.md"] = render_install(site, signer=signer, preserved=preserved)
+    files["nginx.conf.example"] = render_nginx(site, os.path.abspath(out))
+    return {path: text.encode("utf-8") for path, text in files.items()}
+
+
+def _source(stored: store.StoredPackage, placed: Path) -> SourcePackage:
+    return SourcePackage(stored.name, stored.version, stored.arch, placed, stored.size, stored.sha256, stored.sha512, stored.url)
+
+
+def _resigned(
+    repo: store.RepoRecord, mirror: Path, placer: Placer, key: OperatorKey, epoch: int, info_cache: Path | None
+) -> PublishedRepo:
+    """Place every package the repo holds at ``<key>/<file name>`` and sign fresh indexes over them."""
+    names: dict[str, str] = {}
+    sources: list[SourcePackage] = []
+    sha256s: list[str] = []
+    for stored in repo.packages:
+        name = Path(stored.path).name
+        if name in names:
+            raise MirrorStateError(mirror, f"{repo.key} holds two packages named {name} ({names[name]}, {stored.path})")
+        names[name] = stored.path
+        placed, sha256 = placer.place(stored, f"{repo.key}/{name}")
+        sources.append(_source(stored, placed))
+        sha256s.append(sha256)
+    facts = query_packages(repo.format, sources, info_cache)
+    if repo.format == "deb":
+        entries = [AptEntry(src, sha, fields) for src, sha, (fields, _) in zip(sources, sha256s, facts)]
+        metadata = apt_metadata(entries, arch=repo.arch, key=key, epoch=epoch, channel=repo.channel, labels=PUBLISH_LABELS)
+    else:
+        metadata = yum_metadata([s.path for s in sources], key=key, epoch=epoch)
+    for path, data in metadata.items():
+        placer.write(f"{repo.key}/{path}", data, epoch)
+    return PublishedRepo(repo.key, repo.format, repo.arch, repo.channel, len(sources), sum(s.size for s in sources),
+                         key.fingerprint, preserved=False)  # fmt: skip
+
+
+class _MirrorFetcher:
+    """Answers ``<mirror>/<key>/<path>`` "URLs" from the mirror's files, so :mod:`mirror.repo` re-verifies them."""
+
+    def __init__(self, mirror: Path) -> None:
+        self.mirror = mirror
+
+    def get(self, url: str) -> bytes:
+        try:
+            return safe_join(self.mirror, os.path.relpath(url, self.mirror)).read_bytes()
+        except FileNotFoundError:
+            raise FetchError(url, 404) from None
+        except OSError as exc:
+            raise ToolError(f"cannot read {url}: {exc.strerror or exc}") from exc
+
+
+def _preserved(repo: store.RepoRecord, mirror: Path, placer: Placer, keyring: Keyring) -> PublishedRepo:
+    """Re-verify upstream's signed index of ``repo``, require every package it lists, and place all unchanged."""
+    if repo.provenance.fingerprint not in keyring.fingerprints:
+        raise SignatureError(
+            f"the mirror verified {repo.key} with key {repo.provenance.fingerprint}, which the keyring does not hold; "
+            "pass that key with --keyring"
+        )
+    base = f"{os.path.abspath(mirror)}/{repo.key}"
+    loader = load_apt_repo if repo.format == "deb" else load_yum_repo
+    snapshot = loader(_MirrorFetcher(mirror), base, keyring)
+    held = {p.path: p for p in repo.packages}
+    listed = {f"{repo.key}/{clean_relative(p.filename, base)}": p for p in snapshot.packages}
+    have = [path for path, p in listed.items() if path in held and _same_file(held[path], p.size, p.sha256, p.sha512)]
+    if len(have) != len(listed):
+        raise PreserveError(
+            f"--preserve-upstream cannot keep upstream's signatures for {repo.key}: the mirror is filtered "
+            f"(it holds {len(have)} of the {len(listed)} packages the signed index lists); "
+            "publish without --preserve-upstream to re-sign it with --sign-key"
+        )
+    signed = {f.path: f for f in repo.provenance.signed_files}
+    needed = [f"{repo.key}/{clean_relative(m.path, base)}" for m in snapshot.metadata] + _other_indexes(snapshot, repo.key, base)
+    for path in needed:
+        if path not in signed:
+            raise PreserveError(f"--preserve-upstream cannot publish {repo.key}: the mirror does not hold {path}, which its signed index names")
+        placer.place(signed[path], path)
+    _derived_packages(snapshot, repo.key, placer)
+    for path in sorted(listed):
+        placer.place(held[path], path)
+    return PublishedRepo(repo.key, repo.format, repo.arch, repo.channel, len(listed), sum(p.size for p in listed.values()),
+                         snapshot.fingerprint, preserved=True)  # fmt: skip
+
+
+def _same_file(stored: store.StoredPackage, size: int, sha256: str | None, sha512: str | None) -> bool:
+    pairs = [(stored.sha256, sha256), (stored.sha512, sha512)]
+    return stored.size == size and any(a and b for a, b in pairs) and all(a == b for a, b in pairs if a and b)
+
+
+def _other_indexes(snapshot: RepoSnapshot, key: str, base: str) -> list[str]:
+    """yum: filelists/other/… that repomd.xml names besides primary (apt has none)."""
+    if snapshot.repomd is None:
+        return []
+    have = {m.path for m in snapshot.metadata}
+    return sorted(f"{key}/{clean_relative(d.href, base)}" for d in snapshot.repomd.data.values() if d.href not in have)
+
+
+def _derived_packages(snapshot: RepoSnapshot, key: str, placer: Placer) -> None:
+    """apt: when the mirror kept only ``Packages.xz``, also publish the ``Packages`` InRelease lists (checked)."""
+    release = snapshot.release
+    if release is None or "Packages" not in release.files or any(m.path == "Packages" for m in snapshot.metadata):
+        return
+    xz = next((m.data for m in snapshot.metadata if m.path == "Packages.xz"), None)
+    if xz is None:
+        return
+    plain = lzma.decompress(xz)
+    try:
+        check_digest(f"{key}/Packages", plain, "sha512", release.files["Packages"].sha512, release.files["Packages"].size)
+    except VerificationError:
+        return  # InRelease lists Packages.xz too, which apt prefers; an unusable Packages is simply left out
+    placer.write(f"{key}/Packages", plain, None)
+

@@ -1,0 +1,93 @@
+"""``gpu-airgap mirror publish``: a thin typer command over :func:`mirror.publish.publish`."""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from configure import output
+from configure.errors import UsageError
+from mirror.publish_files import DEFAULT_KEYRING_NAME, Site, valid_keyring_name
+
+_DEST = typer.Option(..., "--dest", help="The mirror directory (from `gpu-airgap mirror sync`).")
+_OUT = typer.Option(..., "--out", help="The directory to publish into (replaced atomically; served by your web server).")
+_BASE_URL = typer.Option(..., "--base-url", help="The URL nodes reach --out at, e.g. http://mirror.internal/nvct.")
+_SIGN_KEY = typer.Option(None, "--sign-key", help="The operator's secret key (fingerprint or key id) that signs the indexes.")
+_GNUPGHOME = typer.Option(None, "--gnupghome", help="gpg home holding the secret key.")
+_PRESERVE = typer.Option(
+    False, "--preserve-upstream", help="Publish upstream's own signed indexes unchanged (needs an unfiltered mirror)."
+)
+_KEYRING = typer.Option(None, "--keyring", help="With --preserve-upstream: upstream's key file, instead of NVIDIA's pinned key.")
+_KEYRING_NAME = typer.Option(
+    DEFAULT_KEYRING_NAME, "--keyring-name", help="Nodes keep the key as /usr/share/keyrings/NAME.gpg."
+)
+_JSON = typer.Option(False, "--json", help="Print one JSON object.")
+_QUIET = typer.Option(False, "--quiet", "-q", help="Print nothing but errors.")
+
+
+def add_publish_command(app: typer.Typer) -> None:
+    """Register ``publish`` on the ``mirror`` group."""
+    app.command("publish")(publish_command)
+
+
+def publish_command(
+    dest: Path = _DEST,
+    out: Path = _OUT,
+    base_url: str = _BASE_URL,
+    sign_key: Optional[str] = _SIGN_KEY,
+    gnupghome: Optional[Path] = _GNUPGHOME,
+    preserve_upstream: bool = _PRESERVE,
+    keyring: Optional[Path] = _KEYRING,
+    keyring_name: str = _KEYRING_NAME,
+    json_output: bool = _JSON,
+    quiet: bool = _QUIET,
+) -> None:
+    """Publish the mirror as a tree nodes' own apt and dnf trust (NVIDIA's layout at --base-url)."""
+    from mirror.bundle_build import build_epoch
+    from mirror.bundle_sign import OperatorKey
+    from mirror.publish import normalize_base_url, publish
+    from mirror.publish_swap import check_target
+    from mirror.store import MirrorState
+    from mirror.signed_repo import default_info_cache
+    from mirror.trust import open_keyring
+
+    url = normalize_base_url(base_url)
+    if not valid_keyring_name(keyring_name):
+        raise UsageError(f"--keyring-name {keyring_name!r} must be a plain file name such as {DEFAULT_KEYRING_NAME}")
+    if preserve_upstream and sign_key and not quiet:
+        output.warn("--sign-key is not used: --preserve-upstream keeps upstream's signatures")
+    if not preserve_upstream and not sign_key:
+        raise UsageError("name the operator key with --sign-key (or keep upstream's signatures with --preserve-upstream)")
+    if keyring is not None and not preserve_upstream:
+        raise UsageError("--keyring only applies with --preserve-upstream")
+    # --out and the mirror are checked before the key is looked up, so their errors are the ones reported.
+    check_target(out, dest)
+    MirrorState.load(dest)
+    epoch = build_epoch()
+    site = Site(url, keyring_name, (), ())
+    with contextlib.ExitStack() as stack:
+        if preserve_upstream:
+            ring = stack.enter_context(open_keyring([keyring] if keyring else None))
+            result = publish(dest, out, site=site, key=None, upstream_keyring=ring, epoch=epoch)
+        else:
+            key = OperatorKey.find(str(sign_key), gnupghome)
+            result = publish(dest, out, site=site, key=key, upstream_keyring=None, epoch=epoch, info_cache=default_info_cache())
+    if json_output:
+        output.emit_json({
+            "out": result.out, "base_url": result.base_url, "signer": result.signer,
+            "preserved_upstream": result.preserved_upstream, "files": result.files, "bytes": result.bytes,
+            "linked": result.linked, "seconds": round(result.seconds, 3),
+            "repos": [r.__dict__ for r in result.repos],
+        })  # fmt: skip
+    elif not quiet:
+        how = "upstream's signatures" if result.preserved_upstream else "re-signed"
+        output.emit_lines(
+            f"{r.key}: {r.packages} package(s), {r.bytes} bytes, {how} by {r.signed_by}" for r in result.repos
+        )
+        output.emit_lines([
+            f"published {out} for {result.base_url}: {result.files} file(s), {result.bytes} bytes "
+            f"({result.linked} hard-linked); {result.seconds:.2f} s; node commands in {out / 'INSTALL.md'}"
+        ])  # fmt: skip
