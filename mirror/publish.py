@@ -39,6 +39,7 @@ from mirror.bundle_sign import OperatorKey
 from mirror.bundle_source import SourcePackage
 from mirror.errors import FetchError, MirrorStateError
 from mirror.publish_files import (
+    DEFAULT_KEYRING_NAME,
     KEY_NAME,
     LIST_NAME,
     REPO_NAME,
@@ -108,15 +109,17 @@ def publish(
     mirror: Path,
     out: Path,
     *,
-    site: Site,
+    base_url: str,
+    keyring_name: str = DEFAULT_KEYRING_NAME,
     key: OperatorKey | None,
     upstream_keyring: Keyring | None,
     epoch: int,
     info_cache: Path | None = None,
 ) -> PublishResult:
-    """Publish mirror ``mirror`` into ``out`` for nodes that fetch from ``site.base_url``.
+    """Publish mirror ``mirror`` into ``out`` for nodes that fetch from ``base_url``.
 
-    :param site: base URL and keyring name (its channel lists are filled in from the mirror).
+    :param base_url: where nodes reach ``out`` (see :func:`normalize_base_url`).
+    :param keyring_name: nodes keep the key as ``/usr/share/keyrings/<keyring_name>.gpg``.
     :param key: the operator key that re-signs the indexes; None with ``upstream_keyring``.
     :param upstream_keyring: with ``--preserve-upstream``: the key(s) upstream's indexes must verify with.
     :param epoch: dates and signature times of generated files (SOURCE_DATE_EPOCH or now).
@@ -134,7 +137,7 @@ def publish(
             raise MirrorStateError(mirror, "it holds no repository yet (run `gpu-airgap mirror sync` first)")
         deb = tuple(_channels(state, "deb"))
         rpm = tuple(_channels(state, "rpm"))
-        site = Site(site.base_url, site.keyring_name, deb, rpm)
+        site = Site(normalize_base_url(base_url), keyring_name, deb, rpm)
         with staged(out) as tree:
             placer = Placer(mirror, tree)
             if upstream_keyring is not None:

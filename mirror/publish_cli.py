@@ -10,7 +10,7 @@ import typer
 
 from configure import output
 from configure.errors import UsageError
-from mirror.publish_files import DEFAULT_KEYRING_NAME, Site, valid_keyring_name
+from mirror.publish_files import DEFAULT_KEYRING_NAME, valid_keyring_name
 
 _DEST = typer.Option(..., "--dest", help="The mirror directory (from `gpu-airgap mirror sync`).")
 _OUT = typer.Option(..., "--out", help="The directory to publish into (replaced atomically; served by your web server).")
@@ -50,8 +50,8 @@ def publish_command(
     from mirror.bundle_sign import OperatorKey
     from mirror.publish import normalize_base_url, publish
     from mirror.publish_swap import check_target
-    from mirror.store import MirrorState
     from mirror.signed_repo import default_info_cache
+    from mirror.store import MirrorState
     from mirror.trust import open_keyring
 
     url = normalize_base_url(base_url)
@@ -67,14 +67,16 @@ def publish_command(
     check_target(out, dest)
     MirrorState.load(dest)
     epoch = build_epoch()
-    site = Site(url, keyring_name, (), ())
     with contextlib.ExitStack() as stack:
         if preserve_upstream:
             ring = stack.enter_context(open_keyring([keyring] if keyring else None))
-            result = publish(dest, out, site=site, key=None, upstream_keyring=ring, epoch=epoch)
+            result = publish(dest, out, base_url=url, keyring_name=keyring_name, key=None, upstream_keyring=ring, epoch=epoch)
         else:
             key = OperatorKey.find(str(sign_key), gnupghome)
-            result = publish(dest, out, site=site, key=key, upstream_keyring=None, epoch=epoch, info_cache=default_info_cache())
+            result = publish(
+                dest, out, base_url=url, keyring_name=keyring_name, key=key, upstream_keyring=None, epoch=epoch,
+                info_cache=default_info_cache(),
+            )
     if json_output:
         output.emit_json({
             "out": result.out, "base_url": result.base_url, "signer": result.signer,
