@@ -20,11 +20,12 @@ Order: check ``--out`` -> shared mirror lock -> build the whole tree beside ``--
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import lzma
 import os
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Final
@@ -48,6 +49,7 @@ from mirror.publish_files import (
     render_list,
     render_nginx,
     render_repo,
+    valid_keyring_name,
 )
 from mirror.publish_place import Placer
 from mirror.publish_swap import MARKER, check_target, staged
@@ -129,49 +131,58 @@ def publish(
     started = time.monotonic()
     if (key is None) == (upstream_keyring is None):
         raise UsageError("publish needs exactly one of an operator key and --preserve-upstream")
+    if not valid_keyring_name(keyring_name):
+        raise UsageError(f"--keyring-name {keyring_name!r} must be a plain file name such as {DEFAULT_KEYRING_NAME}")
+    base_url = normalize_base_url(base_url)
     check_target(out, mirror)
     store.MirrorState.load(mirror)  # a clear error for a missing mirror before any lock file is made
     with store.locked(mirror, shared=True):
         state = store.MirrorState.load(mirror)
         if not state.repos:
             raise MirrorStateError(mirror, "it holds no repository yet (run `gpu-airgap mirror sync` first)")
-        deb = tuple(_channels(state, "deb"))
-        rpm = tuple(_channels(state, "rpm"))
-        site = Site(normalize_base_url(base_url), keyring_name, deb, rpm)
+        site = Site(base_url, keyring_name, _channels(state, "deb"), _channels(state, "rpm"))
         with staged(out) as tree:
-            placer = Placer(mirror, tree)
-            if upstream_keyring is not None:
-                repos = [_preserved(repo, mirror, placer, upstream_keyring) for repo in state.repos]
-                signers = {r.signed_by for r in repos}
-                if len(signers) > 1:
-                    raise PreserveError(f"the mirror's repos are signed by different upstream keys ({', '.join(sorted(signers))}); publish them separately")
-                signer = signers.pop()
-                public = upstream_keyring.export(signer)
-            else:
-                assert key is not None
-                repos = [_resigned(repo, mirror, placer, key, epoch, info_cache) for repo in state.repos]
-                signer, public = key.fingerprint, key.public_key()
-            texts = _site_files(site, tree, out, signer=signer, preserved=upstream_keyring is not None)
-            texts[KEY_NAME] = public
-            for path, data in texts.items():
-                placer.write(path, data, epoch)
-            result = PublishResult(
-                out=str(out), base_url=site.base_url, signer=signer, preserved_upstream=upstream_keyring is not None,
-                repos=tuple(repos), files=placer.files, bytes=placer.bytes, linked=placer.linked, seconds=0.0,
-            )  # fmt: skip
-            marker = {"tool": "gpu-airgap", "version": VERSION, "mirror": os.path.abspath(mirror),
-                      "created": datetime.fromtimestamp(epoch, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-                      **{k: v for k, v in asdict(result).items() if k not in ("out", "seconds")}}  # fmt: skip
-            placer.write(MARKER, (json.dumps(marker, indent=2, sort_keys=True) + "\n").encode(), epoch)
-    return PublishResult(**{**asdict(result), "repos": result.repos, "seconds": time.monotonic() - started})
+            result = _fill(tree, state, mirror, out, site, key, upstream_keyring, epoch, info_cache)
+    return dataclasses.replace(result, seconds=time.monotonic() - started)
 
 
-def _channels(state: store.MirrorState, fmt: str) -> list[str]:
+def _fill(
+    tree: Path, state: store.MirrorState, mirror: Path, out: Path, site: Site,
+    key: OperatorKey | None, upstream_keyring: Keyring | None, epoch: int, info_cache: Path | None,
+) -> PublishResult:  # fmt: skip
+    """Put every repo, the key, the text files and the marker into the empty ``tree``."""
+    placer = Placer(mirror, tree)
+    if upstream_keyring is not None:
+        repos = [_preserved(repo, mirror, placer, upstream_keyring) for repo in state.repos]
+        signers = sorted({r.signed_by for r in repos})
+        if len(signers) > 1:
+            raise PreserveError(f"the mirror's repos are signed by different upstream keys ({', '.join(signers)}); publish them separately")
+        signer, public = signers[0], upstream_keyring.export(signers[0])
+    else:
+        assert key is not None
+        repos = [_resigned(repo, mirror, placer, key, epoch, info_cache) for repo in state.repos]
+        signer, public = key.fingerprint, key.public_key()
+    texts = _site_files(site, out, signer=signer, preserved=upstream_keyring is not None)
+    texts[KEY_NAME] = public
+    for path, data in texts.items():
+        placer.write(path, data, epoch)
+    result = PublishResult(
+        out=str(out), base_url=site.base_url, signer=signer, preserved_upstream=upstream_keyring is not None,
+        repos=tuple(repos), files=placer.files, bytes=placer.bytes, linked=placer.linked, seconds=0.0,
+    )  # fmt: skip
+    marker = {"tool": "gpu-airgap", "version": VERSION, "mirror": os.path.abspath(mirror),
+              "created": datetime.fromtimestamp(epoch, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+              **{k: v for k, v in dataclasses.asdict(result).items() if k not in ("out", "seconds")}}  # fmt: skip
+    placer.write(MARKER, (json.dumps(marker, indent=2, sort_keys=True) + "\n").encode(), epoch)
+    return result
+
+
+def _channels(state: store.MirrorState, fmt: str) -> tuple[str, ...]:
     held = {r.channel for r in state.repos if r.format == fmt}
-    return [c for c in ("stable", "experimental") if c in held] + sorted(held - {"stable", "experimental"})
+    return tuple([c for c in ("stable", "experimental") if c in held] + sorted(held - {"stable", "experimental"}))
 
 
-def _site_files(site: Site, tree: Path, out: Path, *, signer: str, preserved: bool) -> dict[str, bytes]:
+def _site_files(site: Site, out: Path, *, signer: str, preserved: bool) -> dict[str, bytes]:
     files = {f"{c}/deb/{LIST_NAME}": render_list(site, c) for c in site.deb_channels}
     files.update({f"{c}/rpm/{REPO_NAME}": render_repo(site, c) for c in site.rpm_channels})
     files["INSTALL.md"] = render_install(site, signer=signer, preserved=preserved)

@@ -55,7 +55,7 @@ def publish_command(
     from mirror.trust import open_keyring
 
     url = normalize_base_url(base_url)
-    if not valid_keyring_name(keyring_name):
+    if not valid_keyring_name(keyring_name):  # usage errors first; publish() checks again for library callers
         raise UsageError(f"--keyring-name {keyring_name!r} must be a plain file name such as {DEFAULT_KEYRING_NAME}")
     if preserve_upstream and sign_key and not quiet:
         output.warn("--sign-key is not used: --preserve-upstream keeps upstream's signatures")

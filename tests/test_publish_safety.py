@@ -257,3 +257,21 @@ def test_preserve_upstream_refuses_a_filtered_mirror_naming_the_repo(
     pinned = publish(synced_mirror, out, URL, "--preserve-upstream")  # NVIDIA's real key did not sign the local upstream
     assert pinned.exit_code == 3 and "which the keyring does not hold; pass that key with --keyring" in pinned.stderr
 
+
+
+def test_a_mirror_holding_both_channels_publishes_both_with_nvidias_list_files(
+    deb_copy: Path, upstream_tree: UpstreamTree, upstream_server: UpstreamServer, operator_key: TestKey, tmp_path: Path
+) -> None:
+    synced = run_cli("mirror", "sync", "--dest", str(deb_copy), "--upstream", upstream_server.url, "--keyring",
+                     str(upstream_tree.public_key), "--channel", "experimental", "--format", "deb", "--quiet")  # fmt: skip
+    assert synced.exit_code == 0, synced.stderr
+    out = tmp_path / "out"
+    result = publish(deb_copy, out, URL, "--json", key=operator_key)
+    assert result.exit_code == 0, result.stderr
+    assert [r["key"] for r in json.loads(result.stdout)["repos"]] == ["experimental/deb/amd64", "stable/deb/amd64"]
+    assert (out / "stable/deb/nvidia-container-toolkit.list").read_text().splitlines()[1] == (
+        f"#deb [signed-by={KEYRING}] {URL}/experimental/deb/$(ARCH) /"
+    )
+    assert (out / "experimental/deb/nvidia-container-toolkit.list").read_text() == f"deb [signed-by={KEYRING}] {URL}/experimental/deb/$(ARCH) /\n"
+    assert "Codename: experimental" in (out / "experimental/deb/amd64/InRelease").read_text()
+    assert any(p.name.startswith("nvidia-container-toolkit_1.20.0~rc.1") for p in (out / "experimental/deb/amd64").iterdir())
