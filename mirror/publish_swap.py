@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Final
 
 from configure.errors import BusyError, ToolError, UsageError
+from configure.fsutil import fsync_dir
 
 MARKER: Final = ".gpu-airgap-publish.json"
 _AT_FDCWD: Final = -100
@@ -90,6 +91,7 @@ def staged(out: Path) -> Iterator[Path]:
             new.chmod(0o755)  # served: mkdtemp's 0700 would hide the tree from the web server
             yield new
             _swap_in(new, out)
+            fsync_dir(parent)  # the swap survives a crash right after it
         finally:
             shutil.rmtree(new, ignore_errors=True)  # the new tree on failure, the old one after a swap
     finally:
