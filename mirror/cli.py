@@ -39,7 +39,9 @@ _UPSTREAM = typer.Option(DEFAULT_UPSTREAM, "--upstream", help="Base URL of NVIDI
 _CHANNEL = typer.Option("stable", "--channel", help="stable or experimental (release candidates).")
 _FORMAT = typer.Option("deb,rpm", "--format", help="Package formats, comma-separated: deb, rpm.")
 _ARCH = typer.Option(["amd64"], "--arch", help="Architectures (amd64/x86_64, arm64/aarch64, ppc64el); repeat or comma-separate.")
-_VERSION = typer.Option("latest", "--version", help="latest, 1.17.8, 1.17.8-1, '>=1.17,<1.18' or '1.17.*'.")
+_VERSION = typer.Option(
+    "latest", "--version", help="latest, all (every package: a full mirror), 1.17.8, 1.17.8-1, '>=1.17,<1.18' or '1.17.*'."
+)
 _KEYRING = typer.Option(None, "--keyring", help="Trust this key file instead of NVIDIA's pinned key.")
 _JOBS = typer.Option(4, "--jobs", min=1, max=64, help="Parallel downloads.")
 _JSON = typer.Option(False, "--json", help="Print one JSON object.")
@@ -82,16 +84,21 @@ def _target_json(item: sync_lib.PlannedTarget) -> dict[str, Any]:
         "packages": [
             {"name": p.name, "version": p.version, "arch": p.arch, "size": p.size, "sha256": p.sha256,
              "sha512": p.sha512, "path": item.path(p), "url": item.url(p)}
-            for p in item.packages
+            for p in item.held
         ],
         "node_requirements": list(item.node_requirements),
         "breaks": list(item.breaks),
+        "releases": [r.toolkit_version for r in item.other_releases] + [item.toolkit_version],
     }  # fmt: skip
 
 
 def _target_lines(item: sync_lib.PlannedTarget) -> list[str]:
-    lines = [f"{item.key}: nvidia-container-toolkit {item.toolkit_version} ({len(item.packages)} packages, {item.total_bytes} bytes)"]
-    for p in item.packages:
+    older = f" and {len(item.other_releases)} older releases" if item.other_releases else ""
+    lines = [
+        f"{item.key}: nvidia-container-toolkit {item.toolkit_version}{older}"
+        f" ({len(item.held)} packages, {item.total_bytes} bytes)"
+    ]
+    for p in item.held:
         digest = f"sha512:{p.sha512[:16]}" if p.sha512 else f"sha256:{(p.sha256 or '')[:16]}"
         lines.append(f"  {p.name:<32} {p.version:<16} {p.arch:<8} {p.size:>10}  {digest}")
     if item.node_requirements:
@@ -172,7 +179,7 @@ def plan_command(
         output.emit_json({"channel": options.channel, "total_bytes": total, "targets": [_target_json(t) for t in planned]})
     else:
         output.emit_lines(line for t in planned for line in _target_lines(t))
-        output.emit_lines([f"total: {total} bytes in {sum(len(t.packages) for t in planned)} package file(s)"])
+        output.emit_lines([f"total: {total} bytes in {sum(len(t.held) for t in planned)} package file(s)"])
 
 
 @mirror_app.command("status")

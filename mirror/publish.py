@@ -253,7 +253,7 @@ def _preserved(repo: store.RepoRecord, mirror: Path, placer: Placer, keyring: Ke
         raise PreserveError(
             f"--preserve-upstream cannot keep upstream's signatures for {repo.key}: the mirror is filtered "
             f"(it holds {len(have)} of the {len(listed)} packages the signed index lists); "
-            "publish without --preserve-upstream to re-sign it with --sign-key"
+            "sync it with --version all, or publish without --preserve-upstream to re-sign it with --sign-key"
         )
     signed = {f.path: f for f in repo.provenance.signed_files}
     needed = [f"{repo.key}/{clean_relative(m.path, base)}" for m in snapshot.metadata] + _other_indexes(snapshot, repo.key, base)

@@ -87,6 +87,23 @@ def resolve(
     return _Resolver(packages, fmt).run(selector, root)
 
 
+def resolve_each(packages: Sequence[Package], fmt: PackageFormat, *, root: str = DEFAULT_ROOT) -> list[Resolution]:
+    """Resolve every version of ``root`` in ``packages`` on its own (oldest first).
+
+    Used by ``--version all``: a full mirror records each release it can offer a bundle for.
+    Versions whose closure the repository cannot satisfy are left out; their files are still
+    mirrored, only no release names them.
+    """
+    versions = sorted({p.version for p in packages if p.name == root}, key=sort_key(fmt))
+    resolved = []
+    for version in versions:
+        try:
+            resolved.append(resolve(packages, VersionSelector.parse(version), fmt, root=root))
+        except UnresolvableDependency:
+            continue
+    return resolved
+
+
 class _Resolver:
     def __init__(self, packages: Sequence[Package], fmt: PackageFormat) -> None:
         self.fmt = fmt

@@ -3,6 +3,8 @@
 Accepted forms (surrounding whitespace, and spaces inside a range, are ignored)::
 
     latest              the newest version on the channel (``~rc`` sorts before its release)
+    all                 every package upstream's index lists (a full mirror); each toolkit release
+                        that resolves is recorded, the newest as for ``latest``
     1.17.8              that upstream version, newest packaging revision/release
     1.17.8-1            exactly that full version
     1.17.*              every upstream version 1.17 or 1.17.<anything>; the newest wins
@@ -32,7 +34,7 @@ class VersionSelector:
     """A parsed ``--version`` value; build it with :meth:`parse`."""
 
     text: str  #: the normalised selector as the user wrote it
-    kind: str  #: "latest", "exact", "upstream", "wildcard" or "range"
+    kind: str  #: "latest", "all", "exact", "upstream", "wildcard" or "range"
     clauses: tuple[tuple[str, str], ...] = ()  #: (op, bound) pairs; for wildcard ("*", prefix)
 
     @classmethod
@@ -45,9 +47,9 @@ class VersionSelector:
         if any(ch in value for ch in "<>=,"):
             value = "".join(value.split())  # spaces around operators and commas are fine
         if not value:
-            raise SelectorError(text, "it is empty; use latest, 1.17.8, 1.17.8-1, 1.17.* or '>=1.17,<1.18'")
-        if value == "latest":
-            return cls(value, "latest")
+            raise SelectorError(text, "it is empty; use latest, all, 1.17.8, 1.17.8-1, 1.17.* or '>=1.17,<1.18'")
+        if value in ("latest", "all"):
+            return cls(value, value)
         if "*" in value:
             prefix = value[:-2] if value.endswith(".*") else ""
             if not _VERSION_RE.match(prefix) or "-" in prefix or "*" in prefix:
@@ -63,13 +65,13 @@ class VersionSelector:
             return cls(value, "range", tuple(clauses))
         if not _VERSION_RE.match(value):
             raise SelectorError(
-                text, "use latest, a version (1.17.8 or 1.17.8-1), a wildcard (1.17.*) or a range"
+                text, "use latest, all, a version (1.17.8 or 1.17.8-1), a wildcard (1.17.*) or a range"
             )
         return cls(value, "exact" if "-" in value else "upstream", (("=", value),))
 
     def matches(self, version: str, fmt: PackageFormat) -> bool:
         """Whether the full package ``version`` is selected."""
-        if self.kind == "latest":
+        if self.kind in ("latest", "all"):
             return True
         if self.kind == "wildcard":
             up = upstream_version(version)

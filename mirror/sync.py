@@ -40,7 +40,7 @@ from mirror.repo import (
     repo_path,
     repo_url,
 )
-from mirror.resolve import resolve
+from mirror.resolve import Resolution, resolve, resolve_each
 from mirror.selectors import VersionSelector
 from mirror.versions import sort_key
 
@@ -134,6 +134,26 @@ class SyncOptions:
 
 
 @dataclass(frozen=True)
+class ReleasePlan:
+    """A further toolkit release a target offers (``--version all``), packages in install order."""
+
+    toolkit_version: str
+    packages: tuple[Package, ...]
+    node_requirements: tuple[str, ...]
+    breaks: tuple[str, ...]
+
+    @classmethod
+    def of(cls, resolution: Resolution) -> ReleasePlan:
+        """The plan of one resolved release."""
+        return cls(
+            toolkit_version=resolution.toolkit_version,
+            packages=tuple(resolution.packages),
+            node_requirements=tuple(sorted({str(r) for r in resolution.node_requirements})),
+            breaks=tuple(str(b) for b in resolution.breaks),
+        )
+
+
+@dataclass(frozen=True)
 class PlannedTarget:
     """One target after its metadata verified and it resolved (or matched the lockfile)."""
 
@@ -149,6 +169,15 @@ class PlannedTarget:
     metadata: dict[str, bytes]  #: verified metadata bytes by path under DEST
     #: further signed indexes (yum filelists/other) fetched like packages so the mirror is servable
     extra_metadata: tuple[store.StoredFile, ...] = ()
+    #: packages held besides the release's (``--version all``: the rest of upstream's index)
+    also: tuple[Package, ...] = ()
+    #: the other releases those packages make up, oldest first (``--version all``)
+    other_releases: tuple[ReleasePlan, ...] = ()
+
+    @property
+    def held(self) -> tuple[Package, ...]:
+        """Every package this target holds: the release's, then the rest."""
+        return self.packages + self.also
 
     def url(self, pkg: Package) -> str:
         """Upstream URL of ``pkg``."""
@@ -160,8 +189,8 @@ class PlannedTarget:
 
     @property
     def total_bytes(self) -> int:
-        """Sum of package sizes."""
-        return sum(p.size for p in self.packages)
+        """Sum of the sizes of every held package."""
+        return sum(p.size for p in self.held)
 
     def locked(self) -> LockedTarget:
         """This target as a lockfile entry."""
@@ -172,7 +201,7 @@ class PlannedTarget:
             key_fingerprint=self.fingerprint,
             packages=tuple(
                 LockedPackage(p.name, p.version, p.arch, p.filename, p.size, self.url(p), p.sha256, p.sha512)
-                for p in self.packages
+                for p in self.held
             ),
         )
 
@@ -230,11 +259,18 @@ def plan_target(options: SyncOptions, target: Target, *, fetcher: Fetcher, loade
         # The lockfile names the packages; the resolver still says what the node must provide and
         # what they break, so a bundle built from a locked mirror carries both.
         try:
-            release = resolve(list(snapshot.packages), VersionSelector.parse(wanted.toolkit_version), target.format)
-            requirements = tuple(sorted({str(r) for r in release.node_requirements}))
-            breaks = tuple(str(b) for b in release.breaks)
+            release = ReleasePlan.of(
+                resolve(list(snapshot.packages), VersionSelector.parse(wanted.toolkit_version), target.format)
+            )
+            requirements, breaks = release.node_requirements, release.breaks
         except UnresolvableDependency:
-            requirements, breaks = (), ()  # the differences below say what upstream no longer has
+            release, requirements, breaks = None, (), ()  # the differences below say what upstream no longer has
+        also: tuple[Package, ...] = ()
+        others: tuple[ReleasePlan, ...] = ()
+        if release is not None and set(release.packages) < set(chosen):
+            # A lock of a full mirror (``--version all``): the release is its closure, the rest is held beside it.
+            also = tuple(p for p in chosen if p not in release.packages)
+            chosen, others = release.packages, _other_releases(chosen + also, target.format, release.toolkit_version)
         planned = PlannedTarget(
             **common,  # type: ignore[arg-type]
             packages=chosen,
@@ -243,13 +279,21 @@ def plan_target(options: SyncOptions, target: Target, *, fetcher: Fetcher, loade
             breaks=breaks,
             signed_at=signed_at,
             metadata=metadata,
+            also=also,
+            other_releases=others,
         )
         problems = lockfile.differences(wanted, planned.locked())
         if problems:
             raise LockfileMismatch("the lockfile", problems)
         return planned
-    resolution = resolve(list(snapshot.packages), VersionSelector.parse(options.selector), target.format)
-    for pkg in resolution.packages:
+    selector = VersionSelector.parse(options.selector)
+    resolution = resolve(list(snapshot.packages), selector, target.format)
+    also, others = (), ()
+    if selector.kind == "all":
+        rest = set(snapshot.packages) - set(resolution.packages)
+        also = tuple(sorted(rest, key=lambda p: (p.name, p.arch, p.filename)))
+        others = _other_releases(tuple(resolution.packages) + also, target.format, resolution.toolkit_version)
+    for pkg in (*resolution.packages, *also):
         clean_relative(pkg.filename, base)  # refuse ``../`` names now, before anything is downloaded or reported
     return PlannedTarget(
         **common,  # type: ignore[arg-type]
@@ -259,7 +303,14 @@ def plan_target(options: SyncOptions, target: Target, *, fetcher: Fetcher, loade
         breaks=tuple(str(b) for b in resolution.breaks),
         signed_at=signed_at,
         metadata=metadata,
+        also=also,
+        other_releases=others,
     )
+
+
+def _other_releases(packages: tuple[Package, ...], fmt: PackageFormat, newest: str) -> tuple[ReleasePlan, ...]:
+    """Every release ``packages`` resolve to, oldest first, except ``newest`` (the target's own)."""
+    return tuple(ReleasePlan.of(r) for r in resolve_each(packages, fmt) if r.toolkit_version != newest)
 
 
 def _extra_metadata(snapshot: Snapshot, key: str, base: str, have: set[str]) -> tuple[store.StoredFile, ...]:
@@ -345,7 +396,7 @@ def _downloads(
                 requests.append(DownloadRequest(url, target, extra.size, sha256=extra.sha256, sha512=extra.sha512))
         old = previous.repo(item.key) if previous is not None else None
         held = {p.path: p for p in old.packages} if old is not None else {}
-        for pkg in item.packages:
+        for pkg in item.held:
             path = item.path(pkg)
             if path in seen:
                 continue
@@ -366,20 +417,27 @@ def _new_state(options: SyncOptions, planned: Sequence[PlannedTarget], previous:
     for item in planned:
         old = repos.get(item.key)
         packages = {p.path: p for p in old.packages} if old else {}
-        for pkg in item.packages:
+        for pkg in item.held:
             path = item.path(pkg)
             packages[path] = store.StoredPackage(
                 path=path, size=pkg.size, sha256=pkg.sha256, sha512=pkg.sha512,
                 name=pkg.name, version=pkg.version, arch=pkg.arch, url=item.url(pkg),
             )  # fmt: skip
-        release = store.Release(
-            toolkit_version=item.toolkit_version,
-            packages=tuple(item.path(p) for p in item.packages),
-            node_requirements=item.node_requirements,
-            breaks=item.breaks,
+        offered = (
+            ReleasePlan(item.toolkit_version, item.packages, item.node_requirements, item.breaks),
+            *item.other_releases,
         )
-        releases = [r for r in (old.releases if old else ()) if r.toolkit_version != item.toolkit_version]
-        releases.append(release)
+        new = {r.toolkit_version for r in offered}
+        releases = [r for r in (old.releases if old else ()) if r.toolkit_version not in new]
+        releases += [
+            store.Release(
+                toolkit_version=r.toolkit_version,
+                packages=tuple(item.path(p) for p in r.packages),
+                node_requirements=r.node_requirements,
+                breaks=r.breaks,
+            )
+            for r in offered
+        ]
         releases.sort(key=lambda r, fmt=item.target.format: sort_key(fmt)(r.toolkit_version))  # type: ignore[misc]
         signed = tuple(
             store.StoredFile(path=p, size=len(d), sha512=_sha512(d)) for p, d in sorted(item.metadata.items())

@@ -127,6 +127,39 @@ def test_sync_pinned_rpm_takes_the_four_packages_of_that_release(site: tuple[Ups
     assert run_cli("mirror", "verify", "--dest", str(dest)).exit_code == 0
 
 
+def test_sync_all_mirrors_every_package_of_the_index_and_records_each_release(
+    site: tuple[UpstreamTree, UpstreamServer], tmp_path: Path
+) -> None:
+    tree, server = site
+    dest, lock = tmp_path / "mirror", tmp_path / "all.lock"
+    result = _sync(server, tree, dest, "--version", "all", "--write-lock", str(lock), "--json")
+    assert result.exit_code == 0, result.stderr
+    state = store.MirrorState.load(dest)
+    for key, repo_dir, suffix in (("stable/deb/amd64", tree.deb_repo("stable", "amd64"), ".deb"),
+                                  ("stable/rpm/x86_64", tree.rpm_repo("stable", "x86_64"), ".rpm")):  # fmt: skip
+        repo = state.repo(key)
+        assert repo is not None
+        upstream_files = sorted(p.name for p in repo_dir.iterdir() if p.suffix == suffix)
+        assert sorted(Path(p.path).name for p in repo.packages) == upstream_files
+        assert sorted(p.name for p in (dest / key).glob(f"*{suffix}")) == upstream_files
+        # Each release names exactly its four packages at its own version, oldest first, the newest last.
+        assert [r.toolkit_version for r in repo.releases] == list(tree.versions("stable"))
+        for release in repo.releases:
+            held = [repo.package(path) for path in release.packages]
+            assert {(p.name, p.version) for p in held} == {(n, release.toolkit_version) for n in FOUR}
+    report = json.loads(result.stdout)
+    assert report["targets"][0]["releases"][-1] == report["targets"][0]["toolkit_version"] == "1.20.1-1"
+    assert run_cli("mirror", "verify", "--dest", str(dest)).exit_code == 0
+
+    # Nothing new upstream: the re-sync fetches no package, and the lockfile reproduces the same mirror.
+    server.clear()
+    again = _sync(server, tree, dest, "--version", "all", "--json")
+    assert again.exit_code == 0 and json.loads(again.stdout)["downloaded_bytes"] == 0
+    assert _sync(server, tree, tmp_path / "locked", "--locked", str(lock)).exit_code == 0
+    relocked = store.MirrorState.load(tmp_path / "locked")
+    assert [(r.packages, r.releases) for r in relocked.repos] == [(r.packages, r.releases) for r in state.repos]
+
+
 # -- failures leave the previous mirror byte-identical ----------------------------------------
 
 

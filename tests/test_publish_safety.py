@@ -18,14 +18,8 @@ import pytest
 
 from configure.errors import BusyError
 from mirror import publish_swap, store
-from mirror.http import Downloader
-from mirror.lockfile import LockedPackage, LockedTarget, Lockfile
-from mirror.model import PackageFormat
 from mirror.publish_files import Site, render_list, render_repo
 from mirror.publish_swap import MARKER
-from mirror.repo import load_apt_repo, load_yum_repo, repo_url
-from mirror.trust import open_keyring
-from mirror.versions import sort_key
 from tests.cli_runner import run_cli
 from tests.gpgkeys import TestKey
 from tests.pkg_clients import apt, dnf_with_repo, new_apt_sandbox
@@ -193,25 +187,12 @@ def test_list_and_repo_follow_nvidias_shapes_for_the_channels_held() -> None:
 def full_mirror(
     upstream_tree: UpstreamTree, _upstream_session_server: UpstreamServer, tmp_path_factory: pytest.TempPathFactory
 ) -> Path:
-    """Every package of upstream's stable deb/amd64 and rpm/x86_64, by a real ``mirror sync --locked``."""
-    server, work = _upstream_session_server, tmp_path_factory.mktemp("full")
-    targets = []
-    with open_keyring([upstream_tree.public_key]) as ring, Downloader() as downloader:
-        for fmt, arch in ((PackageFormat.DEB, "amd64"), (PackageFormat.RPM, "x86_64")):
-            base = repo_url(server.url, "stable", fmt, arch)
-            loader = load_apt_repo if fmt is PackageFormat.DEB else load_yum_repo
-            snap = loader(downloader.fetcher(), base, ring)
-            packages = tuple(
-                LockedPackage(p.name, p.version, p.arch, p.filename, p.size, snap.package_url(p), p.sha256, p.sha512)
-                for p in snap.packages
-            )
-            toolkit = max((p for p in snap.packages if p.name == "nvidia-container-toolkit"), key=lambda p: sort_key(fmt)(p.version))
-            targets.append(LockedTarget(fmt.value, arch, toolkit.version, snap.fingerprint, packages))
-    Lockfile(channel="stable", upstream=server.url, targets=tuple(targets)).save(work / "all.lock")
-    result = run_cli("mirror", "sync", "--dest", str(work / "mirror"), "--upstream", server.url, "--keyring",
-                     str(upstream_tree.public_key), "--locked", str(work / "all.lock"), "--quiet")  # fmt: skip
+    """Every package of upstream's stable deb/amd64 and rpm/x86_64, by a real ``mirror sync --version all``."""
+    server, dest = _upstream_session_server, tmp_path_factory.mktemp("full") / "mirror"
+    result = run_cli("mirror", "sync", "--dest", str(dest), "--upstream", server.url, "--keyring",
+                     str(upstream_tree.public_key), "--version", "all", "--quiet")  # fmt: skip
     assert result.exit_code == 0, result.stderr
-    return work / "mirror"
+    return dest
 
 
 def test_preserve_upstream_republishes_upstreams_signed_indexes_byte_for_byte(

@@ -51,9 +51,9 @@ def test_latest_prefers_a_release_candidate_of_a_newer_version() -> None:
     ("text", "message"),
     [
         ("", "it is empty"),
-        ("newest", "use latest, a version"),
-        ("v1.17.8", "use latest, a version"),
-        ("1.17.8 rc1", "use latest, a version"),
+        ("newest", "use latest, all, a version"),
+        ("v1.17.8", "use latest, all, a version"),
+        ("1.17.8 rc1", "use latest, all, a version"),
         ("*", "a wildcard must look like 1.17.*"),
         ("1.*.*", "a wildcard must look like 1.17.*"),
         (">=1.17,,<1.18", "'' is not a comparison"),
