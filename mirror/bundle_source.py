@@ -197,11 +197,20 @@ def _pick_release(repo: RepoRecord, version: str) -> Release:
 
 
 def _locked_release(repo: RepoRecord, target: LockedTarget) -> Release:
-    """The mirror's release whose packages are exactly the locked ones (by identity and checksum)."""
+    """The mirror's release whose packages are exactly the locked ones (by identity and checksum).
+
+    A lock of a full mirror (``sync --version all``) lists the whole index: then the release is
+    the locked toolkit version, provided every one of its packages is locked as held.
+    """
     for release in repo.releases:
         held = [repo.package(path) for path in release.packages]
         if len(held) == len(target.packages) and all(_same(h, w) for h, w in zip(held, target.packages)):
             return release
+    for release in repo.releases:
+        if release.toolkit_version == target.toolkit_version:
+            held = [repo.package(path) for path in release.packages]
+            if all(any(_same(h, w) for w in target.packages) for h in held):
+                return release
     raise SourceError(
         f"the mirror's {repo.key} repository does not hold the locked set for toolkit {target.toolkit_version}; "
         "run `gpu-airgap mirror sync --locked` first"

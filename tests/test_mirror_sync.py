@@ -22,6 +22,7 @@ from mirror import sync as sync_lib
 from mirror.http import Downloader
 from mirror.trust import open_keyring
 from tests.cli_runner import CliResult, run_cli
+from tests.gpgkeys import TestKey
 from tests.upstream import (
     Fault,
     UpstreamServer,
@@ -158,6 +159,23 @@ def test_sync_all_mirrors_every_package_of_the_index_and_records_each_release(
     assert _sync(server, tree, tmp_path / "locked", "--locked", str(lock)).exit_code == 0
     relocked = store.MirrorState.load(tmp_path / "locked")
     assert [(r.packages, r.releases) for r in relocked.repos] == [(r.packages, r.releases) for r in state.repos]
+
+
+@pytest.mark.parametrize(("selection", "expected"), [(("--version", "1.17.8", "--target", "deb/amd64", "--target", "rpm/x86_64"), "1.17.8-1"), (("--locked",), "1.20.1-1")])
+def test_a_bundle_from_a_full_mirror_carries_only_the_chosen_releases_four_packages(
+    site: tuple[UpstreamTree, UpstreamServer], tmp_path: Path, operator_key: TestKey, selection: tuple[str, ...], expected: str
+) -> None:
+    tree, server = site
+    dest, lock = tmp_path / "mirror", tmp_path / "all.lock"
+    assert _sync(server, tree, dest, "--version", "all", "--write-lock", str(lock), "--quiet").exit_code == 0
+    args = (*selection, str(lock)) if selection == ("--locked",) else selection
+    built = run_cli("bundle", "build", "--mirror", str(dest), *args, "--sign-key", operator_key.fingerprint,
+                    "--gnupghome", str(operator_key.home), "--output", str(tmp_path / "b.tar"), "--compression", "none")  # fmt: skip
+    assert built.exit_code == 0, built.stderr
+    inspected = json.loads(run_cli("bundle", "inspect", str(tmp_path / "b.tar"), "--json").stdout)
+    assert len(inspected["targets"]) == 2
+    for target in inspected["targets"]:
+        assert {(p["name"], p["version"]) for p in target["packages"]} == {(n, expected) for n in FOUR}
 
 
 # -- failures leave the previous mirror byte-identical ----------------------------------------
