@@ -132,15 +132,9 @@ def _runtime(root: Path) -> str:
 
 
 @pytest.fixture(scope="module")
-def bundle(deb_mirror: Path, operator_key: TestKey, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A signed zstd deb/amd64 bundle of 1.17.8, built by ``bundle build`` from a real ``mirror sync``."""
-    out = tmp_path_factory.mktemp("fleet-bundle") / "nvct-1.17.8.tar.zst"
-    built = run_cli(
-        "bundle", "build", "--mirror", str(deb_mirror), "--version", "1.17.8", "--target", "deb/amd64",
-        "--sign-key", operator_key.fingerprint, "--gnupghome", str(operator_key.home), "--output", str(out),
-    )  # fmt: skip
-    assert built.exit_code == 0, built.stderr
-    return out
+def bundle(fleet_bundle: Path) -> Path:
+    """The signed zstd bundle every host gets (see conftest ``fleet_bundle``)."""
+    return fleet_bundle
 
 
 @dataclass
