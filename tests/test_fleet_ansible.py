@@ -11,11 +11,16 @@ under tmp, and a small callback (tests/data/ansible_callbacks) records every res
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import http.server
 import json
 import os
 import subprocess
 import sys
 import tarfile
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List
@@ -33,6 +38,8 @@ CALLBACKS = Path(__file__).resolve().parent / "data" / "ansible_callbacks"
 HOSTS = ("node1", "node2", "node3")
 PY39 = Path("/root/.pyenv/versions/3.9.18/bin/python3.9")
 CONTAINERD = "etc/containerd/config.toml"
+#: a canary, then the rest: the same stop-after-a-bad-batch behaviour as the default, in fewer batches
+FAST_SERIAL = json.dumps({"gpu_airgap_serial": [1, "100%"]})
 
 
 @dataclass
@@ -85,8 +92,11 @@ class Fleet:
         (self.tmp / "inventory.ini").write_text("\n".join(lines) + "\n")
         (self.tmp / "ansible.cfg").write_text("[defaults]\n")
 
-    def play(self, playbook: str, *args: str, bundle: Path | None = None) -> Play:
-        """Run ``ansible-playbook -i inventory PLAYBOOK ARGS...`` against the fleet."""
+    def play(self, playbook: str, *args: str, bundle: Path | None = None, serial: str = FAST_SERIAL) -> Play:
+        """Run ``ansible-playbook -i inventory PLAYBOOK ARGS...`` against the fleet.
+
+        ``serial`` overrides the playbooks' batches (``""``: keep their default, [1, '25%']).
+        """
         record = self.tmp / "record.json"
         record.unlink(missing_ok=True)
         home = self.tmp / "home"
@@ -107,7 +117,7 @@ class Fleet:
         argv = [
             str(Path(sys.executable).with_name("ansible-playbook")), "-i", str(self.tmp / "inventory.ini"),
             str(ANSIBLE_DIR / playbook), "-e", f"gpu_airgap_bundle={bundle or self.bundle}",
-            "-e", f"gpu_airgap_keyring={self.keyring}", *args,
+            "-e", f"gpu_airgap_keyring={self.keyring}", *(["-e", serial] if serial else []), *args,
         ]  # fmt: skip
         proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300, check=False)
         data = json.loads(record.read_text()) if record.exists() else {"stats": {}, "results": []}
@@ -163,7 +173,7 @@ def rollout(bundle: Path, operator_key: TestKey, tmp_path_factory: pytest.TempPa
     before = fleet.digests()
     check_fresh = fleet.play("site.yml", "--check", "--diff")
     after_check_fresh = fleet.digests()
-    first = fleet.play("site.yml")
+    first = fleet.play("site.yml", serial="")  # the playbook's own batches
     installed = {host: _installed(root) for host, root in fleet.roots.items()}
     runtimes = {host: _runtime(root) for host, root in fleet.roots.items()}
     second = fleet.play("site.yml")
@@ -213,8 +223,12 @@ def test_playbook_installs_the_four_packages_and_configures_containerd_on_every_
 
 
 def test_rollout_goes_in_batches_starting_with_one_canary(rollout: Rollout) -> None:
-    # serial [1, '25%'] of three hosts: node1 alone, then one per batch
-    assert rollout.first.output.count("PLAY [Install the NVIDIA Container Toolkit with gpu-airgap]") == 3
+    header = "PLAY [Install the NVIDIA Container Toolkit with gpu-airgap]"
+    # the default serial [1, '25%'] of three hosts: node1 alone, then one per batch
+    assert rollout.first.output.count(header) == 3
+    assert rollout.first.output.index("node1") < rollout.first.output.index("node2")
+    # -e gpu_airgap_serial=[1, "100%"]: the canary, then the other two together
+    assert rollout.second.output.count(header) == 2
 
 
 def test_second_run_reports_no_change_on_any_host(rollout: Rollout) -> None:
@@ -289,3 +303,81 @@ def test_sample_playbooks_pass_ansible_syntax_check(tmp_path: Path) -> None:
         )  # fmt: skip
         assert proc.returncode == 0, proc.stdout + proc.stderr
 
+
+
+# -- the mirror path: the published tree instead of the bundle ----------------------------------
+
+
+@dataclass
+class MirrorRollout:
+    fleet: Fleet
+    published: Path
+    before: Dict[str, Dict[str, str]]
+    check: Play
+    after_check: Dict[str, Dict[str, str]]
+    first: Play
+    runtimes: Dict[str, str]
+    second: Play
+
+
+@pytest.fixture(scope="module")
+def mirror_rollout(bundle: Path, operator_key: TestKey, tmp_path_factory: pytest.TempPathFactory) -> Iterator[MirrorRollout]:
+    """A stand-in of the tree `mirror publish` serves, on 127.0.0.1; --check, install, install again.
+
+    The roots are scratch roots, so the role leaves the packages to apt/dnf on live nodes only and
+    this covers the key, the repository definition and the runtime registration.
+    """
+    tmp = tmp_path_factory.mktemp("fleet-mirror")
+    site = tmp / "site"
+    (site / "stable/deb").mkdir(parents=True)
+    (site / "gpgkey").write_bytes(operator_key.public.read_bytes())
+    with _serve(site) as base:
+        (site / "stable/deb/nvidia-container-toolkit.list").write_text(
+            "deb [signed-by=/usr/share/keyrings/nvidia-container-toolkit-keyring.gpg] " + base + "/stable/deb/$(ARCH) /\n"
+        )
+        subprocess.run(["tar", "-xf", str(bundle), "-C", str(tmp), "gpu-airgap-node.pyz"], check=True)
+        fleet = Fleet(tmp / "fleet", bundle, operator_key.public)
+        extra = ("-e", "gpu_airgap_source=mirror", "-e", f"gpu_airgap_mirror_url={base}", "-e", f"gpu_airgap_zipapp={tmp / 'gpu-airgap-node.pyz'}")
+        before = fleet.digests()
+        check = fleet.play("site.yml", "--check", "--diff", *extra)
+        after_check = fleet.digests()
+        first = fleet.play("site.yml", *extra)
+        runtimes = {host: _runtime(root) for host, root in fleet.roots.items()}
+        second = fleet.play("site.yml", *extra)
+        yield MirrorRollout(fleet, site, before, check, after_check, first, runtimes, second)
+
+
+@contextlib.contextmanager
+def _serve(directory: Path) -> Iterator[str]:
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(directory))
+    handler.log_message = lambda *a, **k: None  # type: ignore[attr-defined]
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_mirror_path_check_mode_changes_nothing(mirror_rollout: MirrorRollout) -> None:
+    assert mirror_rollout.check.returncode == 0, mirror_rollout.check.output
+    assert all(mirror_rollout.check.changed()[h] > 0 for h in HOSTS), mirror_rollout.check.stats
+    assert mirror_rollout.after_check == mirror_rollout.before
+
+
+def test_mirror_path_installs_the_key_and_source_and_registers_the_runtime_then_reports_no_change(
+    mirror_rollout: MirrorRollout, operator_key: TestKey
+) -> None:
+    first = mirror_rollout.first
+    assert first.returncode == 0, first.output
+    dearmored = subprocess.run(["gpg", "--dearmor"], input=operator_key.public.read_bytes(), capture_output=True, check=True).stdout
+    listing = (mirror_rollout.published / "stable/deb/nvidia-container-toolkit.list").read_bytes()
+    for host, root in mirror_rollout.fleet.roots.items():
+        assert (root / "usr/share/keyrings/nvidia-container-toolkit-keyring.gpg").read_bytes() == dearmored, host
+        assert (root / "etc/apt/sources.list.d/nvidia-container-toolkit.list").read_bytes() == listing, host
+        assert mirror_rollout.runtimes[host] == "nvidia", host
+        assert first.task(host, "Install the pinned packages with apt")["status"] == "skipped"  # scratch root: no apt
+        assert first.task(host, "Register the runtime with the engine")["result"]["engines_changed"] == ["containerd"]
+    assert mirror_rollout.second.returncode == 0, mirror_rollout.second.output
+    assert mirror_rollout.second.changed() == dict.fromkeys(HOSTS, 0), mirror_rollout.second.stats
