@@ -156,6 +156,7 @@ class Rollout:
     check_fresh: Play
     after_check_fresh: Dict[str, Dict[str, str]]
     first: Play
+    reports: Path  #: the first run's gpu_airgap_report_dir
     installed: Dict[str, Dict[str, str]]  #: per host, the toolkit packages dpkg has after the first run
     runtimes: Dict[str, str]  #: per host, the runtime containerd's config registers after the first run
     second: Play
@@ -173,7 +174,8 @@ def rollout(bundle: Path, operator_key: TestKey, tmp_path_factory: pytest.TempPa
     before = fleet.digests()
     check_fresh = fleet.play("site.yml", "--check", "--diff")
     after_check_fresh = fleet.digests()
-    first = fleet.play("site.yml", serial="")  # the playbook's own batches
+    reports = fleet.tmp / "reports"
+    first = fleet.play("site.yml", "-e", f"gpu_airgap_report_dir={reports}", serial="")  # the playbook's own batches
     installed = {host: _installed(root) for host, root in fleet.roots.items()}
     runtimes = {host: _runtime(root) for host, root in fleet.roots.items()}
     second = fleet.play("site.yml")
@@ -189,7 +191,7 @@ def rollout(bundle: Path, operator_key: TestKey, tmp_path_factory: pytest.TempPa
     uninstall = fleet.play("uninstall.yml")
     uninstall_again = fleet.play("uninstall.yml")
     return Rollout(
-        fleet, before, check_fresh, after_check_fresh, first, installed, runtimes, second, after_second, check_drift,
+        fleet, before, check_fresh, after_check_fresh, first, reports, installed, runtimes, second, after_second, check_drift,
         after_check_drift, uninstall, uninstall_again,
     )  # fmt: skip
 
@@ -216,6 +218,8 @@ def test_playbook_installs_the_four_packages_and_configures_containerd_on_every_
         assert rollout.runtimes[host] == "nvidia", host
         result = play.task(host, "Install the toolkit from the bundle")["result"]
         assert result["result"]["outcome"] == "installed" and result["engines_changed"] == ["containerd"]
+        report = json.loads((rollout.reports / f"{host}.json").read_text())  # collected on the controller
+        assert report["packages"] == expected and report["changed"] is True, report
         # the handler is notified but skips: there is no engine of ours to restart under a scratch root
         restart = play.task(host, "Restart the changed container engines")
         assert restart["status"] == "skipped", restart
