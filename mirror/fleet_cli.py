@@ -76,8 +76,6 @@ def k8s_command(
         runtime=runtime, runtime_name=runtime_name, set_as_default=set_as_default, cdi=cdi, hold=hold,
         runtimeclass=not no_runtimeclass,
     )  # fmt: skip
-    if keyring is not None and keyring_configmap is not None:
-        raise UsageError("give exactly one of --keyring and --keyring-configmap")
     keyring_text = _read_key(keyring) if keyring is not None else None
     text = fleet_k8s.render(options, pod_script(), keyring_text)
     if out == "-":

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 from urllib.parse import urlparse
 
 import yaml
@@ -138,7 +138,11 @@ def render(options: K8sOptions, script: str, keyring_text: Optional[str]) -> str
     return yaml.dump_all(documents(options, script, keyring_text), Dumper=_BlockDumper, sort_keys=False, default_flow_style=False)
 
 
-def _meta(options: K8sOptions) -> Any:
+Meta = Callable[[str], Dict[str, Any]]
+
+
+def _meta(options: K8sOptions) -> Meta:
+    """Metadata for a namespaced object of this rollout, by name."""
     def meta(name: str) -> Dict[str, Any]:
         return {"name": name, "namespace": options.namespace,
                 "labels": {APP_LABEL: options.name, "app.kubernetes.io/managed-by": "gpu-airgap"}}  # fmt: skip
@@ -163,7 +167,7 @@ def _env(options: K8sOptions) -> List[Dict[str, str]]:
     return [{"name": k, "value": v} for k, v in values.items()]
 
 
-def _daemonset(options: K8sOptions, meta: Any, keyring_map: str) -> Dict[str, Any]:
+def _daemonset(options: K8sOptions, meta: Meta, keyring_map: str) -> Dict[str, Any]:
     labels = {APP_LABEL: options.name}
     mounts: List[Dict[str, Any]] = [
         # HostToContainer: mounts made on the host later (a new /run tmpfs entry) are seen too.

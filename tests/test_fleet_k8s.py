@@ -14,6 +14,7 @@ import functools
 import http.server
 import json
 import os
+import socket
 import subprocess
 import threading
 from collections.abc import Iterator
@@ -29,7 +30,7 @@ from mirror import fleet_k8s
 from mirror.fleet_cli import pod_script
 from tests.cli_runner import run_cli
 from tests.gpgkeys import TestKey
-from tests.node_fixtures import CONTAINERD_CONFIG, TOOLKIT, seed_dpkg_root
+from tests.node_fixtures import CONTAINERD_CONFIG, TOOLKIT, seed_dpkg_root, tree_digest
 
 K8S_VERSIONS = ("1.29", "1.32", "1.37")
 PY39 = Path("/root/.pyenv/versions/3.9.18/bin/python3.9")
@@ -211,3 +212,22 @@ def test_pod_program_installs_from_the_url_restarts_nothing_under_a_scratch_root
     second = _pod(script, env)
     assert second.returncode == 0, second.stderr
     assert json.loads((tmp_path / "ready").read_text())["outcome"] == "up-to-date" and "restart" not in second.stderr
+
+
+def test_pod_program_fails_with_one_sentence_when_the_bundle_cannot_be_fetched(operator_key: TestKey, tmp_path: Path) -> None:
+    host = tmp_path / "host"
+    seed_dpkg_root(host)
+    before = tree_digest(host)
+    script = tmp_path / "k8s-node.py"
+    script.write_text(pod_script())
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {"PATH": os.environ["PATH"], "GPU_AIRGAP_HOST_ROOT": str(host), "GPU_AIRGAP_BUNDLE_URL": f"http://127.0.0.1:{port}/b.tar.zst",
+           "GPU_AIRGAP_KEYRING": str(operator_key.public), "GPU_AIRGAP_READY_FILE": str(tmp_path / "ready")}  # fmt: skip
+    failed = _pod(script, env)
+    fetching, error = failed.stderr.strip().splitlines()  # progress, then the one-sentence error
+    assert failed.returncode != 0 and fetching.startswith("gpu-airgap-k8s: fetching http://127.0.0.1:")
+    assert error.startswith("gpu-airgap-k8s: could not fetch the bundle from http://127.0.0.1:") and "Connection refused" in error
+    assert not (tmp_path / "ready").exists() and _pod(script, env, "ready").returncode == 1
+    assert {k: v for k, v in tree_digest(host).items() if not k.startswith("var/cache")} == before

@@ -28,7 +28,7 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
-from typing import Dict, List
+from typing import Any, Dict, List
 
 SERVICE_UNITS = {"containerd": "containerd", "docker": "docker", "crio": "crio"}
 
@@ -57,8 +57,12 @@ def _say(line: str) -> None:
 def fetch_bundle(url: str, dest: Path) -> None:
     """Download ``url`` to ``dest`` through a temp file (the installer verifies it, not this)."""
     part = dest.with_name(dest.name + ".part")
-    with urllib.request.urlopen(url, timeout=60) as response, open(part, "wb") as out:  # http(s) only: the renderer checks
-        shutil.copyfileobj(response, out, 1 << 20)
+    try:
+        with urllib.request.urlopen(url, timeout=60) as response, open(part, "wb") as out:  # http(s) only: the renderer checks
+            shutil.copyfileobj(response, out, 1 << 20)
+    except OSError as exc:  # URLError and HTTPError are OSErrors
+        reason = getattr(exc, "reason", None) or exc
+        raise SystemExit(f"gpu-airgap-k8s: could not fetch the bundle from {url}: {reason}") from exc
     os.replace(part, dest)
 
 
@@ -66,7 +70,9 @@ def node_tool(bundle: Path, dest: Path) -> None:
     """Take gpu-airgap-node.pyz out of the bundle with tar (GNU tar detects zstd, xz, gzip)."""
     part = dest.with_name(dest.name + ".part")
     with open(part, "wb") as out:
-        subprocess.run(["tar", "-xOf", str(bundle), "gpu-airgap-node.pyz"], stdout=out, check=True)
+        done = subprocess.run(["tar", "-xOf", str(bundle), "gpu-airgap-node.pyz"], stdout=out, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"gpu-airgap-k8s: {bundle} has no readable gpu-airgap-node.pyz (tar said why above); is it a gpu-airgap bundle?")
     os.replace(part, dest)
 
 
@@ -112,10 +118,9 @@ def install() -> int:
     proc = subprocess.run(install_argv(tool, bundle), stdout=subprocess.PIPE, check=False)
     if proc.returncode != 0:
         return proc.returncode  # the installer said why on stderr
-    result: Dict[str, object] = json.loads(proc.stdout)
-    engines = result.get("engines") or {}
-    assert isinstance(engines, dict)
-    changed = [name for name, what in engines.items() if str(what).startswith("registered runtime")]
+    result: Dict[str, Any] = json.loads(proc.stdout)
+    engines: Dict[str, str] = result.get("engines") or {}
+    changed = [name for name, what in engines.items() if what.startswith("registered runtime")]
     _say(f"{result.get('outcome')}: {result.get('target')} on {result.get('node')}")
     restart(changed)
     _ready_marker().write_text(json.dumps(result) + "\n")
