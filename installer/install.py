@@ -70,6 +70,8 @@ class InstallResult:
     cdi: str = ""
     diff: str = ""  #: configuration diff (dry-run)
     failed_engines: List[str] = field(default_factory=list)  #: engines that did not come back; config restored
+    #: whether the node changed (dry-run: would change); what automation such as Ansible reports
+    changed: bool = False
 
     def to_dict(self) -> Dict[str, Any]:
         """The ``--json`` object."""
@@ -163,8 +165,11 @@ def install(bundle: Path, keyring: Path, options: InstallOptions, env: NodeEnv) 
             packages={p.name: p.version for p in target.packages},
         )
         result.messages.extend(check.notes)
+        hold_now = options.hold and not (old_state and old_state.held and not check.to_install)
         if options.dry_run:
-            return _dry_run(result, check, target, engines, facts, options, env)
+            recorded = old_state is not None and old_state.bundle_id == staged.bundle_id
+            return _dry_run(result, check, target, engines, facts, options, env, hold_now, recorded)
+        result.changed = True  # cleared below when the run turns out to be up to date
         previous = {p.name: installed[p.name] for p in target.packages}
         if check.remove_first:
             names = [name for name, _, _ in check.remove_first]
@@ -177,7 +182,7 @@ def install(bundle: Path, keyring: Path, options: InstallOptions, env: NodeEnv) 
             result.messages.append(
                 "installed " + ", ".join(f"{p.name} {p.version}" for p in install_order(check.to_install))
             )
-        if options.hold and not (old_state and old_state.held and not check.to_install):
+        if hold_now:
             backend.hold([p.name for p in target.packages])
             result.messages.append("held " + ", ".join(p.name for p in target.packages) + " at this release")
         journal = Journal(root)
@@ -187,6 +192,7 @@ def install(bundle: Path, keyring: Path, options: InstallOptions, env: NodeEnv) 
         nothing = check.nothing_to_do and not changed and "written" not in result.cdi
         if nothing and old_state is not None and old_state.bundle_id == staged.bundle_id:
             result.outcome = "up-to-date"
+            result.changed = False
             result.messages.insert(0, "already installed: this bundle is on the node and nothing changed")
             return result
         touched = sorted({*(old_state.engines if old_state else []), *changed, *(["cdi"] if "written" in result.cdi else [])})
@@ -354,6 +360,8 @@ def _dry_run(
     facts: NodeFacts,
     options: InstallOptions,
     env: NodeEnv,
+    hold_now: bool,
+    recorded: bool,
 ) -> InstallResult:
     for name, version, why in check.remove_first:
         result.messages.append(f"would remove {name} {version}: {why}")
@@ -363,17 +371,25 @@ def _dry_run(
         )
     else:
         result.messages.append("packages: already at the bundle's versions")
-    if options.hold:
+    if hold_now:
         result.messages.append("would hold " + ", ".join(p.name for p in target.packages))
     # CDI is planned only with a driver, and the engines then enable it: the diff shows that too.
     cdi_on = options.cdi != "off" and facts.driver
     runtime = _runtime_options(options, cdi_on)
     diffs: List[str] = []
+    engines_change = False
     for name in engines:
         plan = env.engine(name).plan(runtime)
         result.engines[name] = "would register" if plan.changed else "already registered"
+        engines_change = engines_change or plan.changed
         diffs.append(unified_diff(plan.changes))
     result.diff = "".join(diffs)
+    # A valid existing CDI spec is kept by a real run, so only a missing one would be written.
+    cdi_change = cdi_on and not rooted(options.root, CDI_SPEC).exists()
+    # A run that changes nothing else still records this bundle when the node has no record of it.
+    result.changed = bool(
+        check.to_install or check.remove_first or hold_now or engines_change or cdi_change or not recorded
+    )
     result.cdi = "off" if options.cdi == "off" else ("would generate" if cdi_on else "skipped: no NVIDIA driver found")
     result.messages.append("dry run: nothing was changed")
     return result

@@ -258,7 +258,9 @@ def make_app() -> typer.Typer:
     """The root app with every group, connected side included."""
     bundle_app = node_cli.make_bundle_app()
     bundle_cli.add_build_command(bundle_app)
-    return node_cli.make_app(bundle_app=bundle_app, groups={"mirror": mirror_app})
+    from mirror.fleet_cli import fleet_app
+
+    return node_cli.make_app(bundle_app=bundle_app, groups={"mirror": mirror_app, "fleet": fleet_app})
 
 
 def main(argv: Sequence[str] | None = None) -> int:

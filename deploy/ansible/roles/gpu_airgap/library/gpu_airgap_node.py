@@ -1,0 +1,161 @@
+#!/usr/bin/python
+"""Ansible module: run the gpu-airgap node tool (``gpu-airgap-node.pyz``) and report what it changed.
+
+The node tool does the work and already knows whether anything changed: ``install --json`` says
+``changed`` (and, with ``--dry-run``, whether a real run would change anything, plus the
+configuration diff); ``configure ENGINE --json`` says ``already_configured``; ``status --json``
+says whether gpu-airgap installed anything. This module only maps that onto Ansible's
+``changed``, ``--check`` (the tool's ``--dry-run``) and ``--diff``, so a second run reports
+``changed=0``. It needs nothing but ansible-core on the controller and python3 >= 3.9 on the node.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+from ansible.module_utils.basic import AnsibleModule
+
+DOCUMENTATION = r"""
+module: gpu_airgap_node
+short_description: Install, configure or uninstall the NVIDIA Container Toolkit with the gpu-airgap node tool
+options:
+  state:
+    description: present (install from a bundle), configured (register the runtime only; packages came
+      from the mirror) or absent (uninstall what gpu-airgap installed).
+    choices: [present, configured, absent]
+    default: present
+  zipapp: {description: gpu-airgap-node.pyz on the node, required: true, type: path}
+  python: {description: the node's python3 (>= 3.9), default: python3, type: str}
+  bundle: {description: the signed bundle on the node (state=present), type: path}
+  keyring: {description: the operator's public key on the node (state=present), type: path}
+  bundle_pending: {description: the bundle or tool is not on the node yet (a --check run did not copy it), type: bool}
+  root: {description: the node's root (a scratch root in tests), default: /, type: path}
+  runtime: {description: auto, containerd, docker, crio or none (configured needs one engine), default: auto}
+  runtime_name: {default: nvidia}
+  set_as_default: {default: false, type: bool}
+  cdi: {description: auto, on or off (configured - on enables CDI in the engine), default: auto}
+  hold: {default: false, type: bool}
+  force: {description: uninstall even when recorded files were edited since, default: false, type: bool}
+"""
+
+RETURN = r"""
+result: {description: the node tool's JSON object}
+engines_changed: {description: engines whose configuration changed (the restart handler restarts these)}
+"""
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "state": {"choices": ["present", "configured", "absent"], "default": "present"},
+            "zipapp": {"type": "path", "required": True},
+            "python": {"type": "str", "default": "python3"},
+            "bundle": {"type": "path"},
+            "keyring": {"type": "path"},
+            "bundle_pending": {"type": "bool", "default": False},
+            "root": {"type": "path", "default": "/"},
+            "runtime": {"choices": ["auto", "containerd", "docker", "crio", "none"], "default": "auto"},
+            "runtime_name": {"type": "str", "default": "nvidia"},
+            "set_as_default": {"type": "bool", "default": False},
+            "cdi": {"choices": ["auto", "on", "off"], "default": "auto"},
+            "hold": {"type": "bool", "default": False},
+            "force": {"type": "bool", "default": False},
+        },
+        required_if=[("state", "present", ("bundle", "keyring"))],
+        supports_check_mode=True,
+    )
+    state = module.params["state"]
+    if state == "present":
+        _present(module)
+    elif state == "configured":
+        _configured(module)
+    else:
+        _absent(module)
+
+
+def _tool(module: AnsibleModule, *args: str, ok_codes: tuple = (0,)) -> dict:
+    """Run ``python3 -I gpu-airgap-node.pyz ARGS... --json`` and return its JSON object (fail the task otherwise)."""
+    p = module.params
+    argv = [p["python"], "-I", p["zipapp"], *args, "--json"]
+    proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if proc.returncode not in ok_codes:
+        # The tool's last stderr line is its one-sentence error ("gpu-airgap: error: ...").
+        lines = [line for line in proc.stderr.splitlines() if line.strip()]
+        module.fail_json(
+            msg=lines[-1] if lines else f"{' '.join(argv)} exited with status {proc.returncode}",
+            rc=proc.returncode, cmd=argv, stdout=proc.stdout, stderr=proc.stderr,
+        )  # fmt: skip
+    try:
+        return json.loads(proc.stdout)
+    except ValueError:
+        module.fail_json(msg="the node tool did not print a JSON object", cmd=argv, stdout=proc.stdout, stderr=proc.stderr)
+        raise  # fail_json exits; this keeps linters sure the function returns
+
+
+def _install_args(p: dict) -> list:
+    args = ["install", p["bundle"], "--keyring", p["keyring"], "--root", p["root"], "--runtime", p["runtime"],
+            "--runtime-name", p["runtime_name"], "--cdi", p["cdi"], "--no-restart"]  # fmt: skip
+    if p["set_as_default"]:
+        args.append("--set-as-default")
+    if p["hold"]:
+        args.append("--hold")
+    return args
+
+
+def _diff(text: str) -> dict:
+    return {"prepared": text} if text else {}
+
+
+def _present(module: AnsibleModule) -> None:
+    p = module.params
+    if module.check_mode and p["bundle_pending"]:
+        module.exit_json(changed=True, msg="would copy the bundle to the node and install it", engines_changed=[])
+    for path in (p["bundle"], p["keyring"], p["zipapp"]):
+        if not Path(path).is_file():
+            module.fail_json(msg=f"{path} is not on the node; copy it there first")
+    args = _install_args(p)
+    planned = _tool(module, *args, "--dry-run") if module.check_mode or module._diff else None
+    if module.check_mode:
+        engines = [e for e, what in planned["engines"].items() if what == "would register"]
+        module.exit_json(changed=planned["changed"], result=planned, engines_changed=engines, diff=_diff(planned["diff"]))
+    result = _tool(module, *args)
+    engines = [e for e, what in result["engines"].items() if what.startswith("registered runtime")]
+    diff = _diff(planned["diff"]) if planned is not None and result["changed"] else {}
+    module.exit_json(changed=result["changed"], result=result, engines_changed=engines, diff=diff)
+
+
+def _configured(module: AnsibleModule) -> None:
+    p = module.params
+    if p["runtime"] in ("auto", "none"):
+        module.fail_json(msg="state=configured needs one engine in runtime: containerd, docker or crio")
+    args = ["configure", p["runtime"], "--root", p["root"], "--runtime-name", p["runtime_name"]]
+    if p["set_as_default"]:
+        args.append("--set-as-default")
+    if p["cdi"] == "on":
+        args.append("--cdi")
+    planned = _tool(module, *args, "--dry-run") if module.check_mode or module._diff else None
+    if module.check_mode:
+        changed = not planned["already_configured"]
+        module.exit_json(changed=changed, result=planned, engines_changed=[p["runtime"]] if changed else [], diff=_diff(planned["diff"]))
+    result = _tool(module, *args)
+    changed = not result["already_configured"]
+    diff = _diff(planned["diff"]) if planned is not None and changed else {}
+    module.exit_json(changed=changed, result=result, engines_changed=[p["runtime"]] if changed else [], diff=diff)
+
+
+def _absent(module: AnsibleModule) -> None:
+    p = module.params
+    status = _tool(module, "status", "--root", p["root"], ok_codes=(0, 9))  # 9: drift, still a report
+    if not status["installed_by_gpu_airgap"]:
+        module.exit_json(changed=False, msg="gpu-airgap has no install recorded on this node", result=status, engines_changed=[])
+    if module.check_mode:
+        module.exit_json(changed=True, msg="would uninstall", result=status, engines_changed=[])
+    args = ["uninstall", "--root", p["root"]] + (["--force"] if p["force"] else [])
+    # uninstall restarts the engines it restored itself (on the live root), checking they come back.
+    module.exit_json(changed=True, result=_tool(module, *args), engines_changed=[])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,161 @@
+"""gpu-airgap's DaemonSet container: install the toolkit on the host, restart the engine, report ready.
+
+Rendered into a ConfigMap by ``gpu-airgap fleet k8s`` and run by the image's python3 (>= 3.9, stdlib
+only). With the host's / mounted at $GPU_AIRGAP_HOST_ROOT (/host) it:
+
+1. fetches the bundle ($GPU_AIRGAP_BUNDLE_URL, with urllib) into the host's /var/cache/gpu-airgap/k8s,
+   or reads it from the mounted ConfigMap ($GPU_AIRGAP_BUNDLE_FILE);
+2. takes gpu-airgap-node.pyz out of it with tar, and runs ``install BUNDLE --keyring KEY --root /host
+   --no-restart --json`` (the installer verifies the whole bundle against the operator key first);
+3. restarts each engine the install changed on the host (``chroot /host systemctl restart UNIT``; the
+   pod has hostPID, so systemctl sees the host's systemd and does not take the chroot for a container)
+   and checks it is active;
+4. writes the ready marker the readinessProbe looks for, then sleeps until the pod is stopped.
+
+``ready`` (the probe) checks the marker and asks ``status --root /host --json`` whether the runtime is
+registered. Any failure exits non-zero with the installer's one-sentence error, so the pod restarts
+with back-off and the DaemonSet's rolling update (maxUnavailable 1) does not go on to the next node.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any, Dict, List
+
+SERVICE_UNITS = {"containerd": "containerd", "docker": "docker", "crio": "crio"}
+
+
+def _env(name: str, default: str = "") -> str:
+    return os.environ.get(name, default)
+
+
+def _host() -> Path:
+    return Path(_env("GPU_AIRGAP_HOST_ROOT", "/host"))
+
+
+def _cache() -> Path:
+    return _host() / "var/cache/gpu-airgap/k8s"
+
+
+def _ready_marker() -> Path:
+    return Path(_env("GPU_AIRGAP_READY_FILE", "/tmp/gpu-airgap-ready"))
+
+
+def _say(line: str) -> None:
+    sys.stderr.write(f"gpu-airgap-k8s: {line}\n")
+    sys.stderr.flush()
+
+
+def fetch_bundle(url: str, dest: Path) -> None:
+    """Download ``url`` to ``dest`` through a temp file (the installer verifies it, not this)."""
+    part = dest.with_name(dest.name + ".part")
+    try:
+        with urllib.request.urlopen(url, timeout=60) as response, open(part, "wb") as out:  # http(s) only: the renderer checks
+            shutil.copyfileobj(response, out, 1 << 20)
+    except OSError as exc:  # URLError and HTTPError are OSErrors
+        reason = getattr(exc, "reason", None) or exc
+        raise SystemExit(f"gpu-airgap-k8s: could not fetch the bundle from {url}: {reason}") from exc
+    os.replace(part, dest)
+
+
+def node_tool(bundle: Path, dest: Path) -> None:
+    """Take gpu-airgap-node.pyz out of the bundle with tar (GNU tar detects zstd, xz, gzip)."""
+    part = dest.with_name(dest.name + ".part")
+    with open(part, "wb") as out:
+        done = subprocess.run(["tar", "-xOf", str(bundle), "gpu-airgap-node.pyz"], stdout=out, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"gpu-airgap-k8s: {bundle} has no readable gpu-airgap-node.pyz (tar said why above); is it a gpu-airgap bundle?")
+    os.replace(part, dest)
+
+
+def install_argv(tool: Path, bundle: Path) -> List[str]:
+    """The installer's command line from the DaemonSet's environment."""
+    argv = [sys.executable, "-I", str(tool), "install", str(bundle), "--keyring", _env("GPU_AIRGAP_KEYRING"),
+            "--root", str(_host()), "--runtime", _env("GPU_AIRGAP_RUNTIME", "auto"),
+            "--runtime-name", _env("GPU_AIRGAP_RUNTIME_NAME", "nvidia"), "--cdi", _env("GPU_AIRGAP_CDI", "auto"),
+            "--no-restart", "--json"]  # fmt: skip
+    if _env("GPU_AIRGAP_SET_AS_DEFAULT") == "true":
+        argv.append("--set-as-default")
+    if _env("GPU_AIRGAP_HOLD") == "true":
+        argv.append("--hold")
+    return argv
+
+
+def restart(engines: List[str]) -> None:
+    """Restart the changed engines on the host and check each came back ($GPU_AIRGAP_RESTART=none: skip)."""
+    if _env("GPU_AIRGAP_RESTART", "systemd") == "none":
+        if engines:
+            _say(f"not restarting {', '.join(engines)} (GPU_AIRGAP_RESTART=none)")
+        return
+    for engine in engines:
+        unit = SERVICE_UNITS.get(engine, engine)
+        subprocess.run(["chroot", str(_host()), "systemctl", "restart", unit], check=False)
+        active = subprocess.run(["chroot", str(_host()), "systemctl", "is-active", "--quiet", unit], check=False)
+        if active.returncode != 0:
+            raise SystemExit(f"gpu-airgap-k8s: {unit} did not come back after registering the runtime; see journalctl -u {unit} on the node")
+        _say(f"restarted {unit}")
+
+
+def install() -> int:
+    """Steps 1-4 of the module docstring."""
+    cache = _cache()
+    cache.mkdir(parents=True, exist_ok=True)
+    url = _env("GPU_AIRGAP_BUNDLE_URL")
+    bundle = cache / "bundle" if url else Path(_env("GPU_AIRGAP_BUNDLE_FILE"))
+    if url:
+        _say(f"fetching {url}")
+        fetch_bundle(url, bundle)
+    tool = cache / "gpu-airgap-node.pyz"
+    node_tool(bundle, tool)
+    proc = subprocess.run(install_argv(tool, bundle), stdout=subprocess.PIPE, check=False)
+    if proc.returncode != 0:
+        return proc.returncode  # the installer said why on stderr
+    result: Dict[str, Any] = json.loads(proc.stdout)
+    engines: Dict[str, str] = result.get("engines") or {}
+    changed = [name for name, what in engines.items() if what.startswith("registered runtime")]
+    _say(f"{result.get('outcome')}: {result.get('target')} on {result.get('node')}")
+    restart(changed)
+    _ready_marker().write_text(json.dumps(result) + "\n")
+    return 0
+
+
+def ready() -> int:
+    """The readinessProbe: installed by this pod, and the runtime registered with an engine (or --runtime none)."""
+    if not _ready_marker().exists():
+        return 1
+    tool = _cache() / "gpu-airgap-node.pyz"
+    name = _env("GPU_AIRGAP_RUNTIME_NAME", "nvidia")
+    proc = subprocess.run(
+        [sys.executable, "-I", str(tool), "status", "--root", str(_host()), "--runtime-name", name, "--json"],
+        stdout=subprocess.PIPE, check=False,
+    )  # fmt: skip
+    if proc.returncode not in (0, 9):  # 9: drift, reported but still a status
+        return 1
+    report = json.loads(proc.stdout)
+    if _env("GPU_AIRGAP_RUNTIME") == "none":
+        return 0 if report.get("installed_by_gpu_airgap") else 1
+    engines = report.get("engines") or {}
+    return 0 if any(facts.get("RUNTIME") == name for facts in engines.values()) else 1
+
+
+def main(argv: List[str]) -> int:
+    if argv[1:] == ["ready"]:
+        return ready()
+    code = install()
+    if code != 0 or _env("GPU_AIRGAP_ONESHOT") == "true":
+        return code
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    while True:
+        time.sleep(3600)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,94 @@
+"""``gpu-airgap fleet k8s``: a thin typer command over :mod:`mirror.fleet_k8s`.
+
+The Ansible path needs no command: it is the role under ``deploy/ansible`` (see README "Fleet rollout").
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from configure.errors import UsageError
+from configure.fsutil import atomic_write
+from configure.output import emit_lines
+from mirror import fleet_k8s
+
+fleet_app = typer.Typer(help="Roll the toolkit out to many nodes: Kubernetes manifests (Ansible: deploy/ansible).", no_args_is_help=True)
+
+
+def pod_script() -> str:
+    """The DaemonSet container's program, shipped as package data."""
+    return resources.files("mirror").joinpath("data/k8s-node.py").read_text(encoding="utf-8")
+
+
+_BUNDLE_URL = typer.Option(None, "--bundle-url", metavar="URL", help="Where every node fetches the bundle (http/https).")
+_BUNDLE_CONFIGMAP = typer.Option(
+    None, "--bundle-configmap", metavar="NAME", help="A ConfigMap holding the bundle under binaryData key 'bundle' (1 MiB limit)."
+)
+_KEYRING = typer.Option(None, "--keyring", metavar="FILE", help="The operator's public key, embedded in a ConfigMap.")
+_KEYRING_CONFIGMAP = typer.Option(
+    None, "--keyring-configmap", metavar="NAME", help="An existing ConfigMap with the key under 'operator.asc'."
+)
+_IMAGE = typer.Option(fleet_k8s.DEFAULT_IMAGE, "--image", help="Image with python3 >= 3.9, gpg, tar, zstd, dpkg/rpm, chroot.")
+_NAMESPACE = typer.Option("gpu-airgap", "--namespace", help="Namespace of the DaemonSet and its ConfigMaps.")
+_NAME = typer.Option("gpu-airgap-node", "--name", help="Name of the DaemonSet.")
+_NODE_SELECTOR = typer.Option(
+    list(fleet_k8s.DEFAULT_NODE_SELECTOR), "--node-selector", metavar="LABEL=VALUE", help="Repeat for several."
+)
+_TOLERATION = typer.Option(
+    list(fleet_k8s.DEFAULT_TOLERATIONS), "--toleration", metavar="KEY[=VALUE][:EFFECT]", help="Repeat for several."
+)
+_RUNTIME = typer.Option("auto", "--runtime", help="auto | containerd | docker | crio | none")
+_RUNTIME_NAME = typer.Option("nvidia", "--runtime-name", help="Runtime name, also the RuntimeClass name and handler.")
+_SET_AS_DEFAULT = typer.Option(False, "--set-as-default", help="Make it the engine's default runtime (not advised).")
+_CDI = typer.Option("auto", "--cdi", help="auto (when a driver is present) | on | off")
+_HOLD = typer.Option(False, "--hold", help="Keep the nodes on this release.")
+_NO_RUNTIMECLASS = typer.Option(False, "--no-runtimeclass", help="Leave the RuntimeClass out.")
+_OUT = typer.Option("-", "--out", metavar="FILE|-", help="Write the manifests here (- is stdout).")
+
+
+@fleet_app.command("k8s")
+def k8s_command(
+    bundle_url: Optional[str] = _BUNDLE_URL,
+    bundle_configmap: Optional[str] = _BUNDLE_CONFIGMAP,
+    keyring: Optional[Path] = _KEYRING,
+    keyring_configmap: Optional[str] = _KEYRING_CONFIGMAP,
+    image: str = _IMAGE,
+    namespace: str = _NAMESPACE,
+    name: str = _NAME,
+    node_selector: List[str] = _NODE_SELECTOR,
+    toleration: List[str] = _TOLERATION,
+    runtime: str = _RUNTIME,
+    runtime_name: str = _RUNTIME_NAME,
+    set_as_default: bool = _SET_AS_DEFAULT,
+    cdi: str = _CDI,
+    hold: bool = _HOLD,
+    no_runtimeclass: bool = _NO_RUNTIMECLASS,
+    out: str = _OUT,
+) -> None:
+    """Write a DaemonSet (plus RuntimeClass) that installs the bundle on every GPU node: kubectl apply -f it."""
+    options = fleet_k8s.K8sOptions(
+        bundle_url=bundle_url, bundle_configmap=bundle_configmap, keyring_configmap=keyring_configmap, image=image,
+        namespace=namespace, name=name, node_selector=tuple(node_selector), tolerations=tuple(toleration),
+        runtime=runtime, runtime_name=runtime_name, set_as_default=set_as_default, cdi=cdi, hold=hold,
+        runtimeclass=not no_runtimeclass,
+    )  # fmt: skip
+    keyring_text = _read_key(keyring) if keyring is not None else None
+    text = fleet_k8s.render(options, pod_script(), keyring_text)
+    if out == "-":
+        emit_lines([text.rstrip("\n")])
+    else:
+        atomic_write(Path(out), text.encode())
+
+
+def _read_key(path: Path) -> str:
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise UsageError(f"cannot read the operator key {path}: {exc.strerror or exc}") from exc
+    if b"-----BEGIN PGP PUBLIC KEY BLOCK-----" not in data:
+        raise UsageError(f"{path} is not an armored public key (gpg --armor --export KEY > {path.name})")
+    return data.decode("ascii", errors="replace")

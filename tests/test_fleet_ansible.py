@@ -1,0 +1,387 @@
+"""Issue 9: the Ansible role rolls a real signed bundle out to a fleet with the real ``ansible-playbook``.
+
+Three hosts (``node1..node3``) use the local connection, each mapped to its own scratch node root
+(``gpu_airgap_root``) with a real dpkg database and a containerd config. The bundle is built with
+``mirror sync`` + ``bundle build`` (zstd); the role copies it, takes the node tool out of it on the
+controller, and runs the installer on every host. One module-scoped sequence of playbook runs
+(check, install, re-run, check after drift, uninstall) keeps ansible's start-up cost down; the
+tests then assert on what each run did. Ansible is hermetic: its config, temp dirs and HOME are
+under tmp, and a small callback (tests/data/ansible_callbacks) records every result as JSON.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import http.server
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List
+
+import pytest
+
+from tests.cli_runner import run_cli
+from tests.gpgkeys import TestKey
+from tests.node_fixtures import CONTAINERD_CONFIG, TOOLKIT, seed_dpkg_root, tree_digest
+
+pytestmark = pytest.mark.slow
+
+ANSIBLE_DIR = Path(__file__).resolve().parents[1] / "deploy" / "ansible"
+CALLBACKS = Path(__file__).resolve().parent / "data" / "ansible_callbacks"
+HOSTS = ("node1", "node2", "node3")
+PY39 = Path("/root/.pyenv/versions/3.9.18/bin/python3.9")
+CONTAINERD = "etc/containerd/config.toml"
+#: a canary, then the rest: the same stop-after-a-bad-batch behaviour as the default, in fewer batches
+FAST_SERIAL = json.dumps({"gpu_airgap_serial": [1, "100%"]})
+
+
+@dataclass
+class Play:
+    """One ansible-playbook run: exit code, output, recap per host and every task result."""
+
+    returncode: int
+    output: str
+    stats: Dict[str, Dict[str, int]]
+    results: List[Dict[str, Any]]
+
+    def changed(self) -> Dict[str, int]:
+        """``changed=`` of the recap, per host that ran."""
+        return {host: s["changed"] for host, s in self.stats.items()}
+
+    def task(self, host: str, name: str) -> Dict[str, Any]:
+        """The result of task ``name`` on ``host`` (the last one, if it ran several times)."""
+        found = [r for r in self.results if r["host"] == host and r["task"] == name]
+        assert found, f"{name} did not run on {host}:\n{self.output[-3000:]}"
+        return found[-1]
+
+
+@dataclass
+class Fleet:
+    """Scratch node roots plus a hermetic ansible set-up that reaches them."""
+
+    tmp: Path
+    bundle: Path
+    keyring: Path
+    roots: Dict[str, Path] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for host in HOSTS:
+            root = self.tmp / host
+            seed_dpkg_root(root)
+            (root / "etc/containerd").mkdir(parents=True)
+            (root / CONTAINERD).write_bytes(CONTAINERD_CONFIG)
+            self.roots[host] = root
+        node_python = PY39 if PY39.exists() else Path("/usr/bin/python3")
+        lines = ["[gpu_nodes]"] + [f"{h} gpu_airgap_root={self.roots[h]}" for h in HOSTS]
+        lines += [
+            "[gpu_nodes:vars]",
+            "ansible_connection=local",
+            "ansible_become=false",
+            "ansible_python_interpreter=/usr/bin/python3",
+            f"gpu_airgap_python={node_python}",
+            "gpu_airgap_runtime=containerd",
+            "gpu_airgap_cdi=off",
+        ]
+        (self.tmp / "inventory.ini").write_text("\n".join(lines) + "\n")
+        (self.tmp / "ansible.cfg").write_text("[defaults]\n")
+
+    def play(self, playbook: str, *args: str, bundle: Path | None = None, serial: str = FAST_SERIAL) -> Play:
+        """Run ``ansible-playbook -i inventory PLAYBOOK ARGS...`` against the fleet.
+
+        ``serial`` overrides the playbooks' batches (``""``: keep their default, [1, '25%']).
+        """
+        record = self.tmp / "record.json"
+        record.unlink(missing_ok=True)
+        home = self.tmp / "home"
+        env = {
+            **os.environ,
+            "HOME": str(home),
+            "ANSIBLE_CONFIG": str(self.tmp / "ansible.cfg"),
+            "ANSIBLE_HOME": str(home / ".ansible"),
+            "ANSIBLE_LOCAL_TEMP": str(home / "local-tmp"),
+            "ANSIBLE_REMOTE_TEMP": str(home / "remote-tmp"),
+            "ANSIBLE_FORKS": "3",
+            "ANSIBLE_NOCOLOR": "1",
+            "ANSIBLE_RETRY_FILES_ENABLED": "0",
+            "ANSIBLE_CALLBACK_PLUGINS": str(CALLBACKS),
+            "ANSIBLE_CALLBACKS_ENABLED": "fleet_record",
+            "FLEET_RECORD": str(record),
+        }
+        argv = [
+            str(Path(sys.executable).with_name("ansible-playbook")), "-i", str(self.tmp / "inventory.ini"),
+            str(ANSIBLE_DIR / playbook), "-e", f"gpu_airgap_bundle={bundle or self.bundle}",
+            "-e", f"gpu_airgap_keyring={self.keyring}", *(["-e", serial] if serial else []), *args,
+        ]  # fmt: skip
+        proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300, check=False)
+        data = json.loads(record.read_text()) if record.exists() else {"stats": {}, "results": []}
+        return Play(proc.returncode, proc.stdout + proc.stderr, data["stats"], data["results"])
+
+    def digests(self) -> Dict[str, Dict[str, str]]:
+        """Every root's tree (paths, modes, content hashes)."""
+        return {host: tree_digest(root) for host, root in self.roots.items()}
+
+
+def _installed(root: Path) -> Dict[str, str]:
+    out = subprocess.run(
+        ["dpkg-query", f"--admindir={root}/var/lib/dpkg", "-W", "-f=${Package} ${db:Status-Abbrev} ${Version}\n", *TOOLKIT],
+        capture_output=True, text=True, check=False,
+    ).stdout  # fmt: skip
+    return {line.split()[0]: line.split()[2] for line in out.splitlines() if line.split()[1][1:2] == "i"}
+
+
+def _runtime(root: Path) -> str:
+    report = run_cli("configure", "report", "--root", str(root), "--runtime", "containerd", "--json")
+    return str(json.loads(report.stdout).get("RUNTIME") or "")
+
+
+@pytest.fixture(scope="module")
+def bundle(fleet_bundle: Path) -> Path:
+    """The signed zstd bundle every host gets (see conftest ``fleet_bundle``)."""
+    return fleet_bundle
+
+
+@dataclass
+class Rollout:
+    """What each run of the module's sequence did, with the roots' trees around it."""
+
+    fleet: Fleet
+    before: Dict[str, Dict[str, str]]
+    check_fresh: Play
+    after_check_fresh: Dict[str, Dict[str, str]]
+    first: Play
+    reports: Path  #: the first run's gpu_airgap_report_dir
+    installed: Dict[str, Dict[str, str]]  #: per host, the toolkit packages dpkg has after the first run
+    runtimes: Dict[str, str]  #: per host, the runtime containerd's config registers after the first run
+    second: Play
+    after_second: Dict[str, Dict[str, str]]
+    check_drift: Play
+    after_check_drift: Dict[str, Dict[str, str]]
+    uninstall: Play
+    uninstall_again: Play
+
+
+@pytest.fixture(scope="module")
+def rollout(bundle: Path, operator_key: TestKey, tmp_path_factory: pytest.TempPathFactory) -> Rollout:
+    """check -> install -> install again -> check after a drifted config -> uninstall -> uninstall again."""
+    fleet = Fleet(tmp_path_factory.mktemp("fleet"), bundle, operator_key.public)
+    before = fleet.digests()
+    check_fresh = fleet.play("site.yml", "--check", "--diff")
+    after_check_fresh = fleet.digests()
+    reports = fleet.tmp / "reports"
+    first = fleet.play("site.yml", "-e", f"gpu_airgap_report_dir={reports}", serial="")  # the playbook's own batches
+    installed = {host: _installed(root) for host, root in fleet.roots.items()}
+    runtimes = {host: _runtime(root) for host, root in fleet.roots.items()}
+    second = fleet.play("site.yml")
+    after_second = fleet.digests()
+    # node3's containerd config goes back to the original: a --check run must spot it and show the diff.
+    written = (fleet.roots["node3"] / CONTAINERD).read_bytes()
+    (fleet.roots["node3"] / CONTAINERD).write_bytes(CONTAINERD_CONFIG)
+    drifted = fleet.digests()
+    check_drift = fleet.play("site.yml", "--check", "--diff")
+    after_check_drift = fleet.digests()
+    assert after_check_drift == drifted, "--check changed a root"
+    (fleet.roots["node3"] / CONTAINERD).write_bytes(written)
+    uninstall = fleet.play("uninstall.yml")
+    uninstall_again = fleet.play("uninstall.yml")
+    return Rollout(
+        fleet, before, check_fresh, after_check_fresh, first, reports, installed, runtimes, second, after_second, check_drift,
+        after_check_drift, uninstall, uninstall_again,
+    )  # fmt: skip
+
+
+def test_check_mode_on_fresh_nodes_reports_changes_and_changes_nothing(rollout: Rollout) -> None:
+    play = rollout.check_fresh
+    assert play.returncode == 0, play.output
+    assert set(play.changed()) == set(HOSTS) and all(play.changed().values()), play.stats
+    assert rollout.after_check_fresh == rollout.before
+    for host in HOSTS:
+        assert play.task(host, "Install the toolkit from the bundle")["result"]["changed"] is True
+
+
+def test_playbook_installs_the_four_packages_and_configures_containerd_on_every_root(rollout: Rollout) -> None:
+    play = rollout.first
+    assert play.returncode == 0, play.output
+    assert all(play.changed()[h] > 0 for h in HOSTS), play.stats
+    inspected = json.loads(run_cli("bundle", "inspect", str(rollout.fleet.bundle), "--json").stdout)
+    (target,) = inspected["targets"]
+    expected = {p["name"]: p["version"] for p in target["packages"]}
+    assert sorted(expected) == sorted(TOOLKIT)
+    for host in HOSTS:
+        assert rollout.installed[host] == expected, host
+        assert rollout.runtimes[host] == "nvidia", host
+        result = play.task(host, "Install the toolkit from the bundle")["result"]
+        assert result["result"]["outcome"] == "installed" and result["engines_changed"] == ["containerd"]
+        report = json.loads((rollout.reports / f"{host}.json").read_text())  # collected on the controller
+        assert report["packages"] == expected and report["changed"] is True, report
+        # the handler is notified but skips: there is no engine of ours to restart under a scratch root
+        restart = play.task(host, "Restart the changed container engines")
+        assert restart["status"] == "skipped", restart
+    assert "did not come back" not in play.output
+
+
+def test_rollout_goes_in_batches_starting_with_one_canary(rollout: Rollout) -> None:
+    header = "PLAY [Install the NVIDIA Container Toolkit with gpu-airgap]"
+    # the default serial [1, '25%'] of three hosts: node1 alone, then one per batch
+    assert rollout.first.output.count(header) == 3
+    assert rollout.first.output.index("node1") < rollout.first.output.index("node2")
+    # -e gpu_airgap_serial=[1, "100%"]: the canary, then the other two together
+    assert rollout.second.output.count(header) == 2
+
+
+def test_second_run_reports_no_change_on_any_host(rollout: Rollout) -> None:
+    play = rollout.second
+    assert play.returncode == 0, play.output
+    assert play.changed() == dict.fromkeys(HOSTS, 0), play.stats
+    for host in HOSTS:
+        assert play.task(host, "Install the toolkit from the bundle")["result"]["result"]["outcome"] == "up-to-date"
+
+
+def test_check_mode_spots_a_drifted_config_shows_its_diff_and_changes_nothing(rollout: Rollout) -> None:
+    play = rollout.check_drift
+    assert play.returncode == 0, play.output
+    assert play.changed() == {"node1": 0, "node2": 0, "node3": 1}, play.stats
+    task = play.task("node3", "Install the toolkit from the bundle")["result"]
+    assert task["engines_changed"] == ["containerd"]
+    assert "+" in task["diff"]["prepared"] and "runtimes.nvidia" in task["diff"]["prepared"]
+    assert "runtimes.nvidia" in play.output  # --diff printed it
+
+
+def test_uninstall_playbook_restores_every_root(rollout: Rollout) -> None:
+    play = rollout.uninstall
+    assert play.returncode == 0, play.output
+    for host, root in rollout.fleet.roots.items():
+        assert _installed(root) == {}, host
+        assert (root / CONTAINERD).read_bytes() == CONTAINERD_CONFIG, host
+        assert not (root / "var/cache/gpu-airgap/fleet").exists(), host
+    assert rollout.uninstall_again.returncode == 0, rollout.uninstall_again.output
+    assert rollout.uninstall_again.changed() == dict.fromkeys(HOSTS, 0), rollout.uninstall_again.stats
+
+
+def _tampered_copy(bundle: Path, out: Path) -> Path:
+    """``bundle`` as an uncompressed tar with one byte of a package flipped (same size, wrong sha256)."""
+    plain = out / "plain.tar"
+    with plain.open("wb") as sink:
+        subprocess.run(["zstd", "-dc", str(bundle)], stdout=sink, check=True)
+    with tarfile.open(plain) as tar:
+        member = next(m for m in tar.getmembers() if m.name.endswith(".deb"))
+        offset = member.offset_data + member.size // 2
+    raw = bytearray(plain.read_bytes())
+    raw[offset] ^= 0xFF
+    tampered = out / "tampered.tar"
+    tampered.write_bytes(bytes(raw))
+    plain.unlink()
+    return tampered
+
+
+def test_tampered_bundle_fails_on_the_first_batch_and_leaves_the_other_roots_untouched(
+    bundle: Path, operator_key: TestKey, tmp_path: Path
+) -> None:
+    fleet = Fleet(tmp_path / "fleet", bundle, operator_key.public)
+    before = fleet.digests()
+    play = fleet.play("site.yml", bundle=_tampered_copy(bundle, tmp_path))
+    assert play.returncode != 0
+    assert set(play.stats) == {"node1"} and play.stats["node1"]["failures"] == 1, play.stats
+    failed = play.task("node1", "Install the toolkit from the bundle")
+    assert failed["status"] == "failed" and "does not match" in failed["result"]["msg"], failed
+    after = fleet.digests()
+    assert after["node2"] == before["node2"] and after["node3"] == before["node3"]
+    # node1 got the bundle in its cache; nothing else under its root changed
+    assert {k: v for k, v in after["node1"].items() if not k.startswith("var/cache")} == before["node1"]
+    assert _installed(fleet.roots["node1"]) == {}
+
+
+def test_sample_playbooks_pass_ansible_syntax_check(tmp_path: Path) -> None:
+    for playbook in ("site.yml", "uninstall.yml"):
+        proc = subprocess.run(
+            [str(Path(sys.executable).with_name("ansible-playbook")), "--syntax-check", "-i",
+             str(ANSIBLE_DIR / "inventory.example.ini"), str(ANSIBLE_DIR / playbook)],
+            env={**os.environ, "HOME": str(tmp_path), "ANSIBLE_LOCAL_TEMP": str(tmp_path / "t")},
+            capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+
+# -- the mirror path: the published tree instead of the bundle ----------------------------------
+
+
+@dataclass
+class MirrorRollout:
+    fleet: Fleet
+    published: Path
+    before: Dict[str, Dict[str, str]]
+    check: Play
+    after_check: Dict[str, Dict[str, str]]
+    first: Play
+    runtimes: Dict[str, str]
+    second: Play
+
+
+@pytest.fixture(scope="module")
+def mirror_rollout(bundle: Path, operator_key: TestKey, tmp_path_factory: pytest.TempPathFactory) -> Iterator[MirrorRollout]:
+    """A stand-in of the tree `mirror publish` serves, on 127.0.0.1; --check, install, install again.
+
+    The roots are scratch roots, so the role leaves the packages to apt/dnf on live nodes only and
+    this covers the key, the repository definition and the runtime registration.
+    """
+    tmp = tmp_path_factory.mktemp("fleet-mirror")
+    site = tmp / "site"
+    (site / "stable/deb").mkdir(parents=True)
+    (site / "gpgkey").write_bytes(operator_key.public.read_bytes())
+    with _serve(site) as base:
+        (site / "stable/deb/nvidia-container-toolkit.list").write_text(
+            "deb [signed-by=/usr/share/keyrings/nvidia-container-toolkit-keyring.gpg] " + base + "/stable/deb/$(ARCH) /\n"
+        )
+        subprocess.run(["tar", "-xf", str(bundle), "-C", str(tmp), "gpu-airgap-node.pyz"], check=True)
+        fleet = Fleet(tmp / "fleet", bundle, operator_key.public)
+        extra = ("-e", "gpu_airgap_source=mirror", "-e", f"gpu_airgap_mirror_url={base}", "-e", f"gpu_airgap_zipapp={tmp / 'gpu-airgap-node.pyz'}")
+        before = fleet.digests()
+        check = fleet.play("site.yml", "--check", "--diff", *extra)
+        after_check = fleet.digests()
+        first = fleet.play("site.yml", *extra)
+        runtimes = {host: _runtime(root) for host, root in fleet.roots.items()}
+        second = fleet.play("site.yml", *extra)
+        yield MirrorRollout(fleet, site, before, check, after_check, first, runtimes, second)
+
+
+@contextlib.contextmanager
+def _serve(directory: Path) -> Iterator[str]:
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(directory))
+    handler.log_message = lambda *a, **k: None  # type: ignore[attr-defined]
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_mirror_path_check_mode_changes_nothing(mirror_rollout: MirrorRollout) -> None:
+    assert mirror_rollout.check.returncode == 0, mirror_rollout.check.output
+    assert all(mirror_rollout.check.changed()[h] > 0 for h in HOSTS), mirror_rollout.check.stats
+    assert mirror_rollout.after_check == mirror_rollout.before
+
+
+def test_mirror_path_installs_the_key_and_source_and_registers_the_runtime_then_reports_no_change(
+    mirror_rollout: MirrorRollout, operator_key: TestKey
+) -> None:
+    first = mirror_rollout.first
+    assert first.returncode == 0, first.output
+    dearmored = subprocess.run(["gpg", "--dearmor"], input=operator_key.public.read_bytes(), capture_output=True, check=True).stdout
+    listing = (mirror_rollout.published / "stable/deb/nvidia-container-toolkit.list").read_bytes()
+    for host, root in mirror_rollout.fleet.roots.items():
+        assert (root / "usr/share/keyrings/nvidia-container-toolkit-keyring.gpg").read_bytes() == dearmored, host
+        assert (root / "etc/apt/sources.list.d/nvidia-container-toolkit.list").read_bytes() == listing, host
+        assert mirror_rollout.runtimes[host] == "nvidia", host
+        assert first.task(host, "Install the pinned packages with apt")["status"] == "skipped"  # scratch root: no apt
+        assert first.task(host, "Register the runtime with the engine")["result"]["engines_changed"] == ["containerd"]
+    assert mirror_rollout.second.returncode == 0, mirror_rollout.second.output
+    assert mirror_rollout.second.changed() == dict.fromkeys(HOSTS, 0), mirror_rollout.second.stats

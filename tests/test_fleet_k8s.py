@@ -1,0 +1,233 @@
+"""Issue 9: ``gpu-airgap fleet k8s`` writes a DaemonSet (plus RuntimeClass) that installs the bundle on GPU nodes.
+
+The manifests are validated offline against the official Kubernetes JSON schemas bundled with
+``kubernetes-validate`` (strict: unknown fields fail) for three Kubernetes versions, and a broken
+manifest is shown to fail, so the validator is known to run. The pod's program
+(``mirror/data/k8s-node.py``) is run for real outside Kubernetes: with a scratch root as the host's
+/ and the bundle served on 127.0.0.1, it installs, and its readiness check passes.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import http.server
+import json
+import os
+import socket
+import subprocess
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Dict, List
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from configure import runtimeclass
+from mirror import fleet_k8s
+from mirror.fleet_cli import pod_script
+from tests.cli_runner import run_cli
+from tests.gpgkeys import TestKey
+from tests.node_fixtures import CONTAINERD_CONFIG, TOOLKIT, seed_dpkg_root, tree_digest
+
+K8S_VERSIONS = ("1.29", "1.32", "1.37")
+PY39 = Path("/root/.pyenv/versions/3.9.18/bin/python3.9")
+
+
+def _render(*args: str) -> List[Dict[str, Any]]:
+    result = run_cli("fleet", "k8s", *args)
+    assert result.exit_code == 0, result.stderr
+    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+
+
+@pytest.fixture(scope="module")
+def url_docs(operator_key: TestKey) -> List[Dict[str, Any]]:
+    return _render("--bundle-url", "https://mirror.internal/nvct-1.17.8.tar.zst", "--keyring", str(operator_key.public),
+                   "--runtime", "containerd", "--toleration", "dedicated=gpu:NoExecute", "--node-selector", "gpu=true")  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def configmap_docs() -> List[Dict[str, Any]]:
+    return _render("--bundle-configmap", "nvct-bundle", "--keyring-configmap", "operator-key", "--namespace", "kube-gpu",
+                   "--runtime-name", "nvidia-cdi", "--cdi", "on", "--set-as-default", "--hold")  # fmt: skip
+
+
+def _by_kind(docs: List[Dict[str, Any]]) -> Dict[str, Dict[str, Any]]:
+    return {f"{d['kind']}/{d['metadata']['name']}": d for d in docs}
+
+
+@pytest.mark.parametrize("version", K8S_VERSIONS)
+def test_every_manifest_validates_against_the_kubernetes_schemas(
+    version: str, url_docs: List[Dict[str, Any]], configmap_docs: List[Dict[str, Any]]
+) -> None:
+    kinds = set()
+    for doc in [*url_docs, *configmap_docs]:
+        kubernetes_validate.validate(doc, version, strict=True)  # raises on any schema violation
+        kinds.add(doc["kind"])
+    assert kinds == {"Namespace", "ConfigMap", "DaemonSet", "RuntimeClass"}
+
+
+@pytest.mark.parametrize(
+    "breakage",
+    [
+        lambda ds: ds["spec"]["template"]["spec"]["containers"][0]["securityContext"].update(privileged="yes"),
+        lambda ds: ds["spec"]["template"]["spec"].update(hostPid=True),  # misspelt: strict schemas refuse unknown fields
+        lambda ds: ds["spec"].pop("selector"),
+    ],
+    ids=["wrong-type", "unknown-field", "missing-required"],
+)
+def test_the_validator_rejects_a_broken_daemonset(breakage: Any, url_docs: List[Dict[str, Any]]) -> None:
+    daemonset = copy.deepcopy(_by_kind(url_docs)["DaemonSet/gpu-airgap-node"])
+    kubernetes_validate.validate(daemonset, "1.32", strict=True)
+    breakage(daemonset)
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(daemonset, "1.32", strict=True)
+
+
+def test_daemonset_runs_the_installer_on_gpu_nodes_with_the_host_root_mounted(url_docs: List[Dict[str, Any]], operator_key: TestKey) -> None:
+    docs = _by_kind(url_docs)
+    pod = docs["DaemonSet/gpu-airgap-node"]["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"gpu": "true"}
+    assert pod["tolerations"] == [{"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoExecute"}]
+    assert pod["hostPID"] is True and pod["automountServiceAccountToken"] is False
+    (container,) = pod["containers"]
+    assert container["securityContext"] == {"privileged": True}
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert env["GPU_AIRGAP_HOST_ROOT"] == "/host" and env["GPU_AIRGAP_RUNTIME"] == "containerd"
+    assert env["GPU_AIRGAP_BUNDLE_URL"] == "https://mirror.internal/nvct-1.17.8.tar.zst"
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["host-root"]["hostPath"] == {"path": "/", "type": "Directory"}
+    assert {m["name"]: m["mountPath"] for m in container["volumeMounts"]}["host-root"] == "/host"
+    assert container["readinessProbe"]["exec"]["command"][-1] == "ready"
+    # the pod's program and the operator key travel in ConfigMaps in the same namespace
+    assert docs["ConfigMap/gpu-airgap-node-script"]["data"]["k8s-node.py"] == pod_script()
+    assert docs["ConfigMap/gpu-airgap-node-keyring"]["data"]["operator.asc"] == operator_key.public.read_text()
+    assert docs["RuntimeClass/nvidia"] == runtimeclass.manifest("nvidia", "nvidia")
+
+
+def test_configmap_bundle_and_existing_keyring_configmap_are_mounted(configmap_docs: List[Dict[str, Any]]) -> None:
+    docs = _by_kind(configmap_docs)
+    assert "ConfigMap/gpu-airgap-node-keyring" not in docs  # the operator's own ConfigMap is used
+    pod = docs["DaemonSet/gpu-airgap-node"]["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["bundle"]["configMap"] == {"name": "nvct-bundle"}
+    assert volumes["keyring"]["configMap"] == {"name": "operator-key"}
+    env = {e["name"]: e["value"] for e in pod["containers"][0]["env"]}
+    assert env["GPU_AIRGAP_BUNDLE_FILE"] == "/etc/gpu-airgap/bundle/bundle" and "GPU_AIRGAP_BUNDLE_URL" not in env
+    assert (env["GPU_AIRGAP_CDI"], env["GPU_AIRGAP_SET_AS_DEFAULT"], env["GPU_AIRGAP_HOLD"]) == ("on", "true", "true")
+    assert docs["RuntimeClass/nvidia-cdi"]["handler"] == "nvidia-cdi"
+    assert {d["metadata"].get("namespace") for d in configmap_docs if d["kind"] in ("ConfigMap", "DaemonSet")} == {"kube-gpu"}
+
+
+def test_out_writes_the_same_manifests_to_a_file(operator_key: TestKey, tmp_path: Path) -> None:
+    args = ("--bundle-url", "http://10.0.0.1/b.tar.zst", "--keyring", str(operator_key.public))
+    out = tmp_path / "sub" / "gpu-airgap.yaml"
+    assert run_cli("fleet", "k8s", *args, "--out", str(out)).exit_code == 0
+    assert list(yaml.safe_load_all(out.read_text())) == _render(*args)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--keyring-configmap", "k"], "exactly one of --bundle-url and --bundle-configmap"),
+        (["--bundle-url", "http://x/b", "--bundle-configmap", "b", "--keyring-configmap", "k"], "exactly one of --bundle-url"),
+        (["--bundle-url", "http://x/b"], "exactly one of --keyring and --keyring-configmap"),
+        (["--bundle-url", "ftp://x/b", "--keyring-configmap", "k"], "must be an http:// or https:// URL"),
+        (["--bundle-url", "http://x/b", "--keyring-configmap", "k", "--node-selector", "gpu"], "must be LABEL=VALUE"),
+        (["--bundle-url", "http://x/b", "--keyring-configmap", "k", "--toleration", "gpu:Sometimes"], "must be KEY[=VALUE][:EFFECT]"),
+        (["--bundle-url", "http://x/b", "--keyring-configmap", "k", "--namespace", "GPU"], "must be a lowercase DNS label"),
+        (["--bundle-url", "http://x/b", "--keyring-configmap", "k", "--runtime", "podman"], "--runtime must be one of"),
+        (["--bundle-url", "http://x/b", "--keyring-configmap", "k", "--runtime-name", "Nvidia"], "must be a lowercase DNS"),
+    ],
+)
+def test_bad_options_are_one_sentence_usage_errors(args: List[str], message: str, tmp_path: Path) -> None:
+    out = tmp_path / "out.yaml"
+    result = run_cli("fleet", "k8s", *args, "--out", str(out))
+    assert result.exit_code == 2 and message in result.stderr, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and not out.exists()
+
+
+def test_a_keyring_that_is_not_an_armored_public_key_is_refused(tmp_path: Path) -> None:
+    bad = tmp_path / "key.gpg"
+    bad.write_bytes(b"\x99\x01binary")
+    result = run_cli("fleet", "k8s", "--bundle-url", "http://x/b", "--keyring", str(bad))
+    assert result.exit_code == 2 and "is not an armored public key" in result.stderr, result.stderr
+    missing = run_cli("fleet", "k8s", "--bundle-url", "http://x/b", "--keyring", str(tmp_path / "nope.asc"))
+    assert missing.exit_code == 2 and "cannot read the operator key" in missing.stderr, missing.stderr
+
+
+def test_rendering_is_pure_and_repeatable() -> None:
+    options = fleet_k8s.K8sOptions(bundle_url="http://x/b", keyring_configmap="k")
+    assert fleet_k8s.render(options, "print()\n", None) == fleet_k8s.render(options, "print()\n", None)
+
+
+# -- the pod's program, run for real with a scratch root as the host ---------------------------
+
+
+@pytest.fixture()
+def bundle_server(fleet_bundle: Path) -> Iterator[str]:
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(fleet_bundle.parent))
+    handler.log_message = lambda *a, **k: None  # type: ignore[attr-defined]
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/{fleet_bundle.name}"
+    server.shutdown()
+    server.server_close()
+
+
+def _pod(script: Path, env: Dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    python = str(PY39 if PY39.exists() else "/usr/bin/python3")
+    return subprocess.run([python, str(script), *args], env=env, capture_output=True, text=True, timeout=180, check=False)
+
+
+@pytest.mark.slow
+def test_pod_program_installs_from_the_url_restarts_nothing_under_a_scratch_root_and_turns_ready(
+    bundle_server: str, fleet_bundle: Path, operator_key: TestKey, tmp_path: Path
+) -> None:
+    host = tmp_path / "host"
+    seed_dpkg_root(host)
+    (host / "etc/containerd").mkdir(parents=True)
+    (host / "etc/containerd/config.toml").write_bytes(CONTAINERD_CONFIG)
+    script = tmp_path / "k8s-node.py"
+    script.write_text(pod_script())
+    env = {
+        "PATH": os.environ["PATH"], "HOME": str(tmp_path), "GPU_AIRGAP_NODE_CACHE": str(tmp_path / "zipapp-cache"),
+        "GPU_AIRGAP_HOST_ROOT": str(host), "GPU_AIRGAP_BUNDLE_URL": bundle_server, "GPU_AIRGAP_KEYRING": str(operator_key.public),
+        "GPU_AIRGAP_RUNTIME": "containerd", "GPU_AIRGAP_RUNTIME_NAME": "nvidia", "GPU_AIRGAP_CDI": "off",
+        "GPU_AIRGAP_RESTART": "none", "GPU_AIRGAP_ONESHOT": "true", "GPU_AIRGAP_READY_FILE": str(tmp_path / "ready"),
+    }  # fmt: skip
+    assert _pod(script, env, "ready").returncode == 1  # not ready before the install
+    first = _pod(script, env)
+    assert first.returncode == 0, first.stderr
+    assert "not restarting containerd (GPU_AIRGAP_RESTART=none)" in first.stderr
+    assert json.loads((tmp_path / "ready").read_text())["outcome"] == "installed"
+    assert _pod(script, env, "ready").returncode == 0, "the readiness check failed after the install"
+    listed = subprocess.run(["dpkg-query", f"--admindir={host}/var/lib/dpkg", "-W", "-f=${Package}\n"], capture_output=True, text=True, check=True)
+    assert set(TOOLKIT) <= set(listed.stdout.split())
+    # a restarted pod (here: from the ConfigMap copy) finds the node up to date and restarts nothing
+    env = {k: v for k, v in env.items() if k != "GPU_AIRGAP_BUNDLE_URL"} | {"GPU_AIRGAP_BUNDLE_FILE": str(fleet_bundle)}
+    second = _pod(script, env)
+    assert second.returncode == 0, second.stderr
+    assert json.loads((tmp_path / "ready").read_text())["outcome"] == "up-to-date" and "restart" not in second.stderr
+
+
+def test_pod_program_fails_with_one_sentence_when_the_bundle_cannot_be_fetched(operator_key: TestKey, tmp_path: Path) -> None:
+    host = tmp_path / "host"
+    seed_dpkg_root(host)
+    before = tree_digest(host)
+    script = tmp_path / "k8s-node.py"
+    script.write_text(pod_script())
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {"PATH": os.environ["PATH"], "GPU_AIRGAP_HOST_ROOT": str(host), "GPU_AIRGAP_BUNDLE_URL": f"http://127.0.0.1:{port}/b.tar.zst",
+           "GPU_AIRGAP_KEYRING": str(operator_key.public), "GPU_AIRGAP_READY_FILE": str(tmp_path / "ready")}  # fmt: skip
+    failed = _pod(script, env)
+    fetching, error = failed.stderr.strip().splitlines()  # progress, then the one-sentence error
+    assert failed.returncode != 0 and fetching.startswith("gpu-airgap-k8s: fetching http://127.0.0.1:")
+    assert error.startswith("gpu-airgap-k8s: could not fetch the bundle from http://127.0.0.1:") and "Connection refused" in error
+    assert not (tmp_path / "ready").exists() and _pod(script, env, "ready").returncode == 1
+    assert {k: v for k, v in tree_digest(host).items() if not k.startswith("var/cache")} == before
