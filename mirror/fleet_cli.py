@@ -32,7 +32,13 @@ _KEYRING = typer.Option(None, "--keyring", metavar="FILE", help="The operator's 
 _KEYRING_CONFIGMAP = typer.Option(
     None, "--keyring-configmap", metavar="NAME", help="An existing ConfigMap with the key under 'operator.asc'."
 )
-_IMAGE = typer.Option(fleet_k8s.DEFAULT_IMAGE, "--image", help="Image with python3 >= 3.9, gpg, tar, zstd, dpkg/rpm, chroot.")
+_TOOLS = typer.Option(
+    "host", "--tools", help="host: the node's own python3, gpg and dpkg/rpm under chroot (default) | image: the image's."
+)
+_IMAGE = typer.Option(
+    None, "--image", help="Container image. Default busybox:1.36 with --tools host (sh, cp, chroot), "
+    "gpu-airgap-node:VERSION with --tools image (deploy/kubernetes/Containerfile).",
+)
 _NAMESPACE = typer.Option("gpu-airgap", "--namespace", help="Namespace of the DaemonSet and its ConfigMaps.")
 _NAME = typer.Option("gpu-airgap-node", "--name", help="Name of the DaemonSet.")
 _NODE_SELECTOR = typer.Option(
@@ -56,7 +62,8 @@ def k8s_command(
     bundle_configmap: Optional[str] = _BUNDLE_CONFIGMAP,
     keyring: Optional[Path] = _KEYRING,
     keyring_configmap: Optional[str] = _KEYRING_CONFIGMAP,
-    image: str = _IMAGE,
+    tools: str = _TOOLS,
+    image: Optional[str] = _IMAGE,
     namespace: str = _NAMESPACE,
     name: str = _NAME,
     node_selector: List[str] = _NODE_SELECTOR,
@@ -71,7 +78,7 @@ def k8s_command(
 ) -> None:
     """Write a DaemonSet (plus RuntimeClass) that installs the bundle on every GPU node: kubectl apply -f it."""
     options = fleet_k8s.K8sOptions(
-        bundle_url=bundle_url, bundle_configmap=bundle_configmap, keyring_configmap=keyring_configmap, image=image,
+        bundle_url=bundle_url, bundle_configmap=bundle_configmap, keyring_configmap=keyring_configmap, image=image, tools=tools,
         namespace=namespace, name=name, node_selector=tuple(node_selector), tolerations=tuple(toleration),
         runtime=runtime, runtime_name=runtime_name, set_as_default=set_as_default, cdi=cdi, hold=hold,
         runtimeclass=not no_runtimeclass,

@@ -2,10 +2,19 @@
 
 What NVIDIA's GPU Operator does for its toolkit container, without the Operator: a privileged
 DaemonSet on the GPU nodes (node selector and tolerations) mounts the host's / at ``/host`` and runs
-the bundle's node installer with ``--root /host --no-restart``; the container then restarts the
-changed engine on the host and marks itself ready once ``status`` shows the runtime registered. The
-pod's logic is ``mirror/data/k8s-node.py``, shipped in a ConfigMap; the operator's public key comes
-from a ConfigMap too (rendered here from ``--keyring``, or one the operator already has).
+the bundle's node installer with ``--no-restart``; the container then restarts the changed engine on
+the host and marks itself ready once ``status`` shows the runtime registered. The pod's logic is
+``mirror/data/k8s-node.py``, shipped in a ConfigMap; the operator's public key comes from a
+ConfigMap too (rendered here from ``--keyring``, or one the operator already has).
+
+Whose tools do the work (``--tools``):
+
+- ``host`` (default): a tiny image (busybox: sh, cp, chroot) copies the program, key and bundle
+  into the host's ``/var/cache/gpu-airgap/k8s`` and runs it under ``chroot /host`` with
+  ``--root /``. The node's own python3, gpg, dpkg/rpm and systemctl do the work, exactly as with
+  ``install.sh``, so the rpm database format and package tool always match the node's OS.
+- ``image``: the image's python3, gpg, tar, zstd and dpkg/rpm run the installer with
+  ``--root /host`` (deploy/kubernetes/Containerfile builds such an image). For nodes without python3.
 
 Rendering is pure: :func:`render` takes the options, the pod script and the key text and returns
 multi-document YAML; the CLI reads the files and writes the result.
@@ -25,7 +34,9 @@ from configure.errors import UsageError
 from configure.version import VERSION
 
 APP_LABEL = "app.kubernetes.io/name"
-DEFAULT_IMAGE = f"gpu-airgap-node:{VERSION}"
+IMAGE_FOR_TOOLS = {"host": "busybox:1.36", "image": f"gpu-airgap-node:{VERSION}"}  #: --image defaults
+TOOLS = tuple(IMAGE_FOR_TOOLS)
+HOST_CACHE = "/var/cache/gpu-airgap/k8s"  #: on the node, where --tools host keeps the program, key and bundle
 DEFAULT_NODE_SELECTOR = ("nvidia.com/gpu.present=true",)
 DEFAULT_TOLERATIONS = ("nvidia.com/gpu:NoSchedule",)
 KEYRING_KEY = "operator.asc"  #: the key's name in the keyring ConfigMap
@@ -46,7 +57,8 @@ class K8sOptions:
     bundle_url: Optional[str] = None
     bundle_configmap: Optional[str] = None
     keyring_configmap: Optional[str] = None  #: None: a ConfigMap is rendered from the key text
-    image: str = DEFAULT_IMAGE
+    image: Optional[str] = None  #: None: IMAGE_FOR_TOOLS[tools]
+    tools: str = "host"
     namespace: str = "gpu-airgap"
     name: str = "gpu-airgap-node"
     node_selector: Tuple[str, ...] = DEFAULT_NODE_SELECTOR
@@ -72,7 +84,9 @@ class K8sOptions:
             raise UsageError(f"--runtime must be one of {', '.join(RUNTIMES)}, not {self.runtime!r}")
         if self.cdi not in CDI_CHOICES:
             raise UsageError(f"--cdi must be one of {', '.join(CDI_CHOICES)}, not {self.cdi!r}")
-        if not self.image or any(c.isspace() for c in self.image):
+        if self.tools not in TOOLS:
+            raise UsageError(f"--tools must be one of {', '.join(TOOLS)}, not {self.tools!r}")
+        if self.image is not None and (not self.image or any(c.isspace() for c in self.image)):
             raise UsageError(f"--image {self.image!r} must be an image reference such as registry.local/gpu-airgap-node:{VERSION}")
         parse_node_selector(self.node_selector)
         for toleration in self.tolerations:
@@ -150,21 +164,46 @@ def _meta(options: K8sOptions) -> Meta:
     return meta
 
 
+# --tools host: stage the program, key and (ConfigMap) bundle on the node, then run the program with
+# the node's python3 inside its root. exec: python3 gets SIGTERM when the pod stops.
+HOST_WRAPPER = """set -eu
+cache="$GPU_AIRGAP_HOST_MOUNT$GPU_AIRGAP_CACHE"
+mkdir -p "$cache"
+cp /etc/gpu-airgap/script/k8s-node.py "$cache/k8s-node.py"
+cp /etc/gpu-airgap/keyring/operator.asc "$cache/operator.asc"
+if [ -e /etc/gpu-airgap/bundle/bundle ]; then cp /etc/gpu-airgap/bundle/bundle "$cache/bundle.configmap"; fi
+exec chroot "$GPU_AIRGAP_HOST_MOUNT" python3 -I "$GPU_AIRGAP_CACHE/k8s-node.py"
+"""
+
+
 def _env(options: K8sOptions) -> List[Dict[str, str]]:
+    on_host = options.tools == "host"
+    staged = f"{HOST_CACHE}/" if on_host else "/etc/gpu-airgap/"
     values = {
-        "GPU_AIRGAP_HOST_ROOT": HOST_ROOT,
-        "GPU_AIRGAP_KEYRING": f"/etc/gpu-airgap/keyring/{KEYRING_KEY}",
+        "GPU_AIRGAP_HOST_ROOT": "/" if on_host else HOST_ROOT,
+        "GPU_AIRGAP_KEYRING": f"{HOST_CACHE}/{KEYRING_KEY}" if on_host else f"/etc/gpu-airgap/keyring/{KEYRING_KEY}",
         "GPU_AIRGAP_RUNTIME": options.runtime,
         "GPU_AIRGAP_RUNTIME_NAME": options.runtime_name,
         "GPU_AIRGAP_SET_AS_DEFAULT": str(options.set_as_default).lower(),
         "GPU_AIRGAP_CDI": options.cdi,
         "GPU_AIRGAP_HOLD": str(options.hold).lower(),
     }
+    if on_host:
+        values.update(GPU_AIRGAP_HOST_MOUNT=HOST_ROOT, GPU_AIRGAP_CACHE=HOST_CACHE, GPU_AIRGAP_READY_FILE=f"{HOST_CACHE}/ready")
     if options.bundle_url is not None:
         values["GPU_AIRGAP_BUNDLE_URL"] = options.bundle_url
     else:
-        values["GPU_AIRGAP_BUNDLE_FILE"] = f"/etc/gpu-airgap/bundle/{BUNDLE_KEY}"
+        values["GPU_AIRGAP_BUNDLE_FILE"] = f"{staged}bundle.configmap" if on_host else f"/etc/gpu-airgap/bundle/{BUNDLE_KEY}"
     return [{"name": k, "value": v} for k, v in values.items()]
+
+
+def _commands(options: K8sOptions) -> Tuple[List[str], List[str]]:
+    """The container's command and its readiness probe's."""
+    if options.tools == "host":
+        program = ["python3", "-I", f"{HOST_CACHE}/k8s-node.py"]
+        return ["/bin/sh", "-c", HOST_WRAPPER], ["chroot", HOST_ROOT, *program, "ready"]
+    script = ["python3", "/etc/gpu-airgap/script/k8s-node.py"]
+    return script, [*script, "ready"]
 
 
 def _daemonset(options: K8sOptions, meta: Meta, keyring_map: str) -> Dict[str, Any]:
@@ -183,18 +222,18 @@ def _daemonset(options: K8sOptions, meta: Meta, keyring_map: str) -> Dict[str, A
     if options.bundle_configmap is not None:
         mounts.append({"name": "bundle", "mountPath": "/etc/gpu-airgap/bundle", "readOnly": True})
         volumes.append({"name": "bundle", "configMap": {"name": options.bundle_configmap}})
-    script = ["python3", "/etc/gpu-airgap/script/k8s-node.py"]
+    command, probe = _commands(options)
     container = {
         "name": "install",
-        "image": options.image,
+        "image": options.image or IMAGE_FOR_TOOLS[options.tools],
         "imagePullPolicy": "IfNotPresent",
-        "command": script,
+        "command": command,
         "env": _env(options),
         # privileged: dpkg/rpm write the host's root and systemctl restarts its engine
         "securityContext": {"privileged": True},
         "volumeMounts": mounts,
         "readinessProbe": {
-            "exec": {"command": [*script, "ready"]},
+            "exec": {"command": probe},
             "initialDelaySeconds": 5,
             "periodSeconds": 30,
             "timeoutSeconds": 20,

@@ -26,6 +26,7 @@ import pytest
 import yaml
 
 from configure import runtimeclass
+from configure.errors import ExitCode
 from mirror import fleet_k8s
 from mirror.fleet_cli import pod_script
 from tests.cli_runner import run_cli
@@ -54,16 +55,22 @@ def configmap_docs() -> List[Dict[str, Any]]:
                    "--runtime-name", "nvidia-cdi", "--cdi", "on", "--set-as-default", "--hold")  # fmt: skip
 
 
+@pytest.fixture(scope="module")
+def image_docs() -> List[Dict[str, Any]]:
+    return _render("--tools", "image", "--bundle-configmap", "nvct-bundle", "--keyring-configmap", "operator-key",
+                   "--image", "registry.internal/gpu-airgap-node:1")  # fmt: skip
+
+
 def _by_kind(docs: List[Dict[str, Any]]) -> Dict[str, Dict[str, Any]]:
     return {f"{d['kind']}/{d['metadata']['name']}": d for d in docs}
 
 
 @pytest.mark.parametrize("version", K8S_VERSIONS)
 def test_every_manifest_validates_against_the_kubernetes_schemas(
-    version: str, url_docs: List[Dict[str, Any]], configmap_docs: List[Dict[str, Any]]
+    version: str, url_docs: List[Dict[str, Any]], configmap_docs: List[Dict[str, Any]], image_docs: List[Dict[str, Any]]
 ) -> None:
     kinds = set()
-    for doc in [*url_docs, *configmap_docs]:
+    for doc in [*url_docs, *configmap_docs, *image_docs]:
         kubernetes_validate.validate(doc, version, strict=True)  # raises on any schema violation
         kinds.add(doc["kind"])
     assert kinds == {"Namespace", "ConfigMap", "DaemonSet", "RuntimeClass"}
@@ -95,12 +102,16 @@ def test_daemonset_runs_the_installer_on_gpu_nodes_with_the_host_root_mounted(ur
     (container,) = pod["containers"]
     assert container["securityContext"] == {"privileged": True}
     env = {e["name"]: e["value"] for e in container["env"]}
-    assert env["GPU_AIRGAP_HOST_ROOT"] == "/host" and env["GPU_AIRGAP_RUNTIME"] == "containerd"
+    assert env["GPU_AIRGAP_RUNTIME"] == "containerd"
     assert env["GPU_AIRGAP_BUNDLE_URL"] == "https://mirror.internal/nvct-1.17.8.tar.zst"
     volumes = {v["name"]: v for v in pod["volumes"]}
     assert volumes["host-root"]["hostPath"] == {"path": "/", "type": "Directory"}
     assert {m["name"]: m["mountPath"] for m in container["volumeMounts"]}["host-root"] == "/host"
-    assert container["readinessProbe"]["exec"]["command"][-1] == "ready"
+    # --tools host (default): a busybox stages the program on the node and runs it with the node's python3 under chroot
+    assert container["image"] == "busybox:1.36" and container["command"] == ["/bin/sh", "-c", fleet_k8s.HOST_WRAPPER]
+    assert (env["GPU_AIRGAP_HOST_MOUNT"], env["GPU_AIRGAP_HOST_ROOT"], env["GPU_AIRGAP_CACHE"]) == ("/host", "/", fleet_k8s.HOST_CACHE)
+    assert env["GPU_AIRGAP_KEYRING"] == f"{fleet_k8s.HOST_CACHE}/operator.asc"
+    assert container["readinessProbe"]["exec"]["command"] == ["chroot", "/host", "python3", "-I", f"{fleet_k8s.HOST_CACHE}/k8s-node.py", "ready"]
     # the pod's program and the operator key travel in ConfigMaps in the same namespace
     assert docs["ConfigMap/gpu-airgap-node-script"]["data"]["k8s-node.py"] == pod_script()
     assert docs["ConfigMap/gpu-airgap-node-keyring"]["data"]["operator.asc"] == operator_key.public.read_text()
@@ -115,10 +126,20 @@ def test_configmap_bundle_and_existing_keyring_configmap_are_mounted(configmap_d
     assert volumes["bundle"]["configMap"] == {"name": "nvct-bundle"}
     assert volumes["keyring"]["configMap"] == {"name": "operator-key"}
     env = {e["name"]: e["value"] for e in pod["containers"][0]["env"]}
-    assert env["GPU_AIRGAP_BUNDLE_FILE"] == "/etc/gpu-airgap/bundle/bundle" and "GPU_AIRGAP_BUNDLE_URL" not in env
+    assert env["GPU_AIRGAP_BUNDLE_FILE"] == f"{fleet_k8s.HOST_CACHE}/bundle.configmap" and "GPU_AIRGAP_BUNDLE_URL" not in env
     assert (env["GPU_AIRGAP_CDI"], env["GPU_AIRGAP_SET_AS_DEFAULT"], env["GPU_AIRGAP_HOLD"]) == ("on", "true", "true")
     assert docs["RuntimeClass/nvidia-cdi"]["handler"] == "nvidia-cdi"
     assert {d["metadata"].get("namespace") for d in configmap_docs if d["kind"] in ("ConfigMap", "DaemonSet")} == {"kube-gpu"}
+
+
+def test_tools_image_runs_the_images_python_against_the_host_root_mounted_at_host(image_docs: List[Dict[str, Any]]) -> None:
+    (container,) = _by_kind(image_docs)["DaemonSet/gpu-airgap-node"]["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert container["image"] == "registry.internal/gpu-airgap-node:1"
+    assert container["command"] == ["python3", "/etc/gpu-airgap/script/k8s-node.py"]
+    assert container["readinessProbe"]["exec"]["command"] == [*container["command"], "ready"]
+    assert env["GPU_AIRGAP_HOST_ROOT"] == "/host" and "GPU_AIRGAP_HOST_MOUNT" not in env
+    assert (env["GPU_AIRGAP_KEYRING"], env["GPU_AIRGAP_BUNDLE_FILE"]) == ("/etc/gpu-airgap/keyring/operator.asc", "/etc/gpu-airgap/bundle/bundle")
 
 
 def test_out_writes_the_same_manifests_to_a_file(operator_key: TestKey, tmp_path: Path) -> None:
@@ -140,6 +161,7 @@ def test_out_writes_the_same_manifests_to_a_file(operator_key: TestKey, tmp_path
         (["--bundle-url", "http://x/b", "--keyring-configmap", "k", "--namespace", "GPU"], "must be a lowercase DNS label"),
         (["--bundle-url", "http://x/b", "--keyring-configmap", "k", "--runtime", "podman"], "--runtime must be one of"),
         (["--bundle-url", "http://x/b", "--keyring-configmap", "k", "--runtime-name", "Nvidia"], "must be a lowercase DNS"),
+        (["--bundle-url", "http://x/b", "--keyring-configmap", "k", "--tools", "chroot"], "--tools must be one of host, image"),
     ],
 )
 def test_bad_options_are_one_sentence_usage_errors(args: List[str], message: str, tmp_path: Path) -> None:
@@ -231,3 +253,47 @@ def test_pod_program_fails_with_one_sentence_when_the_bundle_cannot_be_fetched(o
     assert error.startswith("gpu-airgap-k8s: could not fetch the bundle from http://127.0.0.1:") and "Connection refused" in error
     assert not (tmp_path / "ready").exists() and _pod(script, env, "ready").returncode == 1
     assert {k: v for k, v in tree_digest(host).items() if not k.startswith("var/cache")} == before
+
+
+@pytest.mark.slow
+def test_host_tools_wrapper_stages_the_program_on_the_node_and_a_stale_ready_marker_never_passes(
+    fleet_bundle: Path, operator_key: TestKey, other_key: TestKey, tmp_path: Path
+) -> None:
+    # The real wrapper and chroot, with the machine's own / standing in for the node's (chroot / is the
+    # identity), the pod's mounts under tmp_path, and the install aimed at a scratch root.
+    mounts, cache, host = tmp_path / "pod", tmp_path / "node-cache", tmp_path / "host"
+    seed_dpkg_root(host)
+    (host / "etc/containerd").mkdir(parents=True)
+    (host / "etc/containerd/config.toml").write_bytes(CONTAINERD_CONFIG)
+    # First the key ConfigMap holds another key than the one that signed the bundle.
+    for rel, data in (("script/k8s-node.py", pod_script().encode()), ("keyring/operator.asc", other_key.public.read_bytes()),
+                      ("bundle/bundle", fleet_bundle.read_bytes())):  # fmt: skip
+        (mounts / rel).parent.mkdir(parents=True, exist_ok=True)
+        (mounts / rel).write_bytes(data)
+    cache.mkdir()
+    (cache / "ready").write_text("{}")  # left on the node by an earlier pod
+    wrapper = fleet_k8s.HOST_WRAPPER.replace("/etc/gpu-airgap/", f"{mounts}/")
+    env = {
+        "PATH": os.environ["PATH"], "HOME": str(tmp_path), "GPU_AIRGAP_NODE_CACHE": str(tmp_path / "zipapp-cache"),
+        "GPU_AIRGAP_HOST_MOUNT": "/", "GPU_AIRGAP_CACHE": str(cache), "GPU_AIRGAP_HOST_ROOT": str(host),
+        "GPU_AIRGAP_KEYRING": str(cache / "operator.asc"), "GPU_AIRGAP_BUNDLE_FILE": str(cache / "bundle.configmap"),
+        "GPU_AIRGAP_READY_FILE": str(cache / "ready"), "GPU_AIRGAP_RUNTIME": "containerd", "GPU_AIRGAP_CDI": "off",
+        "GPU_AIRGAP_RESTART": "none", "GPU_AIRGAP_ONESHOT": "true",
+    }  # fmt: skip
+    probe = ["chroot", "/", "python3", "-I", str(cache / "k8s-node.py"), "ready"]
+
+    def pod() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["/bin/sh", "-c", wrapper], env=env, capture_output=True, text=True, timeout=180, check=False)
+
+    before = tree_digest(host)
+    failed = pod()
+    assert failed.returncode == ExitCode.VERIFICATION_FAILED, failed.stderr
+    assert (cache / "k8s-node.py").read_text() == pod_script() and (cache / "bundle.configmap").read_bytes() == fleet_bundle.read_bytes()
+    assert not (cache / "ready").exists() and subprocess.run(probe, env=env, check=False).returncode == 1
+    assert tree_digest(host) == before
+
+    (mounts / "keyring/operator.asc").write_bytes(operator_key.public.read_bytes())
+    done = pod()
+    assert done.returncode == 0, done.stderr
+    assert json.loads((cache / "ready").read_text())["outcome"] == "installed"
+    assert subprocess.run(probe, env=env, check=False).returncode == 0

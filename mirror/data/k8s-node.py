@@ -1,7 +1,9 @@
 """gpu-airgap's DaemonSet container: install the toolkit on the host, restart the engine, report ready.
 
-Rendered into a ConfigMap by ``gpu-airgap fleet k8s`` and run by the image's python3 (>= 3.9, stdlib
-only). With the host's / mounted at $GPU_AIRGAP_HOST_ROOT (/host) it:
+Rendered into a ConfigMap by ``gpu-airgap fleet k8s`` and run by python3 (>= 3.9, stdlib only):
+with ``--tools host`` (the default) the host's own python3, under ``chroot /host`` with
+$GPU_AIRGAP_HOST_ROOT=/, so the node's own gpg, tar, dpkg/rpm and systemctl do the work; with
+``--tools image`` the image's python3, with the host's / at $GPU_AIRGAP_HOST_ROOT=/host. It:
 
 1. fetches the bundle ($GPU_AIRGAP_BUNDLE_URL, with urllib) into the host's /var/cache/gpu-airgap/k8s,
    or reads it from the mounted ConfigMap ($GPU_AIRGAP_BUNDLE_FILE);
@@ -42,7 +44,7 @@ def _host() -> Path:
 
 
 def _cache() -> Path:
-    return _host() / "var/cache/gpu-airgap/k8s"
+    return Path(_env("GPU_AIRGAP_CACHE")) if _env("GPU_AIRGAP_CACHE") else _host() / "var/cache/gpu-airgap/k8s"
 
 
 def _ready_marker() -> Path:
@@ -95,10 +97,12 @@ def restart(engines: List[str]) -> None:
         if engines:
             _say(f"not restarting {', '.join(engines)} (GPU_AIRGAP_RESTART=none)")
         return
+    # Under --tools host this already runs in the host's root; --tools image enters it for systemctl.
+    enter = [] if _host() == Path("/") else ["chroot", str(_host())]
     for engine in engines:
         unit = SERVICE_UNITS.get(engine, engine)
-        subprocess.run(["chroot", str(_host()), "systemctl", "restart", unit], check=False)
-        active = subprocess.run(["chroot", str(_host()), "systemctl", "is-active", "--quiet", unit], check=False)
+        subprocess.run([*enter, "systemctl", "restart", unit], check=False)
+        active = subprocess.run([*enter, "systemctl", "is-active", "--quiet", unit], check=False)
         if active.returncode != 0:
             raise SystemExit(f"gpu-airgap-k8s: {unit} did not come back after registering the runtime; see journalctl -u {unit} on the node")
         _say(f"restarted {unit}")
@@ -108,6 +112,9 @@ def install() -> int:
     """Steps 1-4 of the module docstring."""
     cache = _cache()
     cache.mkdir(parents=True, exist_ok=True)
+    marker = _ready_marker()
+    if marker.exists():
+        marker.unlink()  # under --tools host it lives on the node and outlives the pod: not ready until this run says so
     url = _env("GPU_AIRGAP_BUNDLE_URL")
     bundle = cache / "bundle" if url else Path(_env("GPU_AIRGAP_BUNDLE_FILE"))
     if url:
