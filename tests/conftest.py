@@ -134,13 +134,13 @@ def _node_zipapp_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Non
         os.environ["GPU_AIRGAP_NODE_CACHE"] = previous
 
 
-# -- fleet rollout (issue 9) ----------------------------------------------------------------------
+# -- a signed bundle (install.sh, fleet rollout) ------------------------------------------------------
 
 
 @pytest.fixture(scope="session")
-def fleet_bundle(deb_mirror: Path, operator_key: TestKey, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def deb_bundle(deb_mirror: Path, operator_key: TestKey, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A signed zstd deb/amd64 bundle of 1.17.8, built by ``bundle build`` from a real ``mirror sync``. Read-only."""
-    out = tmp_path_factory.mktemp("fleet-bundle") / "nvct-1.17.8.tar.zst"
+    out = tmp_path_factory.mktemp("deb-bundle") / "nvct-1.17.8.tar.zst"
     built = run_cli(
         "bundle", "build", "--mirror", str(deb_mirror), "--version", "1.17.8", "--target", "deb/amd64",
         "--sign-key", operator_key.fingerprint, "--gnupghome", str(operator_key.home), "--output", str(out),

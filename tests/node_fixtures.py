@@ -155,6 +155,14 @@ def seed_dpkg_root(root: Path, os_release: str = "ID=ubuntu\nID_LIKE=debian\nVER
     (root / "etc/os-release").write_text(os_release)
 
 
+def seed_containerd_node(root: Path) -> Path:
+    """A Debian-like scratch node: :func:`seed_dpkg_root` plus containerd's config (CONTAINERD_CONFIG)."""
+    seed_dpkg_root(root)
+    (root / "etc/containerd").mkdir(parents=True)
+    (root / "etc/containerd/config.toml").write_bytes(CONTAINERD_CONFIG)
+    return root
+
+
 def seed_rpm_root(root: Path, packages_dir: Path, libraries: Dict[str, str] = RPM_SEED) -> None:
     """A RHEL-like root: ``rpm --initdb`` at /var/lib/rpm, then stand-in glibc/libcap/libseccomp installed."""
     subprocess.run(["rpm", "--root", str(root), "--dbpath", "/var/lib/rpm", "--initdb"], check=True, capture_output=True)

@@ -29,7 +29,7 @@ import pytest
 
 from tests.cli_runner import run_cli
 from tests.gpgkeys import TestKey
-from tests.node_fixtures import CONTAINERD_CONFIG, TOOLKIT, seed_dpkg_root, tree_digest
+from tests.node_fixtures import CONTAINERD_CONFIG, TOOLKIT, seed_containerd_node, tree_digest
 
 pytestmark = pytest.mark.slow
 
@@ -74,9 +74,7 @@ class Fleet:
     def __post_init__(self) -> None:
         for host in HOSTS:
             root = self.tmp / host
-            seed_dpkg_root(root)
-            (root / "etc/containerd").mkdir(parents=True)
-            (root / CONTAINERD).write_bytes(CONTAINERD_CONFIG)
+            seed_containerd_node(root)
             self.roots[host] = root
         node_python = PY39 if PY39.exists() else Path("/usr/bin/python3")
         lines = ["[gpu_nodes]"] + [f"{h} gpu_airgap_root={self.roots[h]}" for h in HOSTS]
@@ -142,9 +140,9 @@ def _runtime(root: Path) -> str:
 
 
 @pytest.fixture(scope="module")
-def bundle(fleet_bundle: Path) -> Path:
-    """The signed zstd bundle every host gets (see conftest ``fleet_bundle``)."""
-    return fleet_bundle
+def bundle(deb_bundle: Path) -> Path:
+    """The signed zstd bundle every host gets (see conftest ``deb_bundle``)."""
+    return deb_bundle
 
 
 @dataclass

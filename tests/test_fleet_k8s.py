@@ -31,7 +31,7 @@ from mirror import fleet_k8s
 from mirror.fleet_cli import pod_script
 from tests.cli_runner import run_cli
 from tests.gpgkeys import TestKey
-from tests.node_fixtures import CONTAINERD_CONFIG, TOOLKIT, seed_dpkg_root, tree_digest
+from tests.node_fixtures import TOOLKIT, seed_containerd_node, seed_dpkg_root, tree_digest
 
 K8S_VERSIONS = ("1.29", "1.32", "1.37")
 PY39 = Path("/root/.pyenv/versions/3.9.18/bin/python3.9")
@@ -189,13 +189,13 @@ def test_rendering_is_pure_and_repeatable() -> None:
 
 
 @pytest.fixture()
-def bundle_server(fleet_bundle: Path) -> Iterator[str]:
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(fleet_bundle.parent))
+def bundle_server(deb_bundle: Path) -> Iterator[str]:
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(deb_bundle.parent))
     handler.log_message = lambda *a, **k: None  # type: ignore[attr-defined]
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/{fleet_bundle.name}"
+    yield f"http://127.0.0.1:{server.server_address[1]}/{deb_bundle.name}"
     server.shutdown()
     server.server_close()
 
@@ -207,12 +207,10 @@ def _pod(script: Path, env: Dict[str, str], *args: str) -> subprocess.CompletedP
 
 @pytest.mark.slow
 def test_pod_program_installs_from_the_url_restarts_nothing_under_a_scratch_root_and_turns_ready(
-    bundle_server: str, fleet_bundle: Path, operator_key: TestKey, tmp_path: Path
+    bundle_server: str, deb_bundle: Path, operator_key: TestKey, tmp_path: Path
 ) -> None:
     host = tmp_path / "host"
-    seed_dpkg_root(host)
-    (host / "etc/containerd").mkdir(parents=True)
-    (host / "etc/containerd/config.toml").write_bytes(CONTAINERD_CONFIG)
+    seed_containerd_node(host)
     script = tmp_path / "k8s-node.py"
     script.write_text(pod_script())
     env = {
@@ -230,7 +228,7 @@ def test_pod_program_installs_from_the_url_restarts_nothing_under_a_scratch_root
     listed = subprocess.run(["dpkg-query", f"--admindir={host}/var/lib/dpkg", "-W", "-f=${Package}\n"], capture_output=True, text=True, check=True)
     assert set(TOOLKIT) <= set(listed.stdout.split())
     # a restarted pod (here: from the ConfigMap copy) finds the node up to date and restarts nothing
-    env = {k: v for k, v in env.items() if k != "GPU_AIRGAP_BUNDLE_URL"} | {"GPU_AIRGAP_BUNDLE_FILE": str(fleet_bundle)}
+    env = {k: v for k, v in env.items() if k != "GPU_AIRGAP_BUNDLE_URL"} | {"GPU_AIRGAP_BUNDLE_FILE": str(deb_bundle)}
     second = _pod(script, env)
     assert second.returncode == 0, second.stderr
     assert json.loads((tmp_path / "ready").read_text())["outcome"] == "up-to-date" and "restart" not in second.stderr
@@ -257,17 +255,15 @@ def test_pod_program_fails_with_one_sentence_when_the_bundle_cannot_be_fetched(o
 
 @pytest.mark.slow
 def test_host_tools_wrapper_stages_the_program_on_the_node_and_a_stale_ready_marker_never_passes(
-    fleet_bundle: Path, operator_key: TestKey, other_key: TestKey, tmp_path: Path
+    deb_bundle: Path, operator_key: TestKey, other_key: TestKey, tmp_path: Path
 ) -> None:
     # The real wrapper and chroot, with the machine's own / standing in for the node's (chroot / is the
     # identity), the pod's mounts under tmp_path, and the install aimed at a scratch root.
     mounts, cache, host = tmp_path / "pod", tmp_path / "node-cache", tmp_path / "host"
-    seed_dpkg_root(host)
-    (host / "etc/containerd").mkdir(parents=True)
-    (host / "etc/containerd/config.toml").write_bytes(CONTAINERD_CONFIG)
+    seed_containerd_node(host)
     # First the key ConfigMap holds another key than the one that signed the bundle.
     for rel, data in (("script/k8s-node.py", pod_script().encode()), ("keyring/operator.asc", other_key.public.read_bytes()),
-                      ("bundle/bundle", fleet_bundle.read_bytes())):  # fmt: skip
+                      ("bundle/bundle", deb_bundle.read_bytes())):  # fmt: skip
         (mounts / rel).parent.mkdir(parents=True, exist_ok=True)
         (mounts / rel).write_bytes(data)
     cache.mkdir()
@@ -288,7 +284,7 @@ def test_host_tools_wrapper_stages_the_program_on_the_node_and_a_stale_ready_mar
     before = tree_digest(host)
     failed = pod()
     assert failed.returncode == ExitCode.VERIFICATION_FAILED, failed.stderr
-    assert (cache / "k8s-node.py").read_text() == pod_script() and (cache / "bundle.configmap").read_bytes() == fleet_bundle.read_bytes()
+    assert (cache / "k8s-node.py").read_text() == pod_script() and (cache / "bundle.configmap").read_bytes() == deb_bundle.read_bytes()
     assert not (cache / "ready").exists() and subprocess.run(probe, env=env, check=False).returncode == 1
     assert tree_digest(host) == before
 

@@ -21,7 +21,7 @@ import pytest
 
 from tests.cli_runner import run_cli
 from tests.gpgkeys import TestKey
-from tests.node_fixtures import CONTAINERD_CONFIG, TOOLKIT, seed_dpkg_root
+from tests.node_fixtures import TOOLKIT, seed_containerd_node
 
 PY39 = Path("/root/.pyenv/versions/3.9.18/bin/python3.9")
 NODE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"  # dpkg wants ldconfig etc. on PATH
@@ -33,15 +33,9 @@ def _node_python() -> Path:
 
 
 @pytest.fixture(scope="module")
-def bundle(deb_mirror: Path, operator_key: TestKey, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A signed zstd deb/amd64 bundle of 1.17.8, built by ``bundle build`` from a real ``mirror sync``."""
-    out = tmp_path_factory.mktemp("bundle") / "nvidia-container-toolkit-1.17.8.tar.zst"
-    built = run_cli(
-        "bundle", "build", "--mirror", str(deb_mirror), "--version", "1.17.8", "--target", "deb/amd64",
-        "--sign-key", operator_key.fingerprint, "--gnupghome", str(operator_key.home), "--output", str(out),
-    )  # fmt: skip
-    assert built.exit_code == 0, built.stderr
-    return out
+def bundle(deb_bundle: Path) -> Path:
+    """The session's signed zstd deb/amd64 bundle of 1.17.8 (read-only)."""
+    return deb_bundle
 
 
 @pytest.fixture()
@@ -86,9 +80,7 @@ def test_install_sh_installs_with_only_python3_and_gpg_and_a_second_run_has_noth
     node: Path, bundle: Path, operator_key: TestKey, tmp_path: Path
 ) -> None:
     root = tmp_path / "root"
-    seed_dpkg_root(root)
-    (root / "etc/containerd").mkdir(parents=True)
-    (root / "etc/containerd/config.toml").write_bytes(CONTAINERD_CONFIG)
+    seed_containerd_node(root)
     python_bin = _bin_dir(tmp_path / "python-bin", {"python3": str(_node_python())})
     env = _env(f"{python_bin}:{NODE_PATH}", tmp_path)
     assert subprocess.run(["python3", "-c", "import typer"], env=env, capture_output=True).returncode != 0  # no venv

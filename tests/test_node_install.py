@@ -26,6 +26,7 @@ from tests.node_fixtures import (
     DEB_SEED,
     TOOLKIT,
     build_target,
+    seed_containerd_node,
     seed_dpkg_root,
     seed_rpm_root,
     tree_digest,
@@ -60,9 +61,7 @@ def targets(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, Target]:
 @pytest.fixture()
 def deb_root(tmp_path: Path) -> Path:
     root = tmp_path / "root"
-    seed_dpkg_root(root)
-    (root / "etc/containerd").mkdir(parents=True)
-    (root / "etc/containerd/config.toml").write_bytes(CONTAINERD_CONFIG)
+    seed_containerd_node(root)
     return root
 
 
