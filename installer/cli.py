@@ -12,7 +12,7 @@ import logging
 import sys
 import traceback
 from collections.abc import Mapping, Sequence
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, ClassVar, Dict, Optional, Tuple
 
 import click
 import typer
@@ -58,11 +58,13 @@ class _LazyGroup(click.Group):
 
 
 class _RootGroup(TyperGroup):
-    """The root group: typer's, plus the :data:`LAZY_GROUPS` stand-ins listed last."""
+    """The root group: typer's, plus the :data:`LAZY_GROUPS` (and ``more_lazy``) stand-ins listed last."""
+
+    more_lazy: ClassVar[Mapping[str, Tuple[str, str, str]]] = {}  #: set per app by :func:`make_app`
 
     def __init__(self, **attrs: Any) -> None:
         super().__init__(**attrs)
-        for name, (module, attribute, help_text) in LAZY_GROUPS.items():
+        for name, (module, attribute, help_text) in {**self.more_lazy, **LAZY_GROUPS}.items():
             self.add_command(_LazyGroup(name, module, attribute, help_text))
 
 
@@ -96,12 +98,16 @@ def make_bundle_app() -> typer.Typer:
 
 
 def make_app(
-    *, bundle_app: Optional[typer.Typer] = None, groups: Optional[Mapping[str, typer.Typer]] = None
+    *,
+    bundle_app: Optional[typer.Typer] = None,
+    groups: Optional[Mapping[str, typer.Typer]] = None,
+    lazy_groups: Optional[Mapping[str, Tuple[str, str, str]]] = None,
 ) -> typer.Typer:
-    """Build the root app; ``groups`` adds connected-side groups such as ``mirror``."""
+    """Build the root app; ``groups`` and ``lazy_groups`` (like :data:`LAZY_GROUPS`) add connected-side groups."""
+    root = type("_RootGroup", (_RootGroup,), {"more_lazy": dict(lazy_groups or {})}) if lazy_groups else _RootGroup
     app = typer.Typer(
         name=PROG,
-        cls=_RootGroup,
+        cls=root,
         callback=_root_callback,
         no_args_is_help=True,
         pretty_exceptions_show_locals=False,

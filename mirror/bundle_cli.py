@@ -1,4 +1,7 @@
-"""``gpu-airgap bundle build``: a thin typer command over :func:`mirror.bundle_build.build_bundle`."""
+"""``gpu-airgap bundle build``: a thin typer command over :func:`mirror.bundle_build.build_bundle`.
+
+The builder is imported when the command runs, so every other command starts without it.
+"""
 
 from __future__ import annotations
 
@@ -9,10 +12,6 @@ import typer
 
 from configure import output
 from configure.errors import UsageError
-from mirror.bundle_build import build_bundle, parse_size
-from mirror.bundle_source import parse_target
-from mirror.bundle_tar import COMPRESSIONS
-from mirror.lockfile import Lockfile
 
 _MIRROR = typer.Option(..., "--mirror", help="The mirror directory (from `gpu-airgap mirror sync`).")
 _VERSION = typer.Option("latest", "--version", help="Toolkit release: latest, 1.17.8 or 1.17.8-1.")
@@ -46,6 +45,11 @@ def build_command(
     json_output: bool = _JSON_OUTPUT,
 ) -> None:
     """Build one signed offline bundle from a mirror."""
+    from mirror.bundle_build import build_bundle, parse_size
+    from mirror.bundle_source import parse_target
+    from mirror.bundle_tar import COMPRESSIONS
+    from mirror.lockfile import Lockfile
+
     if compression not in COMPRESSIONS:
         raise UsageError(f"unknown --compression {compression!r}; use one of {', '.join(COMPRESSIONS)}")
     result = build_bundle(

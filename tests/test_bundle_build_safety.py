@@ -166,6 +166,7 @@ def test_bundle_build_command_line_does_not_import_the_mirror_sync_stack() -> No
 
 
 def test_the_cli_default_upstream_is_the_sync_default() -> None:
-    from mirror import cli, sync
+    from mirror import mirror_cli as cli
+    from mirror import sync
 
     assert cli.DEFAULT_UPSTREAM == sync.DEFAULT_UPSTREAM

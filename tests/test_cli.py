@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+import importlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
+import typer
 
 from configure.errors import ExitCode
 from configure.version import VERSION
+from mirror.cli import CONNECTED_GROUPS
 from tests.cli_runner import run_cli
 
 
@@ -46,3 +55,23 @@ def test_command_errors_quote_the_line_that_says_what_went_wrong() -> None:
     assert message == "/usr/bin/dpkg exited with status 2: dpkg: error: 1 expected program not found in PATH or not executable"
     assert str(CommandError(["gpg"], 2, "")).endswith("no error output")
     assert str(CommandError(["rpm"], 1, "one\ntwo\n")).endswith(": two")
+
+
+@pytest.mark.parametrize("name", sorted(CONNECTED_GROUPS))
+def test_connected_lazy_group_help_matches_the_group_it_stands_for(name: str) -> None:
+    module, attribute, help_text = CONNECTED_GROUPS[name]
+    group: typer.Typer = getattr(importlib.import_module(module), attribute)
+    assert typer.main.get_group(group).help == help_text
+
+
+def test_a_mirror_command_loads_neither_the_bundle_builder_nor_the_fleet_renderer() -> None:
+    # Start-up time is most of a no-op `mirror sync`: each command imports only what it runs.
+    code = (
+        "import json, sys; from mirror.cli import main; main(['mirror', 'status', '--help']); "
+        "print(json.dumps(sorted(sys.modules)))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                          env={**os.environ, "TYPER_USE_RICH": "0"}, cwd=Path(__file__).parent.parent)  # fmt: skip
+    loaded = set(json.loads(done.stdout.strip().splitlines()[-1]))
+    assert "--dest" in done.stdout and "mirror.mirror_cli" in loaded
+    assert not loaded & {"mirror.bundle_build", "mirror.fleet_cli", "mirror.fleet_k8s", "yaml", "configure.cli"}

@@ -1,0 +1,251 @@
+"""The ``gpu-airgap mirror`` group: sync, plan, status, verify, prune and publish."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, List, Optional
+
+import typer
+
+from configure import output
+from configure.errors import ProblemsFound, UsageError
+from mirror import publish_cli
+from mirror.lockfile import Lockfile
+from mirror.model import PackageFormat
+
+# The mirror commands import their libraries (requests, rich progress, …) when they run, so
+# other commands (bundle build, the node side) start without them.
+if TYPE_CHECKING:
+    from mirror import sync as sync_lib
+
+#: Same value as mirror.sync.DEFAULT_UPSTREAM (tests/test_bundle_build_safety.py checks), spelled here so
+#: building the group does not import mirror.sync.
+DEFAULT_UPSTREAM = "https://nvidia.github.io/libnvidia-container"
+
+mirror_app = typer.Typer(
+    help="Sync NVIDIA's signed apt and yum channels to a local mirror.", no_args_is_help=True
+)
+
+
+# -- mirror commands ---------------------------------------------------------------------------
+# Each command builds the collaborators, calls the library, and renders; no decisions here.
+
+_DEST = typer.Option(..., "--dest", help="The mirror directory.")
+_UPSTREAM = typer.Option(DEFAULT_UPSTREAM, "--upstream", help="Base URL of NVIDIA's repositories.")
+_CHANNEL = typer.Option("stable", "--channel", help="stable or experimental (release candidates).")
+_FORMAT = typer.Option("deb,rpm", "--format", help="Package formats, comma-separated: deb, rpm.")
+_ARCH = typer.Option(["amd64"], "--arch", help="Architectures (amd64/x86_64, arm64/aarch64, ppc64el); repeat or comma-separate.")
+_VERSION = typer.Option(
+    "latest", "--version", help="latest, all (every package: a full mirror), 1.17.8, 1.17.8-1, '>=1.17,<1.18' or '1.17.*'."
+)
+_KEYRING = typer.Option(None, "--keyring", help="Trust this key file instead of NVIDIA's pinned key.")
+_JOBS = typer.Option(4, "--jobs", min=1, max=64, help="Parallel downloads.")
+_JSON = typer.Option(False, "--json", help="Print one JSON object.")
+_QUIET = typer.Option(False, "--quiet", "-q", help="Print nothing but errors.")
+_LOCKED = typer.Option(None, "--locked", help="Take exactly the set in this lockfile (gpu-airgap.lock).")
+_WRITE_LOCK = typer.Option(None, "--write-lock", help="Record the synced set in this lockfile.")
+
+
+def _options(upstream: str, channel: str, fmt: str, arch: list[str], version: str, locked: Optional[Path]) -> sync_lib.SyncOptions:
+    from mirror import sync as sync_lib
+    from mirror.repo import CHANNELS
+    from mirror.selectors import VersionSelector
+
+    if channel not in CHANNELS:
+        raise UsageError(f"unknown --channel {channel!r}; use stable or experimental")
+    VersionSelector.parse(version)  # a bad --version is a usage error before anything is fetched
+    lock = Lockfile.load(locked) if locked is not None else None
+    if lock is not None:
+        channel = lock.channel
+        targets = [sync_lib.Target(PackageFormat(t.format), t.arch) for t in lock.targets]
+    else:
+        arches = [a for value in arch for a in value.split(",") if a.strip()]
+        targets = sync_lib.parse_targets([f for f in fmt.split(",") if f.strip()], arches)
+    return sync_lib.SyncOptions(upstream=upstream, channel=channel, targets=tuple(targets), selector=version, locked=lock)
+
+
+def _warn_channel(options: sync_lib.SyncOptions, quiet: bool) -> None:
+    if options.channel == "experimental" and not quiet:
+        output.warn("the experimental channel carries release candidates, which are not for production")
+
+
+def _target_json(item: sync_lib.PlannedTarget) -> dict[str, Any]:
+    return {
+        "repo": item.key,
+        "format": item.target.format.value,
+        "arch": item.target.arch,
+        "toolkit_version": item.toolkit_version,
+        "key_fingerprint": item.fingerprint,
+        "total_bytes": item.total_bytes,
+        "packages": [
+            {"name": p.name, "version": p.version, "arch": p.arch, "size": p.size, "sha256": p.sha256,
+             "sha512": p.sha512, "path": item.path(p), "url": item.url(p)}
+            for p in item.held
+        ],
+        "node_requirements": list(item.node_requirements),
+        "breaks": list(item.breaks),
+        "releases": [r.toolkit_version for r in item.other_releases] + [item.toolkit_version],
+    }  # fmt: skip
+
+
+def _target_lines(item: sync_lib.PlannedTarget) -> list[str]:
+    older = f" and {len(item.other_releases)} older releases" if item.other_releases else ""
+    lines = [
+        f"{item.key}: nvidia-container-toolkit {item.toolkit_version}{older}"
+        f" ({len(item.held)} packages, {item.total_bytes} bytes)"
+    ]
+    for p in item.held:
+        digest = f"sha512:{p.sha512[:16]}" if p.sha512 else f"sha256:{(p.sha256 or '')[:16]}"
+        lines.append(f"  {p.name:<32} {p.version:<16} {p.arch:<8} {p.size:>10}  {digest}")
+    if item.node_requirements:
+        lines.append("  node must provide: " + ", ".join(item.node_requirements))
+    if item.breaks:
+        lines.append("  breaks: " + "; ".join(item.breaks))
+    return lines
+
+
+@mirror_app.command("sync")
+def sync_command(
+    dest: Path = _DEST,
+    upstream: str = _UPSTREAM,
+    channel: str = _CHANNEL,
+    fmt: str = _FORMAT,
+    arch: List[str] = _ARCH,
+    version: str = _VERSION,
+    keyring: Optional[Path] = _KEYRING,
+    jobs: int = _JOBS,
+    json_output: bool = _JSON,
+    quiet: bool = _QUIET,
+    locked: Optional[Path] = _LOCKED,
+    write_lock: Optional[Path] = _WRITE_LOCK,
+) -> None:
+    """Download the resolved toolkit release into a local mirror, verified, all or nothing."""
+    from mirror import progress as progress_lib
+    from mirror import sync as sync_lib
+    from mirror.http import Downloader
+    from mirror.trust import open_keyring
+
+    options = _options(upstream, channel, fmt, arch, version, locked)
+    _warn_channel(options, quiet)  # on stderr, so --json still prints one object on stdout
+    progress = progress_lib.choose(quiet=quiet, json_output=json_output)
+    with open_keyring([keyring] if keyring else None) as ring, Downloader(jobs=jobs) as downloader:
+        try:
+            result = sync_lib.sync(options, dest, downloader=downloader, loader=sync_lib.make_loader(ring), progress=progress)
+        finally:
+            progress.close()
+    if write_lock is not None:
+        result.to_lockfile(options.upstream).save(write_lock)
+    if json_output:
+        output.emit_json({
+            "dest": str(dest), "channel": result.channel, "downloaded_files": result.downloaded_files,
+            "downloaded_bytes": result.downloaded_bytes, "reused_files": result.reused_files,
+            "seconds": round(result.seconds, 3), "lockfile": str(write_lock) if write_lock else None,
+            "targets": [_target_json(t) for t in result.targets],
+        })  # fmt: skip
+    elif not quiet:
+        output.emit_lines(line for t in result.targets for line in _target_lines(t))
+        output.emit_lines([
+            f"synced {dest}: downloaded {result.downloaded_files} file(s), {result.downloaded_bytes} bytes; "
+            f"{result.reused_files} already present; {result.seconds:.2f} s"
+        ])  # fmt: skip
+
+
+@mirror_app.command("plan")
+def plan_command(
+    upstream: str = _UPSTREAM,
+    channel: str = _CHANNEL,
+    fmt: str = _FORMAT,
+    arch: List[str] = _ARCH,
+    version: str = _VERSION,
+    keyring: Optional[Path] = _KEYRING,
+    json_output: bool = _JSON,
+    locked: Optional[Path] = _LOCKED,
+) -> None:
+    """Show the resolved set (name, version, arch, size, checksum, total bytes); download no package."""
+    from mirror import sync as sync_lib
+    from mirror.http import Downloader
+    from mirror.trust import open_keyring
+
+    options = _options(upstream, channel, fmt, arch, version, locked)
+    _warn_channel(options, quiet=False)
+    with open_keyring([keyring] if keyring else None) as ring, Downloader() as downloader:
+        planned = sync_lib.plan(options, fetcher=downloader.fetcher(), loader=sync_lib.make_loader(ring))
+    total = sum(t.total_bytes for t in planned)
+    if json_output:
+        output.emit_json({"channel": options.channel, "total_bytes": total, "targets": [_target_json(t) for t in planned]})
+    else:
+        output.emit_lines(line for t in planned for line in _target_lines(t))
+        output.emit_lines([f"total: {total} bytes in {sum(len(t.held) for t in planned)} package file(s)"])
+
+
+@mirror_app.command("status")
+def status_command(
+    dest: Path = _DEST,
+    keyring: Optional[Path] = _KEYRING,
+    offline: bool = typer.Option(False, "--offline", help="Do not ask upstream what is newer."),
+    json_output: bool = _JSON,
+) -> None:
+    """Show what the mirror holds and what is newer upstream on its channel."""
+    from mirror import maintain
+    from mirror import sync as sync_lib
+    from mirror.http import Downloader
+    from mirror.trust import open_keyring
+
+    if offline:
+        repos = maintain.status(dest, fetcher=None, loader=None)
+    else:
+        with open_keyring([keyring] if keyring else None) as ring, Downloader() as downloader:
+            fetcher = downloader.fetcher(maintain.ReadOnlyCache(dest))
+            repos = maintain.status(dest, fetcher=fetcher, loader=sync_lib.make_loader(ring))
+    if json_output:
+        output.emit_json({"dest": str(dest), "repos": [
+            {**dataclasses.asdict(r), "newer_upstream": r.newer_upstream} for r in repos
+        ]})  # fmt: skip
+        return
+    for r in repos:
+        line = f"{r.key}: {', '.join(r.releases)} ({r.packages} files, {r.bytes} bytes, synced {r.synced_at})"
+        if r.error:
+            line += f"; upstream not checked: {r.error}"
+        elif r.newer_upstream:
+            line += f"; newer upstream: {r.upstream_latest}"
+        elif r.upstream_latest:
+            line += "; up to date"
+        output.emit_lines([line])
+
+
+@mirror_app.command("verify")
+def verify_command(dest: Path = _DEST, json_output: bool = _JSON) -> None:
+    """Re-hash every file of the mirror against the checksums recorded from signed metadata."""
+    from mirror import maintain
+
+    report = maintain.verify(dest)
+    if json_output:
+        output.emit_json({"dest": str(dest), "files": report.files, "bytes": report.bytes, "problems": report.problems})
+    if report.problems:
+        raise ProblemsFound(f"{len(report.problems)} problem(s) in {dest}", report.problems)
+    if not json_output:
+        output.emit_lines([f"{dest}: {report.files} files, {report.bytes} bytes, all match"])
+
+
+@mirror_app.command("prune")
+def prune_command(
+    dest: Path = _DEST,
+    keep: int = typer.Option(..., "--keep", help="How many of the newest toolkit releases to keep per repo."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Only show what would be removed."),
+    json_output: bool = _JSON,
+) -> None:
+    """Keep the newest N toolkit releases (and what they need); delete the rest."""
+    from mirror import maintain
+
+    report = maintain.prune(dest, keep, dry_run=dry_run)
+    if json_output:
+        output.emit_json({"dest": str(dest), "dry_run": dry_run, **dataclasses.asdict(report)})
+        return
+    verb = "would remove" if dry_run else "removed"
+    output.emit_lines([f"{verb} release {r}" for r in report.removed_releases])
+    output.emit_lines([f"{verb} {len(report.removed_files)} file(s), {report.freed_bytes} bytes"])
+
+
+# -- mirror publish (its own module, like bundle build) -------------------------------------------
+publish_cli.add_publish_command(mirror_app)
