@@ -92,7 +92,8 @@ def markdown(rows: list[Row], meta: dict[str, Any], bundle_lines: list[str]) -> 
     ]
     for i, r in enumerate(rows):
         x_raw, x_peer = rat[i]
-        note = "; ".join(x for x in (r.note, f"ERROR: {r.error}" if r.error else "") if x).replace("|", "/")
+        silent = "exit 0 but incomplete" if not r.error and not r.complete else ""
+        note = "; ".join(x for x in (r.note, silent, f"ERROR: {r.error}" if r.error else "") if x).replace("|", "/")
         out.append(
             f"| {r.scenario} | {r.link} | {r.fmt} | {r.tool} | {_f(r.wall)} | {_f(x_raw)} | {_f(x_peer)} | {r.mib:.1f} | "
             f"{r.requests} | {'yes' if r.complete else 'NO'} | {r.signature} | {r.recovered} | {note} |"

@@ -72,11 +72,11 @@ def _tree_bytes(root: Path) -> int:
     return total
 
 
-def _last_line(path: Path) -> str:
-    """The last line that mentions an error, else the last line."""
-    lines = [ln.strip() for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
-    errors = [ln for ln in lines if "error" in ln.lower()]
-    return (errors or lines or [""])[-1][:200]
+def _error_line(*paths: Path) -> str:
+    """The last line of ``paths`` that mentions an error or a failure, else the last line of the first non-empty one."""
+    texts = [[ln.strip() for ln in p.read_text(errors="replace").splitlines() if ln.strip()] for p in paths]
+    errors = [ln for lines in texts for ln in lines if "error" in ln.lower() or "failed" in ln.lower()]
+    return (errors or next((lines for lines in texts if lines), [""]))[-1][:200]
 
 
 def run_commands(
@@ -111,7 +111,7 @@ def run_commands(
                 time.sleep(0.02)
             rc = proc.wait()
         if rc != 0 and not run.killed and not run.error:
-            run.error = f"{Path(argv[0]).name} exit {rc}: {_last_line(err) or _last_line(out)}"
+            run.error = f"{Path(argv[0]).name} exit {rc}: {_error_line(err, out)}"
         if run.error or run.killed:
             break
     run.wall = time.perf_counter() - started

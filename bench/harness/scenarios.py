@@ -53,10 +53,10 @@ class Bench:
     cold_bytes: dict[tuple[str, str, str], int] = field(default_factory=dict)
     tools: tuple[str, ...] = ()  #: only these tools (all when empty)
 
-    def ctx(self, fmt: str, url: str, site: Path, version: str, key: Path | None = None) -> Context:
+    def ctx(self, fmt: str, url: str, site: Path, version: str, key: Path | None = None, jobs: int = 0) -> Context:
         """A context for ``fmt`` against ``url`` (the raw list comes from ``site``)."""
         key = key or self.sites.tree.public_key
-        return Context(self.work, url, fmt, key, self.jobs, self.sites.raw_files(fmt, site, version))
+        return Context(self.work, url, fmt, key, jobs or self.jobs, self.sites.raw_files(fmt, site, version))
 
 
 THROTTLED, FAST = "20 MiB/s per conn", "unthrottled"
@@ -129,15 +129,23 @@ def new_release(b: Bench, link: str = THROTTLED) -> list[Row]:
     return rows
 
 
+def _completed(run: Run, sizes: dict[str, int]) -> set[str]:
+    """Package files the server sent whole during ``run``."""
+    return {ln.path for ln in run.log if ln.status == 200 and ln.bytes_sent == sizes.get(ln.path, -1) and ln.path.endswith((".deb", ".rpm"))}
+
+
 def _refetched(first: Run, second: Run, sizes: dict[str, int]) -> list[str]:
-    """Files fully served in ``first`` that ``second`` downloaded again from byte 0."""
-    done = {ln.path for ln in first.log if ln.status == 200 and ln.bytes_sent == sizes.get(ln.path, -1)}
+    """Package files sent whole in ``first`` that ``second`` downloaded again from byte 0."""
     again = {ln.path for ln in second.log if ln.status == 200 and ln.bytes_sent > 0}
-    return sorted(p for p in done & again if p.endswith((".deb", ".rpm")))
+    return sorted(_completed(first, sizes) & again)
 
 
 def interrupted(b: Bench, link: str = THROTTLED) -> list[Row]:
-    """A cold sync SIGKILLed when half its bytes are on disk, then re-run."""
+    """A cold sync SIGKILLed when 60 % of its bytes are on disk, then re-run.
+
+    Runs with half the usual parallel downloads, so at the kill some packages are complete and
+    others are partial: the re-run shows whether a tool keeps the first and resumes the second.
+    """
     serve(b.served, b.sites.site_a)
     site = b.sites.site_a
     rows = []
@@ -145,21 +153,24 @@ def interrupted(b: Bench, link: str = THROTTLED) -> list[Row]:
         repo = site / (DEB_REPO if fmt == "deb" else RPM_REPO)
         sizes = {"/" + p.relative_to(site).as_posix(): p.stat().st_size for p in repo.rglob("*") if p.is_file()}
         for tool in tools_for(fmt, b.tools):
-            half = b.cold_bytes.get((link, fmt, tool.name), 0) // 2
-            runs, complete, extra, refetched, notes = [], True, [], set(), set()
+            cold_bytes = b.cold_bytes.get((link, fmt, tool.name), 0)
+            runs, complete, extra, refetched, notes, done = [], True, [], set(), set(), []
+            jobs = max(1, b.jobs // 2)
             for _ in range(b.repeat):
-                ctx = fresh_state(b.work, tool, b.ctx(fmt, b.urls[link], site, OLD))
-                first = run_commands(tool.cold(ctx), ctx, b.nginx, kill_at_bytes=half)
+                ctx = fresh_state(b.work, tool, b.ctx(fmt, b.urls[link], site, OLD, jobs=jobs))
+                first = run_commands(tool.cold(ctx), ctx, b.nginx, kill_at_bytes=cold_bytes * 6 // 10)
+                done.append(len(_completed(first, sizes)))
                 if not first.killed:
                     notes.add("finished before the kill" if not first.error else first.error)
                 second = run_commands(tool.resync(ctx), ctx, b.nginx)
                 second.log = first.log + second.log  # bytes/requests of both halves
                 runs.append(second)
                 complete &= not missing_packages(ctx.state, b.sites.release_files(fmt, OLD))
-                extra.append(second.bytes - b.cold_bytes.get((link, fmt, tool.name), 0))
+                extra.append(second.bytes - cold_bytes)
                 refetched.update(_refetched(first, Run(0, log=second.log[len(first.log):]), sizes))
             row = _row(b, "interrupted + re-run", link, fmt, tool, runs, complete)
-            row.note = f"wall: the re-run; MiB/requests: both runs, {statistics.median(extra) / 2**20:.1f} MiB more than a cold sync" + "".join(f"; {n}" for n in sorted(notes))
+            row.note = (f"jobs={jobs}; wall: the re-run; MiB/requests: both runs, {statistics.median(extra) / 2**20:.1f} MiB "
+                        f"more than a cold sync; package files complete at the kill: {statistics.median(done):g}")  # fmt: skip + "".join(f"; {n}" for n in sorted(notes))
             row.recovered = ("yes" if complete and not refetched else "complete, but re-fetched " + ", ".join(p.rsplit("/", 1)[-1] for p in sorted(refetched)) if complete else "no")
             rows.append(row)
     return rows

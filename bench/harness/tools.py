@@ -153,7 +153,7 @@ class Reposync:
 
     def cold(self, ctx: Context) -> list[list[str]]:
         s = ctx.state
-        return [["dnf", "-y", "-q", f"--setopt=reposdir={s}/repos", f"--setopt=cachedir={s}/cache",
+        return [["dnf", "-y", f"--setopt=reposdir={s}/repos", f"--setopt=cachedir={s}/cache",
                  f"--setopt=persistdir={s}/cache/persist", f"--setopt=logdir={s}/cache/log", "--releasever=9",
                  f"--setopt=max_parallel_downloads={ctx.jobs}", "--refresh", "reposync", "--repoid=nct",
                  "-p", f"{s}/rs", "--download-metadata", "-a", "x86_64"]]  # fmt: skip
