@@ -73,7 +73,7 @@ def _row(b: Bench, scenario: str, link: str, fmt: str, tool: Tool, runs: list[Ru
         scenario, link, fmt, tool.name, tool.peer, isinstance(tool, Aria2),
         statistics.median(r.wall for r in runs) if not error else None,
         mib=med.bytes / 2**20, requests=med.requests, complete=complete and not error,
-        signature=b.signature.get(f"{tool.name}/{fmt}", ""), error=error, walls=[round(r.wall, 3) for r in runs],
+        signature=b.signature.get(f"{tool.name}/{fmt}", "" if tool.takes_key else "no (no key option)"), error=error, walls=[round(r.wall, 3) for r in runs],
     )  # fmt: skip
 
 
