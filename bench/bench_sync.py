@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -23,6 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.harness.nginx import start_nginx
 from mirror import sync as sync_lib
 from mirror.http import Downloader
 from mirror.model import PackageFormat
@@ -30,55 +30,6 @@ from mirror.trust import open_keyring
 from tests.upstream import cached_upstream
 
 TARGETS = (sync_lib.Target(PackageFormat.DEB, "amd64"), sync_lib.Target(PackageFormat.RPM, "x86_64"))
-RATE = "20m"  # nginx: 20 MiB/s per connection
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _start_nginx(root: Path, work: Path) -> tuple[subprocess.Popen[bytes], str, str]:
-    throttled, fast = _free_port(), _free_port()
-    conf = work / "nginx.conf"
-    conf.write_text(
-        f"""
-worker_processes 2;
-user root;
-daemon off;
-pid {work}/nginx.pid;
-error_log {work}/error.log warn;
-events {{ worker_connections 256; }}
-http {{
-    access_log off;
-    sendfile on;
-    tcp_nopush on;
-    keepalive_requests 10000;
-    client_body_temp_path {work}/body;
-    proxy_temp_path {work}/proxy;
-    fastcgi_temp_path {work}/fastcgi;
-    uwsgi_temp_path {work}/uwsgi;
-    scgi_temp_path {work}/scgi;
-    types {{ }}
-    default_type application/octet-stream;
-    server {{ listen 127.0.0.1:{throttled}; root {root}; limit_rate {RATE}; }}
-    server {{ listen 127.0.0.1:{fast}; root {root}; }}
-}}
-"""
-    )
-    proc = subprocess.Popen(["nginx", "-c", str(conf), "-p", str(work)], stderr=subprocess.PIPE)
-    for _ in range(100):
-        try:
-            socket.create_connection(("127.0.0.1", fast), timeout=0.1).close()
-            socket.create_connection(("127.0.0.1", throttled), timeout=0.1).close()
-            break
-        except OSError:
-            time.sleep(0.05)
-    else:
-        proc.kill()
-        raise SystemExit(f"nginx did not start: {proc.stderr.read() if proc.stderr else ''!r}")
-    return proc, f"http://127.0.0.1:{throttled}", f"http://127.0.0.1:{fast}"
 
 
 def _best(repeat: int, run: Callable[[], float]) -> float:
@@ -120,7 +71,8 @@ def main() -> int:
     )
     print(f"upstream: {tree.root} (ready in {time.perf_counter() - t0:.1f} s)")
     work = Path(tempfile.mkdtemp(prefix="bench-sync-"))
-    nginx, slow_url, fast_url = _start_nginx(tree.root, work)
+    nginx = start_nginx(tree.root, work)
+    slow_url, fast_url = nginx.throttled_url, nginx.fast_url
     failed = False
     try:
         with open_keyring([tree.public_key]) as ring, Downloader() as dl:
@@ -165,8 +117,7 @@ def main() -> int:
         print(f"{'no-op re-sync (CLI process)':<26} {'-':<28} {'':>8} {noop_cli:8.3f} {'':>6}  < 1 s {'ok' if noop_cli < 1 else 'MISSED'}")
         failed |= noop >= 1 or noop_cli >= 1
     finally:
-        nginx.terminate()
-        nginx.wait(timeout=10)
+        nginx.stop()
         shutil.rmtree(work, ignore_errors=True)
     return 1 if failed else 0
 

@@ -7,7 +7,7 @@ Layout of ``DEST`` (upstream's relative paths are kept, so a mirror can be serve
       .gpu-airgap/
         state.json                        what the mirror holds (MirrorState); written LAST
         http-cache/<key>.json, <key>.body conditional-GET validators and bodies of metadata
-        staging/                          a sync in progress; removed when it ends
+        staging/                          a sync in progress; removed when it ends (kept after a crash)
       stable/deb/amd64/InRelease          verified metadata, exactly the bytes that verified
       stable/deb/amd64/Packages.xz
       stable/deb/amd64/<name>_<ver>_<arch>.deb
@@ -17,7 +17,9 @@ Layout of ``DEST`` (upstream's relative paths are kept, so a mirror can be serve
 A sync writes everything new below ``staging/`` and only then publishes: package files first
 (new names, so the old state never points at them), then metadata, then the HTTP cache, then
 ``state.json`` with :func:`~configure.fsutil.atomic_write`. A sync that fails before publishing
-removes ``staging/`` and leaves every other byte of ``DEST`` as it was.
+removes ``staging/`` and leaves every other byte of ``DEST`` as it was. A sync that is killed
+(SIGKILL, power cut) cannot clean up: the next sync reuses the package files it had verified and
+resumes its ``.part`` files, then removes whatever else ``staging/`` holds once it ends.
 
 ``state.json`` is the read API for the bundle builder: :meth:`MirrorState.load` gives each repo's
 provenance (who signed which metadata, and when), the packages with their local paths and
@@ -230,9 +232,10 @@ class Transaction:
         self.dest = dest
         self.meta = dest / META_DIR
         self.staging = self.meta / "staging"
-        if self.staging.exists():
-            shutil.rmtree(self.staging)  # left by a crashed run; we hold the lock, so it is ours
-        self.staging.mkdir(parents=True)
+        # A staging/ left by a killed run (we hold the lock, so it is ours) is kept: the files it
+        # holds are only candidates, re-hashed against this sync's signed digests (staged_match) or
+        # resumed by the downloader, and commit()/abort() remove it with everything unclaimed.
+        self.staging.mkdir(parents=True, exist_ok=True)
         self._staged_cache: dict[str, CachedResponse] = {}
         self._metadata: dict[str, bytes] = {}
         self._packages: list[str] = []
@@ -261,6 +264,17 @@ class Transaction:
         """Where to download the package that will live at ``DEST/path``."""
         self._packages.append(path)
         return safe_join(self.staging, path)
+
+    def staged_match(self, path: str, *, size: int, sha256: str | None, sha512: str | None) -> bool:
+        """True when a killed run already staged ``DEST/path`` with exactly this signed size and digest."""
+        target = safe_join(self.staging, path)
+        algo, expected = ("sha512", sha512) if sha512 else ("sha256", sha256)
+        try:
+            if expected is None or target.stat().st_size != size:
+                return False
+        except OSError:
+            return False
+        return file_digest(target, algo) == expected.lower()
 
     def commit(self, state: MirrorState) -> None:
         """Publish packages, then metadata, then the HTTP cache, then ``state.json``; end staging."""

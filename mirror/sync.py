@@ -393,7 +393,8 @@ def _downloads(
             if store.check_file(dest, extra) is not None:
                 url = f"{item.base_url}/{extra.path[len(item.key) + 1 :]}"
                 target = txn.package_target(extra.path)
-                requests.append(DownloadRequest(url, target, extra.size, sha256=extra.sha256, sha512=extra.sha512))
+                if not txn.staged_match(extra.path, size=extra.size, sha256=extra.sha256, sha512=extra.sha512):
+                    requests.append(DownloadRequest(url, target, extra.size, sha256=extra.sha256, sha512=extra.sha512))
         old = previous.repo(item.key) if previous is not None else None
         held = {p.path: p for p in old.packages} if old is not None else {}
         for pkg in item.held:
@@ -404,9 +405,11 @@ def _downloads(
             if store.is_current(dest, held.get(path), size=pkg.size, sha256=pkg.sha256, sha512=pkg.sha512):
                 result.reused_files += 1
                 continue
-            requests.append(
-                DownloadRequest(item.url(pkg), txn.package_target(path), pkg.size, sha256=pkg.sha256, sha512=pkg.sha512)
-            )
+            target = txn.package_target(path)
+            if txn.staged_match(path, size=pkg.size, sha256=pkg.sha256, sha512=pkg.sha512):
+                result.reused_files += 1  # downloaded and verified by a run that was killed before publishing
+                continue
+            requests.append(DownloadRequest(item.url(pkg), target, pkg.size, sha256=pkg.sha256, sha512=pkg.sha512))
     return requests
 
 

@@ -258,6 +258,32 @@ def test_dropped_connection_is_resumed_with_a_range_request(site: tuple[Upstream
     assert (tmp_path / "mirror" / name).read_bytes() == (tree.root / name).read_bytes()
 
 
+def test_sync_after_a_killed_run_keeps_its_verified_files_and_resumes_its_partial_ones(
+    site: tuple[UpstreamTree, UpstreamServer], tmp_path: Path
+) -> None:
+    # What a SIGKILLed sync leaves: staging/ with one complete package, one .part file, and one
+    # file of the right size but wrong bytes (never trusted: only the signed digest counts).
+    tree, server = site
+    dest = tmp_path / "mirror"
+    repo = "stable/deb/amd64"
+    done, partial, bad = (f"{repo}/{n}_1.20.1-1_amd64.deb" for n in ("libnvidia-container1", "libnvidia-container-tools", "nvidia-container-toolkit"))
+    staging = dest / ".gpu-airgap" / "staging"
+    (staging / repo).mkdir(parents=True)
+    (staging / done).write_bytes((tree.root / done).read_bytes())
+    (staging / repo / f".{Path(partial).name}.part").write_bytes((tree.root / partial).read_bytes()[:1000])
+    (staging / bad).write_bytes(b"x" * (tree.root / bad).stat().st_size)
+
+    result = _sync(server, tree, dest, "--format", "deb")
+
+    assert result.exit_code == 0, result.stderr
+    assert server.requests_for(done) == []
+    assert [r.range for r in server.requests_for(partial)] == ["bytes=1000-"]
+    assert [r.range for r in server.requests_for(bad)] == [None]
+    for name in (done, partial, bad):
+        assert (dest / name).read_bytes() == (tree.root / name).read_bytes()
+    assert not staging.exists()
+
+
 def test_503_then_200_is_retried_after_a_backoff(site: tuple[UpstreamTree, UpstreamServer], tmp_path: Path) -> None:
     tree, server = site
     name = "stable/rpm/x86_64/nvidia-container-toolkit-1.20.1-1.x86_64.rpm"
