@@ -1,6 +1,7 @@
 """How a sync shows progress: rich bars on a terminal, plain lines on a pipe, nothing when quiet.
 
-All output goes to stderr, so ``--json`` on stdout stays one clean object.
+All output goes to stderr, so ``--json`` on stdout stays one clean object. rich is imported only
+when a bar is drawn: on a pipe or with ``--quiet`` its import would be most of a no-op sync's time.
 """
 
 from __future__ import annotations
@@ -8,18 +9,11 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    DownloadColumn,
-    Progress,
-    TaskID,
-    TextColumn,
-    TimeRemainingColumn,
-    TransferSpeedColumn,
-)
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.progress import TaskID
 
 
 class QuietProgress:
@@ -77,6 +71,16 @@ class BarProgress:
 
     def __init__(self, console: Console | None = None) -> None:
         """Draw on ``console`` (stderr by default)."""
+        from rich.console import Console
+        from rich.progress import (
+            BarColumn,
+            DownloadColumn,
+            Progress,
+            TextColumn,
+            TimeRemainingColumn,
+            TransferSpeedColumn,
+        )
+
         self.console = console or Console(stderr=True)
         self._bar = Progress(
             TextColumn("{task.description}"),

@@ -17,9 +17,10 @@ Layout of ``DEST`` (upstream's relative paths are kept, so a mirror can be serve
 A sync writes everything new below ``staging/`` and only then publishes: package files first
 (new names, so the old state never points at them), then metadata, then the HTTP cache, then
 ``state.json`` with :func:`~configure.fsutil.atomic_write`. A sync that fails before publishing
-removes ``staging/`` and leaves every other byte of ``DEST`` as it was. A sync that is killed
-(SIGKILL, power cut) cannot clean up: the next sync reuses the package files it had verified and
-resumes its ``.part`` files, then removes whatever else ``staging/`` holds once it ends.
+removes ``staging/`` and leaves every other byte of ``DEST`` as it was. A sync that is interrupted
+(Ctrl-C) keeps ``staging/``, and one that is killed (SIGKILL, power cut) cannot clean up: either
+way the next sync reuses the package files it had verified and resumes its ``.part`` files, then
+removes whatever else ``staging/`` holds once it ends.
 
 ``state.json`` is the read API for the bundle builder: :meth:`MirrorState.load` gives each repo's
 provenance (who signed which metadata, and when), the packages with their local paths and

@@ -367,6 +367,10 @@ def sync(
                 for path, data in item.metadata.items():
                     txn.stage_metadata(path, data)
             txn.commit(_new_state(options, planned, previous))
+        except KeyboardInterrupt:
+            # Ctrl-C, like a kill: keep the verified downloads and .part files in staging/ for the next
+            # sync to re-check and resume. Nothing outside staging/ has changed.
+            raise
         except BaseException:
             txn.abort()
             raise

@@ -284,6 +284,42 @@ def test_sync_after_a_killed_run_keeps_its_verified_files_and_resumes_its_partia
     assert not staging.exists()
 
 
+def test_sync_after_ctrl_c_keeps_the_files_it_had_verified_and_publishes_nothing_until_rerun(
+    site: tuple[UpstreamTree, UpstreamServer], tmp_path: Path
+) -> None:
+    tree, server = site
+    dest = tmp_path / "mirror"
+    options = sync_lib.SyncOptions(upstream=server.url, targets=(sync_lib.Target(sync_lib.PackageFormat.DEB, "amd64"),))
+
+    class CtrlC:
+        """Interrupts once the first package has arrived (downloads run one at a time)."""
+
+        def __init__(self) -> None:
+            self.files = 0
+
+        def stage(self, text: str) -> None:
+            pass
+
+        def start_downloads(self, files: int, total_bytes: int) -> None:
+            pass
+
+        def advance(self, nbytes: int) -> None:
+            self.files += 1
+            if self.files > 1:
+                raise KeyboardInterrupt
+
+    with open_keyring([tree.public_key]) as ring, Downloader(jobs=1) as dl, pytest.raises(KeyboardInterrupt):
+        sync_lib.sync(options, dest, downloader=dl, loader=sync_lib.make_loader(ring), progress=CtrlC())
+    assert not store.state_path(dest).exists() and not list(dest.glob("stable/deb/amd64/*.deb"))
+    first = [r.path for r in server.log if r.path.endswith(".deb")][0]
+    server.clear()
+    result = _sync(server, tree, dest, "--format", "deb", "--json")
+    assert result.exit_code == 0, result.stderr
+    fetched = [r.path for r in server.log if r.path.endswith(".deb")]
+    assert first not in fetched and len(fetched) == 3 and json.loads(result.stdout)["reused_files"] == 1
+    assert _held(dest, "stable/deb/amd64") == dict.fromkeys(FOUR, "1.20.1-1")
+
+
 def test_503_then_200_is_retried_after_a_backoff(site: tuple[UpstreamTree, UpstreamServer], tmp_path: Path) -> None:
     tree, server = site
     name = "stable/rpm/x86_64/nvidia-container-toolkit-1.20.1-1.x86_64.rpm"
