@@ -59,7 +59,7 @@ def measure_overhead(work: Path) -> Dict[str, Any]:
             if Path(str(argv[0])).name in PACKAGE_MANAGERS:
                 spent.append(time.perf_counter() - start)
 
-    proc.run = timed_run  # type: ignore[assignment]
+    proc.run = timed_run
     totals, overheads, pm_times, pm_calls = [], [], [], []
     try:
         for i in range(RUNS):
@@ -77,7 +77,7 @@ def measure_overhead(work: Path) -> Dict[str, Any]:
             pm_calls.append(len(spent))
             overheads.append(total - sum(spent))
     finally:
-        proc.run = real_run  # type: ignore[assignment]
+        proc.run = real_run
         stop_agent(key.home)
     return {
         "runs": RUNS,

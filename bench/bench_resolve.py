@@ -97,7 +97,7 @@ def synthetic_packages(count: int) -> bytes:
     """``count`` stanzas built from the real 1.17.8 stanzas, one train per synthetic version."""
     text = (REAL / "Packages").read_text()
     templates = [s for s in text.split("\n\n") if re.search(r"^Version: 1\.17\.8-1$", s, re.M)]
-    out = []
+    out: list[str] = []
     n = 0
     while len(out) < count:
         version = f"1.{100 + n // 100}.{n % 100}"  # stays below the toolkit's << 2.0.0

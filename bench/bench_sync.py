@@ -88,7 +88,11 @@ def main() -> int:
         rows: list[tuple[str, float, float, float]] = []
         for label, url, hashed in (("throttled 20 MiB/s/conn", slow_url, False), ("unthrottled loopback", fast_url, True)):
             urls = [f"{url}/{p}" for p in paths]
-            base = _best(args.repeat, lambda urls=urls, hashed=hashed: _curl(urls, work / "curl", args.jobs, hash_after=hashed))
+
+            def base_run(urls: list[str] = urls, hashed: bool = hashed) -> float:
+                return _curl(urls, work / "curl", args.jobs, hash_after=hashed)
+
+            base = _best(args.repeat, base_run)
 
             def ours(url: str = url) -> float:
                 dest = work / "mirror"

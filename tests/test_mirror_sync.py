@@ -311,7 +311,7 @@ def test_sync_after_ctrl_c_keeps_the_files_it_had_verified_and_publishes_nothing
     with open_keyring([tree.public_key]) as ring, Downloader(jobs=1) as dl, pytest.raises(KeyboardInterrupt):
         sync_lib.sync(options, dest, downloader=dl, loader=sync_lib.make_loader(ring), progress=CtrlC())
     assert not store.state_path(dest).exists() and not list(dest.glob("stable/deb/amd64/*.deb"))
-    first = [r.path for r in server.log if r.path.endswith(".deb")][0]
+    first = next(r.path for r in server.log if r.path.endswith(".deb"))
     server.clear()
     result = _sync(server, tree, dest, "--format", "deb", "--json")
     assert result.exit_code == 0, result.stderr
