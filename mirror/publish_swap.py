@@ -1,6 +1,6 @@
 """Replace a served directory in one step: build beside it, then exchange the two.
 
-``OUT`` stays a real directory (web server configs, the fleet helper and INSTALL.md name it) and
+``OUT`` stays a real directory (web server configs, the Ansible role and INSTALL.md name it) and
 is replaced with ``renameat2(RENAME_EXCHANGE)``: one atomic syscall swaps the new tree in and the
 old one out, so a request sees either the complete old tree or the complete new one. Where the
 kernel or filesystem lacks RENAME_EXCHANGE (EINVAL/ENOSYS), the fallback renames the old tree aside
