@@ -415,6 +415,17 @@ def test_plan_against_the_real_nvidia_files_prints_the_right_set(version: str, e
     assert report["total_bytes"] == sum(p["size"] for p in packages)
 
 
+def test_plan_all_against_the_real_nvidia_files_takes_every_stanza_and_each_of_the_28_releases() -> None:
+    stanzas = (REAL_UPSTREAM / "stable/deb/amd64/Packages").read_text().strip().split("\n\n")
+    with UpstreamServer(REAL_UPSTREAM) as server:
+        result = run_cli("mirror", "plan", "--upstream", server.url, "--format", "deb", "--version", "all", "--json")
+    assert result.exit_code == 0, result.stderr
+    target = json.loads(result.stdout)["targets"][0]
+    assert len(target["packages"]) == len(stanzas) == 170
+    assert {"nvidia-docker2", "nvidia-container-runtime", "libnvidia-container1-dbg"} <= {p["name"] for p in target["packages"]}
+    assert len(target["releases"]) == 28 and target["releases"][0] == "1.14.0-1" and target["releases"][-1] == "1.20.1-1"
+
+
 def test_plan_prints_a_human_table_with_total(site: tuple[UpstreamTree, UpstreamServer]) -> None:
     tree, server = site
     result = run_cli("mirror", "plan", "--upstream", server.url, "--keyring", str(tree.public_key), "--version", "1.17.8")
