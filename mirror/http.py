@@ -241,8 +241,13 @@ class Downloader:
                 raise ChecksumMismatch(what, expected, actual)
             state.close()
             os.replace(part, dest)
+        except (_Cancelled, KeyboardInterrupt):
+            # Stopped, not failed (Ctrl-C, or another download failed): the bytes so far are good,
+            # so the part file stays for the next sync to resume (a failed sync removes staging/).
+            state.close()
+            raise
         except BaseException:
-            # Every failure path removes the part file: no partial bytes outlive this call.
+            # A failure removes the part file: no suspect bytes outlive this call.
             state.reset()
             raise
         return transferred

@@ -129,11 +129,16 @@ def sync_command(
     options = _options(upstream, channel, fmt, arch, version, locked)
     _warn_channel(options, quiet)  # on stderr, so --json still prints one object on stdout
     progress = progress_lib.choose(quiet=quiet, json_output=json_output)
-    with open_keyring([keyring] if keyring else None) as ring, Downloader(jobs=jobs) as downloader:
-        try:
-            result = sync_lib.sync(options, dest, downloader=downloader, loader=sync_lib.make_loader(ring), progress=progress)
-        finally:
-            progress.close()
+    try:
+        with open_keyring([keyring] if keyring else None) as ring, Downloader(jobs=jobs) as downloader:
+            try:
+                result = sync_lib.sync(options, dest, downloader=downloader, loader=sync_lib.make_loader(ring), progress=progress)
+            finally:
+                progress.close()
+    except KeyboardInterrupt:
+        # Even with --quiet: say that the mirror is unchanged and nothing downloaded is lost.
+        output.warn("interrupted; the mirror is unchanged and the next sync resumes the downloads")
+        raise
     if write_lock is not None:
         result.to_lockfile(options.upstream).save(write_lock)
     if json_output:

@@ -11,6 +11,10 @@ import io
 import json
 import lzma
 import os
+import signal
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -284,40 +288,40 @@ def test_sync_after_a_killed_run_keeps_its_verified_files_and_resumes_its_partia
     assert not staging.exists()
 
 
-def test_sync_after_ctrl_c_keeps_the_files_it_had_verified_and_publishes_nothing_until_rerun(
+def test_ctrl_c_stops_the_sync_publishes_nothing_and_the_rerun_skips_what_had_arrived(
     site: tuple[UpstreamTree, UpstreamServer], tmp_path: Path
 ) -> None:
+    # A real SIGINT to a real `gpu-airgap mirror sync` process, one download at a time; the second
+    # package's server answer is held back, so the first has arrived and the second is in flight.
     tree, server = site
     dest = tmp_path / "mirror"
-    options = sync_lib.SyncOptions(upstream=server.url, targets=(sync_lib.Target(sync_lib.PackageFormat.DEB, "amd64"),))
-
-    class CtrlC:
-        """Interrupts once the first package has arrived (downloads run one at a time)."""
-
-        def __init__(self) -> None:
-            self.files = 0
-
-        def stage(self, text: str) -> None:
-            pass
-
-        def start_downloads(self, files: int, total_bytes: int) -> None:
-            pass
-
-        def advance(self, nbytes: int) -> None:
-            self.files += 1
-            if self.files > 1:
-                raise KeyboardInterrupt
-
-    with open_keyring([tree.public_key]) as ring, Downloader(jobs=1) as dl, pytest.raises(KeyboardInterrupt):
-        sync_lib.sync(options, dest, downloader=dl, loader=sync_lib.make_loader(ring), progress=CtrlC())
+    order = [f"stable/deb/amd64/{n}_1.20.1-1_amd64.deb" for n in
+             ("libnvidia-container1", "libnvidia-container-tools", "nvidia-container-toolkit-base", "nvidia-container-toolkit")]  # fmt: skip
+    server.inject(order[1], Fault.delay(2.0))
+    argv = [sys.executable, "-m", "mirror", "mirror", "sync", "--dest", str(dest), "--upstream", server.url,
+            "--keyring", str(tree.public_key), "--format", "deb", "--jobs", "1", "--quiet"]  # fmt: skip
+    proc = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True, cwd=Path(__file__).parent.parent)
+    first = dest / ".gpu-airgap/staging" / order[0]
+    deadline = time.monotonic() + 30
+    while not first.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    started = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 130 and "warning: interrupted; the mirror is unchanged and the next sync resumes" in stderr, stderr
+    assert time.monotonic() - started < 10  # the held-back download is cancelled, the rest never start
     assert not store.state_path(dest).exists() and not list(dest.glob("stable/deb/amd64/*.deb"))
-    first = next(r.path for r in server.log if r.path.endswith(".deb"))
+    in_flight = dest / ".gpu-airgap/staging/stable/deb/amd64" / f".{Path(order[1]).name}.part"
+    assert in_flight.exists()  # what had arrived of the held-back package is kept too
+
     server.clear()
     result = _sync(server, tree, dest, "--format", "deb", "--json")
     assert result.exit_code == 0, result.stderr
-    fetched = [r.path for r in server.log if r.path.endswith(".deb")]
-    assert first not in fetched and len(fetched) == 3 and json.loads(result.stdout)["reused_files"] == 1
+    assert not server.requests_for(order[0]) and json.loads(result.stdout)["reused_files"] >= 1
+    assert all(r.range for r in server.requests_for(order[1]))  # resumed (or already whole), never fetched again
     assert _held(dest, "stable/deb/amd64") == dict.fromkeys(FOUR, "1.20.1-1")
+    for name in order:
+        assert (dest / name).read_bytes() == (tree.root / name).read_bytes()
 
 
 def test_503_then_200_is_retried_after_a_backoff(site: tuple[UpstreamTree, UpstreamServer], tmp_path: Path) -> None:
