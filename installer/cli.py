@@ -100,10 +100,9 @@ def make_bundle_app() -> typer.Typer:
 def make_app(
     *,
     bundle_app: Optional[typer.Typer] = None,
-    groups: Optional[Mapping[str, typer.Typer]] = None,
     lazy_groups: Optional[Mapping[str, Tuple[str, str, str]]] = None,
 ) -> typer.Typer:
-    """Build the root app; ``groups`` and ``lazy_groups`` (like :data:`LAZY_GROUPS`) add connected-side groups."""
+    """Build the root app; ``lazy_groups`` (like :data:`LAZY_GROUPS`) adds the connected-side groups."""
     root = type("_RootGroup", (_RootGroup,), {"more_lazy": dict(lazy_groups or {})}) if lazy_groups else _RootGroup
     app = typer.Typer(
         name=PROG,
@@ -113,8 +112,6 @@ def make_app(
         pretty_exceptions_show_locals=False,
         add_completion=False,
     )
-    for name, group in (groups or {}).items():
-        app.add_typer(group, name=name)
     app.add_typer(bundle_app or make_bundle_app(), name="bundle")
     _add_node_commands(app)
     return app

@@ -207,7 +207,7 @@ def _locked_release(repo: RepoRecord, target: LockedTarget) -> Release:
         if len(held) == len(target.packages) and all(_same(h, w) for h, w in zip(held, target.packages)):
             return release
     for release in repo.releases:
-        if release.toolkit_version == target.toolkit_version:
+        if release.toolkit_version == target.toolkit_version and len(target.packages) > len(release.packages):
             held = [repo.package(path) for path in release.packages]
             if all(any(_same(h, w) for w in target.packages) for h in held):
                 return release

@@ -13,6 +13,7 @@ from configure.errors import ProblemsFound, UsageError
 from mirror import publish_cli
 from mirror.lockfile import Lockfile
 from mirror.model import PackageFormat
+from mirror.versions import sort_key
 
 # The mirror commands import their libraries (requests, rich progress, …) when they run, so
 # other commands (bundle build, the node side) start without them.
@@ -85,12 +86,13 @@ def _target_json(item: sync_lib.PlannedTarget) -> dict[str, Any]:
         ],
         "node_requirements": list(item.node_requirements),
         "breaks": list(item.breaks),
-        "releases": [r.toolkit_version for r in item.other_releases] + [item.toolkit_version],
+        "releases": sorted([r.toolkit_version for r in item.other_releases] + [item.toolkit_version],
+                           key=sort_key(item.target.format)),  # oldest first, like the state
     }  # fmt: skip
 
 
 def _target_lines(item: sync_lib.PlannedTarget) -> list[str]:
-    older = f" and {len(item.other_releases)} older releases" if item.other_releases else ""
+    older = f" and {len(item.other_releases)} other releases" if item.other_releases else ""
     lines = [
         f"{item.key}: nvidia-container-toolkit {item.toolkit_version}{older}"
         f" ({len(item.held)} packages, {item.total_bytes} bytes)"

@@ -52,6 +52,8 @@ class Placer:
 
         :raises MirrorFileChanged: when its size or digest differs from the recorded one.
         """
+        if not (stored.sha512 or stored.sha256):
+            raise ToolError(f"the mirror recorded no checksum for {stored.path}; sync the mirror again")
         source = stored.local_path(self.mirror)
         target = safe_join(self.tree, relative)
         try:
@@ -73,8 +75,6 @@ class Placer:
         for algo, recorded, actual in (("sha512", stored.sha512, sha512), ("sha256", stored.sha256, sha256)):
             if recorded and recorded != actual:
                 raise MirrorFileChanged(stored.path, f"{algo} {recorded[:16]}…", f"{actual[:16]}…")
-        if not (stored.sha512 or stored.sha256):
-            raise ToolError(f"the mirror recorded no checksum for {stored.path}; sync the mirror again")
         self.files += 1
         self.bytes += size
         self.linked += linked

@@ -84,7 +84,7 @@ def staged(out: Path) -> Iterator[Path]:
             fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError as exc:
             raise BusyError(f"another publish to {out} is running; wait for it to finish") from exc
-        for stale in parent.glob(f".{out.name}.new-*"):
+        for stale in [*parent.glob(f".{out.name}.new-*"), *parent.glob(f".{out.name}.old-*")]:
             shutil.rmtree(stale, ignore_errors=True)  # left by a crashed publish; we hold the lock
         new = Path(tempfile.mkdtemp(prefix=f".{out.name}.new-", dir=parent))
         try:
@@ -112,7 +112,12 @@ def _swap_in(new: Path, out: Path) -> None:
     # No RENAME_EXCHANGE here: old aside, new in (the short window the module docstring describes).
     aside = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
     out.rename(aside / "tree")
-    new.rename(out)
+    try:
+        new.rename(out)
+    except OSError as exc:
+        (aside / "tree").rename(out)  # put the previous tree back: a failed publish changes nothing
+        aside.rmdir()
+        raise ToolError(f"cannot replace {out}: {exc.strerror or exc}") from exc
     aside.rename(new)  # so the caller's cleanup removes the old tree
 
 

@@ -267,15 +267,9 @@ class Transaction:
         return safe_join(self.staging, path)
 
     def staged_match(self, path: str, *, size: int, sha256: str | None, sha512: str | None) -> bool:
-        """True when a killed run already staged ``DEST/path`` with exactly this signed size and digest."""
-        target = safe_join(self.staging, path)
-        algo, expected = ("sha512", sha512) if sha512 else ("sha256", sha256)
-        try:
-            if expected is None or target.stat().st_size != size:
-                return False
-        except OSError:
-            return False
-        return file_digest(target, algo) == expected.lower()
+        """True when an interrupted run already staged ``DEST/path`` with exactly this signed size and digest."""
+        wanted = StoredFile(path, size, sha256=sha256.lower() if sha256 else None, sha512=sha512.lower() if sha512 else None)
+        return check_file(self.staging, wanted) is None
 
     def commit(self, state: MirrorState) -> None:
         """Publish packages, then metadata, then the HTTP cache, then ``state.json``; end staging."""

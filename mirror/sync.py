@@ -259,9 +259,8 @@ def plan_target(options: SyncOptions, target: Target, *, fetcher: Fetcher, loade
         # The lockfile names the packages; the resolver still says what the node must provide and
         # what they break, so a bundle built from a locked mirror carries both.
         try:
-            release = ReleasePlan.of(
-                resolve(list(snapshot.packages), VersionSelector.parse(wanted.toolkit_version), target.format)
-            )
+            # Resolved within the locked set, so upstream's later additions cannot change the release.
+            release = ReleasePlan.of(resolve(list(chosen), VersionSelector.parse(wanted.toolkit_version), target.format))
             requirements, breaks = release.node_requirements, release.breaks
         except UnresolvableDependency:
             release, requirements, breaks = None, (), ()  # the differences below say what upstream no longer has
@@ -270,7 +269,7 @@ def plan_target(options: SyncOptions, target: Target, *, fetcher: Fetcher, loade
         if release is not None and set(release.packages) < set(chosen):
             # A lock of a full mirror (``--version all``): the release is its closure, the rest is held beside it.
             also = tuple(p for p in chosen if p not in release.packages)
-            chosen, others = release.packages, _other_releases(chosen + also, target.format, release.toolkit_version)
+            chosen, others = release.packages, _other_releases(chosen, target.format, release.toolkit_version)
         planned = PlannedTarget(
             **common,  # type: ignore[arg-type]
             packages=chosen,

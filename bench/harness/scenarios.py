@@ -170,7 +170,8 @@ def interrupted(b: Bench, link: str = THROTTLED) -> list[Row]:
                 refetched.update(_refetched(first, Run(0, log=second.log[len(first.log):]), sizes))
             row = _row(b, "interrupted + re-run", link, fmt, tool, runs, complete)
             row.note = (f"jobs={jobs}; wall: the re-run; MiB/requests: both runs, {statistics.median(extra) / 2**20:.1f} MiB "
-                        f"more than a cold sync; package files complete at the kill: {statistics.median(done):g}")  # fmt: skip + "".join(f"; {n}" for n in sorted(notes))
+                        f"more than a cold sync; package files complete at the kill: {statistics.median(done):g}"
+                        + "".join(f"; {n}" for n in sorted(notes)))  # fmt: skip
             row.recovered = ("yes" if complete and not refetched else "complete, but re-fetched " + ", ".join(p.rsplit("/", 1)[-1] for p in sorted(refetched)) if complete else "no")
             rows.append(row)
     return rows
