@@ -70,6 +70,8 @@ class InstallResult:
     cdi: str = ""
     diff: str = ""  #: configuration diff (dry-run)
     failed_engines: List[str] = field(default_factory=list)  #: engines that did not come back; config restored
+    #: engines still to restart (``--no-restart``, or under another root): ``gpu-airgap restart`` does it
+    restart_pending: List[str] = field(default_factory=list)
     #: whether the node changed (dry-run: would change); what automation such as Ansible reports
     changed: bool = False
 
@@ -166,9 +168,10 @@ def install(bundle: Path, keyring: Path, options: InstallOptions, env: NodeEnv) 
         )
         result.messages.extend(check.notes)
         hold_now = options.hold and not (old_state and old_state.held and not check.to_install)
+        pending_before = list(old_state.restart_pending) if old_state else []
         if options.dry_run:
             recorded = old_state is not None and old_state.bundle_id == staged.bundle_id
-            return _dry_run(result, check, target, engines, facts, options, env, hold_now, recorded)
+            return _dry_run(result, check, target, engines, facts, options, env, hold_now, recorded, pending_before)
         result.changed = True  # cleared below when the run turns out to be up to date
         previous = {p.name: installed[p.name] for p in target.packages}
         if check.remove_first:
@@ -188,8 +191,13 @@ def install(bundle: Path, keyring: Path, options: InstallOptions, env: NodeEnv) 
         journal = Journal(root)
         cdi_on, result.cdi = _cdi(facts, options, journal, env)
         changed = _register(engines, facts, options, journal, cdi_on, env, result)
-        changed = _restart(changed, options, journal, env, result)
-        nothing = check.nothing_to_do and not changed and "written" not in result.cdi
+        # Engines an earlier run left unrestarted are retried with this run's changes.
+        due = sorted({*changed, *pending_before})
+        kept = restart_engines(due, options, journal, env, result)
+        changed = [name for name in changed if name in kept]
+        result.restart_pending = _left_pending(due, options)
+        restarted = bool(pending_before) and _may_restart(options)
+        nothing = check.nothing_to_do and not changed and "written" not in result.cdi and not hold_now and not restarted
         if nothing and old_state is not None and old_state.bundle_id == staged.bundle_id:
             result.outcome = "up-to-date"
             result.changed = False
@@ -208,6 +216,7 @@ def install(bundle: Path, keyring: Path, options: InstallOptions, env: NodeEnv) 
             held=options.hold or bool(old_state and old_state.held),
             runtime_name=options.runtime_name,
             engines=touched,
+            restart_pending=result.restart_pending,
             cdi=result.cdi,
             files=changed_files(journal, touched),
             installed_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -316,7 +325,7 @@ def _register(
     return changed
 
 
-def _restart(changed: List[str], options: InstallOptions, journal: Journal, env: NodeEnv, result: InstallResult) -> List[str]:
+def restart_engines(changed: List[str], options: InstallOptions, journal: Journal, env: NodeEnv, result: InstallResult) -> List[str]:
     """Restart the changed engines; return those whose change stayed (a reverted one is not recorded)."""
     if not changed:
         return changed
@@ -347,6 +356,15 @@ def _runtime_options(options: InstallOptions, cdi: bool) -> RuntimeOptions:
     )
 
 
+def _left_pending(due: List[str], options: InstallOptions) -> List[str]:
+    """The engines still to restart after this run: on the live system with ``--no-restart`` only.
+
+    Under another root the engines are not running from it (an image, a chroot): they read the new
+    configuration when that system starts them, so nothing is pending.
+    """
+    return due if options.no_restart and is_live_root(options.root) else []
+
+
 def _may_restart(options: InstallOptions) -> bool:
     """Engines are restarted only on the live system: under another root they are not ours to touch."""
     return not options.no_restart and is_live_root(options.root)
@@ -362,6 +380,7 @@ def _dry_run(
     env: NodeEnv,
     hold_now: bool,
     recorded: bool,
+    pending_before: List[str],
 ) -> InstallResult:
     for name, version, why in check.remove_first:
         result.messages.append(f"would remove {name} {version}: {why}")
@@ -378,17 +397,21 @@ def _dry_run(
     runtime = _runtime_options(options, cdi_on)
     diffs: List[str] = []
     engines_change = False
+    would_change: List[str] = []
     for name in engines:
         plan = env.engine(name).plan(runtime)
         result.engines[name] = "would register" if plan.changed else "already registered"
         engines_change = engines_change or plan.changed
+        would_change += [name] if plan.changed else []
         diffs.append(unified_diff(plan.changes))
+    result.restart_pending = _left_pending(sorted({*would_change, *pending_before}), options)
     result.diff = "".join(diffs)
     # A valid existing CDI spec is kept by a real run, so only a missing one would be written.
     cdi_change = cdi_on and not rooted(options.root, CDI_SPEC).exists()
     # A run that changes nothing else still records this bundle when the node has no record of it.
     result.changed = bool(
         check.to_install or check.remove_first or hold_now or engines_change or cdi_change or not recorded
+        or (pending_before and _may_restart(options))
     )
     result.cdi = "off" if options.cdi == "off" else ("would generate" if cdi_on else "skipped: no NVIDIA driver found")
     result.messages.append("dry run: nothing was changed")

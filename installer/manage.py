@@ -1,4 +1,4 @@
-"""``gpu-airgap uninstall`` and ``gpu-airgap status``: undo the recorded install, or report on it.
+"""``gpu-airgap uninstall``, ``status`` and ``restart``: undo the recorded install, report on it, finish it.
 
 Both read ``state.json`` (:mod:`installer.state`) and the configure journal; uninstall restores
 files with :func:`configure.changes.revert`, so the bytes come back exactly as they were.
@@ -9,15 +9,15 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 from configure import cdi as cdi_spec
 from configure.changes import Journal, read_optional, revert
-from configure.errors import ProblemsFound, ToolError
+from configure.errors import ProblemsFound, ToolError, UsageError
 from configure.fsutil import is_live_root, rooted
 from installer.env import CDI_SPEC, SERVICE_UNITS, NodeEnv
-from installer.install import node_lock
-from installer.state import NodeState, load_state, state_path
+from installer.install import InstallOptions, InstallResult, node_lock, restart_engines
+from installer.state import NodeState, changed_files, load_state, save_state, state_path
 from installer.target import TOOLKIT_ORDER
 
 
@@ -113,6 +113,42 @@ def uninstall(root: Path, env: NodeEnv, *, keep_packages: bool = False, force: b
     return result
 
 
+def restart_pending(root: Path, env: NodeEnv, engines: Optional[List[str]] = None) -> InstallResult:
+    """Restart the engines the recorded install changed but did not restart (``install --no-restart``).
+
+    What ``install`` does after registering the runtime, run later (an Ansible handler, the
+    Kubernetes pod): an engine that does not come back gets its previous configuration back (from
+    the configure journal) and is restarted again, and drops out of the record. The pending list
+    is cleared either way.
+
+    :param engines: restart these instead (after ``configure ENGINE``, which records no install).
+    :raises UsageError: under another ``--root``: its engines are not ours to restart.
+    """
+    if not is_live_root(root):
+        raise UsageError(f"engines are restarted only on the running system; {root} is another root, restart them there")
+    with node_lock(root):
+        state = load_state(root)
+        result = InstallResult(outcome="restarted", node="", target=state.target if state else "",
+                               bundle_id=state.bundle_id if state else "")  # fmt: skip
+        due = sorted(set(engines)) if engines else list(state.restart_pending if state else [])
+        unknown = [name for name in due if name not in SERVICE_UNITS]
+        if unknown:
+            raise UsageError(f"cannot restart {', '.join(unknown)}: the engines are {', '.join(SERVICE_UNITS)}")
+        if not due:
+            result.outcome = "nothing to restart"
+            return result
+        journal = Journal(root)
+        result.engines = {name: "configuration changed" for name in due}
+        restart_engines(due, InstallOptions(root=root), journal, env, result)
+        if state is not None:
+            state.engines = [e for e in state.engines if e not in result.failed_engines]
+            state.files = changed_files(journal, state.engines)
+            state.restart_pending = [e for e in state.restart_pending if e not in due]
+            save_state(root, state)
+        result.changed = True
+    return result
+
+
 def status(root: Path, env: NodeEnv, runtime_name: str = "nvidia") -> Dict[str, Any]:
     """Report packages, engine registration, the CDI spec and drift from ``state.json``.
 
@@ -158,6 +194,7 @@ def status(root: Path, env: NodeEnv, runtime_name: str = "nvidia") -> Dict[str, 
         "signer": state.signer if state else None,
         "release": state.release if state else None,
         "held": state.held if state else False,
+        "restart_pending": state.restart_pending if state else [],
         "packages": packages,
         "engines": engines,
         "cdi": cdi,

@@ -24,6 +24,9 @@ def _progress(line: str) -> None:
     sys.stderr.write(line + "\n")
 
 
+_ENGINE = typer.Option([], "--engine", help="Restart this engine instead of the pending ones; repeat.")
+
+
 def add_node_commands(app: typer.Typer) -> None:
     """Register ``install``, ``uninstall`` and ``status`` on ``app``."""
 
@@ -94,6 +97,25 @@ def add_node_commands(app: typer.Typer) -> None:
         if result.failed_engines:
             raise manage.EngineNotRunning(result.failed_engines)
 
+    @app.command("restart")
+    def restart(
+        root: str = typer.Option("/", "--root", metavar="DIR", help=ROOT_HELP),
+        engine: List[str] = _ENGINE,
+        as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    ) -> None:
+        """Restart the engines an `install --no-restart` changed; put back the config of any that stays down."""
+        from installer import install as install_lib
+        from installer import manage
+        from installer.env import NodeEnv
+
+        result = manage.restart_pending(Path(root), NodeEnv(log=_progress), engine or None)
+        if as_json:
+            emit_json(result.to_dict())
+        else:
+            emit_lines([result.outcome, *(f"  {name}: {what}" for name, what in result.engines.items())])
+        if result.failed_engines:
+            raise install_lib.EngineRestartFailed(result.failed_engines)
+
     @app.command("status")
     def status(
         root: str = typer.Option("/", "--root", metavar="DIR", help=ROOT_HELP),
@@ -122,7 +144,8 @@ def _status_lines(report: Dict[str, Any]) -> List[str]:
         lines.append(f"  {name}: {version or 'not installed'}" + (" (held)" if report["held"] and version else ""))
     for engine, facts in report["engines"].items():
         runtime = facts.get("RUNTIME") or "not registered"
-        lines.append(f"  {engine}: runtime {runtime}" + (f", default {facts['DEFAULT']}" if facts.get("DEFAULT") else ""))
+        pending = " (restart pending: `gpu-airgap restart`)" if engine in report.get("restart_pending", []) else ""
+        lines.append(f"  {engine}: runtime {runtime}" + (f", default {facts['DEFAULT']}" if facts.get("DEFAULT") else "") + pending)
     cdi = report["cdi"]
     lines.append(f"  CDI {cdi['path']}: " + ("valid" if cdi["valid"] else "invalid" if cdi["present"] else "absent"))
     lines += [f"problem: {p}" for p in report["problems"]] or ["no drift from the recorded install"]

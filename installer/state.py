@@ -46,6 +46,9 @@ class NodeState:
     held: bool = False
     runtime_name: str = "nvidia"
     engines: List[str] = field(default_factory=list)  #: engines whose config the install changed
+    #: engines whose config changed but which gpu-airgap did not restart yet (``--no-restart``, or a
+    #: restart that never ran): ``gpu-airgap restart`` restarts them, a later install retries them
+    restart_pending: List[str] = field(default_factory=list)
     cdi: str = ""  #: what happened to CDI, in words
     files: List[ChangedFile] = field(default_factory=list)
     installed_at: str = ""

@@ -210,6 +210,91 @@ class TestDpkgRoot:
         assert (deb_root / "etc/containerd/config.toml").read_bytes() == CONTAINERD_CONFIG  # restored all the same
         assert "did not come back" in str(manage_mod.EngineNotRunning(result.failed_engines))
 
+    def test_hold_asked_on_a_later_run_is_set_recorded_and_then_up_to_date(self, tmp_path: Path, deb_root: Path, targets: Dict[str, Target]) -> None:
+        bundle, key, env, _ = _setup(tmp_path, targets["deb-1.17.8"])
+        install(bundle, key, InstallOptions(root=deb_root), env)
+        held = install(bundle, key, InstallOptions(root=deb_root, hold=True), env)
+        assert held.changed and held.outcome == "installed" and any(m.startswith("held ") for m in held.messages)
+        state = load_state(deb_root)
+        assert state is not None and state.held
+        assert not install(bundle, key, InstallOptions(root=deb_root, hold=True, dry_run=True), env).changed
+        assert install(bundle, key, InstallOptions(root=deb_root, hold=True), env).outcome == "up-to-date"
+
+    def test_engines_left_unrestarted_stay_pending_until_restart_restarts_them(
+        self, tmp_path: Path, deb_root: Path, targets: Dict[str, Target], monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        # What an Ansible handler or a pod relies on: a restart that never ran is not forgotten.
+        import installer.install as install_mod
+        import installer.manage as manage_mod
+
+        monkeypatch.setattr(install_mod, "is_live_root", lambda root: True)  # engines as on a real node
+        monkeypatch.setattr(manage_mod, "is_live_root", lambda root: True)
+        bundle, key, env, services = _setup(tmp_path, targets["deb-1.17.8"])
+        first = install(bundle, key, InstallOptions(root=deb_root, no_restart=True), env)
+        assert first.restart_pending == ["containerd"] and services.calls == []
+        again = install(bundle, key, InstallOptions(root=deb_root, no_restart=True), env)
+        assert again.outcome == "up-to-date" and again.restart_pending == ["containerd"]
+        assert status(deb_root, env)["restart_pending"] == ["containerd"]
+
+        done = manage_mod.restart_pending(deb_root, env)
+        assert done.changed and ("restart", "containerd") in services.calls and not done.failed_engines
+        state = load_state(deb_root)
+        assert state is not None and state.restart_pending == [] and state.engines == ["containerd"]
+        assert manage_mod.restart_pending(deb_root, env).outcome == "nothing to restart"
+
+    def test_a_pending_engine_that_stays_down_gets_its_config_back(
+        self, tmp_path: Path, deb_root: Path, targets: Dict[str, Target], monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        import installer.install as install_mod
+        import installer.manage as manage_mod
+
+        monkeypatch.setattr(install_mod, "is_live_root", lambda root: True)
+        monkeypatch.setattr(manage_mod, "is_live_root", lambda root: True)
+        bundle, key, env, services = _setup(tmp_path, targets["deb-1.17.8"])
+        install(bundle, key, InstallOptions(root=deb_root, no_restart=True), env)
+        services.healthy = False
+        failed = manage_mod.restart_pending(deb_root, env)
+        assert failed.failed_engines == ["containerd"]
+        assert (deb_root / "etc/containerd/config.toml").read_bytes() == CONTAINERD_CONFIG
+        state = load_state(deb_root)
+        assert state is not None and state.restart_pending == [] and "containerd" not in state.engines
+
+    def test_a_later_install_that_may_restart_retries_the_pending_engines(
+        self, tmp_path: Path, deb_root: Path, targets: Dict[str, Target], monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        import installer.install as install_mod
+
+        monkeypatch.setattr(install_mod, "is_live_root", lambda root: True)
+        bundle, key, env, services = _setup(tmp_path, targets["deb-1.17.8"])
+        install(bundle, key, InstallOptions(root=deb_root, no_restart=True), env)
+        retried = install(bundle, key, InstallOptions(root=deb_root), env)
+        assert retried.changed and retried.restart_pending == [] and ("restart", "containerd") in services.calls
+        state = load_state(deb_root)
+        assert state is not None and state.restart_pending == []
+
+    def test_restart_of_a_named_engine_after_configure_puts_its_config_back_when_it_stays_down(
+        self, deb_root: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        # The mirror source registers the runtime with `configure containerd` (no install record).
+        import installer.install as install_mod
+        import installer.manage as manage_mod
+
+        monkeypatch.setattr(install_mod, "is_live_root", lambda root: True)
+        monkeypatch.setattr(manage_mod, "is_live_root", lambda root: True)
+        assert run_cli("configure", "containerd", "--root", str(deb_root)).exit_code == 0
+        assert (deb_root / "etc/containerd/config.toml").read_bytes() != CONTAINERD_CONFIG
+        services = Services(healthy=False)
+        result = manage_mod.restart_pending(deb_root, NodeEnv(services=services), ["containerd"])
+        assert ("restart", "containerd") in services.calls and result.failed_engines == ["containerd"]
+        assert (deb_root / "etc/containerd/config.toml").read_bytes() == CONTAINERD_CONFIG
+        assert load_state(deb_root) is None
+        with pytest.raises(UsageError, match="the engines are containerd, docker, crio"):
+            manage_mod.restart_pending(deb_root, NodeEnv(services=services), ["podman"])
+
+    def test_restart_refuses_another_root(self, deb_root: Path) -> None:
+        result = run_cli("restart", "--root", str(deb_root))
+        assert result.exit_code == ExitCode.USAGE and "engines are restarted only on the running system" in result.stderr
+
     def test_status_reports_packages_engines_and_drift(self, tmp_path: Path, deb_root: Path, targets: Dict[str, Target]) -> None:
         bundle, key, env, _ = _setup(tmp_path, targets["deb-1.17.8"])
         install(bundle, key, InstallOptions(root=deb_root), env)

@@ -253,7 +253,7 @@ class TestOrchestration:
         result = InstallResult("installed", "n", "t", "id", engines={"containerd": "registered"})
         options = InstallOptions(root=tmp_path)
         monkeypatch.setattr(install_mod, "_may_restart", lambda options: True)
-        kept = install_mod._restart(["containerd"], options, journal, NodeEnv(services=services), result)
+        kept = install_mod.restart_engines(["containerd"], options, journal, NodeEnv(services=services), result)
         assert kept == []  # the reverted engine is not recorded as changed
         assert config.read_bytes() == b"version = 2\n"
         assert services.calls == ["restart containerd", "restart containerd"]

@@ -23,8 +23,9 @@ short_description: Install, configure or uninstall the NVIDIA Container Toolkit 
 options:
   state:
     description: present (install from a bundle), configured (register the runtime only; packages came
-      from the mirror) or absent (uninstall what gpu-airgap installed).
-    choices: [present, configured, absent]
+      from the mirror), restarted (restart the engines an install left pending, putting back the
+      configuration of any that stays down) or absent (uninstall what gpu-airgap installed).
+    choices: [present, configured, restarted, absent]
     default: present
   zipapp: {description: gpu-airgap-node.pyz on the node, required: true, type: path}
   python: {description: the node's python3 (>= 3.9), default: python3, type: str}
@@ -38,18 +39,19 @@ options:
   cdi: {description: auto, on or off (configured - on enables CDI in the engine), default: auto}
   hold: {default: false, type: bool}
   force: {description: uninstall even when recorded files were edited since, default: false, type: bool}
+  engines: {description: "restarted: these engines (after state=configured) instead of the install's pending ones", type: list}
 """
 
 RETURN = r"""
 result: {description: the node tool's JSON object}
-engines_changed: {description: engines whose configuration changed (the restart handler restarts these)}
+engines_changed: {description: engines waiting for a restart (the restart handler restarts these)}
 """
 
 
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
-            "state": {"choices": ["present", "configured", "absent"], "default": "present"},
+            "state": {"choices": ["present", "configured", "restarted", "absent"], "default": "present"},
             "zipapp": {"type": "path", "required": True},
             "python": {"type": "str", "default": "python3"},
             "bundle": {"type": "path"},
@@ -62,6 +64,7 @@ def main() -> None:
             "cdi": {"choices": ["auto", "on", "off"], "default": "auto"},
             "hold": {"type": "bool", "default": False},
             "force": {"type": "bool", "default": False},
+            "engines": {"type": "list", "elements": "str", "default": []},
         },
         required_if=[("state", "present", ("bundle", "keyring"))],
         supports_check_mode=True,
@@ -71,6 +74,8 @@ def main() -> None:
         _present(module)
     elif state == "configured":
         _configured(module)
+    elif state == "restarted":
+        _restarted(module)
     else:
         _absent(module)
 
@@ -118,12 +123,24 @@ def _present(module: AnsibleModule) -> None:
     args = _install_args(p)
     planned = _tool(module, *args, "--dry-run") if module.check_mode or module._diff else None
     if module.check_mode:
-        engines = [e for e, what in planned["engines"].items() if what == "would register"]
-        module.exit_json(changed=planned["changed"], result=planned, engines_changed=engines, diff=_diff(planned["diff"]))
+        engines = planned["restart_pending"]
+        module.exit_json(changed=planned["changed"] or bool(engines), result=planned, engines_changed=engines,
+                         diff=_diff(planned["diff"]))  # fmt: skip
     result = _tool(module, *args)
-    engines = [e for e, what in result["engines"].items() if what.startswith("registered runtime")]
+    # The installer keeps engines it did not restart pending until `restart` ran, so a handler that
+    # never ran (a failed batch, a lost connection) is notified again by the next run.
+    engines = result["restart_pending"]
     diff = _diff(planned["diff"]) if planned is not None and result["changed"] else {}
-    module.exit_json(changed=result["changed"], result=result, engines_changed=engines, diff=diff)
+    module.exit_json(changed=result["changed"] or bool(engines), result=result, engines_changed=engines, diff=diff)
+
+
+def _restarted(module: AnsibleModule) -> None:
+    p = module.params
+    if module.check_mode:
+        pending = p["engines"] or _tool(module, "status", "--root", p["root"], ok_codes=(0, 9))["restart_pending"]
+        module.exit_json(changed=bool(pending), engines_changed=pending)
+    result = _tool(module, "restart", "--root", p["root"], *(arg for e in p["engines"] for arg in ("--engine", e)))
+    module.exit_json(changed=result["changed"], result=result, engines_changed=list(result["engines"]))
 
 
 def _configured(module: AnsibleModule) -> None:
