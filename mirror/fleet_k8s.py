@@ -136,7 +136,9 @@ def documents(options: K8sOptions, script: str, keyring_text: Optional[str]) -> 
     if (keyring_text is None) == (options.keyring_configmap is None):
         raise UsageError("give exactly one of --keyring and --keyring-configmap")
     meta = _meta(options)
-    docs: List[Dict[str, Any]] = [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": options.namespace}}]
+    # The pod is privileged with hostPID: namespaces that enforce Pod Security "baseline" would refuse it.
+    namespace = {"name": options.namespace, "labels": {"pod-security.kubernetes.io/enforce": "privileged"}}
+    docs: List[Dict[str, Any]] = [{"apiVersion": "v1", "kind": "Namespace", "metadata": namespace}]
     docs.append({"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta(f"{options.name}-script"), "data": {"k8s-node.py": script}})
     keyring_map = options.keyring_configmap or f"{options.name}-keyring"
     if keyring_text is not None:
@@ -164,21 +166,31 @@ def _meta(options: K8sOptions) -> Meta:
     return meta
 
 
-# --tools host: stage the program, key and (ConfigMap) bundle on the node, then run the program with
-# the node's python3 inside its root. exec: python3 gets SIGTERM when the pod stops.
-HOST_WRAPPER = """set -eu
+# --tools host: stage the program, key and bundle on the node, then run the program with the node's
+# python3 inside its root. The bundle URL is fetched here, in the pod's network with the cluster's
+# DNS: inside the chroot the node's resolver (127.0.0.53 with systemd-resolved) does not answer.
+# exec: python3 gets SIGTERM when the pod stops.
+HOST_WRAPPER = f"""set -eu
 cache="$GPU_AIRGAP_HOST_MOUNT$GPU_AIRGAP_CACHE"
 mkdir -p "$cache"
 cp /etc/gpu-airgap/script/k8s-node.py "$cache/k8s-node.py"
-cp /etc/gpu-airgap/keyring/operator.asc "$cache/operator.asc"
-if [ -e /etc/gpu-airgap/bundle/bundle ]; then cp /etc/gpu-airgap/bundle/bundle "$cache/bundle.configmap"; fi
+cp /etc/gpu-airgap/keyring/{KEYRING_KEY} "$cache/{KEYRING_KEY}"
+if [ -n "${{GPU_AIRGAP_BUNDLE_URL:-}}" ]; then
+  echo "gpu-airgap-k8s: fetching $GPU_AIRGAP_BUNDLE_URL" >&2
+  wget -q -O "$cache/bundle.part" "$GPU_AIRGAP_BUNDLE_URL" \\
+    || {{ echo "gpu-airgap-k8s: could not fetch the bundle from $GPU_AIRGAP_BUNDLE_URL" >&2; exit 1; }}
+  mv "$cache/bundle.part" "$cache/bundle"
+  export GPU_AIRGAP_BUNDLE_FILE="$GPU_AIRGAP_CACHE/bundle"
+  unset GPU_AIRGAP_BUNDLE_URL
+elif [ -e /etc/gpu-airgap/bundle/{BUNDLE_KEY} ]; then
+  cp /etc/gpu-airgap/bundle/{BUNDLE_KEY} "$cache/bundle.configmap"
+fi
 exec chroot "$GPU_AIRGAP_HOST_MOUNT" python3 -I "$GPU_AIRGAP_CACHE/k8s-node.py"
 """
 
 
 def _env(options: K8sOptions) -> List[Dict[str, str]]:
     on_host = options.tools == "host"
-    staged = f"{HOST_CACHE}/" if on_host else "/etc/gpu-airgap/"
     values = {
         "GPU_AIRGAP_HOST_ROOT": "/" if on_host else HOST_ROOT,
         "GPU_AIRGAP_KEYRING": f"{HOST_CACHE}/{KEYRING_KEY}" if on_host else f"/etc/gpu-airgap/keyring/{KEYRING_KEY}",
@@ -193,7 +205,7 @@ def _env(options: K8sOptions) -> List[Dict[str, str]]:
     if options.bundle_url is not None:
         values["GPU_AIRGAP_BUNDLE_URL"] = options.bundle_url
     else:
-        values["GPU_AIRGAP_BUNDLE_FILE"] = f"{staged}bundle.configmap" if on_host else f"/etc/gpu-airgap/bundle/{BUNDLE_KEY}"
+        values["GPU_AIRGAP_BUNDLE_FILE"] = f"{HOST_CACHE}/bundle.configmap" if on_host else f"/etc/gpu-airgap/bundle/{BUNDLE_KEY}"
     return [{"name": k, "value": v} for k, v in values.items()]
 
 
@@ -247,7 +259,7 @@ def _daemonset(options: K8sOptions, meta: Meta, keyring_map: str) -> Dict[str, A
         "metadata": meta(options.name),
         "spec": {
             "selector": {"matchLabels": labels},
-            # one node at a time: a bad bundle leaves one node not ready and the rollout stops there
+            # updates roll one node at a time: a not-ready pod stops them (the first apply starts every pod at once)
             "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1}},
             "template": {
                 "metadata": {"labels": {**labels, "app.kubernetes.io/managed-by": "gpu-airgap"}},
@@ -258,7 +270,8 @@ def _daemonset(options: K8sOptions, meta: Meta, keyring_map: str) -> Dict[str, A
                     "hostPID": True,
                     "automountServiceAccountToken": False,
                     "priorityClassName": "system-node-critical",
-                    "terminationGracePeriodSeconds": 5,
+                    # dpkg/rpm must not be killed mid-install: the program finishes the install first
+                    "terminationGracePeriodSeconds": 300,
                     "containers": [container],
                     "volumes": volumes,
                 },

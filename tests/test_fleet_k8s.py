@@ -116,6 +116,9 @@ def test_daemonset_runs_the_installer_on_gpu_nodes_with_the_host_root_mounted(ur
     assert docs["ConfigMap/gpu-airgap-node-script"]["data"]["k8s-node.py"] == pod_script()
     assert docs["ConfigMap/gpu-airgap-node-keyring"]["data"]["operator.asc"] == operator_key.public.read_text()
     assert docs["RuntimeClass/nvidia"] == runtimeclass.manifest("nvidia", "nvidia")
+    # privileged + hostPID: the namespace says so, or Pod Security "baseline" namespaces refuse the pod
+    assert docs["Namespace/gpu-airgap"]["metadata"]["labels"] == {"pod-security.kubernetes.io/enforce": "privileged"}
+    assert pod["terminationGracePeriodSeconds"] >= 120  # an install in progress is finished, not killed
 
 
 def test_configmap_bundle_and_existing_keyring_configmap_are_mounted(configmap_docs: List[Dict[str, Any]]) -> None:
@@ -253,43 +256,76 @@ def test_pod_program_fails_with_one_sentence_when_the_bundle_cannot_be_fetched(o
     assert {k: v for k, v in tree_digest(host).items() if not k.startswith("var/cache")} == before
 
 
+class HostPod:
+    """The real ``--tools host`` wrapper and chroot, with the machine's own / standing in for the node's
+    (``chroot /`` is the identity), the pod's mounts under ``tmp_path``, and the install aimed at a scratch root."""
+
+    def __init__(self, tmp_path: Path, key: Path, bundle: Path | None) -> None:
+        self.mounts, self.cache, self.host = tmp_path / "pod", tmp_path / "node-cache", tmp_path / "host"
+        seed_containerd_node(self.host)
+        files = {"script/k8s-node.py": pod_script().encode(), "keyring/operator.asc": key.read_bytes()}
+        if bundle is not None:
+            files["bundle/bundle"] = bundle.read_bytes()  # the bundle ConfigMap
+        for rel, data in files.items():
+            (self.mounts / rel).parent.mkdir(parents=True, exist_ok=True)
+            (self.mounts / rel).write_bytes(data)
+        self.cache.mkdir()
+        self.wrapper = fleet_k8s.HOST_WRAPPER.replace("/etc/gpu-airgap/", f"{self.mounts}/")
+        self.env = {
+            "PATH": os.environ["PATH"], "HOME": str(tmp_path), "GPU_AIRGAP_NODE_CACHE": str(tmp_path / "zipapp-cache"),
+            "GPU_AIRGAP_HOST_MOUNT": "/", "GPU_AIRGAP_CACHE": str(self.cache), "GPU_AIRGAP_HOST_ROOT": str(self.host),
+            "GPU_AIRGAP_KEYRING": str(self.cache / "operator.asc"), "GPU_AIRGAP_READY_FILE": str(self.cache / "ready"),
+            "GPU_AIRGAP_RUNTIME": "containerd", "GPU_AIRGAP_CDI": "off", "GPU_AIRGAP_RESTART": "none",
+            "GPU_AIRGAP_ONESHOT": "true",
+        }  # fmt: skip
+        if bundle is not None:
+            self.env["GPU_AIRGAP_BUNDLE_FILE"] = str(self.cache / "bundle.configmap")
+
+    def run(self) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["/bin/sh", "-c", self.wrapper], env=self.env, capture_output=True, text=True, timeout=180, check=False)
+
+    def ready(self) -> bool:
+        probe = ["chroot", "/", "python3", "-I", str(self.cache / "k8s-node.py"), "ready"]
+        return subprocess.run(probe, env=self.env, check=False).returncode == 0
+
+
 @pytest.mark.slow
 def test_host_tools_wrapper_stages_the_program_on_the_node_and_a_stale_ready_marker_never_passes(
     deb_bundle: Path, operator_key: TestKey, other_key: TestKey, tmp_path: Path
 ) -> None:
-    # The real wrapper and chroot, with the machine's own / standing in for the node's (chroot / is the
-    # identity), the pod's mounts under tmp_path, and the install aimed at a scratch root.
-    mounts, cache, host = tmp_path / "pod", tmp_path / "node-cache", tmp_path / "host"
-    seed_containerd_node(host)
     # First the key ConfigMap holds another key than the one that signed the bundle.
-    for rel, data in (("script/k8s-node.py", pod_script().encode()), ("keyring/operator.asc", other_key.public.read_bytes()),
-                      ("bundle/bundle", deb_bundle.read_bytes())):  # fmt: skip
-        (mounts / rel).parent.mkdir(parents=True, exist_ok=True)
-        (mounts / rel).write_bytes(data)
-    cache.mkdir()
-    (cache / "ready").write_text("{}")  # left on the node by an earlier pod
-    wrapper = fleet_k8s.HOST_WRAPPER.replace("/etc/gpu-airgap/", f"{mounts}/")
-    env = {
-        "PATH": os.environ["PATH"], "HOME": str(tmp_path), "GPU_AIRGAP_NODE_CACHE": str(tmp_path / "zipapp-cache"),
-        "GPU_AIRGAP_HOST_MOUNT": "/", "GPU_AIRGAP_CACHE": str(cache), "GPU_AIRGAP_HOST_ROOT": str(host),
-        "GPU_AIRGAP_KEYRING": str(cache / "operator.asc"), "GPU_AIRGAP_BUNDLE_FILE": str(cache / "bundle.configmap"),
-        "GPU_AIRGAP_READY_FILE": str(cache / "ready"), "GPU_AIRGAP_RUNTIME": "containerd", "GPU_AIRGAP_CDI": "off",
-        "GPU_AIRGAP_RESTART": "none", "GPU_AIRGAP_ONESHOT": "true",
-    }  # fmt: skip
-    probe = ["chroot", "/", "python3", "-I", str(cache / "k8s-node.py"), "ready"]
-
-    def pod() -> subprocess.CompletedProcess[str]:
-        return subprocess.run(["/bin/sh", "-c", wrapper], env=env, capture_output=True, text=True, timeout=180, check=False)
-
-    before = tree_digest(host)
-    failed = pod()
+    pod = HostPod(tmp_path, other_key.public, deb_bundle)
+    (pod.cache / "ready").write_text("{}")  # left on the node by an earlier pod
+    before = tree_digest(pod.host)
+    failed = pod.run()
     assert failed.returncode == ExitCode.VERIFICATION_FAILED, failed.stderr
-    assert (cache / "k8s-node.py").read_text() == pod_script() and (cache / "bundle.configmap").read_bytes() == deb_bundle.read_bytes()
-    assert not (cache / "ready").exists() and subprocess.run(probe, env=env, check=False).returncode == 1
-    assert tree_digest(host) == before
+    assert (pod.cache / "k8s-node.py").read_text() == pod_script()
+    assert (pod.cache / "bundle.configmap").read_bytes() == deb_bundle.read_bytes()
+    assert not (pod.cache / "ready").exists() and not pod.ready()
+    assert tree_digest(pod.host) == before
 
-    (mounts / "keyring/operator.asc").write_bytes(operator_key.public.read_bytes())
-    done = pod()
+    (pod.mounts / "keyring/operator.asc").write_bytes(operator_key.public.read_bytes())
+    done = pod.run()
     assert done.returncode == 0, done.stderr
-    assert json.loads((cache / "ready").read_text())["outcome"] == "installed"
-    assert subprocess.run(probe, env=env, check=False).returncode == 0
+    assert json.loads((pod.cache / "ready").read_text())["outcome"] == "installed"
+    assert pod.ready()
+
+
+@pytest.mark.slow
+def test_host_tools_wrapper_fetches_the_bundle_url_in_the_pods_network_before_entering_the_node(
+    bundle_server: str, operator_key: TestKey, tmp_path: Path
+) -> None:
+    pod = HostPod(tmp_path, operator_key.public, None)
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{probe.getsockname()[1]}/b.tar.zst"
+    pod.env["GPU_AIRGAP_BUNDLE_URL"] = dead
+    failed = pod.run()
+    assert failed.returncode == 1 and failed.stderr.strip().splitlines()[-1] == f"gpu-airgap-k8s: could not fetch the bundle from {dead}"
+    assert not (pod.cache / "bundle").exists() and not pod.ready()
+
+    pod.env["GPU_AIRGAP_BUNDLE_URL"] = bundle_server
+    done = pod.run()
+    assert done.returncode == 0, done.stderr
+    assert "fetching http://127.0.0.1:" in done.stderr and (pod.cache / "bundle").is_file()
+    assert json.loads((pod.cache / "ready").read_text())["outcome"] == "installed" and pod.ready()

@@ -5,14 +5,19 @@ with ``--tools host`` (the default) the host's own python3, under ``chroot /host
 $GPU_AIRGAP_HOST_ROOT=/, so the node's own gpg, tar, dpkg/rpm and systemctl do the work; with
 ``--tools image`` the image's python3, with the host's / at $GPU_AIRGAP_HOST_ROOT=/host. It:
 
-1. fetches the bundle ($GPU_AIRGAP_BUNDLE_URL, with urllib) into the host's /var/cache/gpu-airgap/k8s,
-   or reads it from the mounted ConfigMap ($GPU_AIRGAP_BUNDLE_FILE);
-2. takes gpu-airgap-node.pyz out of it with tar, and runs ``install BUNDLE --keyring KEY --root /host
-   --no-restart --json`` (the installer verifies the whole bundle against the operator key first);
-3. restarts each engine the install changed on the host (``chroot /host systemctl restart UNIT``; the
-   pod has hostPID, so systemctl sees the host's systemd and does not take the chroot for a container)
-   and checks it is active;
+1. reads the bundle ($GPU_AIRGAP_BUNDLE_FILE: fetched or copied by the ``--tools host`` wrapper, or
+   the mounted ConfigMap), or fetches $GPU_AIRGAP_BUNDLE_URL with urllib into the host's
+   /var/cache/gpu-airgap/k8s (``--tools image``);
+2. takes gpu-airgap-node.pyz out of it with tar, and runs ``install BUNDLE --keyring KEY --root ROOT
+   --json`` (the installer verifies the whole bundle against the operator key first);
+3. restarts each engine the install changed: under ``--tools host`` the installer does it (the live
+   root: it also retries engines an earlier pod left unrestarted, and puts back the configuration of
+   one that does not come back); under ``--tools image`` (``--no-restart``) this program runs
+   ``chroot /host systemctl restart UNIT`` (the pod has hostPID, so systemctl sees the host's systemd
+   and does not take the chroot for a container) and checks it is active;
 4. writes the ready marker the readinessProbe looks for, then sleeps until the pod is stopped.
+
+SIGTERM during steps 1-3 waits for the install to finish (dpkg must not be killed mid-unpack).
 
 ``ready`` (the probe) checks the marker and asks ``status --root /host --json`` whether the runtime is
 registered. Any failure exits non-zero with the installer's one-sentence error, so the pod restarts
@@ -31,9 +36,6 @@ import time
 import urllib.request
 from pathlib import Path
 from typing import Any, Dict, List
-
-SERVICE_UNITS = {"containerd": "containerd", "docker": "docker", "crio": "crio"}
-
 
 def _env(name: str, default: str = "") -> str:
     return os.environ.get(name, default)
@@ -78,12 +80,19 @@ def node_tool(bundle: Path, dest: Path) -> None:
     os.replace(part, dest)
 
 
+def _on_host() -> bool:
+    """``--tools host``: running inside the node's root, where the installer restarts engines itself."""
+    return _host() == Path("/")
+
+
 def install_argv(tool: Path, bundle: Path) -> List[str]:
     """The installer's command line from the DaemonSet's environment."""
     argv = [sys.executable, "-I", str(tool), "install", str(bundle), "--keyring", _env("GPU_AIRGAP_KEYRING"),
             "--root", str(_host()), "--runtime", _env("GPU_AIRGAP_RUNTIME", "auto"),
             "--runtime-name", _env("GPU_AIRGAP_RUNTIME_NAME", "nvidia"), "--cdi", _env("GPU_AIRGAP_CDI", "auto"),
-            "--no-restart", "--json"]  # fmt: skip
+            "--json"]  # fmt: skip
+    if not _on_host() or _env("GPU_AIRGAP_RESTART", "systemd") == "none":
+        argv.append("--no-restart")
     if _env("GPU_AIRGAP_SET_AS_DEFAULT") == "true":
         argv.append("--set-as-default")
     if _env("GPU_AIRGAP_HOLD") == "true":
@@ -97,10 +106,8 @@ def restart(engines: List[str]) -> None:
         if engines:
             _say(f"not restarting {', '.join(engines)} (GPU_AIRGAP_RESTART=none)")
         return
-    # Under --tools host this already runs in the host's root; --tools image enters it for systemctl.
-    enter = [] if _host() == Path("/") else ["chroot", str(_host())]
-    for engine in engines:
-        unit = SERVICE_UNITS.get(engine, engine)
+    enter = ["chroot", str(_host())]  # --tools image: the host's systemctl
+    for unit in engines:
         subprocess.run([*enter, "systemctl", "restart", unit], check=False)
         active = subprocess.run([*enter, "systemctl", "is-active", "--quiet", unit], check=False)
         if active.returncode != 0:
@@ -127,9 +134,9 @@ def install() -> int:
         return proc.returncode  # the installer said why on stderr
     result: Dict[str, Any] = json.loads(proc.stdout)
     engines: Dict[str, str] = result.get("engines") or {}
-    changed = [name for name, what in engines.items() if what.startswith("registered runtime")]
     _say(f"{result.get('outcome')}: {result.get('target')} on {result.get('node')}")
-    restart(changed)
+    if not _on_host():  # --tools host: the installer restarted them (and said so in the result)
+        restart([name for name, what in engines.items() if what.startswith("registered runtime")])
     _ready_marker().write_text(json.dumps(result) + "\n")
     return 0
 
@@ -156,8 +163,10 @@ def ready() -> int:
 def main(argv: List[str]) -> int:
     if argv[1:] == ["ready"]:
         return ready()
+    stopping: List[int] = []
+    signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))  # finish the install, then stop
     code = install()
-    if code != 0 or _env("GPU_AIRGAP_ONESHOT") == "true":
+    if code != 0 or _env("GPU_AIRGAP_ONESHOT") == "true" or stopping:
         return code
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     while True:
