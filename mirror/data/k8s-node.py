@@ -37,6 +37,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Dict, List
 
+
 def _env(name: str, default: str = "") -> str:
     return os.environ.get(name, default)
 
