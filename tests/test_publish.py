@@ -35,9 +35,11 @@ _EPOCH: dict[str, str] = {}
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _one_epoch(operator_key: TestKey) -> None:
+def _one_epoch(operator_key: TestKey) -> Iterator[None]:
     """One SOURCE_DATE_EPOCH for every publish of the module, taken after the operator key was made."""
     _EPOCH["value"] = str(int(time.time()))
+    yield
+    _EPOCH.clear()  # other modules that import publish() use the clock
 
 
 def publish(mirror: Path, out: Path, base_url: str, *extra: str, key: TestKey | None = None) -> CliResult:

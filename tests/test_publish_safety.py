@@ -2,8 +2,8 @@
 
 A damaged mirror, a foreign ``--out`` or a filtered mirror under ``--preserve-upstream`` each end
 with one sentence and leave ``--out`` byte for byte as it was. ``full_mirror`` is a real
-``mirror sync --locked`` of a lockfile that lists every package upstream's signed indexes name
-(sync itself only ever takes one release's closure), so upstream's signatures can be kept.
+``mirror sync --version all``: every package upstream's signed indexes name, so upstream's
+signatures can be kept.
 """
 
 from __future__ import annotations
