@@ -11,15 +11,11 @@ under tmp, and a small callback (tests/data/ansible_callbacks) records every res
 
 from __future__ import annotations
 
-import contextlib
-import functools
-import http.server
 import json
 import os
 import subprocess
 import sys
 import tarfile
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,14 +25,14 @@ import pytest
 
 from tests.cli_runner import run_cli
 from tests.gpgkeys import TestKey
-from tests.node_fixtures import CONTAINERD_CONFIG, TOOLKIT, seed_containerd_node, tree_digest
+from tests.node_fixtures import CONTAINERD_CONFIG, TOOLKIT, node_python, seed_containerd_node, tree_digest
+from tests.upstream import UpstreamServer
 
 pytestmark = pytest.mark.slow
 
 ANSIBLE_DIR = Path(__file__).resolve().parents[1] / "deploy" / "ansible"
 CALLBACKS = Path(__file__).resolve().parent / "data" / "ansible_callbacks"
 HOSTS = ("node1", "node2", "node3")
-PY39 = Path("/root/.pyenv/versions/3.9.18/bin/python3.9")
 CONTAINERD = "etc/containerd/config.toml"
 #: a canary, then the rest: the same stop-after-a-bad-batch behaviour as the default, in fewer batches
 FAST_SERIAL = json.dumps({"gpu_airgap_serial": [1, "100%"]})
@@ -76,14 +72,13 @@ class Fleet:
             root = self.tmp / host
             seed_containerd_node(root)
             self.roots[host] = root
-        node_python = PY39 if PY39.exists() else Path("/usr/bin/python3")
         lines = ["[gpu_nodes]"] + [f"{h} gpu_airgap_root={self.roots[h]}" for h in HOSTS]
         lines += [
             "[gpu_nodes:vars]",
             "ansible_connection=local",
             "ansible_become=false",
             "ansible_python_interpreter=/usr/bin/python3",
-            f"gpu_airgap_python={node_python}",
+            f"gpu_airgap_python={node_python()}",
             "gpu_airgap_runtime=containerd",
             "gpu_airgap_cdi=off",
         ]
@@ -333,7 +328,8 @@ def mirror_rollout(bundle: Path, operator_key: TestKey, tmp_path_factory: pytest
     site = tmp / "site"
     (site / "stable/deb").mkdir(parents=True)
     (site / "gpgkey").write_bytes(operator_key.public.read_bytes())
-    with _serve(site) as base:
+    with UpstreamServer(site) as server:
+        base = server.url
         (site / "stable/deb/nvidia-container-toolkit.list").write_text(
             "deb [signed-by=/usr/share/keyrings/nvidia-container-toolkit-keyring.gpg] " + base + "/stable/deb/$(ARCH) /\n"
         )
@@ -347,19 +343,6 @@ def mirror_rollout(bundle: Path, operator_key: TestKey, tmp_path_factory: pytest
         runtimes = {host: _runtime(root) for host, root in fleet.roots.items()}
         second = fleet.play("site.yml", *extra)
         yield MirrorRollout(fleet, site, before, check, after_check, first, runtimes, second)
-
-
-@contextlib.contextmanager
-def _serve(directory: Path) -> Iterator[str]:
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(directory))
-    handler.log_message = lambda *a, **k: None  # type: ignore[attr-defined]
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def test_mirror_path_check_mode_changes_nothing(mirror_rollout: MirrorRollout) -> None:
