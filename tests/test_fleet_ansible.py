@@ -88,10 +88,13 @@ class Fleet:
         (self.tmp / "inventory.ini").write_text("\n".join(lines) + "\n")
         (self.tmp / "ansible.cfg").write_text("[defaults]\n")
 
-    def play(self, playbook: str, *args: str, bundle: Path | None = None, serial: str = FAST_SERIAL) -> Play:
+    def play(
+        self, playbook: str, *args: str, bundle: Path | None = None, serial: str = FAST_SERIAL, tmpdir: Path | None = None
+    ) -> Play:
         """Run ``ansible-playbook -i inventory PLAYBOOK ARGS...`` against the fleet.
 
-        ``serial`` overrides the playbooks' batches (``""``: keep their default, [1, '25%']).
+        ``serial`` overrides the playbooks' batches (``""``: keep their default, [1, '25%']);
+        ``tmpdir`` is the nodes' (local) TMPDIR, where modules like tempfile make their directories.
         """
         record = self.tmp / "record.json"
         record.unlink(missing_ok=True)
@@ -109,6 +112,7 @@ class Fleet:
             "ANSIBLE_CALLBACK_PLUGINS": str(CALLBACKS),
             "ANSIBLE_CALLBACKS_ENABLED": "fleet_record",
             "FLEET_RECORD": str(record),
+            **({"TMPDIR": str(tmpdir)} if tmpdir else {}),
         }
         argv = [
             str(Path(sys.executable).with_name("ansible-playbook")), "-i", str(self.tmp / "inventory.ini"),
@@ -296,6 +300,23 @@ def test_tampered_bundle_fails_on_the_first_batch_and_leaves_the_other_roots_unt
     # node1 got the bundle in its cache; nothing else under its root changed
     assert {k: v for k, v in after["node1"].items() if not k.startswith("var/cache")} == before["node1"]
     assert _installed(fleet.roots["node1"]) == {}
+
+
+def test_failed_uninstall_still_removes_the_throwaway_copy_of_the_node_tool(
+    bundle: Path, operator_key: TestKey, tmp_path: Path
+) -> None:
+    fleet = Fleet(tmp_path / "fleet", bundle, operator_key.public)  # nothing cached: the tool goes to a temp dir
+    node_tmp = tmp_path / "node-tmp"
+    node_tmp.mkdir()
+    play = fleet.play("uninstall.yml", "-e", "gpu_airgap_python=/bin/false", serial=json.dumps({"gpu_airgap_serial": 3}), tmpdir=node_tmp)
+    assert play.returncode != 0
+    for host in HOSTS:
+        failed = play.task(host, "Uninstall the toolkit and restore the engine configuration")
+        assert failed["status"] == "failed", failed
+        assert play.task(host, "Remove the throwaway directory")["status"] == "ok"
+    made = [r["result"]["path"] for r in play.results if r["task"] == "Throwaway directory for the node tool"]
+    assert len(made) == 3 and all(Path(path).parent == node_tmp for path in made), made
+    assert list(node_tmp.iterdir()) == []
 
 
 def test_sample_playbooks_pass_ansible_syntax_check(tmp_path: Path) -> None:
