@@ -45,6 +45,7 @@ options:
 RETURN = r"""
 result: {description: the node tool's JSON object}
 engines_changed: {description: engines whose configuration changed (the restart handler restarts these)}
+files: {description: state=unconfigured - the files configure revert restores (or would, under --check)}
 """
 
 
@@ -161,23 +162,22 @@ def _absent(module: AnsibleModule) -> None:
     module.exit_json(changed=True, result=_tool(module, *args), engines_changed=[])
 
 
-
 #: configure's journal under the node root (configure/changes.py ``STATE_DIR``): every write
 #: ``configure ENGINE`` made, oldest first, as ``{"entries": [{"engine": ..., "path": ...}, ...]}``.
 JOURNAL = "var/lib/gpu-airgap/configure/journal.json"
 
 
-def _journaled(root: str, engine: str) -> list:
-    """The files ``configure ENGINE`` changed under ``root`` and has not reverted yet."""
+def _journaled(module: AnsibleModule, engine: str) -> list:
+    """The files ``configure ENGINE`` changed under the root and has not reverted yet."""
+    path = Path(module.params["root"]) / JOURNAL
     try:
-        raw = (Path(root) / JOURNAL).read_text(encoding="utf-8")
+        entries = json.loads(path.read_text(encoding="utf-8"))["entries"]
+        return sorted({str(e["path"]) for e in entries if e["engine"] == engine})
     except FileNotFoundError:
         return []
-    try:
-        entries = json.loads(raw)["entries"]
-        return sorted({str(e["path"]) for e in entries if e["engine"] == engine})
     except (ValueError, KeyError, TypeError):
-        return []  # configure revert names the corrupt journal itself when it runs
+        module.fail_json(msg=f"{path}: the configure journal is corrupt")
+        raise  # fail_json exits; this keeps linters sure the function returns
 
 
 def _unconfigured(module: AnsibleModule) -> None:
@@ -190,7 +190,7 @@ def _unconfigured(module: AnsibleModule) -> None:
     engine = p["runtime"]
     if engine in ("auto", "none"):
         module.fail_json(msg="state=unconfigured needs one engine in runtime: containerd, docker or crio")
-    files = _journaled(p["root"], engine)
+    files = _journaled(module, engine)
     if not files:
         module.exit_json(changed=False, msg=f"gpu-airgap has not changed the {engine} configuration here", engines_changed=[])
     if module.check_mode:
