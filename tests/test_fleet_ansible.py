@@ -27,9 +27,9 @@ import pytest
 
 from mirror.publish_files import Site, render_list, render_repo
 from tests.cli_runner import run_cli
-from tests.gpgkeys import TestKey
+from tests.gpgkeys import TestKey, make_key
 from tests.node_fixtures import CONTAINERD_CONFIG, TOOLKIT, node_python, seed_containerd_node, tree_digest
-from tests.upstream import UpstreamServer
+from tests.upstream import UpstreamServer, stop_agent
 
 pytestmark = pytest.mark.slow
 
@@ -353,9 +353,14 @@ class MirrorRollout:
     reports: Path  #: the first run's gpu_airgap_report_dir
     runtimes: Dict[str, str]
     second: Play
+    rotated_key: TestKey  #: the key BASE_URL/gpgkey serves after `second`
+    before_rotation: Dict[str, Dict[str, str]]
+    check_rotated: Play
+    after_check_rotated: Dict[str, Dict[str, str]]
+    rotated: Play
     check_uninstall: Play
     after_check_uninstall: Dict[str, Dict[str, str]]
-    installed: Dict[str, Dict[str, str]]  #: the trees just before uninstall.yml ran
+    installed: Dict[str, Dict[str, str]]  #: the trees after the rotated key's run, before uninstall.yml
     uninstall: Play
     after_uninstall: Dict[str, Dict[str, str]]
     uninstall_again: Play
@@ -364,7 +369,7 @@ class MirrorRollout:
 @pytest.fixture(scope="module")
 def mirror_rollout(bundle: Path, operator_key: TestKey, tmp_path_factory: pytest.TempPathFactory) -> Iterator[MirrorRollout]:
     """The .list/.repo `mirror publish` renders, served on 127.0.0.1; --check, install, install again,
-    uninstall --check, uninstall, uninstall again.
+    --check and install after the mirror's key is rotated, uninstall --check, uninstall, uninstall again.
 
     The roots are scratch roots, so the role leaves the packages to apt/dnf on live nodes only and
     this covers the key, the repository definition and the runtime registration, and undoing them.
@@ -398,6 +403,12 @@ def mirror_rollout(bundle: Path, operator_key: TestKey, tmp_path_factory: pytest
         first = fleet.play("site.yml", "-e", f"gpu_airgap_report_dir={reports}", *extra)
         runtimes = {host: _runtime(root) for host, root in fleet.roots.items()}
         second = fleet.play("site.yml", *extra)
+        rotated_key = make_key(tmp / "rotated-gpg", "rotated mirror key <mirror@example.invalid>")
+        (site / "gpgkey").write_bytes(rotated_key.public.read_bytes())
+        before_rotation = fleet.digests()
+        check_rotated = fleet.play("site.yml", "--check", *extra)
+        after_check_rotated = fleet.digests()
+        rotated = fleet.play("site.yml", *extra)
         installed = fleet.digests()
         check_uninstall = fleet.play("uninstall.yml", "--check", *extra)
         after_check_uninstall = fleet.digests()
@@ -405,9 +416,11 @@ def mirror_rollout(bundle: Path, operator_key: TestKey, tmp_path_factory: pytest
         after_uninstall = fleet.digests()
         uninstall_again = fleet.play("uninstall.yml", *extra)
         yield MirrorRollout(
-            fleet, site, before, check, after_check, first, reports, runtimes, second, check_uninstall,
-            after_check_uninstall, installed, uninstall, after_uninstall, uninstall_again,
+            fleet, site, before, check, after_check, first, reports, runtimes, second, rotated_key, before_rotation,
+            check_rotated, after_check_rotated, rotated, check_uninstall, after_check_uninstall, installed, uninstall,
+            after_uninstall, uninstall_again,
         )  # fmt: skip
+        stop_agent(rotated_key.home)
 
 
 def test_mirror_path_check_mode_changes_nothing(mirror_rollout: MirrorRollout) -> None:
@@ -428,7 +441,7 @@ def test_mirror_path_installs_the_key_and_source_and_registers_the_runtime_then_
     listing = (mirror_rollout.published / "stable/deb/nvidia-container-toolkit.list").read_bytes()
     assert f"signed-by=/usr/share/keyrings/{KEYRING_NAME}.gpg".encode() in listing
     for host in HOSTS:
-        tree = mirror_rollout.installed[host]  # after the install runs, before uninstall.yml
+        tree = mirror_rollout.before_rotation[host]  # after the install runs
         assert mirror_rollout.runtimes[host] == "nvidia", host
         assert first.task(host, "Register the runtime with the engine")["result"]["engines_changed"] == ["containerd"]
         report = json.loads((mirror_rollout.reports / f"{host}.json").read_text())  # collected on the controller
@@ -444,8 +457,22 @@ def test_mirror_path_installs_the_key_and_source_and_registers_the_runtime_then_
     assert mirror_rollout.second.changed() == dict.fromkeys(HOSTS, 0), mirror_rollout.second.stats
 
 
+def test_mirror_path_replaces_the_dearmored_key_when_the_mirror_key_rotates(mirror_rollout: MirrorRollout) -> None:
+    # (under --check get_url compares with an empty file, so it reports every download as a change;
+    # what --check must not do is touch the roots)
+    check = mirror_rollout.check_rotated
+    assert check.returncode == 0, check.output
+    assert mirror_rollout.after_check_rotated == mirror_rollout.before_rotation
+    rotated = mirror_rollout.rotated
+    assert rotated.returncode == 0, rotated.output
+    new = subprocess.run(["gpg", "--dearmor"], input=mirror_rollout.rotated_key.public.read_bytes(), capture_output=True, check=True).stdout
+    for host in ("node1", "node2"):
+        assert _content(mirror_rollout.before_rotation[host], f"usr/share/keyrings/{KEYRING_NAME}.gpg") != _sha256(new), host
+        assert _content(mirror_rollout.installed[host], f"usr/share/keyrings/{KEYRING_NAME}.gpg") == _sha256(new), host
+
+
 def test_mirror_path_on_an_rpm_node_trusts_the_given_key_through_a_file_url(mirror_rollout: MirrorRollout, operator_key: TestKey) -> None:
-    tree = mirror_rollout.installed[RPM_HOST]  # after the install runs, before uninstall.yml
+    tree = mirror_rollout.installed[RPM_HOST]  # after the install runs (and the deb nodes' key rotation)
     key = f"/etc/pki/rpm-gpg/{KEYRING_NAME}.asc"
     assert _content(tree, key.lstrip("/")) == _sha256(operator_key.public.read_bytes())
     published = (mirror_rollout.published / "stable/rpm/nvidia-container-toolkit.repo").read_text()
