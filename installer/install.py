@@ -341,10 +341,14 @@ def restart_engines(changed: List[str], options: InstallOptions, journal: Journa
             result.engines[name] += ", restarted"
             kept.append(name)
             continue
-        revert(name, journal, force=True)
+        # Put back what gpu-airgap changed (nothing is recorded once its change was reverted already).
+        restored = any(entry.engine == name for entry in journal.entries())
+        if restored:
+            revert(name, journal, force=True)
         env.services.restart(unit)
         back = "it is running again" if env.services.is_active(unit) else "it is still not running"
-        result.engines[name] = f"did not come back after the change; restored its configuration and restarted it ({back})"
+        how = "restored its configuration and restarted it" if restored else "restarted it again"
+        result.engines[name] = f"did not come back after the change; {how} ({back})"
         result.failed_engines.append(name)
     return kept
 

@@ -24,7 +24,14 @@ DEB_REQUIREMENTS = ("libc6 (>= 2.14)", "libcap2 (>= 1:2.10)", "libseccomp2 (>= 0
 RPM_REQUIREMENTS = ("glibc >= 2.17", "libcap >= 2.10", "libseccomp")
 DEB_SEED = {"libc6": "2.36-9", "libcap2": "1:2.66-4", "libseccomp2": "2.5.4-1"}
 RPM_SEED = {"glibc": "2.34", "libcap": "2.48", "libseccomp": "2.5.2"}
+#: the python3 a node has in the tests: 3.9 (the oldest the node side supports) when installed here
+PY39 = Path("/root/.pyenv/versions/3.9.18/bin/python3.9")
 CONTAINERD_CONFIG = b'# the node\'s own config\nversion = 2\n\n[plugins."io.containerd.grpc.v1.cri".containerd]\n  default_runtime_name = "runc"\n'
+
+
+def node_python() -> Path:
+    """The node's python3: 3.9.18 when this machine has it, else the system python3 (never the venv's)."""
+    return PY39 if PY39.exists() else Path("/usr/bin/python3")
 
 
 def _files_for(name: str, version: str) -> Dict[str, Tuple[str, int]]:

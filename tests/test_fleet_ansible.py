@@ -11,32 +11,31 @@ under tmp, and a small callback (tests/data/ansible_callbacks) records every res
 
 from __future__ import annotations
 
-import contextlib
-import functools
-import http.server
+import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 import tarfile
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Set
 
 import pytest
 
+from mirror.publish_files import Site, render_list, render_repo
 from tests.cli_runner import run_cli
-from tests.gpgkeys import TestKey
-from tests.node_fixtures import CONTAINERD_CONFIG, TOOLKIT, seed_containerd_node, tree_digest
+from tests.gpgkeys import TestKey, make_key
+from tests.node_fixtures import CONTAINERD_CONFIG, TOOLKIT, node_python, seed_containerd_node, tree_digest
+from tests.upstream import UpstreamServer, stop_agent
 
 pytestmark = pytest.mark.slow
 
 ANSIBLE_DIR = Path(__file__).resolve().parents[1] / "deploy" / "ansible"
 CALLBACKS = Path(__file__).resolve().parent / "data" / "ansible_callbacks"
 HOSTS = ("node1", "node2", "node3")
-PY39 = Path("/root/.pyenv/versions/3.9.18/bin/python3.9")
 CONTAINERD = "etc/containerd/config.toml"
 #: a canary, then the rest: the same stop-after-a-bad-batch behaviour as the default, in fewer batches
 FAST_SERIAL = json.dumps({"gpu_airgap_serial": [1, "100%"]})
@@ -76,24 +75,26 @@ class Fleet:
             root = self.tmp / host
             seed_containerd_node(root)
             self.roots[host] = root
-        node_python = PY39 if PY39.exists() else Path("/usr/bin/python3")
         lines = ["[gpu_nodes]"] + [f"{h} gpu_airgap_root={self.roots[h]}" for h in HOSTS]
         lines += [
             "[gpu_nodes:vars]",
             "ansible_connection=local",
             "ansible_become=false",
             "ansible_python_interpreter=/usr/bin/python3",
-            f"gpu_airgap_python={node_python}",
+            f"gpu_airgap_python={node_python()}",
             "gpu_airgap_runtime=containerd",
             "gpu_airgap_cdi=off",
         ]
         (self.tmp / "inventory.ini").write_text("\n".join(lines) + "\n")
         (self.tmp / "ansible.cfg").write_text("[defaults]\n")
 
-    def play(self, playbook: str, *args: str, bundle: Path | None = None, serial: str = FAST_SERIAL) -> Play:
+    def play(
+        self, playbook: str, *args: str, bundle: Path | None = None, serial: str = FAST_SERIAL, tmpdir: Path | None = None
+    ) -> Play:
         """Run ``ansible-playbook -i inventory PLAYBOOK ARGS...`` against the fleet.
 
-        ``serial`` overrides the playbooks' batches (``""``: keep their default, [1, '25%']).
+        ``serial`` overrides the playbooks' batches (``""``: keep their default, [1, '25%']);
+        ``tmpdir`` is the nodes' (local) TMPDIR, where modules like tempfile make their directories.
         """
         record = self.tmp / "record.json"
         record.unlink(missing_ok=True)
@@ -111,6 +112,7 @@ class Fleet:
             "ANSIBLE_CALLBACK_PLUGINS": str(CALLBACKS),
             "ANSIBLE_CALLBACKS_ENABLED": "fleet_record",
             "FLEET_RECORD": str(record),
+            **({"TMPDIR": str(tmpdir)} if tmpdir else {}),
         }
         argv = [
             str(Path(sys.executable).with_name("ansible-playbook")), "-i", str(self.tmp / "inventory.ini"),
@@ -227,12 +229,17 @@ def test_playbook_installs_the_four_packages_and_configures_containerd_on_every_
 
 
 def test_rollout_goes_in_batches_starting_with_one_canary(rollout: Rollout) -> None:
-    header = "PLAY [Install the NVIDIA Container Toolkit with gpu-airgap]"
     # the default serial [1, '25%'] of three hosts: node1 alone, then one per batch
-    assert rollout.first.output.count(header) == 3
-    assert rollout.first.output.index("node1") < rollout.first.output.index("node2")
+    assert _batches(rollout.first.output) == [{"node1"}, {"node2"}, {"node3"}]
     # -e gpu_airgap_serial=[1, "100%"]: the canary, then the other two together
-    assert rollout.second.output.count(header) == 2
+    assert _batches(rollout.second.output) == [{"node1"}, {"node2", "node3"}]
+
+
+def _batches(output: str) -> List[Set[str]]:
+    """The hosts each batch ran on: ansible prints one PLAY section per batch, before the recap."""
+    header = "PLAY [Install the NVIDIA Container Toolkit with gpu-airgap]"
+    sections = output.split("PLAY RECAP")[0].split(header)[1:]
+    return [{host for host in HOSTS if f"[{host}]" in section} for section in sections]
 
 
 def test_second_run_reports_no_change_on_any_host(rollout: Rollout) -> None:
@@ -297,6 +304,23 @@ def test_tampered_bundle_fails_on_the_first_batch_and_leaves_the_other_roots_unt
     assert _installed(fleet.roots["node1"]) == {}
 
 
+def test_failed_uninstall_still_removes_the_throwaway_copy_of_the_node_tool(
+    bundle: Path, operator_key: TestKey, tmp_path: Path
+) -> None:
+    fleet = Fleet(tmp_path / "fleet", bundle, operator_key.public)  # nothing cached: the tool goes to a temp dir
+    node_tmp = tmp_path / "node-tmp"
+    node_tmp.mkdir()
+    play = fleet.play("uninstall.yml", "-e", "gpu_airgap_python=/bin/false", serial=json.dumps({"gpu_airgap_serial": 3}), tmpdir=node_tmp)
+    assert play.returncode != 0
+    for host in HOSTS:
+        failed = play.task(host, "Uninstall the toolkit and restore the engine configuration")
+        assert failed["status"] == "failed", failed
+        assert play.task(host, "Remove the throwaway directory")["status"] == "ok"
+    made = [r["result"]["path"] for r in play.results if r["task"] == "Throwaway directory for the node tool"]
+    assert len(made) == 3 and all(Path(path).parent == node_tmp for path in made), made
+    assert list(node_tmp.iterdir()) == []
+
+
 def test_sample_playbooks_pass_ansible_syntax_check(tmp_path: Path) -> None:
     for playbook in ("site.yml", "uninstall.yml"):
         proc = subprocess.run(
@@ -312,62 +336,102 @@ def test_sample_playbooks_pass_ansible_syntax_check(tmp_path: Path) -> None:
 # -- the mirror path: the published tree instead of the bundle ----------------------------------
 
 
+#: the mirror fleet: node1 and node2 are Debian-like, node3 is an rpm node (no dpkg database)
+RPM_HOST = "node3"
+#: `mirror publish --keyring-name` of the stand-in tree: the role must follow it (gpu_airgap_keyring_name)
+KEYRING_NAME = "corp-nvct"
+
+
 @dataclass
 class MirrorRollout:
+    """What each run of the mirror path's sequence did, with the roots' trees around it."""
+
     fleet: Fleet
     published: Path
     before: Dict[str, Dict[str, str]]
     check: Play
     after_check: Dict[str, Dict[str, str]]
     first: Play
+    reports: Path  #: the first run's gpu_airgap_report_dir
     runtimes: Dict[str, str]
     second: Play
+    rotated_key: TestKey  #: the key BASE_URL/gpgkey serves after `second`
+    before_rotation: Dict[str, Dict[str, str]]
+    check_rotated: Play
+    after_check_rotated: Dict[str, Dict[str, str]]
+    rotated: Play
+    check_uninstall: Play
+    after_check_uninstall: Dict[str, Dict[str, str]]
+    installed: Dict[str, Dict[str, str]]  #: the trees after the rotated key's run, before uninstall.yml
+    uninstall: Play
+    after_uninstall: Dict[str, Dict[str, str]]
+    uninstall_again: Play
 
 
 @pytest.fixture(scope="module")
 def mirror_rollout(bundle: Path, operator_key: TestKey, tmp_path_factory: pytest.TempPathFactory) -> Iterator[MirrorRollout]:
-    """A stand-in of the tree `mirror publish` serves, on 127.0.0.1; --check, install, install again.
+    """The .list/.repo `mirror publish` renders, served on 127.0.0.1; --check, install, install again,
+    --check and install after the mirror's key is rotated, uninstall --check, uninstall, uninstall again.
 
     The roots are scratch roots, so the role leaves the packages to apt/dnf on live nodes only and
-    this covers the key, the repository definition and the runtime registration.
+    this covers the key, the repository definition and the runtime registration, and undoing them.
+    node3 (the rpm node) trusts the operator key given as gpu_airgap_mirror_key; the others fetch
+    BASE_URL/gpgkey.
     """
     tmp = tmp_path_factory.mktemp("fleet-mirror")
     site = tmp / "site"
     (site / "stable/deb").mkdir(parents=True)
+    (site / "stable/rpm").mkdir(parents=True)
     (site / "gpgkey").write_bytes(operator_key.public.read_bytes())
-    with _serve(site) as base:
-        (site / "stable/deb/nvidia-container-toolkit.list").write_text(
-            "deb [signed-by=/usr/share/keyrings/nvidia-container-toolkit-keyring.gpg] " + base + "/stable/deb/$(ARCH) /\n"
-        )
+    with UpstreamServer(site) as server:
+        published = Site(server.url, KEYRING_NAME, ("stable",), ("stable",))
+        (site / "stable/deb/nvidia-container-toolkit.list").write_text(render_list(published, "stable"))
+        (site / "stable/rpm/nvidia-container-toolkit.repo").write_text(render_repo(published, "stable"))
         subprocess.run(["tar", "-xf", str(bundle), "-C", str(tmp), "gpu-airgap-node.pyz"], check=True)
         fleet = Fleet(tmp / "fleet", bundle, operator_key.public)
-        extra = ("-e", "gpu_airgap_source=mirror", "-e", f"gpu_airgap_mirror_url={base}", "-e", f"gpu_airgap_zipapp={tmp / 'gpu-airgap-node.pyz'}")
+        (fleet.roots[RPM_HOST] / "var/lib/dpkg/status").unlink()
+        inventory = fleet.tmp / "inventory.ini"
+        inventory.write_text(
+            inventory.read_text().replace(f"{RPM_HOST} gpu_airgap_root=", f"{RPM_HOST} gpu_airgap_mirror_key={operator_key.public} gpu_airgap_root=")
+        )
+        extra = (
+            "-e", "gpu_airgap_source=mirror", "-e", f"gpu_airgap_mirror_url={server.url}",
+            "-e", f"gpu_airgap_zipapp={tmp / 'gpu-airgap-node.pyz'}", "-e", f"gpu_airgap_keyring_name={KEYRING_NAME}",
+        )  # fmt: skip
         before = fleet.digests()
         check = fleet.play("site.yml", "--check", "--diff", *extra)
         after_check = fleet.digests()
-        first = fleet.play("site.yml", *extra)
+        reports = fleet.tmp / "reports"
+        first = fleet.play("site.yml", "-e", f"gpu_airgap_report_dir={reports}", *extra)
         runtimes = {host: _runtime(root) for host, root in fleet.roots.items()}
         second = fleet.play("site.yml", *extra)
-        yield MirrorRollout(fleet, site, before, check, after_check, first, runtimes, second)
-
-
-@contextlib.contextmanager
-def _serve(directory: Path) -> Iterator[str]:
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(directory))
-    handler.log_message = lambda *a, **k: None  # type: ignore[attr-defined]
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+        rotated_key = make_key(tmp / "rotated-gpg", "rotated mirror key <mirror@example.invalid>")
+        (site / "gpgkey").write_bytes(rotated_key.public.read_bytes())
+        before_rotation = fleet.digests()
+        check_rotated = fleet.play("site.yml", "--check", *extra)
+        after_check_rotated = fleet.digests()
+        rotated = fleet.play("site.yml", *extra)
+        installed = fleet.digests()
+        check_uninstall = fleet.play("uninstall.yml", "--check", *extra)
+        after_check_uninstall = fleet.digests()
+        uninstall = fleet.play("uninstall.yml", *extra)
+        after_uninstall = fleet.digests()
+        uninstall_again = fleet.play("uninstall.yml", *extra)
+        yield MirrorRollout(
+            fleet, site, before, check, after_check, first, reports, runtimes, second, rotated_key, before_rotation,
+            check_rotated, after_check_rotated, rotated, check_uninstall, after_check_uninstall, installed, uninstall,
+            after_uninstall, uninstall_again,
+        )  # fmt: skip
+        stop_agent(rotated_key.home)
 
 
 def test_mirror_path_check_mode_changes_nothing(mirror_rollout: MirrorRollout) -> None:
-    assert mirror_rollout.check.returncode == 0, mirror_rollout.check.output
-    assert all(mirror_rollout.check.changed()[h] > 0 for h in HOSTS), mirror_rollout.check.stats
+    check = mirror_rollout.check
+    assert check.returncode == 0, check.output
+    assert all(check.changed()[h] > 0 for h in HOSTS), check.stats
     assert mirror_rollout.after_check == mirror_rollout.before
+    for host in ("node1", "node2"):  # a missing key shows as a change under --check, not as skipped
+        assert check.task(host, "Dearmor the key for apt's signed-by")["result"]["changed"] is True, host
 
 
 def test_mirror_path_installs_the_key_and_source_and_registers_the_runtime_then_reports_no_change(
@@ -377,11 +441,80 @@ def test_mirror_path_installs_the_key_and_source_and_registers_the_runtime_then_
     assert first.returncode == 0, first.output
     dearmored = subprocess.run(["gpg", "--dearmor"], input=operator_key.public.read_bytes(), capture_output=True, check=True).stdout
     listing = (mirror_rollout.published / "stable/deb/nvidia-container-toolkit.list").read_bytes()
-    for host, root in mirror_rollout.fleet.roots.items():
-        assert (root / "usr/share/keyrings/nvidia-container-toolkit-keyring.gpg").read_bytes() == dearmored, host
-        assert (root / "etc/apt/sources.list.d/nvidia-container-toolkit.list").read_bytes() == listing, host
+    assert f"signed-by=/usr/share/keyrings/{KEYRING_NAME}.gpg".encode() in listing
+    for host in HOSTS:
+        tree = mirror_rollout.before_rotation[host]  # after the install runs
         assert mirror_rollout.runtimes[host] == "nvidia", host
-        assert first.task(host, "Install the pinned packages with apt")["status"] == "skipped"  # scratch root: no apt
         assert first.task(host, "Register the runtime with the engine")["result"]["engines_changed"] == ["containerd"]
+        report = json.loads((mirror_rollout.reports / f"{host}.json").read_text())  # collected on the controller
+        assert report["source"] == "mirror" and report["engines_changed"] == ["containerd"], report
+        assert report["configure"]["already_configured"] is False, report
+        if host == RPM_HOST:
+            continue
+        assert _content(tree, f"usr/share/keyrings/{KEYRING_NAME}.gpg") == _sha256(dearmored), host
+        assert _content(tree, "etc/apt/sources.list.d/nvidia-container-toolkit.list") == _sha256(listing), host
+        assert "etc/yum.repos.d" not in tree, host
+        assert first.task(host, "Install the pinned packages with apt")["status"] == "skipped"  # scratch root: no apt
     assert mirror_rollout.second.returncode == 0, mirror_rollout.second.output
     assert mirror_rollout.second.changed() == dict.fromkeys(HOSTS, 0), mirror_rollout.second.stats
+
+
+def test_mirror_path_replaces_the_dearmored_key_when_the_mirror_key_rotates(mirror_rollout: MirrorRollout) -> None:
+    # (under --check get_url compares with an empty file, so it reports every download as a change;
+    # what --check must not do is touch the roots)
+    check = mirror_rollout.check_rotated
+    assert check.returncode == 0, check.output
+    assert mirror_rollout.after_check_rotated == mirror_rollout.before_rotation
+    rotated = mirror_rollout.rotated
+    assert rotated.returncode == 0, rotated.output
+    new = subprocess.run(["gpg", "--dearmor"], input=mirror_rollout.rotated_key.public.read_bytes(), capture_output=True, check=True).stdout
+    for host in ("node1", "node2"):
+        assert _content(mirror_rollout.before_rotation[host], f"usr/share/keyrings/{KEYRING_NAME}.gpg") != _sha256(new), host
+        assert _content(mirror_rollout.installed[host], f"usr/share/keyrings/{KEYRING_NAME}.gpg") == _sha256(new), host
+
+
+def test_mirror_path_on_an_rpm_node_trusts_the_given_key_through_a_file_url(mirror_rollout: MirrorRollout, operator_key: TestKey) -> None:
+    tree = mirror_rollout.installed[RPM_HOST]  # after the install runs (and the deb nodes' key rotation)
+    key = f"/etc/pki/rpm-gpg/{KEYRING_NAME}.asc"
+    assert _content(tree, key.lstrip("/")) == _sha256(operator_key.public.read_bytes())
+    published = (mirror_rollout.published / "stable/rpm/nvidia-container-toolkit.repo").read_text()
+    assert re.search(r"(?m)^gpgkey=http://127\.0\.0\.1:\d+/gpgkey$", published)
+    expected = re.sub(r"(?m)^gpgkey=.*$", f"gpgkey=file://{key}", published)
+    assert _content(tree, "etc/yum.repos.d/nvidia-container-toolkit.repo") == _sha256(expected.encode())
+    assert "usr/share/keyrings" not in tree and "etc/apt/sources.list.d" not in tree
+    assert mirror_rollout.first.task(RPM_HOST, "Install the pinned packages with dnf")["status"] == "skipped"
+
+
+def test_mirror_path_uninstall_restores_every_root_and_a_second_run_changes_nothing(mirror_rollout: MirrorRollout) -> None:
+    check = mirror_rollout.check_uninstall
+    assert check.returncode == 0, check.output
+    assert all(check.changed()[h] > 0 for h in HOSTS), check.stats
+    assert mirror_rollout.after_check_uninstall == mirror_rollout.installed  # --check changed nothing
+    uninstall = mirror_rollout.uninstall
+    assert uninstall.returncode == 0, uninstall.output
+    for host, root in mirror_rollout.fleet.roots.items():
+        assert (root / CONTAINERD).read_bytes() == CONTAINERD_CONFIG, host
+        assert _runtime(root) == "", host
+        assert uninstall.task(host, "Restore the engine configuration configure changed")["result"]["engines_changed"] == ["containerd"]
+        assert not (root / "var/cache/gpu-airgap/fleet").exists(), host
+        # every file is as before the rollout: config restored, key, .list/.repo and drop-ins gone
+        # (the directories the role made stay, and so does configure's emptied journal)
+        assert _files(mirror_rollout.after_uninstall[host]) == _files(mirror_rollout.before[host]), host
+    again = mirror_rollout.uninstall_again
+    assert again.returncode == 0, again.output
+    assert again.changed() == dict.fromkeys(HOSTS, 0), again.stats
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _content(tree: Dict[str, str], path: str) -> str:
+    """The content digest ``tree_digest`` recorded for the file ``path`` (fails if it was not a file)."""
+    kind, _mode, digest = tree[path].split(":")
+    assert kind == "file", (path, tree[path])
+    return digest
+
+
+def _files(tree: Dict[str, str]) -> Dict[str, str]:
+    return {path: what for path, what in tree.items() if what.startswith("file:") and not path.startswith("var/lib/gpu-airgap/")}

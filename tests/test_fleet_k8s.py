@@ -31,10 +31,9 @@ from mirror import fleet_k8s
 from mirror.fleet_cli import pod_script
 from tests.cli_runner import run_cli
 from tests.gpgkeys import TestKey
-from tests.node_fixtures import TOOLKIT, seed_containerd_node, seed_dpkg_root, tree_digest
+from tests.node_fixtures import TOOLKIT, node_python, seed_containerd_node, seed_dpkg_root, tree_digest
 
 K8S_VERSIONS = ("1.29", "1.32", "1.37")
-PY39 = Path("/root/.pyenv/versions/3.9.18/bin/python3.9")
 
 
 def _render(*args: str) -> List[Dict[str, Any]]:
@@ -204,8 +203,7 @@ def bundle_server(deb_bundle: Path) -> Iterator[str]:
 
 
 def _pod(script: Path, env: Dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    python = str(PY39 if PY39.exists() else "/usr/bin/python3")
-    return subprocess.run([python, str(script), *args], env=env, capture_output=True, text=True, timeout=180, check=False)
+    return subprocess.run([str(node_python()), str(script), *args], env=env, capture_output=True, text=True, timeout=180, check=False)
 
 
 @pytest.mark.slow

@@ -21,15 +21,9 @@ import pytest
 
 from tests.cli_runner import run_cli
 from tests.gpgkeys import TestKey
-from tests.node_fixtures import TOOLKIT, seed_containerd_node
+from tests.node_fixtures import PY39, TOOLKIT, node_python, seed_containerd_node
 
-PY39 = Path("/root/.pyenv/versions/3.9.18/bin/python3.9")
 NODE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"  # dpkg wants ldconfig etc. on PATH
-
-
-def _node_python() -> Path:
-    """The node's python3: 3.9.18 when this machine has it, else the system python3 (never the venv's)."""
-    return PY39 if PY39.exists() else Path("/usr/bin/python3")
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +75,7 @@ def test_install_sh_installs_with_only_python3_and_gpg_and_a_second_run_has_noth
 ) -> None:
     root = tmp_path / "root"
     seed_containerd_node(root)
-    python_bin = _bin_dir(tmp_path / "python-bin", {"python3": str(_node_python())})
+    python_bin = _bin_dir(tmp_path / "python-bin", {"python3": str(node_python())})
     env = _env(f"{python_bin}:{NODE_PATH}", tmp_path)
     assert subprocess.run(["python3", "-c", "import typer"], env=env, capture_output=True).returncode != 0  # no venv
 
@@ -104,7 +98,7 @@ def test_install_sh_installs_with_only_python3_and_gpg_and_a_second_run_has_noth
     assert state["packages"] == _dpkg_versions(root) and state["engines"] == ["containerd"]
     # It ran under the node's python3, from the verified extracted copy (bytecode cached there).
     (copy,) = (tmp_path / "cache").iterdir()
-    tag = "cpython-39" if _node_python() == PY39 else "cpython-"
+    tag = "cpython-39" if node_python() == PY39 else "cpython-"
     assert list(copy.glob(f"installer/__pycache__/install.{tag}*.pyc"))
 
     second = _install_sh(node, env, *args)
@@ -125,7 +119,7 @@ def _one_sentence(stderr: str) -> List[str]:
 
 
 def test_install_sh_without_gpg_exits_7_and_says_to_install_gnupg(node: Path, tmp_path: Path) -> None:
-    done = _refusal(node, tmp_path, {"python3": str(_node_python())})
+    done = _refusal(node, tmp_path, {"python3": str(node_python())})
     assert done.returncode == 7
     assert "gpg is required" in _one_sentence(done.stderr)[0] and "gnupg" in done.stderr
 
@@ -145,7 +139,7 @@ def test_install_sh_without_python3_exits_7(node: Path, tmp_path: Path) -> None:
 
 def test_install_sh_refuses_a_zstd_bundle_on_a_node_without_zstd(node: Path, bundle: Path, tmp_path: Path) -> None:
     tools = {name: f"/usr/bin/{name}" for name in ("dirname", "cut", "od", "tr", "gpg")}
-    bin_dir = _bin_dir(tmp_path / "bin", {**tools, "python3": str(_node_python())})
+    bin_dir = _bin_dir(tmp_path / "bin", {**tools, "python3": str(node_python())})
     done = _install_sh(node, _env(str(bin_dir), tmp_path), str(bundle), "--keyring", "key.asc")
     assert done.returncode == 7
     (line,) = _one_sentence(done.stderr)
@@ -154,6 +148,6 @@ def test_install_sh_refuses_a_zstd_bundle_on_a_node_without_zstd(node: Path, bun
 
 def test_install_sh_refuses_when_the_zipapp_was_not_extracted(node: Path, tmp_path: Path) -> None:
     (node / "gpu-airgap-node.pyz").unlink()
-    bin_dir = _bin_dir(tmp_path / "bin", {"python3": str(_node_python())})
+    bin_dir = _bin_dir(tmp_path / "bin", {"python3": str(node_python())})
     done = _install_sh(node, _env(f"{bin_dir}:{NODE_PATH}", tmp_path), "bundle.tar.zst", "--keyring", "key.asc")
     assert done.returncode == 7 and "tar -xf BUNDLE install.sh gpu-airgap-node.pyz" in _one_sentence(done.stderr)[0]

@@ -4,7 +4,8 @@
 The node tool does the work and already knows whether anything changed: ``install --json`` says
 ``changed`` (and, with ``--dry-run``, whether a real run would change anything, plus the
 configuration diff); ``configure ENGINE --json`` says ``already_configured``; ``status --json``
-says whether gpu-airgap installed anything. This module only maps that onto Ansible's
+says whether gpu-airgap installed anything; the configure journal says whether ``configure ENGINE``
+changed anything that ``configure revert`` would restore. This module only maps that onto Ansible's
 ``changed``, ``--check`` (the tool's ``--dry-run``) and ``--diff``, so a second run reports
 ``changed=0``. It needs nothing but ansible-core on the controller and python3 >= 3.9 on the node.
 """
@@ -24,8 +25,9 @@ options:
   state:
     description: present (install from a bundle), configured (register the runtime only; packages came
       from the mirror), restarted (restart the engines an install left pending, putting back the
-      configuration of any that stays down) or absent (uninstall what gpu-airgap installed).
-    choices: [present, configured, restarted, absent]
+      configuration of any that stays down), absent (uninstall what gpu-airgap installed) or
+      unconfigured (restore what configured changed in the engine's configuration, with configure revert).
+    choices: [present, configured, restarted, absent, unconfigured]
     default: present
   zipapp: {description: gpu-airgap-node.pyz on the node, required: true, type: path}
   python: {description: the node's python3 (>= 3.9), default: python3, type: str}
@@ -38,20 +40,21 @@ options:
   set_as_default: {default: false, type: bool}
   cdi: {description: auto, on or off (configured - on enables CDI in the engine), default: auto}
   hold: {default: false, type: bool}
-  force: {description: uninstall even when recorded files were edited since, default: false, type: bool}
+  force: {description: uninstall or revert even when recorded files were edited since, default: false, type: bool}
   engines: {description: "restarted: these engines (after state=configured) instead of the install's pending ones", type: list}
 """
 
 RETURN = r"""
 result: {description: the node tool's JSON object}
 engines_changed: {description: engines waiting for a restart (the restart handler restarts these)}
+files: {description: state=unconfigured - the files configure revert restores (or would, under --check)}
 """
 
 
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
-            "state": {"choices": ["present", "configured", "restarted", "absent"], "default": "present"},
+            "state": {"choices": ["present", "configured", "restarted", "absent", "unconfigured"], "default": "present"},
             "zipapp": {"type": "path", "required": True},
             "python": {"type": "str", "default": "python3"},
             "bundle": {"type": "path"},
@@ -76,6 +79,8 @@ def main() -> None:
         _configured(module)
     elif state == "restarted":
         _restarted(module)
+    elif state == "unconfigured":
+        _unconfigured(module)
     else:
         _absent(module)
 
@@ -172,6 +177,50 @@ def _absent(module: AnsibleModule) -> None:
     args = ["uninstall", "--root", p["root"]] + (["--force"] if p["force"] else [])
     # uninstall restarts the engines it restored itself (on the live root), checking they come back.
     module.exit_json(changed=True, result=_tool(module, *args), engines_changed=[])
+
+
+#: configure's journal under the node root (configure/changes.py ``STATE_DIR``): every write
+#: ``configure ENGINE`` made, oldest first, as ``{"entries": [{"engine": ..., "path": ...}, ...]}``.
+JOURNAL = "var/lib/gpu-airgap/configure/journal.json"
+
+
+def _journaled(module: AnsibleModule, engine: str) -> list:
+    """The files ``configure ENGINE`` changed under the root and has not reverted yet."""
+    path = Path(module.params["root"]) / JOURNAL
+    try:
+        entries = json.loads(path.read_text(encoding="utf-8"))["entries"]
+        return sorted({str(e["path"]) for e in entries if e["engine"] == engine})
+    except FileNotFoundError:
+        return []
+    except (ValueError, KeyError, TypeError):
+        module.fail_json(msg=f"{path}: the configure journal is corrupt")
+        raise  # fail_json exits; this keeps linters sure the function returns
+
+
+def _unconfigured(module: AnsibleModule) -> None:
+    """Restore what ``configure ENGINE`` changed (the mirror path), byte for byte; a no-op when nothing is recorded.
+
+    ``configure revert`` has no ``--json``: whether it would change anything is read from the journal
+    it restores from, so --check and a second run are both honest.
+    """
+    p = module.params
+    engine = p["runtime"]
+    if engine in ("auto", "none"):
+        module.fail_json(msg="state=unconfigured needs one engine in runtime: containerd, docker or crio")
+    files = _journaled(module, engine)
+    if not files:
+        module.exit_json(changed=False, msg=f"gpu-airgap has not changed the {engine} configuration here", engines_changed=[])
+    if module.check_mode:
+        module.exit_json(changed=True, msg=f"would restore {', '.join(files)}", files=files, engines_changed=[engine])
+    argv = [p["python"], "-I", p["zipapp"], "configure", "revert", "--root", p["root"], "--runtime", engine]
+    argv += ["--force"] if p["force"] else []
+    proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        lines = [line for line in proc.stderr.splitlines() if line.strip()]
+        module.fail_json(msg=lines[-1] if lines else f"{' '.join(argv)} exited with status {proc.returncode}",
+                         rc=proc.returncode, cmd=argv, stdout=proc.stdout, stderr=proc.stderr)  # fmt: skip
+    # the engine is restarted by the role's handler (live root only), as after configure
+    module.exit_json(changed=True, files=files, restored=proc.stdout.splitlines(), engines_changed=[engine])
 
 
 if __name__ == "__main__":
