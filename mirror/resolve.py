@@ -16,7 +16,7 @@ packages outside the set (the legacy nvidia-container-runtime, nvidia-docker) ar
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from mirror.errors import UnresolvableDependency
@@ -87,14 +87,16 @@ def resolve(
     return _Resolver(packages, fmt).run(selector, root)
 
 
-def resolve_each(packages: Sequence[Package], fmt: PackageFormat, *, root: str = DEFAULT_ROOT) -> list[Resolution]:
-    """Resolve every version of ``root`` in ``packages`` on its own (oldest first).
+def resolve_each(
+    packages: Sequence[Package], fmt: PackageFormat, *, root: str = DEFAULT_ROOT, skip: Collection[str] = ()
+) -> list[Resolution]:
+    """Resolve every version of ``root`` in ``packages`` on its own (oldest first), except those in ``skip``.
 
     Used by ``--version all``: a full mirror records each release it can offer a bundle for.
     Versions whose closure the repository cannot satisfy are left out; their files are still
     mirrored, only no release names them.
     """
-    versions = sorted({p.version for p in packages if p.name == root}, key=sort_key(fmt))
+    versions = sorted({p.version for p in packages if p.name == root} - set(skip), key=sort_key(fmt))
     resolved = []
     for version in versions:
         try:

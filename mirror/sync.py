@@ -287,6 +287,7 @@ def plan_target(options: SyncOptions, target: Target, *, fetcher: Fetcher, loade
         return planned
     selector = VersionSelector.parse(options.selector)
     resolution = resolve(list(snapshot.packages), selector, target.format)
+    release = ReleasePlan.of(resolution)
     also, others = (), ()
     if selector.kind == "all":
         rest = set(snapshot.packages) - set(resolution.packages)
@@ -296,10 +297,10 @@ def plan_target(options: SyncOptions, target: Target, *, fetcher: Fetcher, loade
         clean_relative(pkg.filename, base)  # refuse ``../`` names now, before anything is downloaded or reported
     return PlannedTarget(
         **common,  # type: ignore[arg-type]
-        packages=tuple(resolution.packages),
-        toolkit_version=resolution.toolkit_version,
-        node_requirements=tuple(sorted({str(r) for r in resolution.node_requirements})),
-        breaks=tuple(str(b) for b in resolution.breaks),
+        packages=release.packages,
+        toolkit_version=release.toolkit_version,
+        node_requirements=release.node_requirements,
+        breaks=release.breaks,
         signed_at=signed_at,
         metadata=metadata,
         also=also,
@@ -308,8 +309,8 @@ def plan_target(options: SyncOptions, target: Target, *, fetcher: Fetcher, loade
 
 
 def _other_releases(packages: tuple[Package, ...], fmt: PackageFormat, newest: str) -> tuple[ReleasePlan, ...]:
-    """Every release ``packages`` resolve to, oldest first, except ``newest`` (the target's own)."""
-    return tuple(ReleasePlan.of(r) for r in resolve_each(packages, fmt) if r.toolkit_version != newest)
+    """Every release ``packages`` resolve to, oldest first, except ``newest`` (the target's own, resolved already)."""
+    return tuple(ReleasePlan.of(r) for r in resolve_each(packages, fmt, skip=(newest,)))
 
 
 def _extra_metadata(snapshot: Snapshot, key: str, base: str, have: set[str]) -> tuple[store.StoredFile, ...]:
