@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import signal
 import subprocess
@@ -15,6 +14,7 @@ from typing import Protocol
 
 from bench.harness.nginx import LogLine
 from bench.harness.tools import Context, Tool
+from mirror.store import file_digest
 from tests.upstream import UpstreamServer
 
 
@@ -131,12 +131,8 @@ def fresh_state(work: Path, tool: Tool, ctx: Context) -> Context:
 
 
 def sha256(path: Path) -> str:
-    """Hex sha256 of a file."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    """Hex sha256 of a file (the mirror's own streaming digest)."""
+    return file_digest(path, "sha256")
 
 
 def missing_packages(state: Path, expected: dict[str, str]) -> list[str]:
