@@ -26,10 +26,10 @@ lint: venv
 typecheck: venv
 	$(VENV)/bin/mypy
 
-# The node side (installer/, configure/) runs on the node's python3 >= 3.9; so do the fleet
+# The node side (plumbing/, configure/, installer/) runs on the node's python3 >= 3.9; so do the fleet
 # DaemonSet's program and the Ansible role's module.
 pycompat: venv
-	$(VENV)/bin/vermin --target=3.9- --violations --no-tips --eval-annotations --feature union-types --backport typing installer configure \
+	$(VENV)/bin/vermin --target=3.9- --violations --no-tips --eval-annotations --feature union-types --backport typing plumbing configure installer \
 		mirror/data/k8s-node.py deploy/ansible/roles/gpu_airgap/library
 
 pytest: venv sysdeps nodewheels debootstrapcache

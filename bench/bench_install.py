@@ -1,7 +1,7 @@
 """Installer overhead and zipapp start time (issue 6, "Performance").
 
 1. Overhead: install a real signed four-package bundle into a scratch dpkg root, timing the whole
-   ``installer.install.install`` call and, at the :func:`configure.proc.run` chokepoint, the time
+   ``installer.install.install`` call and, at the :func:`plumbing.proc.run` chokepoint, the time
    spent inside dpkg / dpkg-query subprocesses. Overhead = total - package-manager time (it
    includes gpg verification, extraction, preflight logic, containerd config and state). Target < 1 s.
 2. Zipapp start: ``python3 -I gpu-airgap-node.pyz --help`` with the zipapp ``bundle build`` ships
@@ -25,7 +25,7 @@ from typing import Any, Dict, List
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import configure.proc as proc
+import plumbing.proc as proc
 from installer.env import NodeEnv
 from installer.install import InstallOptions, install
 from tests.gpgkeys import make_key

@@ -109,7 +109,7 @@ def synthetic_packages(count: int) -> bytes:
 CHILD = r"""
 import json, resource, sys, time
 sys.path.insert(0, sys.argv[1])
-from installer.gpg import Keyring
+from plumbing.gpg import Keyring
 from mirror.repo import FakeFetcher, load_apt_repo
 from mirror.resolve import resolve
 from mirror.selectors import VersionSelector

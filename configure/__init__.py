@@ -1,10 +1,6 @@
 """Container-engine configuration for the NVIDIA runtime (containerd, Docker, CRI-O, CDI, RuntimeClass).
 
-This package is the bottom of the dependency chain (``configure`` <- ``installer`` <- ``mirror``)
-and runs on the node's own python3 >= 3.9 from the bundle's zipapp, so it imports nothing from
-the other two packages and only pure-Python libraries.
+Dependency rule: ``plumbing`` <- ``configure`` <- ``installer`` <- ``mirror``. This package imports
+only ``plumbing`` of ours and pure-Python libraries: it runs on the node's own python3 >= 3.9 from
+the bundle's zipapp.
 """
-
-from configure.version import VERSION as __version__
-
-__all__ = ["__version__"]

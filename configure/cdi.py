@@ -34,11 +34,11 @@ from typing import Any, Dict, List, Optional, Protocol, Tuple
 
 import yaml
 
-from configure import proc
 from configure.changes import FileChange, read_optional
 from configure.engine import ConfigPlan
-from configure.errors import ConfigFormatError, ToolError, UsageError
-from configure.fsutil import is_live_root, rooted
+from plumbing import proc
+from plumbing.errors import ConfigFormatError, ToolError, UsageError
+from plumbing.fsutil import is_live_root, rooted
 
 CDI_SPEC = "/etc/cdi/nvidia.yaml"
 #: where nvidia-cdi-refresh.service (toolkit >= 1.18) writes its own spec

@@ -21,10 +21,22 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from configure.errors import ConfigFormatError, ProblemsFound, ToolError
-from configure.fsutil import atomic_write, rooted
+from plumbing.errors import ConfigFormatError, FileWriteError, ProblemsFound, ToolError
+from plumbing.fsutil import atomic_write, rooted
 
 STATE_DIR = "/var/lib/gpu-airgap/configure"
+
+
+def write_config(path: Path, data: bytes, *, mode: Optional[int] = None) -> None:
+    """:func:`~plumbing.fsutil.atomic_write` for a configuration file (or its journal and backups).
+
+    :raises ConfigFormatError: when it cannot be written (exit 5: the configuration cannot be
+        changed safely), rather than the general :class:`~plumbing.errors.FileWriteError`.
+    """
+    try:
+        atomic_write(path, data, mode=mode)
+    except FileWriteError as exc:
+        raise ConfigFormatError(exc.path, exc.detail) from exc
 
 
 @dataclass(frozen=True)
@@ -100,7 +112,7 @@ class Journal:
 
     def _save(self, entries: Sequence[JournalEntry]) -> None:
         data = {"schema": 1, "entries": [asdict(e) for e in entries]}
-        atomic_write(self.path, (json.dumps(data, indent=2) + "\n").encode(), mode=0o600)
+        write_config(self.path, (json.dumps(data, indent=2) + "\n").encode(), mode=0o600)
 
     def record(self, engine: str, change: FileChange, notes: Optional[Dict[str, Any]] = None) -> None:
         """Back up the previous bytes of ``change.path``, then record the write (call before writing)."""
@@ -112,7 +124,7 @@ class Journal:
             backup_dir = self.directory / "backups"
             n = len(self.entries())
             target = backup_dir / f"{stamp}-{n:04d}-{change.path.name}"
-            atomic_write(target, change.old, mode=0o600)
+            write_config(target, change.old, mode=0o600)
             backup = str(target)
         entry = JournalEntry(
             engine=engine,
@@ -139,7 +151,7 @@ def apply_changes(
         if not change.changed:
             continue
         journal.record(engine, change, notes)
-        atomic_write(change.path, change.new, mode=change.mode)
+        write_config(change.path, change.new, mode=change.mode)
         written.append(change.path)
     return written
 
@@ -177,7 +189,7 @@ def revert(engine: str, journal: Journal, *, force: bool = False) -> List[Path]:
         if data is None:
             raise ToolError(f"the backup {entry.backup} of {path} is missing; cannot restore it")
         # An existing file keeps its owner and mode; a deleted one gets the mode it had.
-        atomic_write(target, data, mode=entry.mode)
+        write_config(target, data, mode=entry.mode)
         restored.append(target)
     journal.forget(engine)
     return restored

@@ -16,8 +16,8 @@ from configure import commands
 from configure.cli_extras import register_extras
 from configure.engine import RuntimeOptions
 from configure.engines import KNOWN, get_engine
-from configure.errors import ProblemsFound
-from configure.output import emit_json, emit_lines, warn
+from plumbing.errors import ProblemsFound
+from plumbing.output import emit_json, emit_lines, warn
 
 app = typer.Typer(
     help="Register the NVIDIA runtime with containerd, Docker or CRI-O; write CDI specs and RuntimeClasses.",

@@ -2,7 +2,7 @@
 
 Each command builds a :class:`~configure.engine.ConfigPlan` with the library, then either prints
 its diff (``--dry-run``) or applies it through the journal, and renders the outcome (``--json``:
-one object). Errors are :class:`~configure.errors.ToolError` and are printed by ``installer.cli.run``.
+one object). Errors are :class:`~plumbing.errors.ToolError` and are printed by ``installer.cli.run``.
 ``configure/cli.py`` calls :func:`register_extras` to add these commands to the group.
 """
 
@@ -16,9 +16,9 @@ import typer
 from configure import cdi, commands, runtimeclass, toolkit
 from configure.changes import read_optional, unified_diff
 from configure.engine import ConfigPlan
-from configure.fsutil import rooted
-from configure.output import emit_json, emit_lines, warn
-from configure.textio import decode_utf8
+from plumbing.fsutil import rooted
+from plumbing.output import emit_json, emit_lines, warn
+from plumbing.textio import decode_utf8
 
 ROOT_HELP = "Treat DIR as the node's / (like dpkg --root); every node path is mapped under it."
 

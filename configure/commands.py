@@ -31,9 +31,9 @@ from configure.changes import (
 )
 from configure.engine import ConfigPlan, Engine, RuntimeOptions
 from configure.engines import engine_names, get_engine
-from configure.errors import ConfigFormatError, ProblemsFound
-from configure.fsutil import rooted
 from configure.runtimeclass import read_record
+from plumbing.errors import ConfigFormatError, ProblemsFound
+from plumbing.fsutil import rooted
 
 #: where a bare runtime path (docker's ``nvidia-container-runtime``) is looked for under the root
 SEARCH_PATH = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")

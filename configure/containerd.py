@@ -50,9 +50,9 @@ from configure.containerd_imports import (
     plugin_table,
 )
 from configure.engine import ConfigPlan, RuntimeOptions
-from configure.errors import ConfigFormatError, UsageError
-from configure.fsutil import rooted
 from configure.nodefacts import KubeletProbe, VersionProbe, containerd_version, kubelet_cgroup_driver
+from plumbing.errors import ConfigFormatError, UsageError
+from plumbing.fsutil import rooted
 
 DEFAULT_CONFIG = "/etc/containerd/config.toml"
 DEFAULT_DROP_IN = "/etc/containerd/conf.d/99-nvidia.toml"

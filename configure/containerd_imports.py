@@ -23,8 +23,8 @@ from typing import Any, Dict, List, Optional, Sequence, Set
 
 from configure import tomledit
 from configure.changes import read_optional
-from configure.errors import ConfigFormatError
-from configure.fsutil import is_live_root, rooted
+from plumbing.errors import ConfigFormatError
+from plumbing.fsutil import is_live_root, rooted
 
 _GLOB_CHARS = ("*", "?", "[")
 

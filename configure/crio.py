@@ -32,9 +32,9 @@ from tomlkit.items import Table
 from configure import tomledit
 from configure.changes import FileChange, read_optional
 from configure.engine import ConfigPlan, Engine, RuntimeOptions
-from configure.errors import ConfigFormatError, UsageError
-from configure.fsutil import rooted
-from configure.textio import decode_utf8
+from plumbing.errors import ConfigFormatError, UsageError
+from plumbing.fsutil import rooted
+from plumbing.textio import decode_utf8
 
 CRIO_CONF = "/etc/crio/crio.conf"
 CRIO_DROP_IN_DIR = "/etc/crio/crio.conf.d"

@@ -24,9 +24,9 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from configure.changes import FileChange, read_optional
 from configure.engine import ConfigPlan, Engine, RuntimeOptions
-from configure.errors import ConfigFormatError, UsageError
-from configure.fsutil import rooted
-from configure.textio import decode_utf8
+from plumbing.errors import ConfigFormatError, UsageError
+from plumbing.fsutil import rooted
+from plumbing.textio import decode_utf8
 
 DAEMON_JSON = "/etc/docker/daemon.json"
 #: dockerd's built-in default runtime when ``default-runtime`` is absent

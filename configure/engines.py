@@ -11,7 +11,7 @@ from configure.containerd import ContainerdEngine
 from configure.crio import CrioEngine
 from configure.docker import DockerEngine
 from configure.engine import Engine
-from configure.errors import UsageError
+from plumbing.errors import UsageError
 
 EngineFactory = Callable[[], Engine]
 

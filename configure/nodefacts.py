@@ -1,7 +1,7 @@
 """Facts about the node under ``--root`` that runtime configuration depends on.
 
 * Which containerd is installed (1.x or 2.x). On the live system (root ``/``) we ask the binary,
-  ``containerd --version``, through :func:`configure.proc.run`. Under any other root we never
+  ``containerd --version``, through :func:`plumbing.proc.run`. Under any other root we never
   execute a binary from it (it may be another architecture, or not trustworthy); we read the
   package database instead, ``<root>/var/lib/dpkg/status`` (packages ``containerd``,
   ``containerd.io``). Unknown means 1.x: the safe choice, because a version 2 config is accepted
@@ -18,9 +18,9 @@ from typing import Callable, Optional, Tuple
 import yaml
 
 from configure.changes import read_optional
-from configure.errors import ToolError
-from configure.fsutil import is_live_root, rooted
-from configure.proc import run, which
+from plumbing.errors import ToolError
+from plumbing.fsutil import is_live_root, rooted
+from plumbing.proc import run, which
 
 ContainerdVersion = Tuple[int, int]
 VersionProbe = Callable[[Path], Optional[ContainerdVersion]]

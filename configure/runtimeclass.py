@@ -24,8 +24,8 @@ import yaml
 
 from configure.changes import STATE_DIR, FileChange, read_optional
 from configure.engine import ConfigPlan
-from configure.errors import ConfigFormatError, UsageError
-from configure.fsutil import rooted
+from plumbing.errors import ConfigFormatError, UsageError
+from plumbing.fsutil import rooted
 
 ENGINE = "runtimeclass"
 RECORD = STATE_DIR + "/runtimeclass.json"

@@ -20,7 +20,7 @@ from tomlkit.exceptions import TOMLKitError
 from tomlkit.items import AoT, Comment, Item, Table, Whitespace
 from tomlkit.toml_document import TOMLDocument
 
-from configure.errors import ConfigFormatError
+from plumbing.errors import ConfigFormatError
 
 Container = Any  # a TOMLDocument or a Table: both behave like a MutableMapping of items
 DEFAULT_STEP = "  "  #: indentation per level when the file shows none to copy

@@ -18,9 +18,9 @@ from tomlkit.items import Table
 from configure import tomledit
 from configure.changes import FileChange, read_optional
 from configure.engine import ConfigPlan
-from configure.errors import ConfigFormatError, UsageError
-from configure.fsutil import rooted
-from configure.textio import decode_utf8
+from plumbing.errors import ConfigFormatError, UsageError
+from plumbing.fsutil import rooted
+from plumbing.textio import decode_utf8
 
 TOOLKIT_CONFIG = "/etc/nvidia-container-runtime/config.toml"
 SECTION = "nvidia-container-runtime"

@@ -1,5 +1,6 @@
 """The air-gapped node's side: verify a bundle, check the node, install with dpkg/rpm, register the runtime.
 
-Runs on the node's own python3 >= 3.9 from the bundle's zipapp: it imports ``configure`` but never
-``mirror`` or ``requests``.
+Dependency rule: ``plumbing`` <- ``configure`` <- ``installer`` <- ``mirror``. Runs on the node's own
+python3 >= 3.9 from the bundle's zipapp: it imports ``configure`` and ``plumbing``, never ``mirror``
+or ``requests``.
 """

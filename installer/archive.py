@@ -3,7 +3,7 @@
 Compression is detected from the first bytes, never from the file name: zstd, xz, gzip, or a
 plain tar. xz and gzip use the standard library. zstd uses the ``zstandard`` module when it is
 importable (the connected host has it) and otherwise the ``zstd`` binary through
-:class:`configure.proc.FilterPipe` — nodes have only ``python3``, so a node without the ``zstd``
+:class:`plumbing.proc.FilterPipe` — nodes have only ``python3``, so a node without the ``zstd``
 command needs a bundle built with ``--compression xz`` or ``gzip``.
 
 A split bundle (``--split SIZE``) is ``FILE.part001``, ``FILE.part002``, … plus ``FILE.sha256sums``
@@ -24,8 +24,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO, List, Optional, Protocol, Tuple, Union
 
-from configure.errors import ChecksumMismatch, ToolError, VerificationError
-from configure.proc import FilterPipe
+from plumbing.errors import ChecksumMismatch, ToolError, VerificationError
+from plumbing.proc import FilterPipe
 
 CHUNK = 1 << 20
 _PART_RE = re.compile(r"^(?P<base>.+)\.part(?P<num>\d{3})$")
@@ -41,7 +41,7 @@ class SignatureCheck(Protocol):
     """What the archive layer needs from a keyring: check a detached signature over bytes."""
 
     def verify_detached(self, data: bytes, signature: bytes, *, what: str = ...) -> object:
-        """Raise :class:`~configure.errors.SignatureError` unless ``signature`` is good over ``data``."""
+        """Raise :class:`~plumbing.errors.SignatureError` unless ``signature`` is good over ``data``."""
 
 
 class BundleOpenError(VerificationError):

@@ -1,6 +1,6 @@
 """The node's own package manager behind one seam: :class:`PackageBackend`, with dpkg and rpm.
 
-Every command goes through :func:`configure.proc.run` and honours ``--root`` the way the tools
+Every command goes through :func:`plumbing.proc.run` and honours ``--root`` the way the tools
 themselves do: ``dpkg --root=DIR`` (whose admin directory is ``DIR/var/lib/dpkg``),
 ``dpkg-query --admindir=DIR/var/lib/dpkg``, and ``rpm --root DIR --dbpath PATH`` (``PATH`` is the
 database the node itself uses, found under the root; passing it explicitly matters because some
@@ -22,11 +22,12 @@ import re
 from pathlib import Path
 from typing import Dict, List, Optional, Protocol, Sequence, Tuple
 
-from configure import proc
-from configure.errors import CommandError, ToolError
-from configure.fsutil import atomic_write, is_live_root, rooted
+from configure.changes import write_config
 from installer.preflight import satisfies
 from installer.target import Requirement
+from plumbing import proc
+from plumbing.errors import CommandError, ToolError
+from plumbing.fsutil import is_live_root, rooted
 
 VERSIONLOCK = "/etc/dnf/plugins/versionlock.list"
 _SAFE_VERSION = re.compile(r"^[A-Za-z0-9.:~^+_-]+$")
@@ -257,7 +258,7 @@ class RpmBackend:
             entry = f"{name}-{version if ':' in version else '0:' + version}.*"
             if entry not in lines:
                 lines.append(entry)
-        atomic_write(path, ("\n".join(lines) + "\n").encode())
+        write_config(path, ("\n".join(lines) + "\n").encode())
 
     def unhold(self, names: Sequence[str]) -> None:
         """Drop the versionlock lines of ``names``; other lines stay byte-for-byte."""
@@ -266,7 +267,7 @@ class RpmBackend:
             return
         kept = [line for line in lines if _versionlock_name(line) not in names]
         if kept != lines:
-            atomic_write(path, ("\n".join(kept) + "\n").encode() if kept else b"")
+            write_config(path, ("\n".join(kept) + "\n").encode() if kept else b"")
 
 
 def _versionlock_name(line: str) -> str:

@@ -28,8 +28,6 @@ from lzma import LZMAError
 from pathlib import Path
 from typing import BinaryIO, Dict, List, Optional, Protocol, Set, Union
 
-from configure.errors import ToolError, VerificationError
-from configure.fsutil import safe_join
 from installer.archive import CHUNK, SignatureCheck, open_stream
 from installer.manifest import (
     MANIFEST_NAME,
@@ -41,6 +39,8 @@ from installer.manifest import (
     Manifest,
     is_plain_relative,
 )
+from plumbing.errors import ToolError, VerificationError
+from plumbing.fsutil import safe_join
 
 #: End-of-archive padding we accept after the last member; more than this is refused.
 _MAX_TRAILER = 1 << 20
@@ -54,10 +54,10 @@ class _Signed(Protocol):
 
 
 class Keyring(SignatureCheck, Protocol):
-    """The part of :class:`installer.gpg.Keyring` the reader uses."""
+    """The part of :class:`plumbing.gpg.Keyring` the reader uses."""
 
     def verify_detached(self, data: bytes, signature: bytes, *, what: str = ...) -> _Signed:
-        """Return who signed ``data``, or raise :class:`~configure.errors.SignatureError`."""
+        """Return who signed ``data``, or raise :class:`~plumbing.errors.SignatureError`."""
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """``gpu-airgap bundle inspect|verify``: thin typer commands over :mod:`installer.bundle`.
 
 They build the collaborators (the operator keyring), call the library and render the result
-through :mod:`configure.output`; a failed verification becomes an exit code here.
+through :mod:`plumbing.output`; a failed verification becomes an exit code here.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, List
 
 import typer
 
-from configure import output
-from configure.errors import ExitCode
+from plumbing import output
+from plumbing.errors import ExitCode
 
 if TYPE_CHECKING:
     from installer.manifest import Manifest
@@ -45,7 +45,7 @@ def inspect_command(file: Path = _FILE, json_output: bool = _JSON) -> None:
 def verify_command(file: Path = _FILE, keyring: Path = _KEYRING, json_output: bool = _JSON) -> None:
     """Check the signature and every member's size and sha256 without extracting anything."""
     from installer import bundle as bundle_lib
-    from installer.gpg import Keyring
+    from plumbing.gpg import Keyring
 
     with Keyring.open([keyring]) as keys:
         report = bundle_lib.verify(file, keys)

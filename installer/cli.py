@@ -1,7 +1,7 @@
 """The node-side command line: ``install``, ``uninstall``, ``status``, ``bundle verify|inspect``, ``configure``.
 
 This is also the zipapp's entry point. :func:`run` is the only place that turns a
-:class:`~configure.errors.ToolError` into a message on stderr and an exit code; tracebacks are
+:class:`~plumbing.errors.ToolError` into a message on stderr and an exit code; tracebacks are
 shown only with ``--debug``. ``mirror.cli`` adds the connected-side groups to the same app.
 """
 
@@ -18,8 +18,8 @@ import click
 import typer
 from typer.core import TyperGroup
 
-from configure.errors import ExitCode, ToolError
-from configure.version import VERSION
+from plumbing.errors import ExitCode, ToolError
+from plumbing.version import VERSION
 
 PROG = "gpu-airgap"
 _debug = False

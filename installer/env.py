@@ -11,11 +11,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional, Protocol, Sequence
 
-from configure import cdi, proc
+from configure import cdi
 from configure.engine import ConfigPlan, Engine
 from installer.backend import PackageBackend, make_backend
 from installer.node import NodeFacts, detect_node, proc_runner
 from installer.target import StagedBundle
+from plumbing import proc
 
 #: Where the CDI spec goes (node path) and the engines the installer knows, in detection order.
 CDI_SPEC = cdi.CDI_SPEC

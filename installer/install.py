@@ -19,14 +19,14 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from configure.changes import Journal, apply_changes, revert, unified_diff
 from configure.engine import RuntimeOptions
-from configure.errors import BusyError, CommandError, ToolError, UsageError
-from configure.fsutil import is_live_root, rooted
 from installer import preflight
 from installer.backend import PackageBackend
 from installer.env import CDI_SPEC, SERVICE_UNITS, NodeEnv
 from installer.node import NodeFacts
 from installer.state import STATE_DIR, NodeState, changed_files, load_state, save_state
 from installer.target import Target, install_order, pick_target
+from plumbing.errors import BusyError, CommandError, ToolError, UsageError
+from plumbing.fsutil import is_live_root, rooted
 
 RUNTIME_CHOICES = ("auto", "containerd", "docker", "crio", "none")
 CDI_CHOICES = ("auto", "on", "off")

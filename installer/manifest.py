@@ -18,8 +18,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
-from configure.errors import ToolError, VerificationError
 from installer.target import Requirement
+from plumbing.errors import ToolError, VerificationError
 
 SCHEMA_VERSION = 1
 MANIFEST_NAME = "manifest.json"

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from configure.errors import ToolError
-from configure.fsutil import is_live_root, rooted
+from plumbing.errors import ToolError
+from plumbing.fsutil import is_live_root, rooted
 
 #: One name per architecture in each package world: (deb name, rpm name).
 _ARCH_PAIRS: Tuple[Tuple[str, str], ...] = (("amd64", "x86_64"), ("arm64", "aarch64"), ("ppc64el", "ppc64le"))
@@ -178,8 +178,8 @@ def detect_node(root: Path, runner: Runner, which: Callable[[str], Optional[str]
 
 
 def proc_runner(argv: Sequence[str]) -> Optional[str]:
-    """A :data:`Runner` over :func:`configure.proc.run` that returns None instead of raising."""
-    from configure import proc  # the chokepoint; imported here so pure users of this module stay light
+    """A :data:`Runner` over :func:`plumbing.proc.run` that returns None instead of raising."""
+    from plumbing import proc  # the chokepoint; imported here so pure users of this module stay light
 
     try:
         result = proc.run(argv, check=False, timeout=30)

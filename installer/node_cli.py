@@ -14,8 +14,8 @@ from typing import Any, Dict, List
 
 import typer
 
-from configure.errors import ExitCode
-from configure.output import emit_json, emit_lines
+from plumbing.errors import ExitCode
+from plumbing.output import emit_json, emit_lines
 
 ROOT_HELP = "Treat DIR as the node's / (configs, dpkg/rpm database, state), like dpkg --root."
 

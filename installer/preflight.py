@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Mapping, Optional, Set, Tuple
 
-from configure.errors import ExitCode, ProblemsFound
 from installer.target import Requirement, StagedPackage, Target
+from plumbing.errors import ExitCode, ProblemsFound
 
 #: Packages of the old nvidia-docker world that a toolkit install should talk about.
 LEGACY_PACKAGES = ("nvidia-docker2", "nvidia-container-runtime", "nvidia-container-runtime-hook", "nvidia-docker")

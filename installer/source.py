@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Dict, Tuple
 
 from installer.bundle import VerifiedBundle, extract_verified
-from installer.gpg import Keyring
 from installer.manifest import Manifest, PackageEntry
 from installer.target import Requirement, StagedBundle, StagedPackage, Target
+from plumbing.gpg import Keyring
 
 #: Breaks of the toolkit packages, identical in every upstream version (docs/upstream.md section 4).
 #: Only a fallback for bundles whose manifest predates the per-package ``breaks`` field.

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from configure.changes import Journal, read_optional
-from configure.errors import ConfigFormatError
-from configure.fsutil import atomic_write, rooted
+from plumbing.errors import ConfigFormatError
+from plumbing.fsutil import atomic_write, rooted
 
 STATE_DIR = "/var/lib/gpu-airgap"
 STATE_FILE = STATE_DIR + "/state.json"

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional, Sequence, Set, Tuple
 
-from configure.errors import ExitCode, ToolError
+from plumbing.errors import ExitCode, ToolError
 
 #: The dependency order of the toolkit packages (the library first, the toolkit last).
 TOOLKIT_ORDER = (

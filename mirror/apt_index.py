@@ -25,7 +25,7 @@ Main functions
 Parsing is python-debian's ``debian.deb822`` with ``use_apt_pkg=False`` (so behaviour does not
 depend on whether python3-apt happens to be importable). Never hand it unverified text:
 ``Deb822`` silently strips PGP armour, so an InRelease would "parse" without any check. Callers
-verify first (:mod:`installer.gpg`) and pass only the verified text or checksum-verified bytes.
+verify first (:mod:`plumbing.gpg`) and pass only the verified text or checksum-verified bytes.
 
 Specs
 -----
@@ -86,7 +86,7 @@ class ReleaseIndex:
 def parse_release(verified_text: str, what: str = "the signed Release") -> ReleaseIndex:
     """Parse the verified text of an InRelease (or a Release file checked against Release.gpg).
 
-    :param verified_text: exactly the signed text :func:`installer.gpg.Keyring.verify_clearsigned` returned.
+    :param verified_text: exactly the signed text :func:`plumbing.gpg.Keyring.verify_clearsigned` returned.
     :param what: how errors name the file, e.g. ``the signed <url>/InRelease``, so the operator knows which repo.
     :raises MetadataError: when the body is empty, has more than one paragraph, or lists no SHA512 files.
 

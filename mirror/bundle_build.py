@@ -21,9 +21,6 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from configure.errors import ToolError, UsageError
-from configure.fsutil import atomic_write
-from configure.version import VERSION
 from installer.manifest import (
     MANIFEST_NAME,
     SIGNATURE_NAME,
@@ -42,6 +39,9 @@ from mirror.lockfile import Lockfile
 from mirror.node_zipapp import PYZ_NAME, ZIP_EPOCH, build_zipapp
 from mirror.sbom import SBOM_NAME, SbomPackage, render_spdx
 from mirror.store import file_digest
+from plumbing.errors import ToolError, UsageError
+from plumbing.fsutil import atomic_write
+from plumbing.version import VERSION
 
 INSTALL_SH = "install.sh"
 OPERATOR_KEY = "operator-key.asc"

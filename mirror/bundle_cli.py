@@ -10,8 +10,8 @@ from typing import List, Optional
 
 import typer
 
-from configure import output
-from configure.errors import UsageError
+from plumbing import output
+from plumbing.errors import UsageError
 
 _MIRROR = typer.Option(..., "--mirror", help="The mirror directory (from `gpu-airgap mirror sync`).")
 _VERSION = typer.Option("latest", "--version", help="Toolkit release: latest, 1.17.8 or 1.17.8-1.")

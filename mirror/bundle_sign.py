@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from configure.errors import CommandError, SignatureError
-from configure.proc import run
+from plumbing.errors import CommandError, SignatureError
+from plumbing.proc import run
 
 
 @dataclass(frozen=True)

@@ -12,10 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from configure.errors import ToolError, UsageError
 from installer.target import Requirement
 from mirror.lockfile import LockedPackage, LockedTarget, Lockfile
 from mirror.store import MirrorState, Release, RepoRecord, StoredPackage
+from plumbing.errors import ToolError, UsageError
 
 #: Either spelling of an arch is accepted on the command line; the repo uses its format's own.
 _ARCH_ALIASES = {

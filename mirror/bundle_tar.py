@@ -34,7 +34,7 @@ from typing import BinaryIO, Callable, Final
 
 import zstandard
 
-from configure.errors import ChecksumMismatch, ToolError, UsageError
+from plumbing.errors import ChecksumMismatch, ToolError, UsageError
 
 CHUNK: Final = 1 << 20
 WRITEBACK: Final = 8 << 20  #: start writing output back to disk every this many bytes

@@ -1,17 +1,17 @@
 """Errors specific to the connected side: downloads, signed metadata, selection, the mirror on disk, lockfiles.
 
-Signature, checksum and path errors live in :mod:`configure.errors` because the node side raises
+Signature, checksum and path errors live in :mod:`plumbing.errors` because the node side raises
 them too; these are only raised on the mirror host.
 
-Each is a :class:`~configure.errors.ToolError` whose ``str()`` is one sentence a user can act on;
-``installer.cli.run`` prints it and exits with the class's :class:`~configure.errors.ExitCode`.
+Each is a :class:`~plumbing.errors.ToolError` whose ``str()`` is one sentence a user can act on;
+``installer.cli.run`` prints it and exits with the class's :class:`~plumbing.errors.ExitCode`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from configure.errors import ExitCode, ToolError, UsageError, VerificationError
+from plumbing.errors import ExitCode, ToolError, UsageError, VerificationError
 
 
 class FetchError(ToolError):

@@ -11,10 +11,10 @@ from typing import List, Optional
 
 import typer
 
-from configure.errors import UsageError
-from configure.fsutil import atomic_write
-from configure.output import emit_lines
 from mirror import fleet_k8s
+from plumbing.errors import UsageError
+from plumbing.fsutil import atomic_write
+from plumbing.output import emit_lines
 
 fleet_app = typer.Typer(help="Roll the toolkit out to many nodes: Kubernetes manifests (Ansible: deploy/ansible).", no_args_is_help=True)
 

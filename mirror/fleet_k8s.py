@@ -30,8 +30,8 @@ from urllib.parse import urlparse
 import yaml
 
 from configure import runtimeclass
-from configure.errors import UsageError
-from configure.version import VERSION
+from plumbing.errors import UsageError
+from plumbing.version import VERSION
 
 APP_LABEL = "app.kubernetes.io/name"
 IMAGE_FOR_TOOLS = {"host": "busybox:1.36", "image": f"gpu-airgap-node:{VERSION}"}  #: --image defaults

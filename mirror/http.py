@@ -11,7 +11,7 @@
 
 Connection errors and 5xx answers are retried with bounded exponential backoff (the ``sleep``
 is injectable so tests do not wait). Everything else becomes a one-sentence
-:class:`~mirror.errors.FetchError` or :class:`~configure.errors.ChecksumMismatch`.
+:class:`~mirror.errors.FetchError` or :class:`~plumbing.errors.ChecksumMismatch`.
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ import requests
 import urllib3
 from requests.adapters import HTTPAdapter
 
-from configure.errors import ChecksumMismatch, ToolError
 from mirror.errors import FetchError
+from plumbing.errors import ChecksumMismatch, ToolError
 
 log = logging.getLogger(__name__)
 

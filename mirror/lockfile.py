@@ -31,8 +31,8 @@ from typing import Any, Final
 import tomlkit
 from tomlkit.exceptions import TOMLKitError
 
-from configure.errors import ConfigFormatError
-from configure.fsutil import atomic_write
+from plumbing.errors import ConfigFormatError
+from plumbing.fsutil import atomic_write
 
 LOCK_VERSION: Final = 1
 HEADER: Final = "gpu-airgap.lock - written by gpu-airgap; `gpu-airgap mirror sync --locked` reproduces it."

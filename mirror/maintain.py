@@ -12,7 +12,6 @@ import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from configure.errors import UsageError
 from mirror import store
 from mirror.http import CachedResponse
 from mirror.model import PackageFormat
@@ -20,6 +19,7 @@ from mirror.repo import Fetcher
 from mirror.resolve import resolve
 from mirror.selectors import VersionSelector
 from mirror.sync import RepoLoader
+from plumbing.errors import UsageError
 
 
 @dataclass

@@ -8,12 +8,12 @@ from typing import TYPE_CHECKING, Any, List, Optional
 
 import typer
 
-from configure import output
-from configure.errors import ProblemsFound, UsageError
 from mirror import publish_cli
 from mirror.lockfile import Lockfile
 from mirror.model import PackageFormat
 from mirror.versions import sort_key
+from plumbing import output
+from plumbing.errors import ProblemsFound, UsageError
 
 # The mirror commands import their libraries (requests, rich progress, …) when they run, so
 # other commands (bundle build, the node side) start without them.

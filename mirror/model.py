@@ -46,7 +46,7 @@ class Package:
 
     ``filename`` is relative to the repository base exactly as the index names it (``./x.deb``
     for NVIDIA's flat apt repos, ``x.rpm`` for yum ``location href``); it must go through
-    :func:`configure.fsutil.safe_join` before touching the disk.
+    :func:`plumbing.fsutil.safe_join` before touching the disk.
     """
 
     format: PackageFormat

@@ -1,6 +1,6 @@
 """Build ``gpu-airgap-node.pyz``: the node-side tool and its pure-Python dependencies in one zipapp.
 
-The zipapp holds ``installer/`` and ``configure/`` from this source tree plus the Python files of
+The zipapp holds ``plumbing/``, ``configure/`` and ``installer/`` from this source tree plus the Python files of
 the wheels pinned in ``mirror/data/node-wheels.txt`` (resolved for python3.9). Compiled modules
 (``*.so``, e.g. PyYAML's optional ``_yaml``) are left out, so it runs on any node arch with
 ``python3 -I gpu-airgap-node.pyz`` — no site-packages, no pip, no network. Its ``__main__.py`` is
@@ -25,16 +25,16 @@ import zipfile
 from pathlib import Path
 from typing import Final
 
-from configure.errors import ToolError
-from configure.fsutil import atomic_write
-from configure.proc import run
+from plumbing.errors import ToolError
+from plumbing.fsutil import atomic_write
+from plumbing.proc import run
 
 PYZ_NAME: Final = "gpu-airgap-node.pyz"
 #: 1980-01-01 00:00 UTC, the earliest time a zip entry can carry
 ZIP_EPOCH: Final = 315532800
 _PINS: Final = Path(__file__).parent / "data" / "node-wheels.txt"
 _SOURCE_ROOT: Final = Path(__file__).resolve().parent.parent
-_NODE_PACKAGES: Final = ("configure", "installer")
+_NODE_PACKAGES: Final = ("plumbing", "configure", "installer")
 #: the zipapp's __main__.py: extract once into a private cache, then import from there (bytecode caching)
 _MAIN: Final = _SOURCE_ROOT / "installer" / "zipapp_main.py"
 

@@ -31,10 +31,6 @@ from pathlib import Path
 from typing import Final
 from urllib.parse import urlsplit
 
-from configure.errors import SignatureError, ToolError, UsageError, VerificationError
-from configure.fsutil import safe_join
-from configure.version import VERSION
-from installer.gpg import Keyring
 from mirror import store
 from mirror.bundle_sign import OperatorKey
 from mirror.bundle_source import SourcePackage
@@ -55,6 +51,10 @@ from mirror.publish_place import Placer
 from mirror.publish_swap import MARKER, check_target, staged
 from mirror.repo import RepoSnapshot, check_digest, clean_relative, load_apt_repo, load_yum_repo
 from mirror.signed_repo import AptEntry, ReleaseLabels, apt_metadata, query_packages, yum_metadata
+from plumbing.errors import SignatureError, ToolError, UsageError, VerificationError
+from plumbing.fsutil import safe_join
+from plumbing.gpg import Keyring
+from plumbing.version import VERSION
 
 PUBLISH_LABELS: Final = ReleaseLabels(
     origin="gpu-airgap",

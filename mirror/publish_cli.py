@@ -8,9 +8,9 @@ from typing import Optional
 
 import typer
 
-from configure import output
-from configure.errors import UsageError
 from mirror.publish_files import DEFAULT_KEYRING_NAME, valid_keyring_name
+from plumbing import output
+from plumbing.errors import UsageError
 
 _DEST = typer.Option(..., "--dest", help="The mirror directory (from `gpu-airgap mirror sync`).")
 _OUT = typer.Option(..., "--out", help="The directory to publish into (replaced atomically; served by your web server).")

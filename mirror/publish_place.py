@@ -16,9 +16,9 @@ import os
 from pathlib import Path
 from typing import Final
 
-from configure.errors import ChecksumMismatch, ToolError
-from configure.fsutil import atomic_write, safe_join
 from mirror.store import StoredFile
+from plumbing.errors import ChecksumMismatch, ToolError
+from plumbing.fsutil import atomic_write, safe_join
 
 _CHUNK: Final = 1 << 20
 #: link() errors that mean "cannot link here" rather than "something is wrong": copy instead.

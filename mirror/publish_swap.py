@@ -29,8 +29,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Final
 
-from configure.errors import BusyError, ToolError, UsageError
-from configure.fsutil import fsync_dir
+from plumbing.errors import BusyError, ToolError, UsageError
+from plumbing.fsutil import fsync_dir
 
 MARKER: Final = ".gpu-airgap-publish.json"
 _AT_FDCWD: Final = -100

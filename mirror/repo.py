@@ -11,7 +11,7 @@ Each returns a :class:`RepoSnapshot`: the packages plus provenance (base URL, si
 signature time) and every metadata file's verified bytes with their sha256, so the mirror can
 store exactly what was verified. This module does no I/O of its own: bytes come from the fetcher
 (the real one, with requests and a conditional-GET cache, lives with the sync code), signature
-checks from :class:`installer.gpg.Keyring`.
+checks from :class:`plumbing.gpg.Keyring`.
 """
 
 from __future__ import annotations
@@ -25,12 +25,12 @@ from datetime import datetime
 from pathlib import PurePosixPath
 from typing import IO, Protocol, cast
 
-from configure.errors import ChecksumMismatch, ToolError, UnsafePathError, UsageError
-from installer.gpg import Keyring
 from mirror.apt_index import ReleaseIndex, iter_packages, parse_release
 from mirror.errors import MetadataError
 from mirror.model import Package, PackageFormat
 from mirror.rpm_index import Repomd, iter_primary, open_decompressed, parse_repomd
+from plumbing.errors import ChecksumMismatch, ToolError, UnsafePathError, UsageError
+from plumbing.gpg import Keyring
 
 CHANNELS = ("stable", "experimental")
 #: Arch spellings: apt name -> rpm name. Either is accepted anywhere and mapped.

@@ -25,14 +25,14 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from configure.errors import CommandError, ToolError
-from configure.fsutil import atomic_write
-from configure.proc import run
 from mirror.bundle_sign import OperatorKey
 from mirror.bundle_source import SourcePackage
 from mirror.bundle_tar import PackageChangedError
 from mirror.node_zipapp import default_cache
 from mirror.store import file_digest
+from plumbing.errors import CommandError, ToolError
+from plumbing.fsutil import atomic_write
+from plumbing.proc import run
 
 #: (control fields in order, depends) of one package; rpm packages have no control fields here.
 PackageFacts = tuple[list[tuple[str, str]], tuple[str, ...]]

@@ -16,7 +16,7 @@ Layout of ``DEST`` (upstream's relative paths are kept, so a mirror can be serve
 
 A sync writes everything new below ``staging/`` and only then publishes: package files first
 (new names, so the old state never points at them), then metadata, then the HTTP cache, then
-``state.json`` with :func:`~configure.fsutil.atomic_write`. A sync that fails before publishing
+``state.json`` with :func:`~plumbing.fsutil.atomic_write`. A sync that fails before publishing
 removes ``staging/`` and leaves every other byte of ``DEST`` as it was. A sync that is interrupted
 (Ctrl-C) keeps ``staging/``, and one that is killed (SIGKILL, power cut) cannot clean up: either
 way the next sync reuses the package files it had verified and resumes its ``.part`` files, then
@@ -41,9 +41,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from configure.errors import BusyError, ToolError
-from configure.fsutil import atomic_write, safe_join
 from mirror.errors import MirrorStateError
+from plumbing.errors import BusyError, ToolError
+from plumbing.fsutil import atomic_write, safe_join
 
 if TYPE_CHECKING:
     from mirror.http import CachedResponse

@@ -21,8 +21,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Protocol
 
-from configure.errors import UsageError
-from installer.gpg import Keyring
 from mirror import lockfile, store
 from mirror.errors import LockfileMismatch, UnresolvableDependency
 from mirror.http import Downloader, DownloadRequest
@@ -43,6 +41,8 @@ from mirror.repo import (
 from mirror.resolve import Resolution, resolve, resolve_each
 from mirror.selectors import VersionSelector
 from mirror.versions import sort_key
+from plumbing.errors import UsageError
+from plumbing.gpg import Keyring
 
 DEFAULT_UPSTREAM = "https://nvidia.github.io/libnvidia-container"
 

@@ -11,7 +11,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Final
 
-from installer.gpg import Keyring
+from plumbing.gpg import Keyring
 
 #: Primary key of "NVIDIA CORPORATION (Open Source Projects) <cudatools@nvidia.com>", RSA 4096, no expiry.
 NVIDIA_FINGERPRINT: Final = "C95B321B61E88C1809C4F759DDCAE044F796ECB0"

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from installer.gpg import Keyring
 from mirror.trust import open_keyring
+from plumbing.gpg import Keyring
 from tests.cli_runner import run_cli
 from tests.gpgkeys import TestKey, make_key
 from tests.upstream import UpstreamServer, UpstreamTree, cached_upstream, stop_agent

@@ -25,11 +25,11 @@ import pytest
 
 from installer import archive
 from installer.bundle import BundleVerificationError, extract_verified, verify
-from installer.gpg import Keyring
 from installer.manifest import MANIFEST_NAME, SIGNATURE_NAME, Manifest
 from mirror.bundle_build import BuildResult, build_bundle
 from mirror.bundle_source import SourceError
 from mirror.lockfile import Lockfile
+from plumbing.gpg import Keyring
 from tests.cli_runner import run_cli
 from tests.gpgkeys import TestKey
 from tests.test_upstream_clients import apt, dnf
@@ -288,8 +288,8 @@ def test_manifest_and_sbom_carry_everything_the_bundle_promises(plain_bundle: Pa
 
 
 def test_creation_time_comes_from_source_date_epoch(monkeypatch: pytest.MonkeyPatch) -> None:
-    from configure.errors import UsageError
     from mirror.bundle_build import build_epoch
+    from plumbing.errors import UsageError
 
     monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000000")
     assert build_epoch() == 1700000000
@@ -299,8 +299,8 @@ def test_creation_time_comes_from_source_date_epoch(monkeypatch: pytest.MonkeyPa
 
 
 def test_split_size_takes_binary_units_and_refuses_what_is_not_a_size() -> None:
-    from configure.errors import UsageError
     from mirror.bundle_build import parse_size
+    from plumbing.errors import UsageError
 
     assert [parse_size(s) for s in ("650M", "650MiB", "1.5g", "4GB", "1048576")] == [
         650 << 20, 650 << 20, 3 << 29, 4 << 30, 1 << 20,

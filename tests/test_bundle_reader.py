@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 
 from installer.bundle import BundleVerificationError, extract_verified, inspect, verify
-from installer.gpg import Keyring
 from installer.manifest import (
     MANIFEST_NAME,
     SIGNATURE_NAME,
@@ -27,6 +26,7 @@ from installer.manifest import (
     SignedFile,
     Target,
 )
+from plumbing.gpg import Keyring
 from tests.gpgkeys import TestKey
 
 GOOD = b"good payload\n"

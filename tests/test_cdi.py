@@ -21,8 +21,8 @@ from configure.cdi import (
     validate_spec,
 )
 from configure.changes import Journal, apply_changes
-from configure.errors import ConfigFormatError, ExitCode, ToolError, UsageError
-from configure.fsutil import rooted
+from plumbing.errors import ConfigFormatError, ExitCode, ToolError, UsageError
+from plumbing.fsutil import rooted
 from tests.cli_runner import run_cli
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from configure.changes import FileChange, Journal, apply_changes, revert, unified_diff
-from configure.errors import ProblemsFound, ToolError
+from plumbing.errors import ProblemsFound, ToolError
 
 
 def test_unchanged_files_are_not_written(tmp_path: Path) -> None:

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import typer
 
-from configure.errors import ExitCode
-from configure.version import VERSION
 from mirror.cli import CONNECTED_GROUPS
+from plumbing.errors import ExitCode
+from plumbing.version import VERSION
 from tests.cli_runner import run_cli
 
 
@@ -44,7 +44,7 @@ def test_each_group_has_help(group: str) -> None:
 
 
 def test_command_errors_quote_the_line_that_says_what_went_wrong() -> None:
-    from configure.errors import CommandError
+    from plumbing.errors import CommandError
 
     stderr = (
         "dpkg: warning: 'ldconfig' not found in PATH or not executable\n"

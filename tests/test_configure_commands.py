@@ -15,7 +15,7 @@ import tomllib
 
 from configure.engine import Engine
 from configure.engines import get_engine
-from configure.errors import ExitCode
+from plumbing.errors import ExitCode
 from tests.cli_runner import run_cli
 from tests.containerd_helpers import CONFIG, make_root
 

@@ -12,8 +12,8 @@ import tomllib
 from configure.commands import configure_engine
 from configure.containerd import CRI_PLUGIN
 from configure.engine import RuntimeOptions
-from configure.errors import ConfigFormatError, UsageError
 from configure.nodefacts import dpkg_containerd_version, kubelet_cgroup_driver, parse_containerd_version
+from plumbing.errors import ConfigFormatError, UsageError
 from tests.containerd_helpers import CONFIG, DROP_IN, FIXTURES, engine, make_root
 
 BINARY = "/usr/bin/nvidia-container-runtime"

@@ -13,8 +13,8 @@ import tomllib
 from configure.changes import Journal, apply_changes, revert
 from configure.crio import CRIO_CONF, CRIO_DROP_IN, CRIO_DROP_IN_DIR, OCI_HOOK, CrioEngine
 from configure.engine import Engine, RuntimeOptions
-from configure.errors import ConfigFormatError, UsageError
-from configure.fsutil import rooted
+from plumbing.errors import ConfigFormatError, UsageError
+from plumbing.fsutil import rooted
 
 FIXTURES = Path(__file__).parent / "data/fixtures/crio"
 RUNTIME = "/usr/bin/nvidia-container-runtime"

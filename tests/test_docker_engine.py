@@ -13,8 +13,8 @@ import pytest
 from configure.changes import Journal, apply_changes, revert
 from configure.docker import DAEMON_JSON, DockerEngine, detect_style, render_daemon_json
 from configure.engine import Engine, RuntimeOptions
-from configure.errors import ConfigFormatError, UsageError
-from configure.fsutil import rooted
+from plumbing.errors import ConfigFormatError, UsageError
+from plumbing.fsutil import rooted
 
 FIXTURE = Path(__file__).parent / "data/fixtures/docker/daemon.json"
 RUNTIME = "/usr/bin/nvidia-container-runtime"

@@ -16,7 +16,7 @@ from configure.changes import Journal, apply_changes, revert
 from configure.crio import CRIO_CONF, CrioEngine
 from configure.docker import DAEMON_JSON, DockerEngine
 from configure.engine import Engine, RuntimeOptions
-from configure.fsutil import rooted
+from plumbing.fsutil import rooted
 
 FIXTURES = Path(__file__).parent / "data/fixtures"
 

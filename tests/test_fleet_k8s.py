@@ -26,9 +26,9 @@ import pytest
 import yaml
 
 from configure import runtimeclass
-from configure.errors import ExitCode
 from mirror import fleet_k8s
 from mirror.fleet_cli import pod_script
+from plumbing.errors import ExitCode
 from tests.cli_runner import run_cli
 from tests.gpgkeys import TestKey
 from tests.node_fixtures import TOOLKIT, node_python, seed_containerd_node, seed_dpkg_root, tree_digest

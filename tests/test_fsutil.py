@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from configure.errors import ConfigFormatError, UnsafePathError
-from configure.fsutil import atomic_write, rooted, safe_join
+from plumbing.errors import ExitCode, FileWriteError, UnsafePathError
+from plumbing.fsutil import atomic_write, rooted, safe_join
 
 
 @pytest.mark.parametrize(
@@ -46,17 +46,18 @@ def test_atomic_write_creates_parents_with_default_mode(tmp_path: Path) -> None:
     assert stat.S_IMODE(target.stat().st_mode) == 0o644
 
 
-def test_atomic_write_into_unwritable_directory_is_a_clear_error(tmp_path: Path) -> None:
+def test_atomic_write_into_unwritable_directory_is_a_clear_general_file_error(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_bytes(b"")
-    with pytest.raises(ConfigFormatError, match="cannot write"):
+    with pytest.raises(FileWriteError, match="cannot write") as caught:
         atomic_write(blocker / "child.toml", b"x")
+    assert caught.value.exit_code == ExitCode.ERROR  # a general file error, not an engine config's (exit 5)
     assert blocker.read_bytes() == b""
     assert not any(name.endswith(".tmp") for name in os.listdir(tmp_path))
 
 
 def test_only_the_running_system_is_a_live_root(tmp_path: Path) -> None:
-    from configure.fsutil import is_live_root
+    from plumbing.fsutil import is_live_root
 
     assert is_live_root("/") and is_live_root("") and is_live_root(Path("//")) and is_live_root("/.")
     link = tmp_path / "host"

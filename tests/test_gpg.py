@@ -1,4 +1,4 @@
-"""installer.gpg against real gpg: NVIDIA's real signed files and throwaway keys."""
+"""plumbing.gpg against real gpg: NVIDIA's real signed files and throwaway keys."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from configure.errors import SignatureError
-from installer.gpg import Keyring, judge_status
 from mirror.apt_index import parse_release
 from mirror.errors import MetadataError
 from mirror.trust import NVIDIA_FINGERPRINT, default_keyring_path
+from plumbing.errors import SignatureError
+from plumbing.gpg import Keyring, judge_status
 from tests.gpgkeys import NVIDIA_KEY, REAL, TestKey
 
 INRELEASE = (REAL / "stable/deb/amd64/InRelease").read_bytes()

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from configure.errors import ChecksumMismatch
 from mirror.errors import FetchError
 from mirror.http import CachedResponse, Downloader, DownloadRequest
+from plumbing.errors import ChecksumMismatch
 
 
 @dataclass

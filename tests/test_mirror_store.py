@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from configure.errors import BusyError, ConfigFormatError, UnsafePathError, UsageError
 from mirror import maintain, store
 from mirror import sync as sync_lib
 from mirror.errors import MirrorStateError
@@ -17,6 +16,7 @@ from mirror.http import CachedResponse
 from mirror.lockfile import LockedPackage, LockedTarget, Lockfile, differences
 from mirror.model import Package, PackageFormat
 from mirror.repo import FakeFetcher, MetadataFile
+from plumbing.errors import BusyError, ConfigFormatError, UnsafePathError, UsageError
 
 
 def _state(dest: Path) -> store.MirrorState:

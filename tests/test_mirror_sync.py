@@ -20,11 +20,11 @@ from pathlib import Path
 
 import pytest
 
-from configure.errors import BusyError, ExitCode
 from mirror import progress, store
 from mirror import sync as sync_lib
 from mirror.http import Downloader
 from mirror.trust import open_keyring
+from plumbing.errors import BusyError, ExitCode
 from tests.cli_runner import CliResult, run_cli
 from tests.gpgkeys import TestKey
 from tests.upstream import (

@@ -12,13 +12,13 @@ import pytest
 
 from configure.containerd import ContainerdEngine
 from configure.docker import DockerEngine
-from configure.errors import ExitCode, ToolError, UsageError, VerificationError
 from installer.env import NodeEnv
 from installer.install import InstallFailed, InstallOptions, install
 from installer.manage import status, uninstall
 from installer.preflight import PreflightFailed
 from installer.state import load_state
 from installer.target import Requirement, Target, TargetMismatch
+from plumbing.errors import ExitCode, ToolError, UsageError, VerificationError
 from tests.cli_runner import run_cli
 from tests.gpgkeys import TestKey
 from tests.node_fixtures import (

@@ -207,7 +207,7 @@ class TestBackends:
             returncode = 0
             stdout = b""
 
-        monkeypatch.setattr("configure.proc.run", lambda argv, **kw: seen.append(list(argv)) or Done())
+        monkeypatch.setattr("plumbing.proc.run", lambda argv, **kw: seen.append(list(argv)) or Done())
         backend = DpkgBackend(tmp_path)
         backend.install([Path("/s/a.deb")])
         backend.hold(["a"])

@@ -21,7 +21,7 @@ from mirror.node_zipapp import build_zipapp
 from tests.cli_runner import run_cli
 
 PY39 = Path("/root/.pyenv/versions/3.9.18/bin/python3.9")
-HEAVY = ("configure.cli", "configure.commands", "tomlkit", "yaml", "gnupg", "installer.gpg", "installer.bundle", "rich")
+HEAVY = ("configure.cli", "configure.commands", "tomlkit", "yaml", "gnupg", "plumbing.gpg", "installer.bundle", "rich")
 
 
 def test_root_help_imports_neither_configure_nor_its_parsers_nor_gnupg() -> None:

@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from installer.gpg import Keyring
 from mirror import store
 from mirror.publish_swap import MARKER
+from plumbing.gpg import Keyring
 from tests.cli_runner import CliResult, run_cli
 from tests.gpgkeys import TestKey
 from tests.pkg_clients import apt, dnf_with_repo, new_apt_sandbox

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from configure.errors import BusyError
 from mirror import publish_swap, store
 from mirror.publish_files import Site, render_list, render_repo
 from mirror.publish_swap import MARKER
+from plumbing.errors import BusyError
 from tests.cli_runner import run_cli
 from tests.gpgkeys import TestKey
 from tests.pkg_clients import apt, dnf_with_repo, new_apt_sandbox

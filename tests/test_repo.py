@@ -9,8 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from configure.errors import ChecksumMismatch, SignatureError, UnsafePathError, UsageError
-from installer.gpg import Keyring
 from mirror.errors import MetadataError
 from mirror.model import PackageFormat
 from mirror.repo import (
@@ -26,6 +24,8 @@ from mirror.resolve import resolve
 from mirror.rpm_index import parse_repomd
 from mirror.selectors import VersionSelector
 from mirror.trust import NVIDIA_FINGERPRINT
+from plumbing.errors import ChecksumMismatch, SignatureError, UnsafePathError, UsageError
+from plumbing.gpg import Keyring
 from tests.gpgkeys import REAL, TestKey
 from tests.rpmrepo import build_yum_repo
 

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from configure.errors import ExitCode
 from mirror.apt_index import parse_packages, parse_relations
 from mirror.errors import UnresolvableDependency
 from mirror.model import Package, PackageFormat, Relation
 from mirror.resolve import resolve
 from mirror.selectors import VersionSelector
 from mirror.versions import satisfies, sort_key
+from plumbing.errors import ExitCode
 from tests.gpgkeys import REAL
 
 DEB, RPM = PackageFormat.DEB, PackageFormat.RPM

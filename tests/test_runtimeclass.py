@@ -9,9 +9,9 @@ import pytest
 import yaml
 
 from configure.changes import Journal, revert
-from configure.errors import ConfigFormatError, ExitCode, UsageError
-from configure.fsutil import rooted
 from configure.runtimeclass import RECORD, manifest, read_record
+from plumbing.errors import ConfigFormatError, ExitCode, UsageError
+from plumbing.fsutil import rooted
 from tests.cli_runner import run_cli
 
 

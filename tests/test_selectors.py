@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from configure.errors import ExitCode
 from mirror.errors import SelectorError
 from mirror.model import PackageFormat
 from mirror.selectors import VersionSelector
+from plumbing.errors import ExitCode
 
 DEB, RPM = PackageFormat.DEB, PackageFormat.RPM
 STABLE = [f"1.17.{n}-1" for n in range(10)] + [

@@ -9,9 +9,9 @@ import pytest
 import tomllib
 
 from configure.changes import Journal, apply_changes, revert
-from configure.errors import ConfigFormatError, ExitCode, UsageError
-from configure.fsutil import rooted
 from configure.toolkit import TOOLKIT_CONFIG, plan_mode, set_mode
+from plumbing.errors import ConfigFormatError, ExitCode, UsageError
+from plumbing.fsutil import rooted
 from tests.cli_runner import run_cli
 
 # Shaped like the file the toolkit's postinst writes (`nvidia-ctk config --in-place`): defaults

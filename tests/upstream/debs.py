@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
-from configure.proc import run
+from plumbing.proc import run
 from tests.upstream.catalog import PackageSpec, index_sort_key
 from tests.upstream.keys import SigningKey
 

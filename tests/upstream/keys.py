@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from configure.proc import run
+from plumbing.proc import run
 
 _KEY_PARAMS = """\
 %no-protection

@@ -13,7 +13,7 @@ import shutil
 from pathlib import Path
 from typing import Final
 
-from configure.proc import run
+from plumbing.proc import run
 from tests.upstream.catalog import PackageSpec, payload_for, rpm_relations
 from tests.upstream.debs import SOURCE_DATE_EPOCH, padding_file
 from tests.upstream.keys import SigningKey

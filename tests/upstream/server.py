@@ -29,8 +29,8 @@ from pathlib import Path
 from types import TracebackType
 from urllib.parse import unquote, urlsplit
 
-from configure.errors import UnsafePathError
-from configure.fsutil import safe_join
+from plumbing.errors import UnsafePathError
+from plumbing.fsutil import safe_join
 
 
 @dataclass

@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path, PurePosixPath
 from typing import Optional, Union
 
-from configure.errors import ConfigFormatError, UnsafePathError
+from plumbing.errors import FileWriteError, UnsafePathError
 
 
 def safe_join(root: Union[str, os.PathLike[str]], relative: str) -> Path:
@@ -55,14 +55,14 @@ def atomic_write(path: Path, data: bytes, *, mode: Optional[int] = None) -> None
     :param path: the target; its parent directories are created (0755) when missing.
     :param data: the complete new content.
     :param mode: permission bits for a new file (default 0644); an existing file keeps its own.
-    :raises ConfigFormatError: when the target cannot be written (read-only, not a directory, ...).
+    :raises FileWriteError: when the target cannot be written (read-only, not a directory, ...).
     """
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         old = path.stat() if path.exists() else None
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     except OSError as exc:
-        raise ConfigFormatError(path, f"cannot write: {exc.strerror or exc}") from exc
+        raise FileWriteError(path, f"cannot write: {exc.strerror or exc}") from exc
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
@@ -75,12 +75,12 @@ def atomic_write(path: Path, data: bytes, *, mode: Optional[int] = None) -> None
         else:
             os.chmod(tmp, 0o644 if mode is None else mode)
         if old is not None and not os.access(path, os.W_OK) and os.geteuid() != 0:
-            raise ConfigFormatError(path, "the file is read-only")
+            raise FileWriteError(path, "the file is read-only")
         os.replace(tmp, path)
         fsync_dir(path.parent)
     except OSError as exc:
         _unlink_quietly(Path(tmp))
-        raise ConfigFormatError(path, f"cannot write: {exc.strerror or exc}") from exc
+        raise FileWriteError(path, f"cannot write: {exc.strerror or exc}") from exc
     except BaseException:
         _unlink_quietly(Path(tmp))
         raise

@@ -4,7 +4,7 @@ Verification always happens in an isolated, temporary ``GNUPGHOME`` that holds o
 caller names (:class:`Keyring`), never the user's keyring, so "valid" can only mean "made by one
 of these keys". We read gpg's machine-readable status lines (``--status-fd``) ourselves and
 require a ``VALIDSIG`` whose primary-key fingerprint is in the keyring; ``BADSIG``, revoked or
-expired keys, and signatures by other keys are :class:`~configure.errors.SignatureError`.
+expired keys, and signatures by other keys are :class:`~plumbing.errors.SignatureError`.
 
 :func:`Keyring.verify_clearsigned` returns exactly the text gpg verified (``gpg --decrypt`` of the
 cleartext message, dash-unescaped), canonicalised the way the signature hash sees it: CRLF becomes
@@ -32,7 +32,7 @@ from typing import Optional, Union
 
 import gnupg
 
-from configure.errors import SignatureError, ToolError
+from plumbing.errors import SignatureError, ToolError
 
 _BEGIN_SIGNED = b"-----BEGIN PGP SIGNED MESSAGE-----"
 _BEGIN_SIG = b"-----BEGIN PGP SIGNATURE-----"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from configure.errors import ConfigFormatError
+from plumbing.errors import ConfigFormatError
 
 
 def decode_utf8(raw: bytes, path: object) -> str:

@@ -11,7 +11,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import IO, BinaryIO, Optional
 
-from configure.errors import CommandError, ToolError
+from plumbing.errors import CommandError, ToolError
 
 log = logging.getLogger(__name__)
 

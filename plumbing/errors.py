@@ -49,6 +49,19 @@ class ConfigFormatError(ToolError):
         super().__init__(f"{self.path}: {detail}")
 
 
+class FileWriteError(ToolError):
+    """A file could not be written (a read-only file or directory, a full disk, a path that is not a directory).
+
+    :func:`plumbing.fsutil.atomic_write` raises it for every file; a caller that writes a
+    configuration file turns it into :class:`ConfigFormatError` (exit 5) where that is what failed.
+    """
+
+    def __init__(self, path: object, detail: str) -> None:
+        self.path = str(path)
+        self.detail = detail
+        super().__init__(f"{self.path}: {detail}")
+
+
 class CommandError(ToolError):
     """An external command (dpkg, rpm, gpg, containerd, ...) failed."""
 
