@@ -13,8 +13,8 @@ from typing import Callable, Optional, Protocol, Sequence
 
 from configure import cdi
 from configure.engine import ConfigPlan, Engine
+from configure.nodefacts import NodeFacts, detect_node, proc_runner
 from installer.backend import PackageBackend, make_backend
-from installer.node import NodeFacts, detect_node, proc_runner
 from installer.target import StagedBundle
 from plumbing import proc
 

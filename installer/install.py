@@ -19,10 +19,10 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from configure.changes import Journal, apply_changes, revert, unified_diff
 from configure.engine import RuntimeOptions
+from configure.nodefacts import NodeFacts
 from installer import preflight
 from installer.backend import PackageBackend
 from installer.env import CDI_SPEC, SERVICE_UNITS, NodeEnv
-from installer.node import NodeFacts
 from installer.state import STATE_DIR, NodeState, changed_files, load_state, save_state
 from installer.target import Target, install_order, pick_target
 from plumbing.errors import BusyError, CommandError, ToolError, UsageError

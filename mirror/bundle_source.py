@@ -15,13 +15,8 @@ from pathlib import Path
 from installer.target import Requirement
 from mirror.lockfile import LockedPackage, LockedTarget, Lockfile
 from mirror.store import MirrorState, Release, RepoRecord, StoredPackage
+from plumbing.arch import normalize_arch
 from plumbing.errors import ToolError, UsageError
-
-#: Either spelling of an arch is accepted on the command line; the repo uses its format's own.
-_ARCH_ALIASES = {
-    "deb": {"x86_64": "amd64", "aarch64": "arm64", "ppc64le": "ppc64el"},
-    "rpm": {"amd64": "x86_64", "arm64": "aarch64", "ppc64el": "ppc64le"},
-}
 
 
 class SourceError(ToolError):
@@ -108,9 +103,10 @@ def parse_target(spec: str) -> tuple[str, str]:
     :raises UsageError: for anything but ``deb/ARCH`` or ``rpm/ARCH``.
     """
     fmt, _, arch = spec.partition("/")
-    if fmt not in _ARCH_ALIASES or not arch or "/" in arch:
+    if fmt not in ("deb", "rpm") or not arch or "/" in arch:
         raise UsageError(f"--target {spec!r} must look like deb/amd64 or rpm/x86_64")
-    return fmt, _ARCH_ALIASES[fmt].get(arch, arch)
+    # Either spelling of an arch is accepted on the command line; the repo uses its format's own.
+    return fmt, normalize_arch(arch, fmt)
 
 
 def upstream_version(version: str) -> str:

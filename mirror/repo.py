@@ -29,13 +29,11 @@ from mirror.apt_index import ReleaseIndex, iter_packages, parse_release
 from mirror.errors import MetadataError
 from mirror.model import Package, PackageFormat
 from mirror.rpm_index import Repomd, iter_primary, open_decompressed, parse_repomd
+from plumbing.arch import known_arch, normalize_arch
 from plumbing.errors import ChecksumMismatch, ToolError, UnsafePathError, UsageError
 from plumbing.gpg import Keyring
 
 CHANNELS = ("stable", "experimental")
-#: Arch spellings: apt name -> rpm name. Either is accepted anywhere and mapped.
-DEB_TO_RPM_ARCH = {"amd64": "x86_64", "arm64": "aarch64", "ppc64el": "ppc64le"}
-RPM_TO_DEB_ARCH = {rpm: deb for deb, rpm in DEB_TO_RPM_ARCH.items()}
 
 
 class Fetcher(Protocol):
@@ -204,19 +202,6 @@ def check_digest(what: str, data: bytes, algorithm: str, expected: str, size: in
         raise ChecksumMismatch(what, expected, actual)
 
 
-def normalize_arch(arch: str, fmt: PackageFormat) -> str:
-    """Map either spelling (amd64/x86_64, arm64/aarch64, ppc64el/ppc64le) to ``fmt``'s own.
-
-    :raises UsageError: for an arch NVIDIA does not publish.
-    """
-    if arch not in DEB_TO_RPM_ARCH and arch not in RPM_TO_DEB_ARCH:
-        known = ", ".join(sorted([*DEB_TO_RPM_ARCH, *RPM_TO_DEB_ARCH]))
-        raise UsageError(f"unknown architecture {arch!r}; use one of {known}")
-    if fmt is PackageFormat.DEB:
-        return RPM_TO_DEB_ARCH.get(arch, arch)
-    return DEB_TO_RPM_ARCH.get(arch, arch)
-
-
 def repo_path(channel: str, fmt: PackageFormat, arch: str) -> str:
     """Relative path of one repository under the upstream root: ``stable/deb/amd64``.
 
@@ -224,7 +209,7 @@ def repo_path(channel: str, fmt: PackageFormat, arch: str) -> str:
     """
     if channel not in CHANNELS:
         raise UsageError(f"unknown channel {channel!r}; use stable or experimental")
-    return f"{channel}/{fmt.value}/{normalize_arch(arch, fmt)}"
+    return f"{channel}/{fmt.value}/{normalize_arch(known_arch(arch), fmt)}"
 
 
 def repo_url(upstream: str, channel: str, fmt: PackageFormat, arch: str) -> str:

@@ -27,20 +27,18 @@ from mirror.http import Downloader, DownloadRequest
 from mirror.lockfile import LockedPackage, LockedTarget, Lockfile
 from mirror.model import Package, PackageFormat
 from mirror.repo import (
-    DEB_TO_RPM_ARCH,
-    RPM_TO_DEB_ARCH,
     Fetcher,
     MetadataFile,
     clean_relative,
     load_apt_repo,
     load_yum_repo,
-    normalize_arch,
     repo_path,
     repo_url,
 )
 from mirror.resolve import Resolution, resolve, resolve_each
 from mirror.selectors import VersionSelector
 from mirror.versions import sort_key
+from plumbing.arch import KNOWN_ARCHES, normalize_arch
 from plumbing.errors import UsageError
 from plumbing.gpg import Keyring
 
@@ -108,8 +106,8 @@ def parse_targets(formats: Sequence[str], arches: Sequence[str]) -> list[Target]
     targets: list[Target] = []
     for arch in arches:
         arch = arch.strip()
-        if arch not in DEB_TO_RPM_ARCH and arch not in RPM_TO_DEB_ARCH:
-            known = ", ".join([*DEB_TO_RPM_ARCH, *RPM_TO_DEB_ARCH])
+        if arch not in KNOWN_ARCHES:
+            known = ", ".join(KNOWN_ARCHES)
             raise UsageError(f"unknown --arch {arch!r}; use one of {known}")
         for fmt in fmts:
             target = Target(fmt, normalize_arch(arch, fmt))

@@ -8,17 +8,16 @@ from typing import List, Optional, Sequence, Tuple
 import pytest
 
 from configure.changes import FileChange, Journal, apply_changes
+from configure.nodefacts import (
+    detect_arch,
+    detect_engines,
+    detect_package_format,
+    parse_os_release,
+)
 from installer import install as install_mod
 from installer.backend import DpkgBackend, FakeBackend, PackageBackend, RpmBackend, _versionlock_name
 from installer.env import NodeEnv
 from installer.install import InstallFailed, InstallOptions, InstallResult
-from installer.node import (
-    detect_arch,
-    detect_engines,
-    detect_package_format,
-    normalize_arch,
-    parse_os_release,
-)
 from installer.preflight import check
 from installer.target import (
     Requirement,
@@ -29,6 +28,7 @@ from installer.target import (
     install_order,
     pick_target,
 )
+from plumbing.arch import normalize_arch
 
 # Conformance: every backend is a PackageBackend.
 _dpkg: PackageBackend = DpkgBackend()

@@ -16,7 +16,6 @@ from mirror.repo import (
     clean_relative,
     load_apt_repo,
     load_yum_repo,
-    normalize_arch,
     repo_path,
     repo_url,
 )
@@ -24,6 +23,7 @@ from mirror.resolve import resolve
 from mirror.rpm_index import parse_repomd
 from mirror.selectors import VersionSelector
 from mirror.trust import NVIDIA_FINGERPRINT
+from plumbing.arch import known_arch, normalize_arch
 from plumbing.errors import ChecksumMismatch, SignatureError, UnsafePathError, UsageError
 from plumbing.gpg import Keyring
 from tests.gpgkeys import REAL, TestKey
@@ -249,7 +249,9 @@ def test_repo_urls_and_bad_channel_or_arch() -> None:
     with pytest.raises(UsageError, match="unknown channel 'nightly'"):
         repo_path("nightly", PackageFormat.DEB, "amd64")
     with pytest.raises(UsageError, match="unknown architecture 'i386'"):
-        normalize_arch("i386", PackageFormat.DEB)
+        known_arch("i386")
+    with pytest.raises(UsageError, match="unknown architecture 'i386'"):
+        repo_path("stable", PackageFormat.DEB, "i386")
 
 
 @pytest.mark.parametrize(
