@@ -33,7 +33,15 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from mirror.node_zipapp import ensure_wheels  # noqa: E402
-from mirror.store import MirrorState, Provenance, Release, RepoRecord, StoredFile, StoredPackage, write_state  # noqa: E402
+from mirror.store import (  # noqa: E402
+    MirrorState,
+    Release,
+    RepoProvenance,
+    RepoRecord,
+    StoredFile,
+    StoredPackage,
+    write_state,
+)
 
 NAMES = ("libnvidia-container1", "libnvidia-container-tools", "nvidia-container-toolkit-base", "nvidia-container-toolkit")
 GPU_AIRGAP = [sys.executable, "-m", "mirror"]
@@ -91,7 +99,7 @@ def make_mirror(dest: Path, total_mb: int) -> list[Path]:
     inrelease = StoredFile("stable/deb/amd64/InRelease", 1477, None, "0" * 128)
     record = RepoRecord(
         key="stable/deb/amd64", format="deb", arch="amd64", channel="stable", base_url="https://example.invalid/stable/deb/amd64",
-        provenance=Provenance("C95B321B61E88C1809C4F759DDCAE044F796ECB0", None, (inrelease,)),
+        provenance=RepoProvenance("C95B321B61E88C1809C4F759DDCAE044F796ECB0", None, (inrelease,)),
         packages=tuple(packages), releases=(Release("1.17.8-1", tuple(p.path for p in packages), ("libc6 (>= 2.14)",)),),
     )  # fmt: skip
     write_state(dest, MirrorState(upstream="https://example.invalid", channel="stable", repos=(record,)))

@@ -29,7 +29,7 @@ from mirror.model import PackageFormat
 from mirror.trust import open_keyring
 from tests.upstream import cached_upstream
 
-TARGETS = (sync_lib.Target(PackageFormat.DEB, "amd64"), sync_lib.Target(PackageFormat.RPM, "x86_64"))
+TARGETS = (sync_lib.RepoTarget(PackageFormat.DEB, "amd64"), sync_lib.RepoTarget(PackageFormat.RPM, "x86_64"))
 
 
 def _best(repeat: int, run: Callable[[], float]) -> float:

@@ -37,11 +37,19 @@ _MAGIC = {
 MAX_PARTS = 999
 
 
-class SignatureCheck(Protocol):
-    """What the archive layer needs from a keyring: check a detached signature over bytes."""
+class Signed(Protocol):
+    """Who made a good signature."""
 
-    def verify_detached(self, data: bytes, signature: bytes, *, what: str = ...) -> object:
-        """Raise :class:`~plumbing.errors.SignatureError` unless ``signature`` is good over ``data``."""
+    @property
+    def fingerprint(self) -> str:
+        """Primary-key fingerprint of the signer."""
+
+
+class SignatureCheck(Protocol):
+    """What the bundle reader needs from a keyring (:class:`plumbing.gpg.Keyring`): check a detached signature."""
+
+    def verify_detached(self, data: bytes, signature: bytes, *, what: str = ...) -> Signed:
+        """Return who signed ``data``, or raise :class:`~plumbing.errors.SignatureError`."""
 
 
 class BundleOpenError(VerificationError):

@@ -26,7 +26,7 @@ import zlib
 from dataclasses import dataclass, field
 from lzma import LZMAError
 from pathlib import Path
-from typing import BinaryIO, Dict, List, Optional, Protocol, Set, Union
+from typing import BinaryIO, Dict, List, Optional, Set, Union
 
 from installer.archive import CHUNK, SignatureCheck, open_stream
 from installer.manifest import (
@@ -47,19 +47,6 @@ _MAX_TRAILER = 1 << 20
 PathLike = Union[str, "os.PathLike[str]"]
 
 
-class _Signed(Protocol):
-    @property
-    def fingerprint(self) -> str:
-        """Primary-key fingerprint of the signer."""
-
-
-class Keyring(SignatureCheck, Protocol):
-    """The part of :class:`plumbing.gpg.Keyring` the reader uses."""
-
-    def verify_detached(self, data: bytes, signature: bytes, *, what: str = ...) -> _Signed:
-        """Return who signed ``data``, or raise :class:`~plumbing.errors.SignatureError`."""
-
-
 @dataclass(frozen=True)
 class Problem:
     """One thing wrong with a bundle, tied to the member it concerns."""
@@ -72,7 +59,7 @@ class Problem:
 
 
 @dataclass
-class VerifyReport:
+class BundleVerifyReport:
     """The outcome of :func:`verify`: who signed, what was checked, and every problem found."""
 
     path: str
@@ -116,7 +103,7 @@ class VerifyReport:
 class BundleVerificationError(VerificationError):
     """A bundle failed verification; names the first bad member and carries every problem."""
 
-    def __init__(self, report: VerifyReport, *, listed: bool = False) -> None:
+    def __init__(self, report: BundleVerifyReport, *, listed: bool = False) -> None:
         self.report = report
         problems = report.problems or [Problem(MANIFEST_NAME, "no valid signature")]
         where = "listed above" if listed else "run `gpu-airgap bundle verify` to list them"
@@ -144,12 +131,12 @@ class _Stop(Exception):
 class _Scan:
     """One streaming pass over a bundle; see the module docstring for the order of checks."""
 
-    def __init__(self, path: Path, keyring: Optional[Keyring], *, sink: Optional[Path], stop_early: bool) -> None:
+    def __init__(self, path: Path, keyring: Optional[SignatureCheck], *, sink: Optional[Path], stop_early: bool) -> None:
         self.path = path
         self.keyring = keyring
         self.sink = sink
         self.stop_early = stop_early
-        self.report = VerifyReport(str(path))
+        self.report = BundleVerifyReport(str(path))
         self._manifest_bytes: Optional[bytes] = None
         self._signature: Optional[bytes] = None
         self._expected: Dict[str, tuple[int, str]] = {}
@@ -160,7 +147,7 @@ class _Scan:
         if fatal or self.stop_early:
             raise _Stop
 
-    def run(self, *, manifest_only: bool = False) -> VerifyReport:
+    def run(self, *, manifest_only: bool = False) -> BundleVerifyReport:
         last = "(start of archive)"
         try:
             with open_stream(self.path, self.keyring) as stream, tarfile.open(fileobj=stream, mode="r|") as tar:
@@ -310,16 +297,16 @@ def inspect(path: PathLike) -> Manifest:
     return report.manifest
 
 
-def verify(path: PathLike, keyring: Keyring) -> VerifyReport:
+def verify(path: PathLike, keyring: SignatureCheck) -> BundleVerifyReport:
     """Check the manifest's signature with ``keyring`` and every member's size and sha256, extracting nothing.
 
     Returns a report listing every problem in archive order (``report.first_bad`` names the first
-    bad member); call :meth:`VerifyReport.raise_for_problems` to turn a failure into an error.
+    bad member); call :meth:`BundleVerifyReport.raise_for_problems` to turn a failure into an error.
     """
     return _Scan(Path(path), keyring, sink=None, stop_early=False).run()
 
 
-def extract_verified(path: PathLike, keyring: Keyring, staging_dir: PathLike) -> VerifiedBundle:
+def extract_verified(path: PathLike, keyring: SignatureCheck, staging_dir: PathLike) -> VerifiedBundle:
     """Verify ``path`` and extract it into a new private directory below ``staging_dir``.
 
     Members are checked before their data is read and hashed while written; the first problem

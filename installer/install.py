@@ -24,7 +24,7 @@ from installer import preflight
 from installer.backend import PackageBackend
 from installer.env import CDI_SPEC, SERVICE_UNITS, NodeEnv
 from installer.state import STATE_DIR, NodeState, changed_files, load_state, save_state
-from installer.target import Target, install_order, pick_target
+from installer.target import StagedTarget, install_order, pick_target
 from plumbing.errors import BusyError, CommandError, ToolError, UsageError
 from plumbing.fsutil import is_live_root, rooted
 
@@ -231,7 +231,7 @@ def _say(env: NodeEnv, line: str) -> None:
 
 
 def _preflight(
-    target: Target,
+    target: StagedTarget,
     facts: NodeFacts,
     backend: PackageBackend,
     installed: Dict[str, Optional[str]],
@@ -377,7 +377,7 @@ def _may_restart(options: InstallOptions) -> bool:
 def _dry_run(
     result: InstallResult,
     check: preflight.Preflight,
-    target: Target,
+    target: StagedTarget,
     engines: Tuple[str, ...],
     facts: NodeFacts,
     options: InstallOptions,

@@ -95,7 +95,7 @@ class PackageEntry:
 
 
 @dataclass(frozen=True)
-class Target:
+class TargetEntry:
     """One (format, arch) the bundle can install: a ready local repo plus its packages."""
 
     format: str  #: ``deb`` or ``rpm``
@@ -123,7 +123,7 @@ class Manifest:
     upstream_url: str
     upstream_fingerprint: str
     signer: str  #: fingerprint of the operator key that signed the manifest (as claimed; ``verify`` proves it)
-    targets: Tuple[Target, ...]
+    targets: Tuple[TargetEntry, ...]
     files: Tuple[FileEntry, ...]
     schema: int = SCHEMA_VERSION
     extra: Dict[str, Any] = field(default_factory=dict, compare=False)
@@ -173,7 +173,7 @@ class Manifest:
         return _Parser().manifest(raw)
 
 
-def _target_dict(t: Target) -> Dict[str, Any]:
+def _target_dict(t: TargetEntry) -> Dict[str, Any]:
     prov = t.provenance
     return {
         "format": t.format,
@@ -331,7 +331,7 @@ class _Parser:
             role=self._str(raw, "role", where, optional=True),
         )
 
-    def _target(self, raw: Any, where: str) -> Target:
+    def _target(self, raw: Any, where: str) -> TargetEntry:
         if not isinstance(raw, dict):
             self.problems.append(f"{where} is not an object")
             raw = {}
@@ -359,7 +359,7 @@ class _Parser:
         orders = sorted(p.install_order for p in packages)
         if orders != list(range(len(packages))):
             self.problems.append(f"{where} install_order must number the packages 0..{len(packages) - 1}")
-        return Target(
+        return TargetEntry(
             format=fmt,
             arch=arch,
             repo_dir=self._member_path(raw, "repo_dir", where),

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Mapping, Optional, Set, Tuple
 
-from installer.target import Requirement, StagedPackage, Target
+from installer.target import Requirement, StagedPackage, StagedTarget
 from plumbing.errors import ExitCode, ProblemsFound
 
 #: Packages of the old nvidia-docker world that a toolkit install should talk about.
@@ -66,7 +66,7 @@ def satisfies(version: str, requirement: Requirement, compare: Compare) -> bool:
 
 
 def check(
-    target: Target,
+    target: StagedTarget,
     *,
     installed: Mapping[str, Optional[str]],
     requirements_met: Mapping[Requirement, bool],
@@ -122,7 +122,7 @@ def check(
 
 
 def _plan_legacy(
-    target: Target, names: Set[str], installed: Mapping[str, Optional[str]], compare: Compare, result: Preflight
+    target: StagedTarget, names: Set[str], installed: Mapping[str, Optional[str]], compare: Compare, result: Preflight
 ) -> None:
     broken: Dict[str, str] = {}
     for pkg in target.packages:
@@ -146,7 +146,7 @@ def _mib(n: int) -> str:
     return f"{n / (1024 * 1024):.1f} MiB"
 
 
-def names_to_query(target: Target) -> List[str]:
+def names_to_query(target: StagedTarget) -> List[str]:
     """Every package name whose installed version :func:`check` needs."""
     seen: List[str] = []
     for name in [p.name for p in target.packages] + [r.name for p in target.packages for r in p.breaks]:

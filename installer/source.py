@@ -13,7 +13,7 @@ from typing import Dict, Tuple
 
 from installer.bundle import VerifiedBundle, extract_verified
 from installer.manifest import Manifest, PackageEntry
-from installer.target import Requirement, StagedBundle, StagedPackage, Target
+from installer.target import Requirement, StagedBundle, StagedPackage, StagedTarget
 from plumbing.gpg import Keyring
 
 #: Breaks of the toolkit packages, identical in every upstream version (docs/upstream.md section 4).
@@ -54,7 +54,7 @@ def staged_from_verified(verified: VerifiedBundle) -> StagedBundle:
             for pkg in target.packages
         )
         requirements = tuple(Requirement.parse(text) for text in target.node_requirements)
-        targets.append(Target(target.name, target.format, target.arch, packages, requirements))
+        targets.append(StagedTarget(target.name, target.format, target.arch, packages, requirements))
     return StagedBundle(
         bundle_id=bundle_id(manifest),
         signer=verified.signer,

@@ -69,7 +69,7 @@ class StagedPackage:
 
 
 @dataclass(frozen=True)
-class Target:
+class StagedTarget:
     """The packages of one (format, architecture[, distribution]) in a bundle."""
 
     name: str
@@ -91,7 +91,7 @@ class StagedBundle:
     bundle_id: str  #: sha256 of the signed manifest bytes
     signer: str  #: fingerprint of the key that signed it
     release: str  #: the toolkit version the bundle pins
-    targets: Tuple[Target, ...]
+    targets: Tuple[StagedTarget, ...]
     staging_dir: Path
 
 
@@ -121,7 +121,7 @@ def install_order(packages: Sequence[StagedPackage]) -> List[StagedPackage]:
     return done
 
 
-def pick_target(bundle: StagedBundle, package_format: Optional[str], arch: str, distro_ids: Sequence[str]) -> Target:
+def pick_target(bundle: StagedBundle, package_format: Optional[str], arch: str, distro_ids: Sequence[str]) -> StagedTarget:
     """Choose the target matching the node, preferring one made for the node's distribution.
 
     :raises ToolError: naming what the bundle has and what the node is, when nothing matches.

@@ -27,9 +27,7 @@ from installer.manifest import (
     FileEntry,
     Manifest,
     PackageEntry,
-    Provenance,
-    SignedFile,
-    Target,
+    TargetEntry,
 )
 from mirror.bundle_repo import TargetRepo, build_target_repo, default_info_cache
 from mirror.bundle_sign import OperatorKey
@@ -209,17 +207,12 @@ def _manifest(
     for repo in repos:
         sel = repo.selection
         targets.append(
-            Target(
+            TargetEntry(
                 format=sel.format,
                 arch=sel.arch,
                 repo_dir=repo.repo_dir,
                 toolkit_version=sel.toolkit_version,
-                provenance=Provenance(
-                    upstream_url=sel.base_url,
-                    fingerprint=sel.fingerprint,
-                    signed_at=sel.signed_at,
-                    signed_files=tuple(SignedFile(f.path, f.size, f.sha256, f.sha512) for f in sel.signed_files),
-                ),
+                provenance=sel.provenance,
                 packages=tuple(
                     PackageEntry(
                         name=p.source.name, version=p.source.version, arch=p.source.arch, file=p.member,
@@ -231,7 +224,7 @@ def _manifest(
                 node_requirements=sel.node_requirements,
             )
         )
-    fingerprints = {t.fingerprint for t in selection.targets}
+    fingerprints = {t.provenance.fingerprint for t in selection.targets}
     return Manifest(
         tool_version=VERSION,
         created=created,

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from installer.manifest import Provenance, SignedFile
 from installer.target import Requirement
 from mirror.lockfile import LockedPackage, LockedTarget, Lockfile
 from mirror.store import MirrorState, Release, RepoRecord, StoredPackage
@@ -38,16 +39,6 @@ class SourcePackage:
 
 
 @dataclass(frozen=True)
-class SignedUpstreamFile:
-    """A signed upstream metadata file, as the mirror verified it."""
-
-    path: str
-    size: int
-    sha256: str | None
-    sha512: str | None
-
-
-@dataclass(frozen=True)
 class TargetSelection:
     """One target's release: packages in install order, node requirements and provenance."""
 
@@ -56,10 +47,7 @@ class TargetSelection:
     toolkit_version: str
     packages: tuple[SourcePackage, ...]
     node_requirements: tuple[str, ...]
-    base_url: str
-    fingerprint: str
-    signed_at: str | None
-    signed_files: tuple[SignedUpstreamFile, ...]
+    provenance: Provenance  #: who signed the repo's upstream metadata, as the mirror verified it
     #: the resolution's ``<package> Breaks|Conflicts <relation>`` lines (mirror state ``breaks``)
     breaks: tuple[str, ...] = ()
 
@@ -69,7 +57,7 @@ class TargetSelection:
         None when the mirror recorded no Breaks for the release at all (a ``sync --locked`` does
         not resolve): the manifest then omits the field and the node uses its known list.
 
-        >>> TargetSelection("deb", "amd64", "1", (), (), "", "", None, (),
+        >>> TargetSelection("deb", "amd64", "1", (), (), Provenance("", "", None),
         ...     ("t Breaks r (<= 3.5.0-1)", "t Conflicts (a if b)")).breaks_of("t")
         ('r (<= 3.5.0-1)',)
         """
@@ -154,10 +142,12 @@ def select_from_mirror(
                 toolkit_version=release.toolkit_version,
                 packages=packages,
                 node_requirements=release.node_requirements,
-                base_url=repo.base_url,
-                fingerprint=prov.fingerprint,
-                signed_at=prov.signed_at,
-                signed_files=tuple(SignedUpstreamFile(f.path, f.size, f.sha256, f.sha512) for f in prov.signed_files),
+                provenance=Provenance(
+                    upstream_url=repo.base_url,
+                    fingerprint=prov.fingerprint,
+                    signed_at=prov.signed_at,
+                    signed_files=tuple(SignedFile(f.path, f.size, f.sha256, f.sha512) for f in prov.signed_files),
+                ),
                 breaks=release.breaks,
             )
         )

@@ -23,7 +23,7 @@ from plumbing.errors import UsageError
 
 
 @dataclass
-class VerifyReport:
+class MirrorVerifyReport:
     """What ``verify`` checked and every problem it found."""
 
     files: int = 0
@@ -31,13 +31,13 @@ class VerifyReport:
     problems: list[str] = field(default_factory=list)
 
 
-def verify(dest: Path) -> VerifyReport:
+def verify(dest: Path) -> MirrorVerifyReport:
     """Re-hash every package and metadata file against the digests recorded from signed metadata.
 
     :raises MirrorStateError: when ``dest`` holds no mirror.
     """
     state = store.MirrorState.load(dest)
-    report = VerifyReport()
+    report = MirrorVerifyReport()
     for repo in state.repos:
         for stored in (*repo.provenance.signed_files, *repo.packages):
             report.files += 1

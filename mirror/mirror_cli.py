@@ -59,7 +59,7 @@ def _options(upstream: str, channel: str, fmt: str, arch: list[str], version: st
     lock = Lockfile.load(locked) if locked is not None else None
     if lock is not None:
         channel = lock.channel
-        targets = [sync_lib.Target(PackageFormat(t.format), t.arch) for t in lock.targets]
+        targets = [sync_lib.RepoTarget(PackageFormat(t.format), t.arch) for t in lock.targets]
     else:
         arches = [a for value in arch for a in value.split(",") if a.strip()]
         targets = sync_lib.parse_targets([f for f in fmt.split(",") if f.strip()], arches)

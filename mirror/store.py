@@ -81,8 +81,11 @@ class StoredPackage(StoredFile):
 
 
 @dataclass(frozen=True)
-class Provenance:
-    """Who signed a repo's metadata, when, and the hashes of the signed files (for the bundle)."""
+class RepoProvenance:
+    """Who signed a repo's metadata, when, and the hashes of the signed files, as ``state.json`` keeps them.
+
+    A bundle carries the same facts per target as :class:`installer.manifest.Provenance` (plus the repo's URL).
+    """
 
     fingerprint: str
     signed_at: str | None  #: ISO 8601 UTC
@@ -108,7 +111,7 @@ class RepoRecord:
     arch: str
     channel: str
     base_url: str
-    provenance: Provenance
+    provenance: RepoProvenance
     packages: tuple[StoredPackage, ...]
     releases: tuple[Release, ...]  #: oldest first
     synced_at: str = ""
@@ -161,7 +164,7 @@ class MirrorState:
                 arch=r["arch"],
                 channel=r["channel"],
                 base_url=r["base_url"],
-                provenance=Provenance(
+                provenance=RepoProvenance(
                     fingerprint=r["provenance"]["fingerprint"],
                     signed_at=r["provenance"]["signed_at"],
                     signed_files=tuple(StoredFile(**f) for f in r["provenance"]["signed_files"]),

@@ -81,7 +81,7 @@ def make_loader(keyring: Keyring) -> RepoLoader:
 
 
 @dataclass(frozen=True)
-class Target:
+class RepoTarget:
     """One repository to mirror: a package format and an architecture in that format's spelling."""
 
     format: PackageFormat
@@ -92,7 +92,7 @@ class Target:
         return repo_path(channel, self.format, self.arch)
 
 
-def parse_targets(formats: Sequence[str], arches: Sequence[str]) -> list[Target]:
+def parse_targets(formats: Sequence[str], arches: Sequence[str]) -> list[RepoTarget]:
     """Map ``--format`` and ``--arch`` values (either spelling) to targets, one per format and arch.
 
     :raises UsageError: for an unknown format or architecture.
@@ -103,14 +103,14 @@ def parse_targets(formats: Sequence[str], arches: Sequence[str]) -> list[Target]
             fmts.append(PackageFormat(text.strip().lower()))
         except ValueError:
             raise UsageError(f"unknown --format {text!r}; use deb, rpm or deb,rpm") from None
-    targets: list[Target] = []
+    targets: list[RepoTarget] = []
     for arch in arches:
         arch = arch.strip()
         if arch not in KNOWN_ARCHES:
             known = ", ".join(KNOWN_ARCHES)
             raise UsageError(f"unknown --arch {arch!r}; use one of {known}")
         for fmt in fmts:
-            target = Target(fmt, normalize_arch(arch, fmt))
+            target = RepoTarget(fmt, normalize_arch(arch, fmt))
             if target not in targets:
                 targets.append(target)
     return targets
@@ -122,11 +122,11 @@ class SyncOptions:
 
     upstream: str = DEFAULT_UPSTREAM
     channel: str = "stable"
-    targets: tuple[Target, ...] = (Target(PackageFormat.DEB, "amd64"), Target(PackageFormat.RPM, "x86_64"))
+    targets: tuple[RepoTarget, ...] = (RepoTarget(PackageFormat.DEB, "amd64"), RepoTarget(PackageFormat.RPM, "x86_64"))
     selector: str = "latest"
     locked: Lockfile | None = None
 
-    def base_url(self, target: Target) -> str:
+    def base_url(self, target: RepoTarget) -> str:
         """Upstream URL of ``target``'s flat repo."""
         return repo_url(self.upstream, self.channel, target.format, target.arch)
 
@@ -155,7 +155,7 @@ class ReleasePlan:
 class PlannedTarget:
     """One target after its metadata verified and it resolved (or matched the lockfile)."""
 
-    target: Target
+    target: RepoTarget
     key: str
     base_url: str
     packages: tuple[Package, ...]  #: install order
@@ -235,7 +235,7 @@ class Progress(Protocol):
         """``nbytes`` more arrived (called from worker threads)."""
 
 
-def plan_target(options: SyncOptions, target: Target, *, fetcher: Fetcher, loader: RepoLoader) -> PlannedTarget:
+def plan_target(options: SyncOptions, target: RepoTarget, *, fetcher: Fetcher, loader: RepoLoader) -> PlannedTarget:
     """Load and verify ``target``'s repo, then resolve ``options.selector`` (or match the lockfile).
 
     :raises SignatureError | ChecksumMismatch | MetadataError | FetchError: when metadata is bad.
@@ -453,7 +453,7 @@ def _new_state(options: SyncOptions, planned: Sequence[PlannedTarget], previous:
             arch=item.target.arch,
             channel=options.channel,
             base_url=item.base_url,
-            provenance=store.Provenance(item.fingerprint, item.signed_at, signed),
+            provenance=store.RepoProvenance(item.fingerprint, item.signed_at, signed),
             packages=tuple(sorted(packages.values(), key=lambda p: p.path)),
             releases=tuple(releases),
             synced_at=now,
@@ -466,7 +466,7 @@ def _new_state(options: SyncOptions, planned: Sequence[PlannedTarget], previous:
     )
 
 
-def _locked_target(lock: Lockfile, target: Target) -> LockedTarget:
+def _locked_target(lock: Lockfile, target: RepoTarget) -> LockedTarget:
     for locked in lock.targets:
         if locked.format == target.format.value and locked.arch == target.arch:
             return locked

@@ -16,7 +16,7 @@ import textwrap
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from installer.target import Requirement, StagedPackage, Target
+from installer.target import Requirement, StagedPackage, StagedTarget
 
 TOOLKIT = ("libnvidia-container1", "libnvidia-container-tools", "nvidia-container-toolkit-base", "nvidia-container-toolkit")
 BREAKS = (Requirement("nvidia-container-runtime", "<=", "3.5.0-1"), Requirement("nvidia-container-runtime-hook"))
@@ -126,7 +126,7 @@ def _rpm_requires(name: str, version: str) -> List[str]:
     }.get(name, [])
 
 
-def build_target(out: Path, fmt: str, version: str, arch: str) -> Target:
+def build_target(out: Path, fmt: str, version: str, arch: str) -> StagedTarget:
     """Build the four packages of ``version`` for one target and describe them as staged."""
     out.mkdir(parents=True, exist_ok=True)
     packages = []
@@ -141,7 +141,7 @@ def build_target(out: Path, fmt: str, version: str, arch: str) -> Target:
             StagedPackage(name, version, arch, path, path.stat().st_size, depends=deps, breaks=BREAKS if "toolkit" in name else ())
         )
     reqs = DEB_REQUIREMENTS if fmt == "deb" else RPM_REQUIREMENTS
-    return Target(f"{fmt}-{arch}", fmt, arch, tuple(packages), tuple(Requirement.parse(r) for r in reqs))
+    return StagedTarget(f"{fmt}-{arch}", fmt, arch, tuple(packages), tuple(Requirement.parse(r) for r in reqs))
 
 
 def seed_dpkg_root(root: Path, os_release: str = "ID=ubuntu\nID_LIKE=debian\nVERSION_ID=\"22.04\"\n", libraries: Dict[str, str] = DEB_SEED) -> None:
@@ -183,6 +183,15 @@ def seed_rpm_root(root: Path, packages_dir: Path, libraries: Dict[str, str] = RP
     (root / "etc/os-release").write_text('ID="rhel"\nID_LIKE="fedora"\nVERSION_ID="9.4"\n')
 
 
+def dpkg_versions(root: Path, names: Sequence[str] = TOOLKIT) -> Dict[str, str]:
+    """``{package: version}`` of ``names`` installed in the dpkg database under ``root`` (others left out)."""
+    out = subprocess.run(
+        ["dpkg-query", f"--admindir={root}/var/lib/dpkg", "-W", "-f=${Package} ${db:Status-Abbrev} ${Version}\n", *names],
+        capture_output=True, text=True, check=False,
+    ).stdout  # fmt: skip
+    return {line.split()[0]: line.split()[2] for line in out.splitlines() if line.split()[1][1:2] == "i"}
+
+
 def tree_digest(root: Path) -> Dict[str, str]:
     """Every path under ``root`` with its type, mode and content digest (to prove nothing changed)."""
     out: Dict[str, str] = {}
@@ -199,7 +208,7 @@ def tree_digest(root: Path) -> Dict[str, str]:
 
 
 def write_signed_bundle(
-    out: Path, targets: Sequence[Target], key_home: Path, fingerprint: str, release: str = "1.17.8", *, tamper: bool = False,
+    out: Path, targets: Sequence[StagedTarget], key_home: Path, fingerprint: str, release: str = "1.17.8", *, tamper: bool = False,
     split: Optional[int] = None,
 ) -> Path:
     """Write a real signed bundle (manifest + detached signature + packages) readable by ``installer.bundle``.
@@ -217,8 +226,8 @@ def write_signed_bundle(
         Manifest,
         PackageEntry,
         Provenance,
+        TargetEntry,
     )
-    from installer.manifest import Target as ManifestTarget
     from mirror.bundle_tar import BundleWriter
 
     entries = []
@@ -232,7 +241,7 @@ def write_signed_bundle(
             breaks = tuple(str(r) if target.format == "deb" else _rpm_text(r) for r in pkg.breaks)
             packages.append(PackageEntry(pkg.name, pkg.version, pkg.arch, member, pkg.size, digest, order, pkg.depends, breaks=breaks))
         entries.append(
-            ManifestTarget(
+            TargetEntry(
                 format=target.format,
                 arch=target.arch,
                 repo_dir=f"targets/{target.name}",
@@ -287,7 +296,7 @@ def write_signed_bundle(
     return parts[0]
 
 
-def install_order_of(target: Target) -> List[StagedPackage]:
+def install_order_of(target: StagedTarget) -> List[StagedPackage]:
     """The target's packages in dependency order."""
     from installer.target import install_order
 

@@ -24,7 +24,7 @@ from installer.manifest import (
     PackageEntry,
     Provenance,
     SignedFile,
-    Target,
+    TargetEntry,
 )
 from plumbing.gpg import Keyring
 from tests.gpgkeys import TestKey
@@ -154,7 +154,7 @@ def test_a_truncated_archive_is_reported_not_crashed_on(operator_key: TestKey, k
 
 def _full_manifest() -> Manifest:
     pkg = PackageEntry("libnvidia-container1", "1.17.8-1", "amd64", "targets/deb-amd64/l.deb", 10, "a" * 64, 0, ("libc6 (>= 2.27)",), "https://x/l.deb")
-    target = Target(
+    target = TargetEntry(
         "deb", "amd64", "targets/deb-amd64", "1.17.8-1",
         Provenance("https://x/stable/deb/amd64", "C95B321B61E88C1809C4F759DDCAE044F796ECB0", "2026-09-18T21:09:04Z",
                    (SignedFile("stable/deb/amd64/InRelease", 1477, None, "b" * 128),)),

@@ -28,7 +28,14 @@ import pytest
 from mirror.publish_files import Site, render_list, render_repo
 from tests.cli_runner import run_cli
 from tests.gpgkeys import TestKey, make_key
-from tests.node_fixtures import CONTAINERD_CONFIG, TOOLKIT, node_python, seed_containerd_node, tree_digest
+from tests.node_fixtures import (
+    CONTAINERD_CONFIG,
+    TOOLKIT,
+    dpkg_versions,
+    node_python,
+    seed_containerd_node,
+    tree_digest,
+)
 from tests.upstream import UpstreamServer, stop_agent
 
 pytestmark = pytest.mark.slow
@@ -128,13 +135,6 @@ class Fleet:
         return {host: tree_digest(root) for host, root in self.roots.items()}
 
 
-def _installed(root: Path) -> Dict[str, str]:
-    out = subprocess.run(
-        ["dpkg-query", f"--admindir={root}/var/lib/dpkg", "-W", "-f=${Package} ${db:Status-Abbrev} ${Version}\n", *TOOLKIT],
-        capture_output=True, text=True, check=False,
-    ).stdout  # fmt: skip
-    return {line.split()[0]: line.split()[2] for line in out.splitlines() if line.split()[1][1:2] == "i"}
-
 
 def _runtime(root: Path) -> str:
     report = run_cli("configure", "report", "--root", str(root), "--runtime", "containerd", "--json")
@@ -176,7 +176,7 @@ def rollout(bundle: Path, operator_key: TestKey, tmp_path_factory: pytest.TempPa
     after_check_fresh = fleet.digests()
     reports = fleet.tmp / "reports"
     first = fleet.play("site.yml", "-e", f"gpu_airgap_report_dir={reports}", serial="")  # the playbook's own batches
-    installed = {host: _installed(root) for host, root in fleet.roots.items()}
+    installed = {host: dpkg_versions(root) for host, root in fleet.roots.items()}
     runtimes = {host: _runtime(root) for host, root in fleet.roots.items()}
     second = fleet.play("site.yml")
     after_second = fleet.digests()
@@ -264,7 +264,7 @@ def test_uninstall_playbook_restores_every_root(rollout: Rollout) -> None:
     play = rollout.uninstall
     assert play.returncode == 0, play.output
     for host, root in rollout.fleet.roots.items():
-        assert _installed(root) == {}, host
+        assert dpkg_versions(root) == {}, host
         assert (root / CONTAINERD).read_bytes() == CONTAINERD_CONFIG, host
         assert not (root / "var/cache/gpu-airgap/fleet").exists(), host
     assert rollout.uninstall_again.returncode == 0, rollout.uninstall_again.output
@@ -301,7 +301,7 @@ def test_tampered_bundle_fails_on_the_first_batch_and_leaves_the_other_roots_unt
     assert after["node2"] == before["node2"] and after["node3"] == before["node3"]
     # node1 got the bundle in its cache; nothing else under its root changed
     assert {k: v for k, v in after["node1"].items() if not k.startswith("var/cache")} == before["node1"]
-    assert _installed(fleet.roots["node1"]) == {}
+    assert dpkg_versions(fleet.roots["node1"]) == {}
 
 
 def test_failed_uninstall_still_removes_the_throwaway_copy_of_the_node_tool(

@@ -21,7 +21,7 @@ import pytest
 
 from tests.cli_runner import run_cli
 from tests.gpgkeys import TestKey
-from tests.node_fixtures import PY39, TOOLKIT, node_python, seed_containerd_node
+from tests.node_fixtures import PY39, TOOLKIT, dpkg_versions, node_python, seed_containerd_node
 
 NODE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"  # dpkg wants ldconfig etc. on PATH
 
@@ -62,13 +62,6 @@ def _install_sh(node: Path, env: Dict[str, str], *args: str) -> subprocess.Compl
     return subprocess.run(["/bin/sh", "install.sh", *args], cwd=node, env=env, capture_output=True, text=True, timeout=120)
 
 
-def _dpkg_versions(root: Path) -> Dict[str, str]:
-    out = subprocess.run(
-        ["dpkg-query", f"--admindir={root}/var/lib/dpkg", "-W", "-f=${Package} ${db:Status-Abbrev} ${Version}\n", *TOOLKIT],
-        capture_output=True, text=True,
-    ).stdout  # fmt: skip
-    return {line.split()[0]: line.split()[2] for line in out.splitlines() if line.split()[1][1:2] == "i"}
-
 
 def test_install_sh_installs_with_only_python3_and_gpg_and_a_second_run_has_nothing_to_do(
     node: Path, bundle: Path, operator_key: TestKey, tmp_path: Path
@@ -87,15 +80,15 @@ def test_install_sh_installs_with_only_python3_and_gpg_and_a_second_run_has_noth
 
     inspected = json.loads(run_cli("bundle", "inspect", str(bundle), "--json").stdout)
     (target,) = inspected["targets"]
-    assert _dpkg_versions(root) == {p["name"]: p["version"] for p in target["packages"]}
-    assert sorted(_dpkg_versions(root)) == sorted(TOOLKIT)
+    assert dpkg_versions(root) == {p["name"]: p["version"] for p in target["packages"]}
+    assert sorted(dpkg_versions(root)) == sorted(TOOLKIT)
     for tool in ("nvidia-ctk", "nvidia-container-runtime", "nvidia-container-cli"):
         assert os.access(root / "usr/bin" / tool, os.X_OK), tool
     report = run_cli("configure", "report", "--root", str(root), "--runtime", "containerd", "--json")
     assert json.loads(report.stdout)["RUNTIME"] == "nvidia", report.stdout
     state = json.loads((root / "var/lib/gpu-airgap/state.json").read_text())
     assert state["signer"] == operator_key.fingerprint and state["bundle_id"][:16] in first.stdout
-    assert state["packages"] == _dpkg_versions(root) and state["engines"] == ["containerd"]
+    assert state["packages"] == dpkg_versions(root) and state["engines"] == ["containerd"]
     # It ran under the node's python3, from the verified extracted copy (bytecode cached there).
     (copy,) = (tmp_path / "cache").iterdir()
     tag = "cpython-39" if node_python() == PY39 else "cpython-"

@@ -23,7 +23,7 @@ def _state(dest: Path) -> store.MirrorState:
     pkg = store.StoredPackage(path="stable/deb/amd64/a.deb", size=3, sha512="0" * 128, name="a", version="1", arch="amd64")
     repo = store.RepoRecord(
         key="stable/deb/amd64", format="deb", arch="amd64", channel="stable", base_url="http://x/stable/deb/amd64",
-        provenance=store.Provenance("F" * 40, None, ()), packages=(pkg,),
+        provenance=store.RepoProvenance("F" * 40, None, ()), packages=(pkg,),
         releases=(store.Release("1", (pkg.path,)),),
     )  # fmt: skip
     return store.MirrorState(upstream="http://x", channel="stable", repos=(repo,))
@@ -177,7 +177,7 @@ def test_plan_refuses_a_filename_that_escapes_the_repository() -> None:
     def loader(fetcher: sync_lib.Fetcher, base: str, fmt: PackageFormat) -> _Snap:
         return _Snap((evil,))
 
-    options = sync_lib.SyncOptions(upstream="http://x", targets=(sync_lib.Target(PackageFormat.DEB, "amd64"),))
+    options = sync_lib.SyncOptions(upstream="http://x", targets=(sync_lib.RepoTarget(PackageFormat.DEB, "amd64"),))
     with pytest.raises(UnsafePathError, match="outside http://x/stable/deb/amd64"):
         sync_lib.plan(options, fetcher=FakeFetcher(), loader=loader)
 
@@ -197,7 +197,7 @@ def test_prune_keeps_a_package_a_dropped_release_shares_with_a_kept_one(tmp_path
     )
     repo = store.RepoRecord(
         key="stable/deb/amd64", format="deb", arch="amd64", channel="stable", base_url="http://x/stable/deb/amd64",
-        provenance=store.Provenance("F" * 40, None, ()), packages=(t1, t2, t3, lib1, lib2), releases=releases,
+        provenance=store.RepoProvenance("F" * 40, None, ()), packages=(t1, t2, t3, lib1, lib2), releases=releases,
     )  # fmt: skip
     store.write_state(tmp_path, store.MirrorState(upstream="http://x", channel="stable", repos=(repo,)))
 

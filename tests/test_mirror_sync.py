@@ -329,7 +329,7 @@ def test_503_then_200_is_retried_after_a_backoff(site: tuple[UpstreamTree, Upstr
     name = "stable/rpm/x86_64/nvidia-container-toolkit-1.20.1-1.x86_64.rpm"
     server.inject(name, Fault.fail_first(2, status=503))
     sleeps: list[float] = []
-    options = sync_lib.SyncOptions(upstream=server.url, targets=(sync_lib.Target(sync_lib.PackageFormat.RPM, "x86_64"),))
+    options = sync_lib.SyncOptions(upstream=server.url, targets=(sync_lib.RepoTarget(sync_lib.PackageFormat.RPM, "x86_64"),))
     with open_keyring([tree.public_key]) as ring, Downloader(sleep=sleeps.append) as dl:
         sync_lib.sync(options, tmp_path / "m", downloader=dl, loader=sync_lib.make_loader(ring))
     assert [r.status for r in server.requests_for(name)] == [503, 503, 200]

@@ -17,7 +17,7 @@ from installer.install import InstallFailed, InstallOptions, install
 from installer.manage import status, uninstall
 from installer.preflight import PreflightFailed
 from installer.state import load_state
-from installer.target import Requirement, Target, TargetMismatch
+from installer.target import Requirement, StagedTarget, TargetMismatch
 from plumbing.errors import ExitCode, ToolError, UsageError, VerificationError
 from tests.cli_runner import run_cli
 from tests.gpgkeys import TestKey
@@ -26,6 +26,7 @@ from tests.node_fixtures import (
     DEB_SEED,
     TOOLKIT,
     build_target,
+    dpkg_versions,
     seed_containerd_node,
     seed_dpkg_root,
     seed_rpm_root,
@@ -48,7 +49,7 @@ class Services:
 
 
 @pytest.fixture(scope="session")
-def targets(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, Target]:
+def targets(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, StagedTarget]:
     out = tmp_path_factory.mktemp("stand-in-packages")
     return {
         "deb-1.17.8": build_target(out / "deb-1.17.8", "deb", "1.17.8-1", "amd64"),
@@ -65,7 +66,7 @@ def deb_root(tmp_path: Path) -> Path:
     return root
 
 
-def _setup(tmp_path: Path, *target_list: Target, tamper: bool = False, key: Optional[TestKey] = None) -> Tuple[Path, Path, NodeEnv, Services]:
+def _setup(tmp_path: Path, *target_list: StagedTarget, tamper: bool = False, key: Optional[TestKey] = None) -> Tuple[Path, Path, NodeEnv, Services]:
     """A real signed bundle of ``target_list``, the operator key file, and a real env with a recording service manager."""
     signer = key or _KEYS["operator"]
     bundles = tmp_path / "bundles"
@@ -86,20 +87,13 @@ def _keys(request: pytest.FixtureRequest) -> None:
     _KEYS["other"] = request.getfixturevalue("other_key")
 
 
-def _dpkg_versions(root: Path) -> Dict[str, str]:
-    out = subprocess.run(
-        ["dpkg-query", f"--admindir={root}/var/lib/dpkg", "-W", "-f=${Package} ${db:Status-Abbrev} ${Version}\n", *TOOLKIT],
-        capture_output=True, text=True,
-    ).stdout
-    return {line.split()[0]: line.split()[2] for line in out.splitlines() if line.split()[1][1:2] == "i"}
-
 
 class TestDpkgRoot:
-    def test_install_puts_files_registers_runtime_and_records_state(self, tmp_path: Path, deb_root: Path, targets: Dict[str, Target]) -> None:
+    def test_install_puts_files_registers_runtime_and_records_state(self, tmp_path: Path, deb_root: Path, targets: Dict[str, StagedTarget]) -> None:
         bundle, key, env, services = _setup(tmp_path, targets["deb-1.17.8"], targets["rpm-1.17.8"])
         result = install(bundle, key, InstallOptions(root=deb_root, hold=True), env)
         assert result.outcome == "installed"
-        assert _dpkg_versions(deb_root) == dict.fromkeys(TOOLKIT, "1.17.8-1")
+        assert dpkg_versions(deb_root) == dict.fromkeys(TOOLKIT, "1.17.8-1")
         ctk = deb_root / "usr/bin/nvidia-ctk"
         assert subprocess.run([str(ctk)], capture_output=True, text=True).stdout.startswith("nvidia-ctk version 1.17.8")
         assert ContainerdEngine().report(deb_root, "nvidia")["RUNTIME"] == "nvidia"
@@ -114,7 +108,7 @@ class TestDpkgRoot:
         assert "skipped: no NVIDIA driver" in result.cdi
         assert not list((deb_root / "var/lib/gpu-airgap").glob("staging-*"))
 
-    def test_second_install_is_a_noop_that_says_so(self, tmp_path: Path, deb_root: Path, targets: Dict[str, Target]) -> None:
+    def test_second_install_is_a_noop_that_says_so(self, tmp_path: Path, deb_root: Path, targets: Dict[str, StagedTarget]) -> None:
         bundle, key, env, _ = _setup(tmp_path, targets["deb-1.17.8"])
         install(bundle, key, InstallOptions(root=deb_root), env)
         before = tree_digest(deb_root)
@@ -124,7 +118,7 @@ class TestDpkgRoot:
         assert tree_digest(deb_root) == before
 
     @pytest.mark.parametrize("problem", ["tampered", "wrong-key", "other-arch"])
-    def test_bad_bundle_changes_nothing_under_the_root(self, tmp_path: Path, deb_root: Path, targets: Dict[str, Target], problem: str) -> None:
+    def test_bad_bundle_changes_nothing_under_the_root(self, tmp_path: Path, deb_root: Path, targets: Dict[str, StagedTarget], problem: str) -> None:
         target = targets["deb-arm64"] if problem == "other-arch" else targets["deb-1.17.8"]
         signer = _KEYS["other"] if problem == "wrong-key" else None
         bundle, key, env, _ = _setup(tmp_path, target, tamper=problem == "tampered", key=signer)
@@ -140,35 +134,35 @@ class TestDpkgRoot:
             assert "not in the trusted keyring" in str(info.value)
         assert tree_digest(deb_root) == before
 
-    def test_missing_node_requirement_is_named_and_nothing_installed(self, tmp_path: Path, targets: Dict[str, Target]) -> None:
+    def test_missing_node_requirement_is_named_and_nothing_installed(self, tmp_path: Path, targets: Dict[str, StagedTarget]) -> None:
         root = tmp_path / "root"
         seed_dpkg_root(root, libraries={"libc6": "2.36-9", "libcap2": "1:2.66-4"})
         bundle, key, env, _ = _setup(tmp_path, targets["deb-1.17.8"])
         before = tree_digest(root)
         with pytest.raises(PreflightFailed, match=r"libseccomp2 \(>= 0.0.0~20120605\)"):
             install(bundle, key, InstallOptions(root=root), env)
-        assert _dpkg_versions(root) == {}
+        assert dpkg_versions(root) == {}
         assert tree_digest(root) == before
 
-    def test_too_old_node_library_is_reported_with_its_constraint(self, tmp_path: Path, targets: Dict[str, Target]) -> None:
+    def test_too_old_node_library_is_reported_with_its_constraint(self, tmp_path: Path, targets: Dict[str, StagedTarget]) -> None:
         root = tmp_path / "root"
         seed_dpkg_root(root, libraries={"libc6": "2.9-1", "libcap2": "1:2.66-4", "libseccomp2": "2.5.4-1"})
         bundle, key, env, _ = _setup(tmp_path, targets["deb-1.17.8"])
         with pytest.raises(PreflightFailed, match=r"libc6 \(>= 2.14\)"):
             install(bundle, key, InstallOptions(root=root), env)
 
-    def test_downgrade_refused_without_allow_downgrade(self, tmp_path: Path, deb_root: Path, targets: Dict[str, Target]) -> None:
+    def test_downgrade_refused_without_allow_downgrade(self, tmp_path: Path, deb_root: Path, targets: Dict[str, StagedTarget]) -> None:
         bundle, key, env, _ = _setup(tmp_path, targets["deb-1.17.8"])
         install(bundle, key, InstallOptions(root=deb_root), env)
         old_bundle, old_key, old_env, _ = _setup(tmp_path, targets["deb-1.17.7"])
         assert old_bundle != bundle
         with pytest.raises(PreflightFailed, match=r"nvidia-container-toolkit 1.17.8-1 is newer than the bundle's 1.17.7-1"):
             install(old_bundle, old_key, InstallOptions(root=deb_root), old_env)
-        assert _dpkg_versions(deb_root) == dict.fromkeys(TOOLKIT, "1.17.8-1")
+        assert dpkg_versions(deb_root) == dict.fromkeys(TOOLKIT, "1.17.8-1")
         install(old_bundle, old_key, InstallOptions(root=deb_root, allow_downgrade=True), old_env)
-        assert _dpkg_versions(deb_root) == dict.fromkeys(TOOLKIT, "1.17.7-1")
+        assert dpkg_versions(deb_root) == dict.fromkeys(TOOLKIT, "1.17.7-1")
 
-    def test_dry_run_prints_the_plan_and_changes_nothing(self, tmp_path: Path, deb_root: Path, targets: Dict[str, Target]) -> None:
+    def test_dry_run_prints_the_plan_and_changes_nothing(self, tmp_path: Path, deb_root: Path, targets: Dict[str, StagedTarget]) -> None:
         bundle, key, env, _ = _setup(tmp_path, targets["deb-1.17.8"])
         before = tree_digest(deb_root)
         result = install(bundle, key, InstallOptions(root=deb_root, dry_run=True), env)
@@ -177,26 +171,26 @@ class TestDpkgRoot:
         assert "runtimes.nvidia]" in result.diff
         assert tree_digest(deb_root) == before
 
-    def test_dry_run_diff_enables_cdi_as_the_install_would_when_a_driver_is_present(self, tmp_path: Path, deb_root: Path, targets: Dict[str, Target]) -> None:
+    def test_dry_run_diff_enables_cdi_as_the_install_would_when_a_driver_is_present(self, tmp_path: Path, deb_root: Path, targets: Dict[str, StagedTarget]) -> None:
         (deb_root / "dev").mkdir()
         (deb_root / "dev/nvidiactl").write_text("stand-in\n")
         bundle, key, env, _ = _setup(tmp_path, targets["deb-1.17.8"])
         plan = install(bundle, key, InstallOptions(root=deb_root, dry_run=True), env)
         assert plan.cdi == "would generate" and "+  enable_cdi = true" in plan.diff
 
-    def test_uninstall_restores_config_byte_for_byte_and_removes_packages(self, tmp_path: Path, deb_root: Path, targets: Dict[str, Target]) -> None:
+    def test_uninstall_restores_config_byte_for_byte_and_removes_packages(self, tmp_path: Path, deb_root: Path, targets: Dict[str, StagedTarget]) -> None:
         bundle, key, env, _ = _setup(tmp_path, targets["deb-1.17.8"])
         install(bundle, key, InstallOptions(root=deb_root, hold=True), env)
         result = uninstall(deb_root, env)
         assert (deb_root / "etc/containerd/config.toml").read_bytes() == CONTAINERD_CONFIG
         assert not (deb_root / "etc/containerd/conf.d/99-nvidia.toml").exists()
         assert result.removed == list(reversed(TOOLKIT))
-        assert _dpkg_versions(deb_root) == {}
+        assert dpkg_versions(deb_root) == {}
         assert not (deb_root / "usr/bin/nvidia-ctk").exists()
         assert load_state(deb_root) is None
 
     def test_uninstall_on_the_live_system_says_when_an_engine_stays_down(
-        self, tmp_path: Path, deb_root: Path, targets: Dict[str, Target], monkeypatch: pytest.MonkeyPatch
+        self, tmp_path: Path, deb_root: Path, targets: Dict[str, StagedTarget], monkeypatch: pytest.MonkeyPatch
     ) -> None:
         import installer.manage as manage_mod
 
@@ -210,7 +204,7 @@ class TestDpkgRoot:
         assert (deb_root / "etc/containerd/config.toml").read_bytes() == CONTAINERD_CONFIG  # restored all the same
         assert "did not come back" in str(manage_mod.EngineNotRunning(result.failed_engines))
 
-    def test_hold_asked_on_a_later_run_is_set_recorded_and_then_up_to_date(self, tmp_path: Path, deb_root: Path, targets: Dict[str, Target]) -> None:
+    def test_hold_asked_on_a_later_run_is_set_recorded_and_then_up_to_date(self, tmp_path: Path, deb_root: Path, targets: Dict[str, StagedTarget]) -> None:
         bundle, key, env, _ = _setup(tmp_path, targets["deb-1.17.8"])
         install(bundle, key, InstallOptions(root=deb_root), env)
         held = install(bundle, key, InstallOptions(root=deb_root, hold=True), env)
@@ -221,7 +215,7 @@ class TestDpkgRoot:
         assert install(bundle, key, InstallOptions(root=deb_root, hold=True), env).outcome == "up-to-date"
 
     def test_engines_left_unrestarted_stay_pending_until_restart_restarts_them(
-        self, tmp_path: Path, deb_root: Path, targets: Dict[str, Target], monkeypatch: pytest.MonkeyPatch
+        self, tmp_path: Path, deb_root: Path, targets: Dict[str, StagedTarget], monkeypatch: pytest.MonkeyPatch
     ) -> None:
         # What an Ansible handler or a pod relies on: a restart that never ran is not forgotten.
         import installer.install as install_mod
@@ -243,7 +237,7 @@ class TestDpkgRoot:
         assert manage_mod.restart_pending(deb_root, env).outcome == "nothing to restart"
 
     def test_a_pending_engine_that_stays_down_gets_its_config_back(
-        self, tmp_path: Path, deb_root: Path, targets: Dict[str, Target], monkeypatch: pytest.MonkeyPatch
+        self, tmp_path: Path, deb_root: Path, targets: Dict[str, StagedTarget], monkeypatch: pytest.MonkeyPatch
     ) -> None:
         import installer.install as install_mod
         import installer.manage as manage_mod
@@ -260,7 +254,7 @@ class TestDpkgRoot:
         assert state is not None and state.restart_pending == [] and "containerd" not in state.engines
 
     def test_a_later_install_that_may_restart_retries_the_pending_engines(
-        self, tmp_path: Path, deb_root: Path, targets: Dict[str, Target], monkeypatch: pytest.MonkeyPatch
+        self, tmp_path: Path, deb_root: Path, targets: Dict[str, StagedTarget], monkeypatch: pytest.MonkeyPatch
     ) -> None:
         import installer.install as install_mod
 
@@ -295,7 +289,7 @@ class TestDpkgRoot:
         result = run_cli("restart", "--root", str(deb_root))
         assert result.exit_code == ExitCode.USAGE and "engines are restarted only on the running system" in result.stderr
 
-    def test_status_reports_packages_engines_and_drift(self, tmp_path: Path, deb_root: Path, targets: Dict[str, Target]) -> None:
+    def test_status_reports_packages_engines_and_drift(self, tmp_path: Path, deb_root: Path, targets: Dict[str, StagedTarget]) -> None:
         bundle, key, env, _ = _setup(tmp_path, targets["deb-1.17.8"])
         install(bundle, key, InstallOptions(root=deb_root), env)
         report = status(deb_root, env)
@@ -307,7 +301,7 @@ class TestDpkgRoot:
         drift = status(deb_root, env)["problems"]
         assert any("config.toml was edited after gpu-airgap wrote it" in p for p in drift)
 
-    def test_failed_dpkg_run_is_undone_and_the_state_named(self, tmp_path: Path, deb_root: Path, targets: Dict[str, Target]) -> None:
+    def test_failed_dpkg_run_is_undone_and_the_state_named(self, tmp_path: Path, deb_root: Path, targets: Dict[str, StagedTarget]) -> None:
         bundle, key, env, _ = _setup(tmp_path, targets["deb-1.17.8"])
         # A file that belongs to another package makes dpkg refuse the toolkit part-way.
         (deb_root / "var/lib/dpkg/info/intruder.list").write_text("/usr/bin/nvidia-container-runtime-hook\n")
@@ -318,22 +312,22 @@ class TestDpkgRoot:
         with pytest.raises(InstallFailed, match="the node now has libnvidia-container1: not installed") as info:
             install(bundle, key, InstallOptions(root=deb_root), env)
         assert "removed the newly added" in str(info.value)
-        assert _dpkg_versions(deb_root) == {}
+        assert dpkg_versions(deb_root) == {}
         assert load_state(deb_root) is None
 
 
-    def test_old_nvidia_container_runtime_is_removed_first_and_recorded(self, tmp_path: Path, targets: Dict[str, Target]) -> None:
+    def test_old_nvidia_container_runtime_is_removed_first_and_recorded(self, tmp_path: Path, targets: Dict[str, StagedTarget]) -> None:
         root = tmp_path / "root"
         seed_dpkg_root(root, libraries={**DEB_SEED, "nvidia-container-runtime": "3.4.0-1"})
         bundle, key, env, _ = _setup(tmp_path, targets["deb-1.17.8"])
         result = install(bundle, key, InstallOptions(root=root), env)
         assert any(m.startswith("removed nvidia-container-runtime 3.4.0-1: nvidia-container-toolkit") for m in result.messages)
-        assert _dpkg_versions(root) == dict.fromkeys(TOOLKIT, "1.17.8-1")
+        assert dpkg_versions(root) == dict.fromkeys(TOOLKIT, "1.17.8-1")
         state = load_state(root)
         assert state is not None and state.removed == {"nvidia-container-runtime": "3.4.0-1"}
 
 
-    def test_breaks_come_from_the_signed_manifest(self, tmp_path: Path, targets: Dict[str, Target]) -> None:
+    def test_breaks_come_from_the_signed_manifest(self, tmp_path: Path, targets: Dict[str, StagedTarget]) -> None:
         # nvidia-docker2 is not in the installer's fallback list: only the manifest can say it must go.
         root = tmp_path / "root"
         seed_dpkg_root(root, libraries={**DEB_SEED, "nvidia-docker2": "2.13.0-1"})
@@ -350,7 +344,7 @@ class TestDpkgRoot:
         assert state is not None and state.removed == {"nvidia-docker2": "2.13.0-1"}
 
 
-    def test_uninstall_restores_the_previous_default_runtime_byte_for_byte(self, tmp_path: Path, deb_root: Path, targets: Dict[str, Target]) -> None:
+    def test_uninstall_restores_the_previous_default_runtime_byte_for_byte(self, tmp_path: Path, deb_root: Path, targets: Dict[str, StagedTarget]) -> None:
         daemon = b'{\n    "default-runtime": "runc",\n    "log-level": "warn"\n}\n'
         (deb_root / "etc/docker").mkdir(parents=True)
         (deb_root / "etc/docker/daemon.json").write_bytes(daemon)
@@ -372,7 +366,7 @@ class TestDpkgRoot:
         assert ContainerdEngine().report(deb_root, "nvidia")["DEFAULT"] == "runc"
         assert DockerEngine().report(deb_root, "nvidia")["DEFAULT"] == "runc"
 
-    def test_cdi_spec_is_written_with_a_driver_recorded_and_removed_by_uninstall(self, tmp_path: Path, deb_root: Path, targets: Dict[str, Target]) -> None:
+    def test_cdi_spec_is_written_with_a_driver_recorded_and_removed_by_uninstall(self, tmp_path: Path, deb_root: Path, targets: Dict[str, StagedTarget]) -> None:
         for stand_in in ("proc/driver/nvidia/version", "dev/nvidiactl", "dev/nvidia0"):
             (deb_root / stand_in).parent.mkdir(parents=True, exist_ok=True)
             (deb_root / stand_in).write_text("stand-in\n")
@@ -387,7 +381,7 @@ class TestDpkgRoot:
         uninstall(deb_root, env)
         assert not spec.exists()
 
-    def test_cdi_off_skips_the_spec_even_with_a_driver(self, tmp_path: Path, deb_root: Path, targets: Dict[str, Target]) -> None:
+    def test_cdi_off_skips_the_spec_even_with_a_driver(self, tmp_path: Path, deb_root: Path, targets: Dict[str, StagedTarget]) -> None:
         (deb_root / "dev").mkdir()
         (deb_root / "dev/nvidiactl").write_text("stand-in\n")
         bundle, key, env, _ = _setup(tmp_path, targets["deb-1.17.8"])
@@ -395,7 +389,7 @@ class TestDpkgRoot:
         assert result.cdi == "skipped: disabled with --cdi off"
         assert not (deb_root / "etc/cdi").exists()
 
-    def test_cdi_on_without_a_driver_is_a_preflight_problem_and_changes_nothing(self, tmp_path: Path, deb_root: Path, targets: Dict[str, Target]) -> None:
+    def test_cdi_on_without_a_driver_is_a_preflight_problem_and_changes_nothing(self, tmp_path: Path, deb_root: Path, targets: Dict[str, StagedTarget]) -> None:
         bundle, key, env, _ = _setup(tmp_path, targets["deb-1.17.8"])
         before = tree_digest(deb_root)
         with pytest.raises(PreflightFailed, match="--cdi on needs an NVIDIA driver"):
@@ -403,22 +397,22 @@ class TestDpkgRoot:
         assert tree_digest(deb_root) == before
 
 
-    def test_damaged_state_file_is_refused_before_anything_is_installed(self, tmp_path: Path, deb_root: Path, targets: Dict[str, Target]) -> None:
+    def test_damaged_state_file_is_refused_before_anything_is_installed(self, tmp_path: Path, deb_root: Path, targets: Dict[str, StagedTarget]) -> None:
         (deb_root / "var/lib/gpu-airgap").mkdir(parents=True)
         (deb_root / "var/lib/gpu-airgap/state.json").write_text("{not json")
         bundle, key, env, _ = _setup(tmp_path, targets["deb-1.17.8"])
         before = tree_digest(deb_root)
         with pytest.raises(ToolError, match="is not a gpu-airgap state record"):
             install(bundle, key, InstallOptions(root=deb_root), env)
-        assert tree_digest(deb_root) == before and _dpkg_versions(deb_root) == {}
+        assert tree_digest(deb_root) == before and dpkg_versions(deb_root) == {}
 
 
-    def test_install_accepts_the_first_part_of_a_split_bundle(self, tmp_path: Path, deb_root: Path, targets: Dict[str, Target]) -> None:
+    def test_install_accepts_the_first_part_of_a_split_bundle(self, tmp_path: Path, deb_root: Path, targets: Dict[str, StagedTarget]) -> None:
         signer = _KEYS["operator"]
         first = write_signed_bundle(tmp_path / "split" / "bundle.tar", [targets["deb-1.17.8"]], signer.home, signer.fingerprint, split=1 << 20)
         assert first.name == "bundle.tar.part001" and len(list(first.parent.glob("bundle.tar.part*"))) >= 2
         result = install(first, signer.public, InstallOptions(root=deb_root), NodeEnv(services=Services()))
-        assert result.outcome == "installed" and _dpkg_versions(deb_root) == dict.fromkeys(TOOLKIT, "1.17.8-1")
+        assert result.outcome == "installed" and dpkg_versions(deb_root) == dict.fromkeys(TOOLKIT, "1.17.8-1")
         second = first.with_name("bundle.tar.part002")
         second.write_bytes(second.read_bytes()[:-1] + bytes([second.read_bytes()[-1] ^ 0xFF]))
         with pytest.raises(VerificationError, match="part002"):
@@ -426,7 +420,7 @@ class TestDpkgRoot:
 
 
 class TestRpmRoot:
-    def test_install_into_rpm_root_and_uninstall(self, tmp_path: Path, targets: Dict[str, Target]) -> None:
+    def test_install_into_rpm_root_and_uninstall(self, tmp_path: Path, targets: Dict[str, StagedTarget]) -> None:
         root = tmp_path / "root"
         seed_rpm_root(root, tmp_path)
         (root / "etc/containerd").mkdir(parents=True)
@@ -444,7 +438,7 @@ class TestRpmRoot:
         assert (root / "etc/containerd/config.toml").read_bytes() == CONTAINERD_CONFIG
         assert (root / "etc/dnf/plugins/versionlock.list").read_text().strip() == ""
 
-    def test_missing_rpm_requirement_is_named(self, tmp_path: Path, targets: Dict[str, Target]) -> None:
+    def test_missing_rpm_requirement_is_named(self, tmp_path: Path, targets: Dict[str, StagedTarget]) -> None:
         root = tmp_path / "root"
         seed_rpm_root(root, tmp_path, libraries={"glibc": "2.34", "libcap": "2.48"})
         bundle, key, env, _ = _setup(tmp_path, targets["rpm-1.17.8"])
@@ -452,7 +446,7 @@ class TestRpmRoot:
             install(bundle, key, InstallOptions(root=root), env)
 
 
-def test_install_into_a_root_that_does_not_exist_is_refused_and_creates_nothing(tmp_path: Path, targets: Dict[str, Target]) -> None:
+def test_install_into_a_root_that_does_not_exist_is_refused_and_creates_nothing(tmp_path: Path, targets: Dict[str, StagedTarget]) -> None:
     bundle, key, env, _ = _setup(tmp_path, targets["deb-1.17.8"])
     missing = tmp_path / "no-such-root"
     with pytest.raises(UsageError, match="is not a directory"):
@@ -466,7 +460,7 @@ def test_uninstall_without_a_recorded_install_says_so(tmp_path: Path) -> None:
         uninstall(tmp_path, NodeEnv())
 
 
-def test_cli_install_status_uninstall_round_trip(tmp_path: Path, deb_root: Path, targets: Dict[str, Target]) -> None:
+def test_cli_install_status_uninstall_round_trip(tmp_path: Path, deb_root: Path, targets: Dict[str, StagedTarget]) -> None:
     bundle, key, _, _ = _setup(tmp_path, targets["deb-1.17.8"])
     result = run_cli("install", str(bundle), "--keyring", str(key), "--root", str(deb_root), "--json")
     assert result.exit_code == 0, result.stderr
@@ -484,7 +478,7 @@ def test_cli_install_status_uninstall_round_trip(tmp_path: Path, deb_root: Path,
     assert (deb_root / "etc/containerd/config.toml").read_bytes() == CONTAINERD_CONFIG
 
 
-def test_cli_preflight_failure_is_one_sentence_with_exit_code_7(tmp_path: Path, targets: Dict[str, Target]) -> None:
+def test_cli_preflight_failure_is_one_sentence_with_exit_code_7(tmp_path: Path, targets: Dict[str, StagedTarget]) -> None:
     root = tmp_path / "root"
     seed_dpkg_root(root, libraries={})
     bundle, key, _, _ = _setup(tmp_path, targets["deb-1.17.8"])
@@ -494,7 +488,7 @@ def test_cli_preflight_failure_is_one_sentence_with_exit_code_7(tmp_path: Path, 
     assert "libc6 (>= 2.14) is not installed" in result.stderr and "libseccomp2" in result.stderr
 
 
-def test_cli_status_exits_9_on_drift(tmp_path: Path, deb_root: Path, targets: Dict[str, Target]) -> None:
+def test_cli_status_exits_9_on_drift(tmp_path: Path, deb_root: Path, targets: Dict[str, StagedTarget]) -> None:
     bundle, key, _, _ = _setup(tmp_path, targets["deb-1.17.8"])
     assert run_cli("install", str(bundle), "--keyring", str(key), "--root", str(deb_root)).exit_code == 0
     subprocess.run(["dpkg", f"--root={deb_root}", "--remove", "nvidia-container-toolkit"], check=True, capture_output=True)
@@ -503,13 +497,13 @@ def test_cli_status_exits_9_on_drift(tmp_path: Path, deb_root: Path, targets: Di
     assert "nvidia-container-toolkit is not installed, the install recorded 1.17.8-1" in shown.stdout
 
 
-def test_upgrade_over_a_held_install_keeps_the_hold(tmp_path: Path, deb_root: Path, targets: Dict[str, Target]) -> None:
+def test_upgrade_over_a_held_install_keeps_the_hold(tmp_path: Path, deb_root: Path, targets: Dict[str, StagedTarget]) -> None:
     old, key, env, _ = _setup(tmp_path, targets["deb-1.17.7"])
     install(old, key, InstallOptions(root=deb_root, hold=True), env)
     new, key, env, _ = _setup(tmp_path, targets["deb-1.17.8"])
     result = install(new, key, InstallOptions(root=deb_root, hold=True), env)
     assert result.outcome == "installed"
-    assert _dpkg_versions(deb_root) == dict.fromkeys(TOOLKIT, "1.17.8-1")
+    assert dpkg_versions(deb_root) == dict.fromkeys(TOOLKIT, "1.17.8-1")
     selections = subprocess.run(["dpkg", f"--root={deb_root}", "--get-selections", *TOOLKIT], capture_output=True, text=True).stdout
     assert selections.split().count("hold") == 4
     state = load_state(deb_root)

@@ -23,7 +23,7 @@ from installer.target import (
     Requirement,
     StagedBundle,
     StagedPackage,
-    Target,
+    StagedTarget,
     TargetMismatch,
     install_order,
     pick_target,
@@ -50,7 +50,7 @@ TOOLKIT_PACKAGES = (
     pkg("nvidia-container-toolkit-base"),
     pkg("libnvidia-container1", depends=["libc6"]),
 )
-TARGET = Target("deb-amd64", "deb", "amd64", TOOLKIT_PACKAGES, (Requirement.parse("libc6 (>= 2.14)"),))
+TARGET = StagedTarget("deb-amd64", "deb", "amd64", TOOLKIT_PACKAGES, (Requirement.parse("libc6 (>= 2.14)"),))
 
 
 class TestNodeFacts:
@@ -117,8 +117,8 @@ class TestTarget:
             pick_target(bundle, None, "amd64", ())
 
     def test_distribution_specific_target_preferred(self) -> None:
-        generic = Target("deb-amd64", "deb", "amd64", ())
-        ubuntu = Target("deb-amd64-ubuntu", "deb", "amd64", (), distro="ubuntu")
+        generic = StagedTarget("deb-amd64", "deb", "amd64", ())
+        ubuntu = StagedTarget("deb-amd64-ubuntu", "deb", "amd64", (), distro="ubuntu")
         bundle = StagedBundle("id", "F" * 40, "1", (generic, ubuntu), Path("/s"))
         assert pick_target(bundle, "deb", "amd64", ("ubuntu", "debian")) is ubuntu
         assert pick_target(bundle, "deb", "amd64", ("debian",)) is generic
@@ -139,12 +139,11 @@ def _check(installed: dict, met: bool = True, free: int = 10**9, allow_downgrade
 class TestStagedFromManifest:
     def _staged(self, breaks: Optional[Tuple[str, ...]]) -> StagedPackage:
         from installer.bundle import VerifiedBundle
-        from installer.manifest import Manifest, PackageEntry, Provenance
-        from installer.manifest import Target as ManifestTarget
+        from installer.manifest import Manifest, PackageEntry, Provenance, TargetEntry
         from installer.source import staged_from_verified
 
         entry = PackageEntry("nvidia-container-toolkit", "1.17.8-1", "amd64", "targets/deb-amd64/t.deb", 1, "a" * 64, 0, breaks=breaks)
-        target = ManifestTarget("deb", "amd64", "targets/deb-amd64", "1.17.8-1", Provenance("u", "F" * 40, None), (entry,))
+        target = TargetEntry("deb", "amd64", "targets/deb-amd64", "1.17.8-1", Provenance("u", "F" * 40, None), (entry,))
         manifest = Manifest("0", "t", "stable", "1.17.8", "u", "F" * 40, "F" * 40, (target,), ())
         staged = staged_from_verified(VerifiedBundle(Path("/staging"), manifest, "F" * 40))
         return staged.targets[0].packages[0]
