@@ -30,14 +30,14 @@ typecheck: venv
 # DaemonSet's program and the Ansible role's module.
 pycompat: venv
 	$(VENV)/bin/vermin --target=3.9- --violations --no-tips --eval-annotations --feature union-types --backport typing plumbing configure installer \
-		mirror/data/k8s-node.py deploy/ansible/roles/gpu_airgap/library
+		mirror/fleet/data/k8s-node.py deploy/ansible/roles/gpu_airgap/library
 
 pytest: venv sysdeps nodewheels debootstrapcache
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
 
 # The python3.9 wheels vendored into the bundle's node zipapp (pip download; the tests stay offline).
 nodewheels: venv
-	$(PY) -c 'from mirror.node_zipapp import ensure_wheels; ensure_wheels()'
+	$(PY) -c 'from mirror.bundle.zipapp import ensure_wheels; ensure_wheels()'
 
 # The .debs debootstrap --variant=minbase needs, as a local repo for tests/test_node_debootstrap.py
 # (apt-get download with the host's apt configuration; seconds, and a no-op once cached).

@@ -32,7 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from mirror.node_zipapp import ensure_wheels  # noqa: E402
+from mirror.bundle.zipapp import ensure_wheels  # noqa: E402
 from mirror.store import (  # noqa: E402
     MirrorState,
     Release,

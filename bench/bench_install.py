@@ -119,7 +119,7 @@ def _start_times(exe: str, pyz: Path, cache: Path, *, cold: bool) -> List[float]
 def measure_zipapp(work: Path) -> Dict[str, Any]:
     """Cold (first run: extract + compile), warm (cached bytecode) and no-cache (straight from the zip)."""
     try:
-        from mirror.node_zipapp import PYZ_NAME, build_zipapp
+        from mirror.bundle.zipapp import PYZ_NAME, build_zipapp
     except ImportError as exc:
         return {"skipped": f"no zipapp builder in this tree ({exc})"}
     try:

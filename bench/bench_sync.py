@@ -23,9 +23,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.harness.nginx import start_nginx
-from mirror import sync as sync_lib
-from mirror.http import Downloader
 from mirror.model import PackageFormat
+from mirror.sync import core as sync_lib
+from mirror.sync.http import Downloader
 from mirror.trust import open_keyring
 from tests.upstream import cached_upstream
 

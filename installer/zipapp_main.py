@@ -2,7 +2,7 @@
 
 Python cannot write ``__pycache__`` inside a zip, so a zipapp recompiles every module it imports
 on every start (about 0.9 s for ``--help`` with typer, click and rich). This file is copied
-verbatim into ``gpu-airgap-node.pyz`` as its ``__main__.py`` (see :mod:`mirror.node_zipapp`). On the
+verbatim into ``gpu-airgap-node.pyz`` as its ``__main__.py`` (see :mod:`mirror.bundle.zipapp`). On the
 first run it extracts the archive into ``<cache>/node-<sha256 of the .pyz>`` (private: 0700, owned
 by the running user, made complete in a temporary directory, then renamed into place); later runs
 check that directory and import from it, so each Python version compiles once and keeps its own

@@ -14,13 +14,13 @@ from typing import Dict, Tuple
 import typer
 
 from installer import cli as node_cli
-from mirror import bundle_cli
+from mirror.bundle import cli as bundle_cli
 
 #: name -> (module, attribute, help); the help is repeated so the root help needs no import (a test checks it).
 CONNECTED_GROUPS: Dict[str, Tuple[str, str, str]] = {
-    "mirror": ("mirror.mirror_cli", "mirror_app", "Sync NVIDIA's signed apt and yum channels to a local mirror."),
+    "mirror": ("mirror.groups", "mirror_app", "Sync NVIDIA's signed apt and yum channels to a local mirror."),
     "fleet": (
-        "mirror.fleet_cli",
+        "mirror.fleet.cli",
         "fleet_app",
         "Roll the toolkit out to many nodes: Kubernetes manifests (Ansible: deploy/ansible).",
     ),

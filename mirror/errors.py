@@ -10,8 +10,9 @@ Each is a :class:`~plumbing.errors.ToolError` whose ``str()`` is one sentence a 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
-from plumbing.errors import ExitCode, ToolError, UsageError, VerificationError
+from plumbing.errors import ChecksumMismatch, ExitCode, ToolError, UsageError, VerificationError
 
 
 class FetchError(ToolError):
@@ -86,3 +87,13 @@ class UnresolvableDependency(ToolError):
             f"cannot satisfy {constraint!s} required by {package}: no matching package in the repository{tail}"
         )
 
+
+class PackageChangedError(ChecksumMismatch):
+    """A mirror file no longer holds the bytes the mirror verified at sync time."""
+
+    def __init__(self, path: Path, expected: str, actual: str) -> None:
+        super().__init__(str(path), expected, actual)
+        self.args = (
+            f"{path} changed since the mirror verified it (expected {expected}, got {actual}); "
+            "run `gpu-airgap mirror verify`, delete the damaged files and sync again",
+        )

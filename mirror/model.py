@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
+from pathlib import Path
 
 
 class PackageFormat(str, Enum):
@@ -68,3 +69,17 @@ class Package:
     def key(self) -> tuple[str, str, str]:
         """Identity within one repository: (name, version, arch)."""
         return (self.name, self.version, self.arch)
+
+
+@dataclass(frozen=True)
+class SourcePackage:
+    """A package file in the mirror, with the digests its signed metadata gave."""
+
+    name: str
+    version: str
+    arch: str
+    path: Path  #: absolute path of the file in the mirror
+    size: int
+    sha256: str | None
+    sha512: str | None
+    origin: str  #: upstream URL

@@ -1,7 +1,7 @@
 """Signed apt flat repos and yum repos for a set of mirror packages, made with the real tools.
 
-Shared by the bundle (:mod:`mirror.bundle_repo`, one release per target) and ``mirror publish``
-(:mod:`mirror.publish`, everything a repo holds):
+Shared by the bundle (:mod:`mirror.bundle.target_repo`, one release per target) and ``mirror publish``
+(:mod:`mirror.publish.tree`, everything a repo holds):
 
 - deb: ``Packages``, ``Packages.xz`` and a clearsigned ``InRelease`` (SHA256 and SHA512 of both
   indexes). Stanzas come from each package's own control data (``dpkg-deb -f``), so the index
@@ -25,10 +25,9 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from mirror.bundle_sign import OperatorKey
-from mirror.bundle_source import SourcePackage
-from mirror.bundle_tar import PackageChangedError
-from mirror.node_zipapp import default_cache
+from mirror.errors import PackageChangedError
+from mirror.model import SourcePackage
+from mirror.signing import OperatorKey
 from mirror.store import file_digest
 from plumbing.errors import CommandError, ToolError
 from plumbing.fsutil import atomic_write
@@ -76,11 +75,6 @@ def recorded_sha256(pkg: SourcePackage) -> str:
     if pkg.sha512 != sha512.hexdigest():
         raise PackageChangedError(pkg.path, f"sha512 {pkg.sha512[:16]}…", f"{sha512.hexdigest()[:16]}…")
     return sha256.hexdigest()
-
-
-def default_info_cache() -> Path:
-    """``package-info/`` beside the node wheel cache (``~/.cache/gpu-airgap/package-info``)."""
-    return default_cache().parent / "package-info"
 
 
 def query_packages(fmt: str, packages: Sequence[SourcePackage], info_cache: Path | None) -> list[PackageFacts]:

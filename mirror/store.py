@@ -39,21 +39,26 @@ import shutil
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from mirror.errors import MirrorStateError
 from plumbing.errors import BusyError, ToolError
 from plumbing.fsutil import atomic_write, safe_join
 
-if TYPE_CHECKING:
-    from mirror.http import CachedResponse
-
-# Not imported from mirror.http: reading the state (bundle build, verify) should not import requests.
 CHUNK: Final = 1024 * 1024
 
 STATE_VERSION: Final = 1
 LOCK_NAME: Final = ".gpu-airgap.lock"
 META_DIR: Final = ".gpu-airgap"
+
+
+@dataclass(frozen=True)
+class CachedResponse:
+    """A metadata body with the validators the server sent for it."""
+
+    body: bytes
+    etag: str | None = None
+    last_modified: str | None = None
 
 
 @dataclass(frozen=True)
@@ -320,8 +325,6 @@ def read_cache(dest: Path, url: str) -> CachedResponse | None:
         return None
     if not isinstance(info, dict) or info.get("url") != url or hashlib.sha256(body).hexdigest() != info.get("sha256"):
         return None
-    from mirror.http import CachedResponse
-
     return CachedResponse(body, info.get("etag"), info.get("last_modified"))
 
 

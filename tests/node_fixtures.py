@@ -228,7 +228,7 @@ def write_signed_bundle(
         Provenance,
         TargetEntry,
     )
-    from mirror.bundle_tar import BundleWriter
+    from mirror.bundle.tar import BundleWriter
 
     entries = []
     members: Dict[str, Path] = {}

@@ -26,8 +26,8 @@ import pytest
 from installer import archive
 from installer.bundle import BundleVerificationError, extract_verified, verify
 from installer.manifest import MANIFEST_NAME, SIGNATURE_NAME, Manifest
-from mirror.bundle_build import BuildResult, build_bundle
-from mirror.bundle_source import SourceError
+from mirror.bundle.build import BuildResult, build_bundle
+from mirror.bundle.source import SourceError
 from mirror.lockfile import Lockfile
 from plumbing.gpg import Keyring
 from tests.cli_runner import run_cli
@@ -288,7 +288,7 @@ def test_manifest_and_sbom_carry_everything_the_bundle_promises(plain_bundle: Pa
 
 
 def test_creation_time_comes_from_source_date_epoch(monkeypatch: pytest.MonkeyPatch) -> None:
-    from mirror.bundle_build import build_epoch
+    from mirror.hostenv import build_epoch
     from plumbing.errors import UsageError
 
     monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000000")
@@ -299,7 +299,7 @@ def test_creation_time_comes_from_source_date_epoch(monkeypatch: pytest.MonkeyPa
 
 
 def test_split_size_takes_binary_units_and_refuses_what_is_not_a_size() -> None:
-    from mirror.bundle_build import parse_size
+    from mirror.bundle.build import parse_size
     from plumbing.errors import UsageError
 
     assert [parse_size(s) for s in ("650M", "650MiB", "1.5g", "4GB", "1048576")] == [
@@ -358,10 +358,11 @@ def test_zstd_bundle_verifies_through_the_zstd_command_when_the_module_is_missin
 
 def _padded_wheel_cache(cache: Path, size: int) -> Path:
     """The node wheels, with ``size`` incompressible bytes added to one, so a bundle spans several parts."""
-    from mirror.node_zipapp import default_cache, ensure_wheels
+    from mirror.bundle.zipapp import ensure_wheels
+    from mirror.hostenv import node_wheel_cache
 
     cache.mkdir()
-    for wheel in ensure_wheels(default_cache()):
+    for wheel in ensure_wheels(node_wheel_cache()):
         shutil.copy(wheel, cache / wheel.name)
     padded = next(cache.glob("annotated_doc-*.whl"))
     with zipfile.ZipFile(padded, "a") as zf:

@@ -22,8 +22,9 @@ from typing import Any
 import pytest
 
 from installer.manifest import MANIFEST_NAME, SIGNATURE_NAME, Manifest
-from mirror.bundle_build import BuildResult, build_bundle
-from mirror.bundle_tar import PackageChangedError, _Worker
+from mirror.bundle.build import BuildResult, build_bundle
+from mirror.bundle.tar import _Worker
+from mirror.errors import PackageChangedError
 from mirror.store import MirrorState, write_state
 from tests.cli_runner import run_cli
 from tests.gpgkeys import TestKey
@@ -160,13 +161,13 @@ def test_an_error_on_a_worker_thread_reaches_the_producer() -> None:
 
 
 def test_bundle_build_command_line_does_not_import_the_mirror_sync_stack() -> None:
-    code = "import sys, mirror.cli; print(sorted(m for m in ('requests', 'mirror.sync', 'mirror.http') if m in sys.modules))"
+    code = "import sys, mirror.cli; print(sorted(m for m in ('requests', 'mirror.sync.core', 'mirror.sync.http') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, capture_output=True, text=True).stdout
     assert out.strip() == "[]"
 
 
 def test_the_cli_default_upstream_is_the_sync_default() -> None:
-    from mirror import mirror_cli as cli
-    from mirror import sync
+    from mirror.sync import cli
+    from mirror.sync import core as sync
 
     assert cli.DEFAULT_UPSTREAM == sync.DEFAULT_UPSTREAM

@@ -25,7 +25,7 @@ from typing import Any, Dict, List, Set
 
 import pytest
 
-from mirror.publish_files import Site, render_list, render_repo
+from mirror.publish.files import Site, render_list, render_repo
 from tests.cli_runner import run_cli
 from tests.gpgkeys import TestKey, make_key
 from tests.node_fixtures import (

@@ -3,7 +3,7 @@
 The manifests are validated offline against the official Kubernetes JSON schemas bundled with
 ``kubernetes-validate`` (strict: unknown fields fail) for three Kubernetes versions, and a broken
 manifest is shown to fail, so the validator is known to run. The pod's program
-(``mirror/data/k8s-node.py``) is run for real outside Kubernetes: with a scratch root as the host's
+(``mirror/fleet/data/k8s-node.py``) is run for real outside Kubernetes: with a scratch root as the host's
 / and the bundle served on 127.0.0.1, it installs, and its readiness check passes.
 """
 
@@ -26,8 +26,8 @@ import pytest
 import yaml
 
 from configure import runtimeclass
-from mirror import fleet_k8s
-from mirror.fleet_cli import pod_script
+from mirror.fleet import k8s as fleet_k8s
+from mirror.fleet.cli import pod_script
 from plumbing.errors import ExitCode
 from tests.cli_runner import run_cli
 from tests.gpgkeys import TestKey

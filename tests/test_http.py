@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from mirror.errors import FetchError
-from mirror.http import CachedResponse, Downloader, DownloadRequest
+from mirror.store import CachedResponse
+from mirror.sync.http import Downloader, DownloadRequest
 from plumbing.errors import ChecksumMismatch
 
 

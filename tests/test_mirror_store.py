@@ -9,13 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from mirror import maintain, store
-from mirror import sync as sync_lib
+from mirror import store
 from mirror.errors import MirrorStateError
-from mirror.http import CachedResponse
 from mirror.lockfile import LockedPackage, LockedTarget, Lockfile, differences
 from mirror.model import Package, PackageFormat
 from mirror.repo import FakeFetcher, MetadataFile
+from mirror.store import CachedResponse
+from mirror.sync import core as sync_lib
+from mirror.sync import maintain
 from plumbing.errors import BusyError, ConfigFormatError, UnsafePathError, UsageError
 
 

@@ -20,9 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from mirror import progress, store
-from mirror import sync as sync_lib
-from mirror.http import Downloader
+from mirror import store
+from mirror.sync import core as sync_lib
+from mirror.sync import progress
+from mirror.sync.http import Downloader
 from mirror.trust import open_keyring
 from plumbing.errors import BusyError, ExitCode
 from tests.cli_runner import CliResult, run_cli

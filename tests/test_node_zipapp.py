@@ -17,7 +17,7 @@ import pytest
 import typer
 
 from installer import cli, zipapp_main
-from mirror.node_zipapp import build_zipapp
+from mirror.bundle.zipapp import build_zipapp
 from tests.cli_runner import run_cli
 
 PY39 = Path("/root/.pyenv/versions/3.9.18/bin/python3.9")

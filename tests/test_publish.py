@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from mirror import store
-from mirror.publish_swap import MARKER
+from mirror.publish.swap import MARKER
 from plumbing.gpg import Keyring
 from tests.cli_runner import CliResult, run_cli
 from tests.gpgkeys import TestKey

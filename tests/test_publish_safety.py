@@ -16,9 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from mirror import publish_swap, store
-from mirror.publish_files import Site, render_list, render_repo
-from mirror.publish_swap import MARKER
+from mirror import store
+from mirror.publish import swap as publish_swap
+from mirror.publish.files import Site, render_list, render_repo
+from mirror.publish.swap import MARKER
 from plumbing.errors import BusyError
 from tests.cli_runner import run_cli
 from tests.gpgkeys import TestKey

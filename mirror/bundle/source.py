@@ -1,6 +1,6 @@
 """What the bundle builder takes from a mirror: per target, the packages of one release and their provenance.
 
-This is the seam between ``mirror sync``'s on-disk state and :mod:`mirror.bundle_build`. The
+This is the seam between ``mirror sync``'s on-disk state and :mod:`mirror.bundle.build`. The
 builder only sees :class:`TargetSelection`; :func:`select_from_mirror` reads the mirror's state
 file (``DEST/.gpu-airgap/state.json``, written by ``mirror sync``: repos keyed
 ``<channel>/<format>/<arch>`` with provenance, stored packages and releases in install order)
@@ -15,6 +15,7 @@ from pathlib import Path
 from installer.manifest import Provenance, SignedFile
 from installer.target import Requirement
 from mirror.lockfile import LockedPackage, LockedTarget, Lockfile
+from mirror.model import SourcePackage
 from mirror.store import MirrorState, Release, RepoRecord, StoredPackage
 from plumbing.arch import normalize_arch
 from plumbing.errors import ToolError, UsageError
@@ -22,20 +23,6 @@ from plumbing.errors import ToolError, UsageError
 
 class SourceError(ToolError):
     """The mirror cannot supply what the bundle asks for."""
-
-
-@dataclass(frozen=True)
-class SourcePackage:
-    """A package file in the mirror, with the digests its signed metadata gave."""
-
-    name: str
-    version: str
-    arch: str
-    path: Path  #: absolute path of the file in the mirror
-    size: int
-    sha256: str | None
-    sha512: str | None
-    origin: str  #: upstream URL
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""``gpu-airgap bundle build``: a thin typer command over :func:`mirror.bundle_build.build_bundle`.
+"""``gpu-airgap bundle build``: a thin typer command over :func:`mirror.bundle.build.build_bundle`.
 
 The builder is imported when the command runs, so every other command starts without it.
 """
@@ -45,9 +45,9 @@ def build_command(
     json_output: bool = _JSON_OUTPUT,
 ) -> None:
     """Build one signed offline bundle from a mirror."""
-    from mirror.bundle_build import build_bundle, parse_size
-    from mirror.bundle_source import parse_target
-    from mirror.bundle_tar import COMPRESSIONS
+    from mirror.bundle.build import build_bundle, parse_size
+    from mirror.bundle.source import parse_target
+    from mirror.bundle.tar import COMPRESSIONS
     from mirror.lockfile import Lockfile
 
     if compression not in COMPRESSIONS:

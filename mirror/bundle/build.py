@@ -1,6 +1,6 @@
 """Build one signed offline bundle from a mirror: ``gpu-airgap bundle build``.
 
-The bundle is a deterministic tar stream (:mod:`mirror.bundle_tar`) whose members are, in order:
+The bundle is a deterministic tar stream (:mod:`mirror.bundle.tar`) whose members are, in order:
 ``manifest.json``, ``manifest.json.asc`` (the operator's detached signature), then sorted:
 ``gpu-airgap-node.pyz``, ``install.sh``, ``operator-key.asc``, ``sbom.spdx.json`` and, per target,
 ``targets/<format>-<arch>/`` with the packages and their signed local repo metadata.
@@ -15,8 +15,6 @@ memory. Two builds with the same SOURCE_DATE_EPOCH are byte-identical except for
 from __future__ import annotations
 
 import hashlib
-import os
-import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -29,13 +27,14 @@ from installer.manifest import (
     PackageEntry,
     TargetEntry,
 )
-from mirror.bundle_repo import TargetRepo, build_target_repo, default_info_cache
-from mirror.bundle_sign import OperatorKey
-from mirror.bundle_source import MirrorSelection, select_from_mirror, upstream_version
-from mirror.bundle_tar import BundleWriter
+from mirror.bundle.sbom import SBOM_NAME, SbomPackage, render_spdx
+from mirror.bundle.source import MirrorSelection, select_from_mirror, upstream_version
+from mirror.bundle.tar import BundleWriter
+from mirror.bundle.target_repo import TargetRepo, build_target_repo
+from mirror.bundle.zipapp import PYZ_NAME, ZIP_EPOCH, build_zipapp
+from mirror.hostenv import build_epoch, package_info_cache
 from mirror.lockfile import Lockfile
-from mirror.node_zipapp import PYZ_NAME, ZIP_EPOCH, build_zipapp
-from mirror.sbom import SBOM_NAME, SbomPackage, render_spdx
+from mirror.signing import OperatorKey
 from mirror.store import file_digest
 from plumbing.errors import ToolError, UsageError
 from plumbing.fsutil import atomic_write
@@ -58,19 +57,6 @@ class BuildResult:
     manifest: Manifest
     members: int
     payload_bytes: int  #: uncompressed size of all members
-
-
-def build_epoch() -> int:
-    """SOURCE_DATE_EPOCH when set (reproducible builds), else now.
-
-    :raises UsageError: when SOURCE_DATE_EPOCH is not a non-negative integer.
-    """
-    value = os.environ.get("SOURCE_DATE_EPOCH")
-    if value is None:
-        return int(time.time())
-    if not value.isdigit():
-        raise UsageError(f"SOURCE_DATE_EPOCH={value!r} is not a number of seconds since 1970")
-    return int(value)
 
 
 def parse_size(text: str) -> int:
@@ -104,7 +90,7 @@ def build_bundle(
     """Select ``version`` for ``targets`` from the mirror at ``mirror`` and write a signed bundle to ``output``.
 
     :param epoch: the build time; default SOURCE_DATE_EPOCH, else now.
-    :param info_cache: the package query cache (default :func:`mirror.bundle_repo.default_info_cache`).
+    :param info_cache: the package query cache (default :func:`mirror.hostenv.package_info_cache`).
     :raises ToolError: (subclasses) when the mirror lacks something, signing fails, or a package
         on disk no longer matches its verified digest; no output is left behind then.
     """
@@ -133,7 +119,7 @@ def build_from_selection(
     epoch = build_epoch() if epoch is None else epoch
     created = datetime.fromtimestamp(epoch, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     key = OperatorKey.find(sign_key, gnupghome)
-    info_cache = info_cache or default_info_cache()
+    info_cache = info_cache or package_info_cache()
     repos = [
         build_target_repo(t, key=key, epoch=epoch, channel=selection.channel, info_cache=info_cache)
         for t in selection.targets

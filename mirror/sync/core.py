@@ -23,7 +23,6 @@ from typing import Protocol
 
 from mirror import lockfile, store
 from mirror.errors import LockfileMismatch, UnresolvableDependency
-from mirror.http import Downloader, DownloadRequest
 from mirror.lockfile import LockedPackage, LockedTarget, Lockfile
 from mirror.model import Package, PackageFormat
 from mirror.repo import (
@@ -35,8 +34,9 @@ from mirror.repo import (
     repo_path,
     repo_url,
 )
-from mirror.resolve import Resolution, resolve, resolve_each
-from mirror.selectors import VersionSelector
+from mirror.sync.http import Downloader, DownloadRequest
+from mirror.sync.resolve import Resolution, resolve, resolve_each
+from mirror.sync.selectors import VersionSelector
 from mirror.versions import sort_key
 from plumbing.arch import KNOWN_ARCHES, normalize_arch
 from plumbing.errors import UsageError

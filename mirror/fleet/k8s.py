@@ -4,7 +4,7 @@ What NVIDIA's GPU Operator does for its toolkit container, without the Operator:
 DaemonSet on the GPU nodes (node selector and tolerations) mounts the host's / at ``/host`` and runs
 the bundle's node installer with ``--no-restart``; the container then restarts the changed engine on
 the host and marks itself ready once ``status`` shows the runtime registered. The pod's logic is
-``mirror/data/k8s-node.py``, shipped in a ConfigMap; the operator's public key comes from a
+``mirror/fleet/data/k8s-node.py``, shipped in a ConfigMap; the operator's public key comes from a
 ConfigMap too (rendered here from ``--keyring``, or one the operator already has).
 
 Whose tools do the work (``--tools``):
@@ -128,7 +128,7 @@ def parse_toleration(text: str) -> Dict[str, str]:
 def documents(options: K8sOptions, script: str, keyring_text: Optional[str]) -> List[Dict[str, Any]]:
     """The objects to apply: Namespace, ConfigMaps (script, key), DaemonSet, RuntimeClass.
 
-    :param script: the pod's program (``mirror/data/k8s-node.py``).
+    :param script: the pod's program (``mirror/fleet/data/k8s-node.py``).
     :param keyring_text: the operator's armored public key; required unless ``keyring_configmap``.
     :raises UsageError: for invalid options, or no key at all.
     """

@@ -1,7 +1,7 @@
 """Build ``gpu-airgap-node.pyz``: the node-side tool and its pure-Python dependencies in one zipapp.
 
 The zipapp holds ``plumbing/``, ``configure/`` and ``installer/`` from this source tree plus the Python files of
-the wheels pinned in ``mirror/data/node-wheels.txt`` (resolved for python3.9). Compiled modules
+the wheels pinned in ``mirror/bundle/data/node-wheels.txt`` (resolved for python3.9). Compiled modules
 (``*.so``, e.g. PyYAML's optional ``_yaml``) are left out, so it runs on any node arch with
 ``python3 -I gpu-airgap-node.pyz`` — no site-packages, no pip, no network. Its ``__main__.py`` is
 :mod:`installer.zipapp_main`, which extracts the zip once into a private cache so Python can keep
@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import hashlib
 import io
-import os
 import sys
 import time
 import zipfile
 from pathlib import Path
 from typing import Final
 
+from mirror.hostenv import node_wheel_cache
 from plumbing.errors import ToolError
 from plumbing.fsutil import atomic_write
 from plumbing.proc import run
@@ -33,16 +33,10 @@ PYZ_NAME: Final = "gpu-airgap-node.pyz"
 #: 1980-01-01 00:00 UTC, the earliest time a zip entry can carry
 ZIP_EPOCH: Final = 315532800
 _PINS: Final = Path(__file__).parent / "data" / "node-wheels.txt"
-_SOURCE_ROOT: Final = Path(__file__).resolve().parent.parent
+_SOURCE_ROOT: Final = Path(__file__).resolve().parents[2]
 _NODE_PACKAGES: Final = ("plumbing", "configure", "installer")
 #: the zipapp's __main__.py: extract once into a private cache, then import from there (bytecode caching)
 _MAIN: Final = _SOURCE_ROOT / "installer" / "zipapp_main.py"
-
-
-def default_cache() -> Path:
-    """Where node wheels are cached: ``$GPU_AIRGAP_WHEEL_CACHE`` or ``~/.cache/gpu-airgap/node-wheels``."""
-    env = os.environ.get("GPU_AIRGAP_WHEEL_CACHE")
-    return Path(env) if env else Path.home() / ".cache" / "gpu-airgap" / "node-wheels"
 
 
 def pinned_requirements() -> list[str]:
@@ -66,7 +60,7 @@ def ensure_wheels(cache: Path | None = None) -> list[Path]:
 
     :raises ToolError: when pip cannot fetch a wheel.
     """
-    cache = cache or default_cache()
+    cache = cache or node_wheel_cache()
     cache.mkdir(parents=True, exist_ok=True)
     missing = [r for r in pinned_requirements() if _wheel_for(cache, r) is None]
     if missing:
@@ -100,9 +94,9 @@ def build_zipapp(*, epoch: int, cache: Path | None = None) -> bytes:
     is cached under the hash of those inputs (re-deflating ~2 MB costs a third of a second).
 
     :param epoch: timestamp of every entry (clamped to 1980, the zip format's start).
-    :param cache: the wheel cache (default :func:`default_cache`).
+    :param cache: the wheel cache (default :func:`~mirror.hostenv.node_wheel_cache`).
     """
-    cache = cache or default_cache()
+    cache = cache or node_wheel_cache()
     epoch = max(epoch, ZIP_EPOCH)
     sources = _node_sources()
     wheels = ensure_wheels(cache)

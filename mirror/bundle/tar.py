@@ -34,7 +34,8 @@ from typing import BinaryIO, Callable, Final
 
 import zstandard
 
-from plumbing.errors import ChecksumMismatch, ToolError, UsageError
+from mirror.errors import PackageChangedError
+from plumbing.errors import ToolError, UsageError
 
 CHUNK: Final = 1 << 20
 WRITEBACK: Final = 8 << 20  #: start writing output back to disk every this many bytes
@@ -42,17 +43,6 @@ ZSTD_LEVEL: Final = 3
 ZSTD_THREADS: Final = 0
 COMPRESSIONS: Final = ("zstd", "xz", "gzip", "none")
 SUFFIX: Final = {"zstd": ".tar.zst", "xz": ".tar.xz", "gzip": ".tar.gz", "none": ".tar"}
-
-
-class PackageChangedError(ChecksumMismatch):
-    """A mirror file no longer holds the bytes the mirror verified at sync time."""
-
-    def __init__(self, path: Path, expected: str, actual: str) -> None:
-        super().__init__(str(path), expected, actual)
-        self.args = (
-            f"{path} changed since the mirror verified it (expected {expected}, got {actual}); "
-            "run `gpu-airgap mirror verify`, delete the damaged files and sync again",
-        )
 
 
 @functools.cache

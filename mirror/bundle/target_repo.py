@@ -17,19 +17,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from mirror.bundle_sign import OperatorKey
-from mirror.bundle_source import SourcePackage, TargetSelection
+from mirror.bundle.source import TargetSelection
+from mirror.model import SourcePackage
 from mirror.signed_repo import (
     AptEntry,
     ReleaseLabels,
     apt_metadata,
-    default_info_cache,
     query_packages,
     recorded_sha256,
     yum_metadata,
 )
+from mirror.signing import OperatorKey
 
-__all__ = ["BUNDLE_LABELS", "RepoPackage", "TargetRepo", "build_target_repo", "default_info_cache"]
+__all__ = ["BUNDLE_LABELS", "RepoPackage", "TargetRepo", "build_target_repo"]
 
 BUNDLE_LABELS: Final = ReleaseLabels(
     origin="gpu-airgap",

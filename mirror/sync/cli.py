@@ -1,4 +1,7 @@
-"""The ``gpu-airgap mirror`` group: sync, plan, status, verify, prune and publish."""
+"""The sync wing's commands of the ``gpu-airgap mirror`` group: sync, plan, status, verify and prune.
+
+:mod:`mirror.groups` puts them in the group, beside the publish wing's ``publish``.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +11,6 @@ from typing import TYPE_CHECKING, Any, List, Optional
 
 import typer
 
-from mirror import publish_cli
 from mirror.lockfile import Lockfile
 from mirror.model import PackageFormat
 from mirror.versions import sort_key
@@ -18,15 +20,21 @@ from plumbing.errors import ProblemsFound, UsageError
 # The mirror commands import their libraries (requests, rich progress, …) when they run, so
 # other commands (bundle build, the node side) start without them.
 if TYPE_CHECKING:
-    from mirror import sync as sync_lib
+    from mirror.sync import core as sync_lib
 
-#: Same value as mirror.sync.DEFAULT_UPSTREAM (tests/test_bundle_build_safety.py checks), spelled here so
-#: building the group does not import mirror.sync.
+#: Same value as mirror.sync.core.DEFAULT_UPSTREAM (tests/test_bundle_build_safety.py checks), spelled here so
+#: building the group does not import mirror.sync.core.
 DEFAULT_UPSTREAM = "https://nvidia.github.io/libnvidia-container"
 
-mirror_app = typer.Typer(
-    help="Sync NVIDIA's signed apt and yum channels to a local mirror.", no_args_is_help=True
-)
+
+
+def add_sync_commands(app: typer.Typer) -> None:
+    """Register ``sync``, ``plan``, ``status``, ``verify`` and ``prune`` on the ``mirror`` group."""
+    app.command("sync")(sync_command)
+    app.command("plan")(plan_command)
+    app.command("status")(status_command)
+    app.command("verify")(verify_command)
+    app.command("prune")(prune_command)
 
 
 # -- mirror commands ---------------------------------------------------------------------------
@@ -49,9 +57,9 @@ _WRITE_LOCK = typer.Option(None, "--write-lock", help="Record the synced set in 
 
 
 def _options(upstream: str, channel: str, fmt: str, arch: list[str], version: str, locked: Optional[Path]) -> sync_lib.SyncOptions:
-    from mirror import sync as sync_lib
     from mirror.repo import CHANNELS
-    from mirror.selectors import VersionSelector
+    from mirror.sync import core as sync_lib
+    from mirror.sync.selectors import VersionSelector
 
     if channel not in CHANNELS:
         raise UsageError(f"unknown --channel {channel!r}; use stable or experimental")
@@ -107,7 +115,6 @@ def _target_lines(item: sync_lib.PlannedTarget) -> list[str]:
     return lines
 
 
-@mirror_app.command("sync")
 def sync_command(
     dest: Path = _DEST,
     upstream: str = _UPSTREAM,
@@ -123,9 +130,9 @@ def sync_command(
     write_lock: Optional[Path] = _WRITE_LOCK,
 ) -> None:
     """Download the resolved toolkit release into a local mirror, verified, all or nothing."""
-    from mirror import progress as progress_lib
-    from mirror import sync as sync_lib
-    from mirror.http import Downloader
+    from mirror.sync import core as sync_lib
+    from mirror.sync import progress as progress_lib
+    from mirror.sync.http import Downloader
     from mirror.trust import open_keyring
 
     options = _options(upstream, channel, fmt, arch, version, locked)
@@ -158,7 +165,6 @@ def sync_command(
         ])  # fmt: skip
 
 
-@mirror_app.command("plan")
 def plan_command(
     upstream: str = _UPSTREAM,
     channel: str = _CHANNEL,
@@ -170,8 +176,8 @@ def plan_command(
     locked: Optional[Path] = _LOCKED,
 ) -> None:
     """Show the resolved set (name, version, arch, size, checksum, total bytes); download no package."""
-    from mirror import sync as sync_lib
-    from mirror.http import Downloader
+    from mirror.sync import core as sync_lib
+    from mirror.sync.http import Downloader
     from mirror.trust import open_keyring
 
     options = _options(upstream, channel, fmt, arch, version, locked)
@@ -186,7 +192,6 @@ def plan_command(
         output.emit_lines([f"total: {total} bytes in {sum(len(t.held) for t in planned)} package file(s)"])
 
 
-@mirror_app.command("status")
 def status_command(
     dest: Path = _DEST,
     keyring: Optional[Path] = _KEYRING,
@@ -194,9 +199,9 @@ def status_command(
     json_output: bool = _JSON,
 ) -> None:
     """Show what the mirror holds and what is newer upstream on its channel."""
-    from mirror import maintain
-    from mirror import sync as sync_lib
-    from mirror.http import Downloader
+    from mirror.sync import core as sync_lib
+    from mirror.sync import maintain
+    from mirror.sync.http import Downloader
     from mirror.trust import open_keyring
 
     if offline:
@@ -221,10 +226,9 @@ def status_command(
         output.emit_lines([line])
 
 
-@mirror_app.command("verify")
 def verify_command(dest: Path = _DEST, json_output: bool = _JSON) -> None:
     """Re-hash every file of the mirror against the checksums recorded from signed metadata."""
-    from mirror import maintain
+    from mirror.sync import maintain
 
     report = maintain.verify(dest)
     if json_output:
@@ -235,7 +239,6 @@ def verify_command(dest: Path = _DEST, json_output: bool = _JSON) -> None:
         output.emit_lines([f"{dest}: {report.files} files, {report.bytes} bytes, all match"])
 
 
-@mirror_app.command("prune")
 def prune_command(
     dest: Path = _DEST,
     keep: int = typer.Option(..., "--keep", help="How many of the newest toolkit releases to keep per repo."),
@@ -243,7 +246,7 @@ def prune_command(
     json_output: bool = _JSON,
 ) -> None:
     """Keep the newest N toolkit releases (and what they need); delete the rest."""
-    from mirror import maintain
+    from mirror.sync import maintain
 
     report = maintain.prune(dest, keep, dry_run=dry_run)
     if json_output:
@@ -252,7 +255,3 @@ def prune_command(
     verb = "would remove" if dry_run else "removed"
     output.emit_lines([f"{verb} release {r}" for r in report.removed_releases])
     output.emit_lines([f"{verb} {len(report.removed_files)} file(s), {report.freed_bytes} bytes"])
-
-
-# -- mirror publish (its own module, like bundle build) -------------------------------------------
-publish_cli.add_publish_command(mirror_app)

@@ -1,4 +1,4 @@
-"""``gpu-airgap fleet k8s``: a thin typer command over :mod:`mirror.fleet_k8s`.
+"""``gpu-airgap fleet k8s``: a thin typer command over :mod:`mirror.fleet.k8s`.
 
 The Ansible path needs no command: it is the role under ``deploy/ansible`` (see README "Fleet rollout").
 """
@@ -11,7 +11,7 @@ from typing import List, Optional
 
 import typer
 
-from mirror import fleet_k8s
+from mirror.fleet import k8s as fleet_k8s
 from plumbing.errors import UsageError
 from plumbing.fsutil import atomic_write
 from plumbing.output import emit_lines
@@ -21,7 +21,7 @@ fleet_app = typer.Typer(help="Roll the toolkit out to many nodes: Kubernetes man
 
 def pod_script() -> str:
     """The DaemonSet container's program, shipped as package data."""
-    return resources.files("mirror").joinpath("data/k8s-node.py").read_text(encoding="utf-8")
+    return resources.files("mirror.fleet").joinpath("data/k8s-node.py").read_text(encoding="utf-8")
 
 
 _BUNDLE_URL = typer.Option(None, "--bundle-url", metavar="URL", help="Where every node fetches the bundle (http/https).")

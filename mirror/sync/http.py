@@ -34,6 +34,7 @@ import urllib3
 from requests.adapters import HTTPAdapter
 
 from mirror.errors import FetchError
+from mirror.store import CachedResponse
 from plumbing.errors import ChecksumMismatch, ToolError
 
 log = logging.getLogger(__name__)
@@ -44,15 +45,6 @@ _CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
 
 ProgressCallback = Callable[[int], None]
 _T = TypeVar("_T")
-
-
-@dataclass(frozen=True)
-class CachedResponse:
-    """A metadata body with the validators the server sent for it."""
-
-    body: bytes
-    etag: str | None = None
-    last_modified: str | None = None
 
 
 class ResponseCache(Protocol):

@@ -1,4 +1,4 @@
-"""``gpu-airgap mirror publish``: a thin typer command over :func:`mirror.publish.publish`."""
+"""``gpu-airgap mirror publish``: a thin typer command over :func:`mirror.publish.tree.publish`."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from mirror.publish_files import DEFAULT_KEYRING_NAME, valid_keyring_name
+from mirror.publish.files import DEFAULT_KEYRING_NAME, valid_keyring_name
 from plumbing import output
 from plumbing.errors import UsageError
 
@@ -46,11 +46,10 @@ def publish_command(
     quiet: bool = _QUIET,
 ) -> None:
     """Publish the mirror as a tree nodes' own apt and dnf trust (NVIDIA's layout at --base-url)."""
-    from mirror.bundle_build import build_epoch
-    from mirror.bundle_sign import OperatorKey
-    from mirror.publish import normalize_base_url, publish
-    from mirror.publish_swap import check_target
-    from mirror.signed_repo import default_info_cache
+    from mirror.hostenv import build_epoch, package_info_cache
+    from mirror.publish.swap import check_target
+    from mirror.publish.tree import normalize_base_url, publish
+    from mirror.signing import OperatorKey
     from mirror.store import MirrorState
     from mirror.trust import open_keyring
 
@@ -75,7 +74,7 @@ def publish_command(
             key = OperatorKey.find(str(sign_key), gnupghome)
             result = publish(
                 dest, out, base_url=url, keyring_name=keyring_name, key=key, upstream_keyring=None, epoch=epoch,
-                info_cache=default_info_cache(),
+                info_cache=package_info_cache(),
             )
     if json_output:
         output.emit_json({

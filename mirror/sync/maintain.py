@@ -13,12 +13,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mirror import store
-from mirror.http import CachedResponse
 from mirror.model import PackageFormat
 from mirror.repo import Fetcher
-from mirror.resolve import resolve
-from mirror.selectors import VersionSelector
-from mirror.sync import RepoLoader
+from mirror.store import CachedResponse
+from mirror.sync.core import RepoLoader
+from mirror.sync.resolve import resolve
+from mirror.sync.selectors import VersionSelector
 from plumbing.errors import UsageError
 
 

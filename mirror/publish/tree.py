@@ -2,7 +2,7 @@
 
 The tree keeps upstream's paths (``stable/deb/amd64/``, ``stable/rpm/x86_64/``, …) and holds
 exactly what the mirror's ``state.json`` lists, checked against the recorded digests as each file
-is placed (:mod:`mirror.publish_place`). Two ways to make the indexes trusted:
+is placed (:mod:`mirror.publish.place`). Two ways to make the indexes trusted:
 
 - re-signed (default): fresh ``Packages``/``Packages.xz``/``InRelease`` and createrepo_c
   ``repodata/`` over the held packages (:mod:`mirror.signed_repo`), signed by the operator key;
@@ -15,7 +15,7 @@ is placed (:mod:`mirror.publish_place`). Two ways to make the indexes trusted:
   two keys behind one name would make either half fail.
 
 Order: check ``--out`` -> shared mirror lock -> build the whole tree beside ``--out`` -> swap it in
-(:mod:`mirror.publish_swap`). Any error leaves ``--out`` as it was.
+(:mod:`mirror.publish.swap`). Any error leaves ``--out`` as it was.
 """
 
 from __future__ import annotations
@@ -32,10 +32,9 @@ from typing import Final
 from urllib.parse import urlsplit
 
 from mirror import store
-from mirror.bundle_sign import OperatorKey
-from mirror.bundle_source import SourcePackage
 from mirror.errors import FetchError, MirrorStateError
-from mirror.publish_files import (
+from mirror.model import SourcePackage
+from mirror.publish.files import (
     DEFAULT_KEYRING_NAME,
     KEY_NAME,
     LIST_NAME,
@@ -47,10 +46,11 @@ from mirror.publish_files import (
     render_repo,
     valid_keyring_name,
 )
-from mirror.publish_place import Placer
-from mirror.publish_swap import MARKER, check_target, staged
+from mirror.publish.place import Placer
+from mirror.publish.swap import MARKER, check_target, staged
 from mirror.repo import RepoSnapshot, check_digest, clean_relative, load_apt_repo, load_yum_repo
 from mirror.signed_repo import AptEntry, ReleaseLabels, apt_metadata, query_packages, yum_metadata
+from mirror.signing import OperatorKey
 from plumbing.errors import SignatureError, ToolError, UsageError, VerificationError
 from plumbing.fsutil import safe_join
 from plumbing.gpg import Keyring
