@@ -27,7 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import plumbing.proc as proc
 from installer.env import NodeEnv
-from installer.install import InstallOptions, install
+from installer.install import install
+from installer.plan import InstallOptions
 from tests.gpgkeys import make_key
 from tests.node_fixtures import CONTAINERD_CONFIG, build_target, seed_dpkg_root, write_signed_bundle
 from tests.upstream import stop_agent

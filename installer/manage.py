@@ -14,9 +14,11 @@ from typing import Any, Dict, List, Optional
 from configure import cdi as cdi_spec
 from configure.changes import Journal, read_optional, revert
 from installer.env import CDI_SPEC, SERVICE_UNITS, NodeEnv
-from installer.install import InstallOptions, InstallResult, node_lock, restart_engines
+from installer.install import InstallResult, restart_engines
+from installer.plan import InstallOptions
 from installer.state import NodeState, changed_files, load_state, save_state, state_path
 from installer.target import TOOLKIT_ORDER
+from installer.workspace import node_lock
 from plumbing.errors import ProblemsFound, ToolError, UsageError
 from plumbing.fsutil import is_live_root, rooted
 

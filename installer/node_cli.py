@@ -49,8 +49,9 @@ def add_node_commands(app: typer.Typer) -> None:
         # The library loads only when a command runs, so --help stays fast.
         from installer import install as install_lib
         from installer.env import NodeEnv
+        from installer.plan import InstallOptions
 
-        options = install_lib.InstallOptions(
+        options = InstallOptions(
             root=Path(root),
             runtime=runtime,
             runtime_name=runtime_name,

@@ -12,13 +12,16 @@ import pytest
 
 from configure.containerd import ContainerdEngine
 from configure.docker import DockerEngine
+from configure.engine import ConfigPlan, RuntimeOptions
+from configure.engines import get_engine
 from installer.env import NodeEnv
-from installer.install import InstallFailed, InstallOptions, install
+from installer.install import InstallFailed, install
 from installer.manage import status, uninstall
+from installer.plan import InstallOptions
 from installer.preflight import PreflightFailed
 from installer.state import load_state
 from installer.target import Requirement, StagedTarget, TargetMismatch
-from plumbing.errors import ExitCode, ToolError, UsageError, VerificationError
+from plumbing.errors import ConfigFormatError, ExitCode, ToolError, UsageError, VerificationError
 from tests.cli_runner import run_cli
 from tests.gpgkeys import TestKey
 from tests.node_fixtures import (
@@ -177,6 +180,44 @@ class TestDpkgRoot:
         bundle, key, env, _ = _setup(tmp_path, targets["deb-1.17.8"])
         plan = install(bundle, key, InstallOptions(root=deb_root, dry_run=True), env)
         assert plan.cdi == "would generate" and "+  enable_cdi = true" in plan.diff
+
+    def test_the_run_plans_each_engine_once_before_any_package_like_its_dry_run(
+        self, tmp_path: Path, deb_root: Path, targets: Dict[str, StagedTarget]
+    ) -> None:
+        planned: List[Tuple[str, Dict[str, str]]] = []  # (engine, packages installed when it was planned)
+
+        class Counting:
+            """The real engine, counting how often a run plans its configuration."""
+
+            def __init__(self, name: str) -> None:
+                self.name = name
+                self.inner = get_engine(name)
+
+            def plan(self, options: RuntimeOptions) -> ConfigPlan:
+                planned.append((self.name, dpkg_versions(deb_root)))
+                return self.inner.plan(options)
+
+            def report(self, root: Path, runtime_name: str, config: Optional[str] = None) -> Dict[str, str]:
+                return self.inner.report(root, runtime_name, config)
+
+        bundle, key, env, _ = _setup(tmp_path, targets["deb-1.17.8"])
+        env = dataclasses.replace(env, engine=Counting)
+        dry = install(bundle, key, InstallOptions(root=deb_root, dry_run=True), env)
+        assert planned == [("containerd", {})]
+        done = install(bundle, key, InstallOptions(root=deb_root), env)
+        assert planned == [("containerd", {}), ("containerd", {})]  # the run decides once, before any package
+        assert dry.changed and done.changed and dry.engines == {"containerd": "would register"}
+        assert done.engines == {"containerd": "registered runtime 'nvidia'"}
+
+    def test_an_engine_config_it_cannot_edit_stops_the_install_before_any_package(
+        self, tmp_path: Path, deb_root: Path, targets: Dict[str, StagedTarget]
+    ) -> None:
+        config = deb_root / "etc/containerd/config.toml"
+        config.write_text("version = 2\n[plugins\n")  # not TOML
+        bundle, key, env, _ = _setup(tmp_path, targets["deb-1.17.8"])
+        with pytest.raises(ConfigFormatError, match=r"config\.toml"):
+            install(bundle, key, InstallOptions(root=deb_root), env)
+        assert dpkg_versions(deb_root) == {} and load_state(deb_root) is None
 
     def test_uninstall_restores_config_byte_for_byte_and_removes_packages(self, tmp_path: Path, deb_root: Path, targets: Dict[str, StagedTarget]) -> None:
         bundle, key, env, _ = _setup(tmp_path, targets["deb-1.17.8"])

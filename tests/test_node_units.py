@@ -17,7 +17,8 @@ from configure.nodefacts import (
 from installer import install as install_mod
 from installer.backend import DpkgBackend, FakeBackend, PackageBackend, RpmBackend, _versionlock_name
 from installer.env import NodeEnv
-from installer.install import InstallFailed, InstallOptions, InstallResult
+from installer.install import InstallFailed, InstallResult
+from installer.plan import InstallOptions
 from installer.preflight import check
 from installer.target import (
     Requirement,

@@ -1,0 +1,168 @@
+"""``plan_install``: everything an install will do, decided once, before anything on the node changes.
+
+The real run (:func:`installer.install.install`) executes an :class:`InstallPlan` and ``--dry-run``
+renders the same plan, so the two cannot disagree. The plan is the one place a run's intended
+changes are known: the packages to remove and to install (from preflight), the hold, whether
+the CDI spec is generated, each engine's :class:`~configure.engine.ConfigPlan`, and the engines
+due a restart. Planning only reads the node; it raises when the node cannot take the bundle.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+from configure.engine import ConfigPlan, RuntimeOptions
+from configure.nodefacts import NodeFacts
+from installer import preflight
+from installer.backend import PackageBackend
+from installer.env import NodeEnv
+from installer.state import NodeState, load_state
+from installer.target import StagedBundle, StagedTarget, pick_target
+from plumbing.errors import UsageError
+
+RUNTIME_CHOICES = ("auto", "containerd", "docker", "crio", "none")
+CDI_CHOICES = ("auto", "on", "off")
+
+
+@dataclass(frozen=True)
+class InstallOptions:
+    """The install command's flags."""
+
+    root: Path = Path("/")
+    runtime: str = "auto"
+    runtime_name: str = "nvidia"
+    set_as_default: bool = False
+    cdi: str = "auto"
+    hold: bool = False
+    allow_downgrade: bool = False
+    no_restart: bool = False
+    dry_run: bool = False
+
+    def validate(self) -> None:
+        """:raises UsageError: for values the command cannot use."""
+        if self.runtime not in RUNTIME_CHOICES:
+            raise UsageError(f"--runtime must be one of {', '.join(RUNTIME_CHOICES)}, not {self.runtime!r}")
+        if self.cdi not in CDI_CHOICES:
+            raise UsageError(f"--cdi must be one of {', '.join(CDI_CHOICES)}, not {self.cdi!r}")
+        if not self.runtime_name or not self.runtime_name.replace("-", "").replace("_", "").isalnum():
+            raise UsageError(f"--runtime-name {self.runtime_name!r} must be letters, digits, '-' or '_'")
+
+
+@dataclass(frozen=True)
+class InstallPlan:
+    """What one install will do on the node (see the module docstring)."""
+
+    bundle: StagedBundle
+    facts: NodeFacts
+    target: StagedTarget
+    backend: PackageBackend
+    preflight: preflight.Preflight  #: the packages to remove first and to install, and notes for the user
+    previous: Dict[str, Optional[str]]  #: installed version of each target package before the run
+    old_state: Optional[NodeState]  #: the record of the last install, if any
+    hold: bool  #: hold the packages in this run (asked for, and not already held at this release)
+    cdi: bool  #: generate the CDI spec after the packages are in (a driver is there and --cdi is not off)
+    cdi_skipped: str  #: why the CDI spec is not generated, when ``cdi`` is False
+    runtime: RuntimeOptions  #: what the engines are registered with
+    engines: Dict[str, ConfigPlan]  #: every engine to register with and its configuration change, in order
+    pending_before: Tuple[str, ...]  #: engines an earlier run changed but did not restart
+
+    @property
+    def recorded(self) -> bool:
+        """The node's install record already names this bundle."""
+        return self.old_state is not None and self.old_state.bundle_id == self.bundle.bundle_id
+
+    @property
+    def engines_changing(self) -> List[str]:
+        """The engines whose configuration this run changes."""
+        return [name for name, config in self.engines.items() if config.changed]
+
+    @property
+    def restart_due(self) -> List[str]:
+        """The engines to restart after the run (or to leave pending): those it changes and those still pending."""
+        return sorted({*self.engines_changing, *self.pending_before})
+
+
+def plan_install(bundle: StagedBundle, options: InstallOptions, env: NodeEnv) -> InstallPlan:
+    """Decide everything an install of the verified ``bundle`` will do on the node under ``options.root``.
+
+    :raises ConfigFormatError: the install record or an engine's configuration cannot be read.
+    :raises TargetMismatch: the bundle has nothing for this node.
+    :raises PreflightFailed: listing every problem.
+    """
+    root = options.root
+    old_state = load_state(root)  # a damaged record must stop us before anything changes
+    facts = env.detect(root)
+    target = pick_target(bundle, facts.package_format, facts.arch, (facts.os.id, *facts.os.id_like))
+    backend = env.backend(facts)
+    installed = {name: backend.installed_version(name) for name in preflight.names_to_query(target)}
+    check = _preflight(target, facts, backend, installed, options, env)
+    cdi, cdi_skipped = _cdi_intent(options, facts)
+    # The engines enable CDI when the spec is (or will be) written, so their plans say so too.
+    runtime = runtime_options(options, cdi)
+    return InstallPlan(
+        bundle=bundle,
+        facts=facts,
+        target=target,
+        backend=backend,
+        preflight=check,
+        previous={p.name: installed[p.name] for p in target.packages},
+        old_state=old_state,
+        hold=options.hold and not (old_state is not None and old_state.held and not check.to_install),
+        cdi=cdi,
+        cdi_skipped=cdi_skipped,
+        runtime=runtime,
+        engines={name: env.engine(name).plan(runtime) for name in _engines_for(options.runtime, facts)},
+        pending_before=tuple(old_state.restart_pending) if old_state else (),
+    )
+
+
+def runtime_options(options: InstallOptions, cdi: bool) -> RuntimeOptions:
+    """The engines' options for this install; ``cdi`` when the CDI spec is (or will be) written."""
+    return RuntimeOptions(
+        root=options.root, runtime_name=options.runtime_name, set_as_default=options.set_as_default, cdi=cdi
+    )
+
+
+def _preflight(
+    target: StagedTarget,
+    facts: NodeFacts,
+    backend: PackageBackend,
+    installed: Dict[str, Optional[str]],
+    options: InstallOptions,
+    env: NodeEnv,
+) -> preflight.Preflight:
+    requirements = {req: backend.provides(req) for req in target.requirements}
+    check = preflight.check(
+        target,
+        installed=installed,
+        requirements_met=requirements,
+        compare=backend.compare_versions,
+        free_bytes=env.free(options.root),
+        allow_downgrade=options.allow_downgrade,
+        root_label=str(options.root),
+    )
+    if options.cdi == "on" and not facts.driver:
+        check.problems.append("--cdi on needs an NVIDIA driver, but neither /proc/driver/nvidia/version nor /dev/nvidiactl exists")
+    if options.runtime not in ("auto", "none") and options.runtime not in facts.engines:
+        check.notes.append(f"{options.runtime} was not detected on the node; configuring it as asked")
+    check.raise_for_problems()
+    return check
+
+
+def _cdi_intent(options: InstallOptions, facts: NodeFacts) -> Tuple[bool, str]:
+    """Whether the run generates the CDI spec, and why not."""
+    if options.cdi == "off":
+        return False, "skipped: disabled with --cdi off"
+    if not facts.driver:
+        return False, "skipped: no NVIDIA driver found (no /proc/driver/nvidia/version or /dev/nvidiactl)"
+    return True, ""
+
+
+def _engines_for(runtime: str, facts: NodeFacts) -> Tuple[str, ...]:
+    if runtime == "none":
+        return ()
+    if runtime == "auto":
+        return facts.engines
+    return (runtime,)
