@@ -1,21 +1,23 @@
 """``gpu-airgap configure ...``: a thin typer layer over the configure library.
 
 Each command builds objects, calls the library and renders the result; it makes no decisions.
-Signatures use ``typing.Optional``/``List`` because typer evaluates annotations at runtime and
-this module must import on python3.9. No ``from __future__ import annotations`` here: the engine
-command is built in a closure, and typer must see its annotations evaluated.
+CLI style (every CLI module): options are module-level ``typer.Option`` defaults, commands are
+module-level functions, and one registration function adds them to their group. Signatures use
+``typing.Optional``/``List`` because typer evaluates annotations at runtime on python3.9.
 """
+
+from __future__ import annotations
 
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any, Callable, Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
 import typer
 
 from configure import commands
 from configure.cli_extras import register_extras
 from configure.engine import RuntimeOptions
-from configure.engines import KNOWN, get_engine
+from configure.engines import get_engine
 from plumbing.errors import ProblemsFound
 from plumbing.output import emit_json, emit_lines, warn
 
@@ -35,6 +37,96 @@ class SystemdCgroup(str, Enum):
 
 
 ROOT_HELP = "Treat DIR as the node's / (like dpkg --root); every path is mapped under it."
+
+_ROOT = typer.Option(Path("/"), "--root", metavar="DIR", help=ROOT_HELP)
+_CONFIG = typer.Option(None, "--config", metavar="PATH", help="Main config file (node path).")
+_DROP_IN = typer.Option(None, "--drop-in", metavar="PATH", help="Write our settings to this drop-in.")
+_NO_DROP_IN = typer.Option(False, "--no-drop-in", help="Edit the main config in place.")
+_RUNTIME_NAME = typer.Option("nvidia", "--runtime-name", help="Name of the runtime (and RuntimeClass handler).")
+_RUNTIME_PATH = typer.Option("/usr/bin/nvidia-container-runtime", "--runtime-path", help="The runtime binary.")
+_SET_AS_DEFAULT = typer.Option(False, "--set-as-default", help="Make it the default runtime (not advised).")
+_CDI = typer.Option(False, "--cdi", help="Enable CDI in the engine.")
+_SYSTEMD_CGROUP = typer.Option(SystemdCgroup.auto, "--systemd-cgroup", help="SystemdCgroup value.")
+_DRY_RUN = typer.Option(False, "--dry-run", help="Print the diff of every file; write nothing.")
+_JSON = typer.Option(False, "--json", help="Print one JSON object.")
+_HOOK = typer.Option(False, "--hook", help="CRI-O/podman: write the OCI hook instead.")
+
+
+def add_configure_commands(group: typer.Typer) -> None:
+    """Register the engine commands, ``report``, ``verify``, ``revert`` and the extras on ``group``."""
+    group.command("containerd")(containerd_command)
+    group.command("docker")(docker_command)
+    group.command("crio")(crio_command)
+    group.command("report")(report_command)
+    group.command("verify")(verify_command)
+    group.command("revert")(revert_command)
+    # toolkit, cdi, runtimeclass (engines branch): the single line where the extra commands join.
+    register_extras(group)
+
+
+def containerd_command(
+    root: Path = _ROOT,
+    config: Optional[str] = _CONFIG,
+    drop_in: Optional[str] = _DROP_IN,
+    no_drop_in: bool = _NO_DROP_IN,
+    runtime_name: str = _RUNTIME_NAME,
+    runtime_path: str = _RUNTIME_PATH,
+    set_as_default: bool = _SET_AS_DEFAULT,
+    cdi: bool = _CDI,
+    systemd_cgroup: SystemdCgroup = _SYSTEMD_CGROUP,
+    dry_run: bool = _DRY_RUN,
+    as_json: bool = _JSON,
+) -> None:
+    """Register the NVIDIA runtime with containerd (backups kept; `configure revert` undoes it)."""
+    options = RuntimeOptions(
+        root=root, config=config, drop_in=drop_in, no_drop_in=no_drop_in, runtime_name=runtime_name,
+        runtime_path=runtime_path, set_as_default=set_as_default, cdi=cdi, systemd_cgroup=systemd_cgroup.value,
+    )  # fmt: skip
+    _configure("containerd", options, dry_run, as_json)
+
+
+def docker_command(
+    root: Path = _ROOT,
+    config: Optional[str] = _CONFIG,
+    drop_in: Optional[str] = _DROP_IN,
+    no_drop_in: bool = _NO_DROP_IN,
+    runtime_name: str = _RUNTIME_NAME,
+    runtime_path: str = _RUNTIME_PATH,
+    set_as_default: bool = _SET_AS_DEFAULT,
+    cdi: bool = _CDI,
+    systemd_cgroup: SystemdCgroup = _SYSTEMD_CGROUP,
+    dry_run: bool = _DRY_RUN,
+    as_json: bool = _JSON,
+) -> None:
+    """Register the NVIDIA runtime with docker (backups kept; `configure revert` undoes it)."""
+    options = RuntimeOptions(
+        root=root, config=config, drop_in=drop_in, no_drop_in=no_drop_in, runtime_name=runtime_name,
+        runtime_path=runtime_path, set_as_default=set_as_default, cdi=cdi, systemd_cgroup=systemd_cgroup.value,
+    )  # fmt: skip
+    _configure("docker", options, dry_run, as_json)
+
+
+def crio_command(
+    root: Path = _ROOT,
+    config: Optional[str] = _CONFIG,
+    drop_in: Optional[str] = _DROP_IN,
+    no_drop_in: bool = _NO_DROP_IN,
+    runtime_name: str = _RUNTIME_NAME,
+    runtime_path: str = _RUNTIME_PATH,
+    set_as_default: bool = _SET_AS_DEFAULT,
+    cdi: bool = _CDI,
+    systemd_cgroup: SystemdCgroup = _SYSTEMD_CGROUP,
+    dry_run: bool = _DRY_RUN,
+    as_json: bool = _JSON,
+    hook: bool = _HOOK,
+) -> None:
+    """Register the NVIDIA runtime with crio (backups kept; `configure revert` undoes it)."""
+    options = RuntimeOptions(
+        root=root, config=config, drop_in=drop_in, no_drop_in=no_drop_in, runtime_name=runtime_name,
+        runtime_path=runtime_path, set_as_default=set_as_default, cdi=cdi, systemd_cgroup=systemd_cgroup.value,
+        hook=hook,
+    )  # fmt: skip
+    _configure("crio", options, dry_run, as_json)
 
 
 def _configure(engine_name: str, options: RuntimeOptions, dry_run: bool, as_json: bool) -> None:
@@ -69,79 +161,22 @@ def _configure(engine_name: str, options: RuntimeOptions, dry_run: bool, as_json
         emit_lines(lines)
 
 
-def _engine_command(engine_name: str, *, with_hook: bool) -> Callable[..., None]:
-    def command(
-        root: Annotated[Path, typer.Option("--root", metavar="DIR", help=ROOT_HELP)] = Path("/"),
-        config: Annotated[
-            Optional[str], typer.Option("--config", metavar="PATH", help="Main config file (node path).")
-        ] = None,
-        drop_in: Annotated[
-            Optional[str],
-            typer.Option("--drop-in", metavar="PATH", help="Write our settings to this drop-in."),
-        ] = None,
-        no_drop_in: Annotated[
-            bool, typer.Option("--no-drop-in", help="Edit the main config in place.")
-        ] = False,
-        runtime_name: Annotated[
-            str, typer.Option("--runtime-name", help="Name of the runtime (and RuntimeClass handler).")
-        ] = "nvidia",
-        runtime_path: Annotated[
-            str, typer.Option("--runtime-path", help="The runtime binary.")
-        ] = "/usr/bin/nvidia-container-runtime",
-        set_as_default: Annotated[
-            bool, typer.Option("--set-as-default", help="Make it the default runtime (not advised).")
-        ] = False,
-        cdi: Annotated[bool, typer.Option("--cdi", help="Enable CDI in the engine.")] = False,
-        systemd_cgroup: Annotated[
-            SystemdCgroup, typer.Option("--systemd-cgroup", help="SystemdCgroup value.")
-        ] = SystemdCgroup.auto,
-        dry_run: Annotated[
-            bool, typer.Option("--dry-run", help="Print the diff of every file; write nothing.")
-        ] = False,
-        as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
-        hook: Annotated[
-            bool,
-            typer.Option("--hook", help="CRI-O/podman: write the OCI hook instead.", hidden=not with_hook),
-        ] = False,
-    ) -> None:
-        options = RuntimeOptions(
-            root=root,
-            config=config,
-            drop_in=drop_in,
-            no_drop_in=no_drop_in,
-            runtime_name=runtime_name,
-            runtime_path=runtime_path,
-            set_as_default=set_as_default,
-            cdi=cdi,
-            systemd_cgroup=systemd_cgroup.value,
-            hook=hook and with_hook,
-        )
-        _configure(engine_name, options, dry_run, as_json)
-
-    command.__doc__ = (
-        f"Register the NVIDIA runtime with {engine_name} (backups kept; `configure revert` undoes it)."
-    )
-    return command
+_REPORT_RUNTIME = typer.Option("containerd", "--runtime", help="Engine to read back: containerd, docker or crio.")
+_REPORT_RUNTIME_NAME = typer.Option(None, "--runtime-name", help="Runtime to describe (default: as configured).")
+_REPORT_CONFIG = typer.Option(
+    None, "--config", metavar="PATH", help="Main config to read (default: the one configure edited)."
+)
+_VERIFY_RUNTIME = typer.Option(None, "--runtime", help="Engine(s) to check (default: those configured).")
+_REVERT_RUNTIME = typer.Option(None, "--runtime", help="Engine(s) to restore (default: all changed).")
+_FORCE = typer.Option(False, "--force", help="Restore even files edited after gpu-airgap wrote them.")
 
 
-for _name in KNOWN:
-    app.command(_name)(_engine_command(_name, with_hook=_name == "crio"))
-
-
-@app.command("report")
 def report_command(
-    root: Annotated[Path, typer.Option("--root", metavar="DIR", help=ROOT_HELP)] = Path("/"),
-    runtime: Annotated[
-        str, typer.Option("--runtime", help="Engine to read back: containerd, docker or crio.")
-    ] = "containerd",
-    runtime_name: Annotated[
-        Optional[str], typer.Option("--runtime-name", help="Runtime to describe (default: as configured).")
-    ] = None,
-    config: Annotated[
-        Optional[str],
-        typer.Option("--config", metavar="PATH", help="Main config to read (default: the one configure edited)."),
-    ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    root: Path = _ROOT,
+    runtime: str = _REPORT_RUNTIME,
+    runtime_name: Optional[str] = _REPORT_RUNTIME_NAME,
+    config: Optional[str] = _REPORT_CONFIG,
+    as_json: bool = _JSON,
 ) -> None:
     """Print the runtime configuration read back from the files on disk, as KEY=value lines."""
     facts = commands.report(get_engine(runtime), root, runtime_name, config)
@@ -151,13 +186,10 @@ def report_command(
         emit_lines(f"{key}={value}" for key, value in facts.items())
 
 
-@app.command("verify")
 def verify_command(
-    root: Annotated[Path, typer.Option("--root", metavar="DIR", help=ROOT_HELP)] = Path("/"),
-    runtime: Annotated[
-        Optional[List[str]], typer.Option("--runtime", help="Engine(s) to check (default: those configured).")
-    ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    root: Path = _ROOT,
+    runtime: Optional[List[str]] = _VERIFY_RUNTIME,
+    as_json: bool = _JSON,
 ) -> None:
     """Check the handler, the runtime binary, the default runtime and the CDI spec; list every problem."""
     result: Dict[str, Any] = {"ok": True, "passed": [], "problems": []}
@@ -176,20 +208,14 @@ def verify_command(
         emit_lines(f"ok: {line}" for line in result["passed"])
 
 
-@app.command("revert")
 def revert_command(
-    root: Annotated[Path, typer.Option("--root", metavar="DIR", help=ROOT_HELP)] = Path("/"),
-    runtime: Annotated[
-        Optional[List[str]], typer.Option("--runtime", help="Engine(s) to restore (default: all changed).")
-    ] = None,
-    force: Annotated[
-        bool, typer.Option("--force", help="Restore even files edited after gpu-airgap wrote them.")
-    ] = False,
+    root: Path = _ROOT,
+    runtime: Optional[List[str]] = _REVERT_RUNTIME,
+    force: bool = _FORCE,
 ) -> None:
     """Restore every file configure changed, byte for byte, from the journaled backups."""
     restored = commands.revert_engines(root, runtime or None, force=force)
     emit_lines([*(f"{'restored' if path.exists() else 'deleted (gpu-airgap had created it)'} {path}" for path in restored), "reverted: restart the engine(s) to apply"])
 
 
-# toolkit, cdi, runtimeclass (engines branch): the single line where the extra commands join.
-register_extras(app)
+add_configure_commands(app)

@@ -58,59 +58,58 @@ def render_result(result: Dict[str, Any], as_json: bool) -> None:
     emit_lines(lines)
 
 
+_ROOT = typer.Option("/", "--root", metavar="DIR", help=ROOT_HELP)
+_MODE = typer.Option(None, "--mode", help=f"Runtime mode: {'|'.join(toolkit.MODES)}; without it, show the current mode.")
+_DRY_RUN = typer.Option(False, "--dry-run", help="Print the diff instead of writing.")
+_JSON = typer.Option(False, "--json", help="Print one JSON object.")
+_CDI_OUTPUT = typer.Option(cdi.CDI_SPEC, "--output", help="Node path of the CDI spec.")
+_FORCE = typer.Option(False, "--force", help="Replace an existing spec, valid or not.")
+_RC_NAME = typer.Option("nvidia", "--name", help="metadata.name of the RuntimeClass.")
+_RC_HANDLER = typer.Option("nvidia", "--handler", help="The CRI runtime handler (the runtime's name).")
+_RC_OUTPUT = typer.Option(None, "--output", metavar="FILE", help="Write here instead of stdout.")
+
+
 def register_extras(app: typer.Typer) -> None:
     """Add the ``toolkit``, ``cdi`` and ``runtimeclass`` commands to the ``configure`` group."""
+    app.command("toolkit")(toolkit_command)
+    app.command("cdi")(cdi_command)
+    app.command("runtimeclass")(runtimeclass_command)
 
-    @app.command("toolkit")
-    def toolkit_command(
-        root: str = typer.Option("/", "--root", metavar="DIR", help=ROOT_HELP),
-        mode: Optional[str] = typer.Option(
-            None,
-            "--mode",
-            help=f"Runtime mode: {'|'.join(toolkit.MODES)}; without it, show the current mode.",
-        ),
-        dry_run: bool = typer.Option(False, "--dry-run", help="Print the diff instead of writing."),
-        as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
-    ) -> None:
-        """Set [nvidia-container-runtime] mode in /etc/nvidia-container-runtime/config.toml, keeping the rest."""
-        if mode is None:
-            path = rooted(Path(root), toolkit.TOOLKIT_CONFIG)
-            raw = read_optional(path)
-            current = toolkit.current_mode(decode_utf8(raw, path), path) if raw is not None else None
-            facts = {"MODE": current or "auto (default)"}
-            emit_json({"facts": facts}) if as_json else emit_lines(f"{k}={v}" for k, v in facts.items())
-            return
-        render_result(apply_plan(toolkit.plan_mode(Path(root), mode), Path(root), dry_run=dry_run), as_json)
 
-    @app.command("cdi")
-    def cdi_command(
-        root: str = typer.Option("/", "--root", metavar="DIR", help=ROOT_HELP),
-        output: str = typer.Option(cdi.CDI_SPEC, "--output", help="Node path of the CDI spec."),
-        force: bool = typer.Option(False, "--force", help="Replace an existing spec, valid or not."),
-        dry_run: bool = typer.Option(False, "--dry-run", help="Print the diff instead of writing."),
-        as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
-    ) -> None:
-        """Write a CDI spec for the GPUs (nvidia-ctk on /, else from /dev/nvidia* nodes); validate an existing one."""
-        plan = cdi.plan_spec(Path(root), output, force=force)
-        render_result(apply_plan(plan, Path(root), dry_run=dry_run), as_json)
+def toolkit_command(
+    root: str = _ROOT, mode: Optional[str] = _MODE, dry_run: bool = _DRY_RUN, as_json: bool = _JSON
+) -> None:
+    """Set [nvidia-container-runtime] mode in /etc/nvidia-container-runtime/config.toml, keeping the rest."""
+    if mode is None:
+        path = rooted(Path(root), toolkit.TOOLKIT_CONFIG)
+        raw = read_optional(path)
+        current = toolkit.current_mode(decode_utf8(raw, path), path) if raw is not None else None
+        facts = {"MODE": current or "auto (default)"}
+        emit_json({"facts": facts}) if as_json else emit_lines(f"{k}={v}" for k, v in facts.items())
+        return
+    render_result(apply_plan(toolkit.plan_mode(Path(root), mode), Path(root), dry_run=dry_run), as_json)
 
-    @app.command("runtimeclass")
-    def runtimeclass_command(
-        name: str = typer.Option("nvidia", "--name", help="metadata.name of the RuntimeClass."),
-        handler: str = typer.Option(
-            "nvidia", "--handler", help="The CRI runtime handler (the runtime's name)."
-        ),
-        output: Optional[str] = typer.Option(
-            None, "--output", metavar="FILE", help="Write here instead of stdout."
-        ),
-        root: str = typer.Option("/", "--root", metavar="DIR", help=ROOT_HELP),
-        dry_run: bool = typer.Option(False, "--dry-run", help="Print the diff instead of writing."),
-    ) -> None:
-        """Write a RuntimeClass manifest (stdout without --output) and record its handler for verify."""
-        plan = runtimeclass.plan_runtimeclass(Path(root), name, handler, output)
-        result = apply_plan(plan, Path(root), dry_run=dry_run)
-        if output is None:
-            # stdout carries only the manifest, so it can be piped into kubectl apply -f -
-            emit_lines([runtimeclass.render_manifest(name, handler).rstrip("\n")])
-            return
-        render_result(result, as_json=False)
+
+def cdi_command(
+    root: str = _ROOT, output: str = _CDI_OUTPUT, force: bool = _FORCE, dry_run: bool = _DRY_RUN, as_json: bool = _JSON
+) -> None:
+    """Write a CDI spec for the GPUs (nvidia-ctk on /, else from /dev/nvidia* nodes); validate an existing one."""
+    plan = cdi.plan_spec(Path(root), output, force=force)
+    render_result(apply_plan(plan, Path(root), dry_run=dry_run), as_json)
+
+
+def runtimeclass_command(
+    name: str = _RC_NAME,
+    handler: str = _RC_HANDLER,
+    output: Optional[str] = _RC_OUTPUT,
+    root: str = _ROOT,
+    dry_run: bool = _DRY_RUN,
+) -> None:
+    """Write a RuntimeClass manifest (stdout without --output) and record its handler for verify."""
+    plan = runtimeclass.plan_runtimeclass(Path(root), name, handler, output)
+    result = apply_plan(plan, Path(root), dry_run=dry_run)
+    if output is None:
+        # stdout carries only the manifest, so it can be piped into kubectl apply -f -
+        emit_lines([runtimeclass.render_manifest(name, handler).rstrip("\n")])
+        return
+    render_result(result, as_json=False)

@@ -24,115 +24,134 @@ def _progress(line: str) -> None:
     sys.stderr.write(line + "\n")
 
 
+_BUNDLE = typer.Argument(..., help="The signed bundle (.tar, .tar.zst, or the first of its parts).")
+_KEYRING = typer.Option(..., "--keyring", help="The operator's public key file; nothing else is trusted.")
+_ROOT = typer.Option("/", "--root", metavar="DIR", help=ROOT_HELP)
+_RUNTIME = typer.Option("auto", "--runtime", help="auto | containerd | docker | crio | none")
+_RUNTIME_NAME = typer.Option("nvidia", "--runtime-name", help="Name of the runtime entry.")
+_SET_AS_DEFAULT = typer.Option(False, "--set-as-default", help="Make it the engine's default runtime.")
+_CDI = typer.Option("auto", "--cdi", help="auto (when a driver is present) | on | off")
+_HOLD = typer.Option(False, "--hold", help="Keep the node on this release (dpkg hold / dnf versionlock).")
+_ALLOW_DOWNGRADE = typer.Option(False, "--allow-downgrade", help="Install over newer versions.")
+_NO_RESTART = typer.Option(False, "--no-restart", help="Do not restart changed engines.")
+_DRY_RUN = typer.Option(False, "--dry-run", help="Print the plan and change nothing.")
+_JSON = typer.Option(False, "--json", help="Print one JSON object.")
+_KEEP_PACKAGES = typer.Option(False, "--keep-packages", help="Restore the configuration only.")
+_FORCE = typer.Option(False, "--force", help="Restore files even if they were edited since the install.")
 _ENGINE = typer.Option([], "--engine", help="Restart this engine instead of the pending ones; repeat.")
+_STATUS_RUNTIME_NAME = typer.Option("nvidia", "--runtime-name", help="Runtime to look for when nothing was recorded.")
 
 
 def add_node_commands(app: typer.Typer) -> None:
-    """Register ``install``, ``uninstall`` and ``status`` on ``app``."""
+    """Register ``install``, ``uninstall``, ``restart`` and ``status`` on ``app``."""
+    app.command("install")(install_command)
+    app.command("uninstall")(uninstall_command)
+    app.command("restart")(restart_command)
+    app.command("status")(status_command)
 
-    @app.command("install")
-    def install(
-        bundle: str = typer.Argument(..., help="The signed bundle (.tar, .tar.zst, or the first of its parts)."),
-        keyring: str = typer.Option(..., "--keyring", help="The operator's public key file; nothing else is trusted."),
-        root: str = typer.Option("/", "--root", metavar="DIR", help=ROOT_HELP),
-        runtime: str = typer.Option("auto", "--runtime", help="auto | containerd | docker | crio | none"),
-        runtime_name: str = typer.Option("nvidia", "--runtime-name", help="Name of the runtime entry."),
-        set_as_default: bool = typer.Option(False, "--set-as-default", help="Make it the engine's default runtime."),
-        cdi: str = typer.Option("auto", "--cdi", help="auto (when a driver is present) | on | off"),
-        hold: bool = typer.Option(False, "--hold", help="Keep the node on this release (dpkg hold / dnf versionlock)."),
-        allow_downgrade: bool = typer.Option(False, "--allow-downgrade", help="Install over newer versions."),
-        no_restart: bool = typer.Option(False, "--no-restart", help="Do not restart changed engines."),
-        dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan and change nothing."),
-        as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
-    ) -> None:
-        """Verify a bundle, check the node, install the toolkit and register the runtime."""
-        # The library loads only when a command runs, so --help stays fast.
-        from installer import install as install_lib
-        from installer.env import NodeEnv
-        from installer.plan import InstallOptions
 
-        options = InstallOptions(
-            root=Path(root),
-            runtime=runtime,
-            runtime_name=runtime_name,
-            set_as_default=set_as_default,
-            cdi=cdi,
-            hold=hold,
-            allow_downgrade=allow_downgrade,
-            no_restart=no_restart,
-            dry_run=dry_run,
-        )
-        result = install_lib.install(Path(bundle), Path(keyring), options, NodeEnv(log=_progress))
-        if as_json:
-            emit_json(result.to_dict())
-        else:
-            lines: List[str] = [f"{result.outcome}: bundle {result.bundle_id[:16]}… for {result.target} on {result.node}"]
-            lines += [f"  {m}" for m in result.messages]
-            lines += [f"  {name}: {what}" for name, what in result.engines.items()]
-            lines.append(f"  CDI: {result.cdi}")
-            emit_lines(lines)
-            if result.diff:
-                sys.stdout.write(result.diff)
-        if result.failed_engines:
-            raise install_lib.EngineRestartFailed(result.failed_engines)
+def install_command(
+    bundle: str = _BUNDLE,
+    keyring: str = _KEYRING,
+    root: str = _ROOT,
+    runtime: str = _RUNTIME,
+    runtime_name: str = _RUNTIME_NAME,
+    set_as_default: bool = _SET_AS_DEFAULT,
+    cdi: str = _CDI,
+    hold: bool = _HOLD,
+    allow_downgrade: bool = _ALLOW_DOWNGRADE,
+    no_restart: bool = _NO_RESTART,
+    dry_run: bool = _DRY_RUN,
+    as_json: bool = _JSON,
+) -> None:
+    """Verify a bundle, check the node, install the toolkit and register the runtime."""
+    # The library loads only when a command runs, so --help stays fast.
+    from installer import install as install_lib
+    from installer.env import NodeEnv
+    from installer.plan import InstallOptions
 
-    @app.command("uninstall")
-    def uninstall(
-        root: str = typer.Option("/", "--root", metavar="DIR", help=ROOT_HELP),
-        keep_packages: bool = typer.Option(False, "--keep-packages", help="Restore the configuration only."),
-        force: bool = typer.Option(False, "--force", help="Restore files even if they were edited since the install."),
-        as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
-    ) -> None:
-        """Restore every configuration file the install changed and remove the packages."""
-        from installer import manage
-        from installer.env import NodeEnv
+    options = InstallOptions(
+        root=Path(root),
+        runtime=runtime,
+        runtime_name=runtime_name,
+        set_as_default=set_as_default,
+        cdi=cdi,
+        hold=hold,
+        allow_downgrade=allow_downgrade,
+        no_restart=no_restart,
+        dry_run=dry_run,
+    )
+    result = install_lib.install(Path(bundle), Path(keyring), options, NodeEnv(log=_progress))
+    if as_json:
+        emit_json(result.to_dict())
+    else:
+        lines: List[str] = [f"{result.outcome}: bundle {result.bundle_id[:16]}… for {result.target} on {result.node}"]
+        lines += [f"  {m}" for m in result.messages]
+        lines += [f"  {name}: {what}" for name, what in result.engines.items()]
+        lines.append(f"  CDI: {result.cdi}")
+        emit_lines(lines)
+        if result.diff:
+            sys.stdout.write(result.diff)
+    if result.failed_engines:
+        raise install_lib.EngineRestartFailed(result.failed_engines)
 
-        result = manage.uninstall(Path(root), NodeEnv(log=_progress), keep_packages=keep_packages, force=force)
-        if as_json:
-            emit_json(result.to_dict())
-        else:
-            lines = [f"{'restored' if Path(path).exists() else 'deleted (the install had created it)'} {path}" for path in result.restored]
-            lines += [f"removed {name}" for name in result.removed]
-            lines += result.messages
-            emit_lines(lines or ["nothing was changed"])
-        if result.failed_engines:
-            raise manage.EngineNotRunning(result.failed_engines)
 
-    @app.command("restart")
-    def restart(
-        root: str = typer.Option("/", "--root", metavar="DIR", help=ROOT_HELP),
-        engine: List[str] = _ENGINE,
-        as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
-    ) -> None:
-        """Restart the engines an `install --no-restart` changed; put back the config of any that stays down."""
-        from installer import install as install_lib
-        from installer import manage
-        from installer.env import NodeEnv
+def uninstall_command(
+    root: str = _ROOT,
+    keep_packages: bool = _KEEP_PACKAGES,
+    force: bool = _FORCE,
+    as_json: bool = _JSON,
+) -> None:
+    """Restore every configuration file the install changed and remove the packages."""
+    from installer import manage
+    from installer.env import NodeEnv
 
-        result = manage.restart_pending(Path(root), NodeEnv(log=_progress), engine or None)
-        if as_json:
-            emit_json(result.to_dict())
-        else:
-            emit_lines([result.outcome, *(f"  {name}: {what}" for name, what in result.engines.items())])
-        if result.failed_engines:
-            raise install_lib.EngineRestartFailed(result.failed_engines)
+    result = manage.uninstall(Path(root), NodeEnv(log=_progress), keep_packages=keep_packages, force=force)
+    if as_json:
+        emit_json(result.to_dict())
+    else:
+        lines = [f"{'restored' if Path(path).exists() else 'deleted (the install had created it)'} {path}" for path in result.restored]
+        lines += [f"removed {name}" for name in result.removed]
+        lines += result.messages
+        emit_lines(lines or ["nothing was changed"])
+    if result.failed_engines:
+        raise manage.EngineNotRunning(result.failed_engines)
 
-    @app.command("status")
-    def status(
-        root: str = typer.Option("/", "--root", metavar="DIR", help=ROOT_HELP),
-        runtime_name: str = typer.Option("nvidia", "--runtime-name", help="Runtime to look for when nothing was recorded."),
-        as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
-    ) -> int:
-        """Show the installed toolkit, registered runtimes and drift from the last install (exit 9 on drift)."""
-        from installer import manage
-        from installer.env import NodeEnv
 
-        report = manage.status(Path(root), NodeEnv(), runtime_name)
-        if as_json:
-            emit_json(report)
-        else:
-            emit_lines(_status_lines(report))
-        return int(ExitCode.PROBLEMS_FOUND if report["problems"] else ExitCode.OK)
+def restart_command(
+    root: str = _ROOT,
+    engine: List[str] = _ENGINE,
+    as_json: bool = _JSON,
+) -> None:
+    """Restart the engines an `install --no-restart` changed; put back the config of any that stays down."""
+    from installer import install as install_lib
+    from installer import manage
+    from installer.env import NodeEnv
+
+    result = manage.restart_pending(Path(root), NodeEnv(log=_progress), engine or None)
+    if as_json:
+        emit_json(result.to_dict())
+    else:
+        emit_lines([result.outcome, *(f"  {name}: {what}" for name, what in result.engines.items())])
+    if result.failed_engines:
+        raise install_lib.EngineRestartFailed(result.failed_engines)
+
+
+def status_command(
+    root: str = _ROOT,
+    runtime_name: str = _STATUS_RUNTIME_NAME,
+    as_json: bool = _JSON,
+) -> int:
+    """Show the installed toolkit, registered runtimes and drift from the last install (exit 9 on drift)."""
+    from installer import manage
+    from installer.env import NodeEnv
+
+    report = manage.status(Path(root), NodeEnv(), runtime_name)
+    if as_json:
+        emit_json(report)
+    else:
+        emit_lines(_status_lines(report))
+    return int(ExitCode.PROBLEMS_FOUND if report["problems"] else ExitCode.OK)
 
 
 def _status_lines(report: Dict[str, Any]) -> List[str]:

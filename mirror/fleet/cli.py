@@ -56,7 +56,6 @@ _NO_RUNTIMECLASS = typer.Option(False, "--no-runtimeclass", help="Leave the Runt
 _OUT = typer.Option("-", "--out", metavar="FILE|-", help="Write the manifests here (- is stdout).")
 
 
-@fleet_app.command("k8s")
 def k8s_command(
     bundle_url: Optional[str] = _BUNDLE_URL,
     bundle_configmap: Optional[str] = _BUNDLE_CONFIGMAP,
@@ -99,3 +98,6 @@ def _read_key(path: Path) -> str:
     if b"-----BEGIN PGP PUBLIC KEY BLOCK-----" not in data:
         raise UsageError(f"{path} is not an armored public key (gpg --armor --export KEY > {path.name})")
     return data.decode("ascii", errors="replace")
+
+
+fleet_app.command("k8s")(k8s_command)
