@@ -296,12 +296,14 @@ def test_containerd_version_comes_from_the_binary_text_or_dpkg_status() -> None:
 
 
 def test_fixtures_are_the_shared_ones() -> None:
-    # The reference material sits beside the checkout (``../shared``), in CI as on a developer machine.
+    # The reference material sits beside the checkout (``../shared``), in CI as on a developer
+    # machine: its absence is a broken set-up, reported as a failure rather than skipped.
     shared = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "containerd"
-    if not shared.exists():
-        pytest.skip(f"the shared fixtures are not beside this checkout ({shared})")
-    for path in FIXTURES.iterdir():
-        assert path.read_bytes() == (shared / path.name).read_bytes()
+    assert shared.is_dir(), f"the shared reference fixtures are not beside this checkout ({shared})"
+    ours = sorted(FIXTURES.iterdir())
+    assert ours, f"no containerd fixtures in {FIXTURES}"
+    for path in ours:
+        assert path.read_bytes() == (shared / path.name).read_bytes(), f"{path.name} differs from {shared / path.name}"
 
 
 def _is_subsequence(small: list[str], big: list[str]) -> bool:

@@ -1,4 +1,4 @@
-"""One contract suite over every engine of this branch (containerd can join through ``ENGINES``).
+"""One contract suite over every engine: containerd (1.x config in place, 2.x with its drop-in), docker, crio.
 
 plan() never writes; applying twice writes once; report() reads back what was written; revert
 restores every file byte for byte, including removing the ones that did not exist.
@@ -17,6 +17,8 @@ from configure.crio import CRIO_CONF, CrioEngine
 from configure.docker import DAEMON_JSON, DockerEngine
 from configure.engine import Engine, RuntimeOptions
 from plumbing.fsutil import rooted
+from tests.containerd_helpers import engine as containerd_engine
+from tests.containerd_helpers import make_root
 
 FIXTURES = Path(__file__).parent / "data/fixtures"
 
@@ -31,8 +33,27 @@ def _crio_node(root: Path) -> None:
     shutil.copy(FIXTURES / "crio/crio.conf", rooted(root, CRIO_CONF))
 
 
-ENGINES: Dict[str, Callable[[], Engine]] = {"docker": DockerEngine, "crio": CrioEngine}
-NODES: Dict[str, Callable[[Path], None]] = {"docker": _docker_node, "crio": _crio_node}
+def _containerd_node(root: Path) -> None:
+    make_root(root, "config.toml.base")
+
+
+def _containerd2_node(root: Path) -> None:
+    make_root(root, "config-v3-containerd2-docs.toml")
+
+
+#: contract case -> the engine (containerd with fixed version probes: the node's binary is not asked)
+ENGINES: Dict[str, Callable[[], Engine]] = {
+    "containerd": lambda: containerd_engine((1, 6)),
+    "containerd-2": lambda: containerd_engine((2, 1), kubelet="systemd"),
+    "docker": DockerEngine,
+    "crio": CrioEngine,
+}
+NODES: Dict[str, Callable[[Path], None]] = {
+    "containerd": _containerd_node,
+    "containerd-2": _containerd2_node,
+    "docker": _docker_node,
+    "crio": _crio_node,
+}
 
 
 def _snapshot(root: Path) -> Dict[str, bytes]:
@@ -52,7 +73,7 @@ def test_engine_contract(tmp_path: Path, engine_name: str, set_as_default: bool)
     options = RuntimeOptions(root=tmp_path, set_as_default=set_as_default)
 
     plan = engine.plan(options)
-    assert plan.engine == engine_name == engine.name
+    assert plan.engine == engine.name == engine_name.split("-")[0]
     assert plan.changed and _snapshot(tmp_path) == before  # planning never writes
 
     written: List[Path] = apply_changes(engine.name, plan.changes, Journal(tmp_path), dict(plan.notes))

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from plumbing.errors import UnsafePathError
@@ -248,6 +249,11 @@ class _Server(ThreadingHTTPServer):
         self.owner = owner
         super().__init__(address, _Handler)
 
+    def process_request(self, request: Any, client_address: Any) -> None:
+        """Count every TCP connection accepted (keep-alive means fewer connections than requests)."""
+        self.owner._count_connection()
+        super().process_request(request, client_address)
+
     def handle_error(self, request: object, client_address: object) -> None:
         """A client that hangs up (a sync cancelling its other downloads) is normal, not a traceback.
 
@@ -268,6 +274,7 @@ class UpstreamServer:
         self._lock = threading.Lock()
         self._faults: dict[str, list[Fault]] = {}
         self._log: list[LogRecord] = []
+        self._connections = 0
         self._httpd = _Server(self, (host, port))
         self._thread: threading.Thread | None = None
 
@@ -280,6 +287,16 @@ class UpstreamServer:
     def url(self) -> str:
         """Base URL without trailing slash, e.g. ``http://127.0.0.1:40123``."""
         return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def connections(self) -> int:
+        """How many TCP connections the server has accepted since it started."""
+        with self._lock:
+            return self._connections
+
+    def _count_connection(self) -> None:
+        with self._lock:
+            self._connections += 1
 
     def start(self) -> UpstreamServer:
         """Start serving in a daemon thread."""

@@ -1,0 +1,132 @@
+"""The dependency rule, checked on the source: who may import whom (README "Architecture").
+
+    plumbing  <-  configure  <-  installer  <-  mirror (root  <-  wings sync, bundle, publish, fleet)
+
+A small AST scan of every module's imports (function-level ones included, so lazy imports count too).
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator, List
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+OURS = ("plumbing", "configure", "installer", "mirror")
+WINGS = ("sync", "bundle", "publish", "fleet")
+#: the mirror modules above the wings: the root command line and the group that joins sync and publish
+MIRROR_TOP = ("mirror/cli.py", "mirror/groups.py", "mirror/__main__.py")
+#: what only the connected host has; the node side (the zipapp) must run without them
+CONNECTED_ONLY = ("requests", "urllib3", "debian", "rpmfile", "createrepo_c", "rich")
+#: modules the node side may use when present but never needs (imported inside a function, guarded)
+OPTIONAL_ON_NODE = ("zstandard",)
+
+
+@dataclass(frozen=True)
+class Import:
+    """One import statement: the module it names, where, and whether it runs at module load."""
+
+    module: str
+    file: str
+    line: int
+    top_level: bool
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line} imports {self.module}"
+
+
+def imports_of(package: str) -> Iterator[Import]:
+    """Every absolute import in the Python files under ``package`` (a path relative to the checkout)."""
+    base = ROOT / package
+    files = [base] if base.is_file() else sorted(base.rglob("*.py"))
+    for path in files:
+        rel = path.relative_to(ROOT).as_posix()
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=rel)
+        top = {id(node) for node in tree.body} | {
+            id(child) for node in tree.body if isinstance(node, (ast.If, ast.Try)) for child in ast.walk(node)
+        }
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    yield Import(alias.name, rel, node.lineno, id(node) in top)
+            elif isinstance(node, ast.ImportFrom):
+                assert node.level == 0, f"{rel}:{node.lineno}: relative import; gpu-airgap imports absolutely"
+                assert node.module is not None
+                for alias in node.names:  # `from mirror import store` names mirror.store
+                    yield Import(f"{node.module}.{alias.name}", rel, node.lineno, id(node) in top)
+
+
+def _top(module: str) -> str:
+    return module.split(".")[0]
+
+
+def _wing(name: str) -> str:
+    """The wing a module path (``mirror/sync/core.py``) or dotted name (``mirror.sync.core``) is in, or ''."""
+    parts = name.replace("/", ".").split(".")
+    return parts[1] if len(parts) > 2 and parts[0] == "mirror" and parts[1] in WINGS else ""
+
+
+def _violations(package: str, bad: Callable[[Import], bool]) -> List[str]:
+    return [str(found) for found in imports_of(package) if bad(found)]
+
+
+@pytest.mark.parametrize(
+    ("package", "may_import"),
+    [
+        ("plumbing", ("plumbing",)),
+        ("configure", ("plumbing", "configure")),
+        ("installer", ("plumbing", "configure", "installer")),
+        ("mirror", OURS),
+    ],
+)
+def test_each_package_imports_only_the_packages_below_it(package: str, may_import: tuple[str, ...]) -> None:
+    found = _violations(package, lambda i: _top(i.module) in (*OURS, "tests") and _top(i.module) not in may_import)
+    assert found == [], f"{package} may import only {', '.join(may_import)}"
+
+
+@pytest.mark.parametrize("wing", WINGS)
+def test_a_mirror_wing_imports_no_other_wing_and_nothing_above_it(wing: str) -> None:
+    def bad(i: Import) -> bool:
+        other = _wing(i.module)
+        above = i.module.startswith(("mirror.cli", "mirror.groups"))
+        return above or (bool(other) and other != wing)
+
+    found = _violations(f"mirror/{wing}", bad)
+    assert found == [], "a piece two wings share belongs in the mirror root, not in a wing"
+
+
+def test_the_mirror_root_imports_no_wing_except_the_command_line_on_top() -> None:
+    found = [
+        str(i) for i in imports_of("mirror")
+        if not _wing(i.file) and i.file not in MIRROR_TOP and (_wing(i.module) or i.module.startswith("mirror.groups"))
+    ]  # fmt: skip
+    assert found == [], "shared mirror modules sit below the wings"
+
+
+@pytest.mark.parametrize("package", ["plumbing", "configure", "installer"])
+def test_the_node_side_never_needs_a_connected_host_library(package: str) -> None:
+    def bad(i: Import) -> bool:
+        top = _top(i.module)
+        return top in CONNECTED_ONLY or (top in OPTIONAL_ON_NODE and i.top_level)
+
+    assert _violations(package, bad) == []
+
+
+@pytest.mark.parametrize(
+    "script", ["mirror/fleet/data/k8s-node.py", "deploy/ansible/roles/gpu_airgap/library/gpu_airgap_node.py"]
+)
+def test_programs_that_run_alone_on_a_node_import_none_of_our_packages(script: str) -> None:
+    assert _violations(script, lambda i: _top(i.module) in (*OURS, "tests")) == []
+
+
+def test_the_scan_sees_the_imports_it_judges() -> None:
+    # A rule over an empty scan would pass for nothing: the lazy import in installer/cli.py and the
+    # optional zstandard import in installer/archive.py must both be found, the latter not at module level.
+    lazy = [i for i in imports_of("installer/cli.py") if i.module == "installer.bundle_cli.add_bundle_commands"]
+    optional = [i for i in imports_of("installer/archive.py") if i.module == "zstandard"]
+    assert lazy and not lazy[0].top_level
+    assert optional and not optional[0].top_level
+    assert any(i.module.startswith("plumbing.") for i in imports_of("mirror/sync"))
