@@ -1,1 +1,12 @@
-"""The connected host's side: sync NVIDIA's signed apt/yum channels and build signed offline bundles."""
+"""The connected host's side: sync NVIDIA's signed apt/yum channels, build signed bundles, publish, roll out.
+
+Four wings, each a subpackage that owns one job: ``sync`` (upstream -> verified mirror),
+``bundle`` (mirror -> signed artifact), ``publish`` (mirror -> served repos) and ``fleet``
+(rollout manifests). They stand on the shared modules of this root (model, versions, errors,
+the verified repo reader, the mirror store and lockfile, trust, the operator's signing key, the
+signed repo generator, the host's caches and build time), never on each other: a piece two
+wings need moves down here. ``cli`` and ``groups`` sit on top and join the wings' commands.
+
+Dependency rule: ``plumbing`` <- ``configure`` <- ``installer`` <- ``mirror``
+(tests/test_architecture.py checks it).
+"""
