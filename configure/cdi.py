@@ -26,6 +26,7 @@ debugging, and keeping it unasked leaves GPUs unusable.
 from __future__ import annotations
 
 import json
+import os
 import posixpath
 import re
 import tempfile
@@ -200,6 +201,36 @@ def validate_spec(data: Any) -> List[str]:
             problems.extend(_validate_edits(edits, f"{where}.containerEdits"))
     if data.get("containerEdits") is not None:
         problems.extend(_validate_edits(data["containerEdits"], "containerEdits"))
+    return problems
+
+
+def missing_host_paths(root: Path, data: Dict[str, Any]) -> List[str]:
+    """Device nodes and mounts of a valid spec whose host path is missing under ``root``.
+
+    The runtime resolves every host path when it edits a container's spec, so one missing path
+    (a GPU that is gone, a driver library replaced by an upgrade) fails every container that asks
+    for the device. Each path is named once, with the first place that uses it.
+    """
+    problems: List[str] = []
+    seen = set()
+    edits_list = [("containerEdits", data.get("containerEdits") or {})]
+    edits_list += [
+        (f"devices[{i}] ({d.get('name')})", d.get("containerEdits") or {})
+        for i, d in enumerate(data.get("devices") or [])
+    ]
+    for where, edits in edits_list:
+        for key, field_name in (("deviceNodes", "hostPath"), ("mounts", "hostPath")):
+            for item in edits.get(key) or []:
+                host = item.get(field_name) or item.get("path")
+                if host in seen:
+                    continue
+                seen.add(host)
+                try:
+                    present = os.path.lexists(rooted(root, host))
+                except ToolError:  # a path that climbs out of the root names nothing on the node
+                    present = False
+                if not present:
+                    problems.append(f"{where}.{key}: {host} does not exist on the node")
     return problems
 
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
-from configure.cdi import CDI_SPEC, check_spec
+from configure.cdi import CDI_SPEC, check_spec, missing_host_paths
 from configure.changes import (
     FileChange,
     Journal,
@@ -29,6 +29,7 @@ from configure.changes import (
     revert,
     unified_diff,
 )
+from configure.crio import OCI_HOOK, hook_problems
 from configure.engine import ConfigPlan, Engine, RuntimeOptions
 from configure.engines import engine_names, get_engine
 from configure.runtimeclass import read_record
@@ -178,6 +179,9 @@ def verify(root: Path, engines: Optional[Sequence[str]] = None) -> List[str]:
         notes = engine_notes(journal, name)
         runtime = str(notes.get("runtime_name", "nvidia"))
         config = recorded_config(notes)
+        if notes.get("mode") == "hook":
+            problems.extend(_hook_problems(root, name, str(notes.get("hook_path", "")), passed))
+            continue
         facts = engine.report(root, runtime, config)
         if not facts.get("RUNTIME"):
             problems.append(f"{name}: the runtime {runtime!r} is not registered")
@@ -224,12 +228,30 @@ def _binary_exists(root: Path, binary: str) -> bool:
     return any(rooted(root, c).is_file() for c in candidates)
 
 
+def _hook_problems(root: Path, engine: str, hook_path: str, passed: List[str]) -> List[str]:
+    """Problems with the OCI hook ``configure crio --hook`` wrote (CRI-O without a runtime entry, podman)."""
+    raw = read_optional(rooted(root, OCI_HOOK))
+    if raw is None:
+        return [f"{engine}: the OCI hook {OCI_HOOK} does not exist"]
+    problems = [f"{engine}: {OCI_HOOK}: {p}" for p in hook_problems(raw)]
+    if not problems:
+        passed.append(f"{engine}: the OCI hook {OCI_HOOK} is valid")
+    if hook_path and _binary_exists(root, hook_path):
+        passed.append(f"{engine}: {hook_path} exists")
+    else:
+        problems.append(f"{engine}: the hook binary {hook_path or '(none)'} does not exist under {root}")
+    return problems
+
+
 def _cdi_problems(root: Path, passed: List[str]) -> List[str]:
     """Problems with the CDI spec (none when there is no spec: CDI is optional)."""
     raw = read_optional(rooted(root, CDI_SPEC))
     if raw is None:
         return []
-    _data, problems = check_spec(raw)
+    data, problems = check_spec(raw)
     if not problems:
         passed.append(f"{CDI_SPEC} is a valid CDI spec")
+        problems = missing_host_paths(root, data)
+        if not problems:
+            passed.append(f"{CDI_SPEC}: every device node and mount it names exists")
     return [f"{CDI_SPEC}: {p}" for p in problems]

@@ -170,6 +170,37 @@ def hook_config(hook_path: str) -> Dict[str, Any]:
     }
 
 
+#: the OCI hook stages podman and CRI-O accept (oci-hooks(5))
+HOOK_STAGES = ("prestart", "createRuntime", "createContainer", "startContainer", "poststart", "poststop")
+
+
+def hook_problems(raw: bytes) -> List[str]:
+    """Every reason podman or CRI-O would refuse this hook file (oci-hooks(5), version 1.0.0); none: valid.
+
+    A hooks directory with one invalid file makes podman fail every container, so this is checked
+    before anything runs.
+    """
+    try:
+        data = json.loads(raw)
+    except ValueError as exc:
+        return [f"not valid JSON: {exc}"]
+    if not isinstance(data, dict):
+        return ["the hook is not a JSON object"]
+    problems: List[str] = []
+    if data.get("version") != "1.0.0":
+        problems.append(f"version is {data.get('version')!r}, not '1.0.0'")
+    hook = data.get("hook")
+    if not isinstance(hook, dict) or not isinstance(hook.get("path"), str) or not hook["path"].startswith("/"):
+        problems.append("hook.path must be an absolute path")
+    when = data.get("when")
+    if not isinstance(when, dict) or not any(when.get(k) for k in ("always", "annotations", "commands", "hasBindMounts")):
+        problems.append("when must set always, annotations, commands or hasBindMounts")
+    stages = data.get("stages")
+    if not isinstance(stages, list) or not stages or any(stage not in HOOK_STAGES for stage in stages):
+        problems.append(f"stages must list one or more of {', '.join(HOOK_STAGES)}")
+    return problems
+
+
 class CrioEngine:
     """The CRI-O engine: one drop-in (or crio.conf in place), or the OCI hook file."""
 
