@@ -14,11 +14,11 @@ from typing import Any, Dict, List, Optional
 
 import typer
 
-from configure import commands
+from configure import commands, live
 from configure.cli_extras import register_extras
 from configure.engine import RuntimeOptions
 from configure.engines import get_engine
-from plumbing.errors import ProblemsFound
+from plumbing.errors import ProblemsFound, UsageError
 from plumbing.output import emit_json, emit_lines, warn
 
 app = typer.Typer(
@@ -186,12 +186,31 @@ def report_command(
         emit_lines(f"{key}={value}" for key, value in facts.items())
 
 
+_LIVE = typer.Option(False, "--live", help="Also start a throwaway container through the runtime on the running engine.")
+_ADDRESS = typer.Option(None, "--address", metavar="SOCKET", help="--live: the engine's socket (one engine).")
+_IMAGE = typer.Option(None, "--image", help="--live: an image already on the node (never pulled).")
+_VISIBLE_DEVICES = typer.Option(
+    None, "--visible-devices", metavar="DEVICES", help="--live: ask for GPUs (all, nvidia.com/gpu=all)."
+)
+_TIMEOUT = typer.Option(60.0, "--timeout", help="--live: seconds per engine command.")
+
+
 def verify_command(
     root: Path = _ROOT,
     runtime: Optional[List[str]] = _VERIFY_RUNTIME,
     as_json: bool = _JSON,
+    live_run: bool = _LIVE,
+    address: Optional[str] = _ADDRESS,
+    image: Optional[str] = _IMAGE,
+    visible_devices: Optional[str] = _VISIBLE_DEVICES,
+    timeout: float = _TIMEOUT,
 ) -> None:
-    """Check the handler, the runtime binary, the default runtime and the CDI spec; list every problem."""
+    """Check the handler, the runtime binary, the default runtime and the CDI spec; list every problem.
+
+    With --live, then start a throwaway container through the registered runtime on each engine.
+    """
+    if not live_run and (address or image or visible_devices):
+        raise UsageError("--address, --image and --visible-devices belong to --live")
     result: Dict[str, Any] = {"ok": True, "passed": [], "problems": []}
     try:
         result["passed"] = commands.verify(root, runtime or None)
@@ -202,10 +221,19 @@ def verify_command(
         else:
             emit_lines(f"PROBLEM: {problem}" for problem in exc.problems)
         raise
+    lines = [f"ok: {line}" for line in result["passed"]]
+    results: List[live.LiveResult] = []
+    if live_run:
+        options = live.LiveOptions(address, image, visible_devices, timeout)
+        results = live.live_check(root, runtime or None, options, live.ProcRunner())
+        result["live"] = live.as_json(results)
+        result["ok"] = all(r.outcome is live.Outcome.RAN for r in results)
+        lines.extend(live.render(results))
     if as_json:
         emit_json(result)
     else:
-        emit_lines(f"ok: {line}" for line in result["passed"])
+        emit_lines(lines)
+    live.raise_for(results)
 
 
 def revert_command(

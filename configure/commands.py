@@ -163,14 +163,19 @@ def report(
     return ordered
 
 
+def verify_engines(root: Path, engines: Optional[Sequence[str]] = None) -> List[str]:
+    """The engines ``verify`` checks: those named, else those configure changed, else containerd."""
+    recorded = [name for name in configured_engines(Journal(root)) if name in engine_names()]
+    return list(engines or recorded or ["containerd"])
+
+
 def verify(root: Path, engines: Optional[Sequence[str]] = None) -> List[str]:
     """Check what the node will actually use; return the checks that passed.
 
     :raises ProblemsFound: listing every problem found (handler, binary, default, CDI spec).
     """
     journal = Journal(root)
-    recorded = [name for name in configured_engines(journal) if name in engine_names()]
-    names = list(engines or recorded or ["containerd"])
+    names = verify_engines(root, engines)
     handler = runtimeclass_handler(root)
     passed: List[str] = []
     problems: List[str] = []

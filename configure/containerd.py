@@ -290,7 +290,7 @@ def describe(chain: List[ConfigFile], plugin: str, version: int, runtime_name: s
     entry = runtimes.get(runtime_name) if isinstance(runtimes.get(runtime_name), dict) else None
     opts = _table(entry or {}, "options")
     systemd = opts.get("SystemdCgroup")
-    return {
+    facts = {
         "CONFIG_VERSION": str(version),
         "RUNTIME": runtime_name if entry is not None else "",
         "RUNTIME_TYPE": str((entry or {}).get("runtime_type", "")),
@@ -300,6 +300,9 @@ def describe(chain: List[ConfigFile], plugin: str, version: int, runtime_name: s
         "CDI": str(bool(cri.get("enable_cdi", False))).lower(),
         "RUNTIMES": ",".join(sorted(runtimes)),
     }
+    if isinstance(cri.get("sandbox_image"), str):  # versions 1 and 2; what pods need on the node
+        facts["SANDBOX_IMAGE"] = cri["sandbox_image"]
+    return facts
 
 
 def _table(data: Dict[str, Any], key: str) -> Dict[str, Any]:

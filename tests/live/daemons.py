@@ -17,7 +17,7 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Optional
 
@@ -54,9 +54,43 @@ def remove_cgroups(names: Sequence[str], existed: Optional[set[Path]] = None) ->
                 top.rmdir()
 
 
+def kill_cgroup_members(names: Sequence[str], existed: Optional[set[Path]] = None) -> None:
+    """SIGKILL every process in the cgroups ``names`` (not those in ``existed``): containers left behind."""
+    for hierarchy in _hierarchies():
+        for name in names:
+            top = hierarchy / name
+            if not top.is_dir() or (existed is not None and top in existed):
+                continue
+            for procs in top.rglob("cgroup.procs"):
+                with contextlib.suppress(OSError):
+                    for pid in procs.read_text().split():
+                        with contextlib.suppress(ProcessLookupError):
+                            os.kill(int(pid), signal.SIGKILL)
+
+
 def existing_cgroups(names: Sequence[str]) -> set[Path]:
     """Which of the top-level cgroups ``names`` exist now, in any hierarchy."""
     return {h / n for h in _hierarchies() for n in names if (h / n).is_dir()}
+
+
+def kill_namespace(namespace: str, timeout: float = 10) -> None:
+    """SIGKILL every process still in the mount namespace ``namespace`` (by PID), until none is left."""
+    deadline = time.monotonic() + timeout
+    while namespace and time.monotonic() < deadline:
+        left = pids_in_namespace(namespace)
+        if not left:
+            return
+        for pid in left:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.1)
+
+
+def _release_cgroups(names: Sequence[str], existed: set[Path]) -> None:
+    """Kill what still runs in our cgroups, then remove them (a moment for the kernel to empty them)."""
+    kill_cgroup_members(names, existed)
+    time.sleep(0.05)
+    remove_cgroups(names, existed)
 
 
 def _run(argv: Sequence[str], timeout: float = 60, env: Optional[dict[str, str]] = None) -> subprocess.CompletedProcess[str]:
@@ -94,7 +128,14 @@ class Daemon:
         """Remove every container the daemon runs (before it is stopped)."""
 
     def start(self, timeout: float = 30) -> None:
-        """Start in the node view and wait until it answers; raise with its log if it does not."""
+        """Start in the node view and wait until it answers; raise with its log (and clean up) if it does not."""
+        try:
+            self._start(timeout)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self, timeout: float) -> None:
         self._cgroups_before = existing_cgroups(self.cgroups)
         self._log = open(self.log_path, "wb")  # noqa: SIM115  # the daemon writes it until stop()
         self.process = subprocess.Popen(
@@ -113,7 +154,9 @@ class Daemon:
 
     def log_tail(self, size: int = 3000) -> str:
         """The end of the daemon's log."""
-        return self.log_path.read_text(errors="replace")[-size:] if self.log_path.exists() else ""
+        with contextlib.suppress(OSError):
+            return self.log_path.read_text(errors="replace")[-size:]
+        return ""
 
     def stop(self) -> None:
         """Empty, stop by PID, kill what is left in its namespace, remove its cgroups and files."""
@@ -132,19 +175,11 @@ class Daemon:
         finally:
             if self._log is not None:
                 self._log.close()
-            remove_cgroups(self.cgroups, self._cgroups_before)
+            _release_cgroups(self.cgroups, self._cgroups_before)
             shutil.rmtree(self.dir, ignore_errors=True)
 
     def _kill_leftovers(self) -> None:
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            left = pids_in_namespace(self.namespace)
-            if not left:
-                return
-            for pid in left:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-            time.sleep(0.1)
+        kill_namespace(self.namespace)
 
     def __enter__(self) -> Daemon:
         """Start."""
@@ -284,16 +319,76 @@ def podman_config(directory: Path) -> dict[str, str]:
     }
 
 
-@contextlib.contextmanager
-def podman_storage(prefix: str = "podman") -> Iterator[tuple[Path, dict[str, str], str]]:
-    """A private podman configuration: ``(directory, env, cgroup parent)``; removed afterwards."""
-    directory = short_dir(prefix)
-    parent = unique_cgroup()
-    env = podman_config(directory)
-    # podman puts containers without --cgroup-parent under libpod_parent; keep one that was there
-    before = existing_cgroups(("libpod_parent",))
-    try:
-        yield directory, env, parent
-    finally:
-        remove_cgroups((parent, "libpod_parent"), before)
-        shutil.rmtree(directory, ignore_errors=True)
+class PodmanView:
+    """podman on private storage, every call in one node view (one mount namespace).
+
+    One namespace for all calls matters: podman keeps runc's state under ``/run`` (a tmpfs of the
+    view), so a container started by one call can only be stopped by a call in the same view. A
+    ``sleep`` holds the namespace; calls enter it with ``nsenter --mount``.
+    """
+
+    def __init__(self, node: Path) -> None:
+        self.node = node
+        self.dir = short_dir("podman")
+        self.env = dict(os.environ, **podman_config(self.dir))
+        self.cgroup_parent = unique_cgroup()
+        # podman puts containers without --cgroup-parent under libpod_parent; keep one that was there
+        self.cgroups = (self.cgroup_parent, "libpod_parent")
+        self._before = existing_cgroups(self.cgroups)
+        self.holder: Optional[subprocess.Popen[bytes]] = None
+        self.namespace = ""
+
+    def start(self, timeout: float = 10) -> None:
+        """Build the view around a ``sleep`` and wait until it is in place (cleaning up if it is not)."""
+        try:
+            self._start(timeout)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self, timeout: float) -> None:
+        argv = node_view_argv(self.node, self.dir / "view", ["sleep", "infinity"], (*DEFAULT_LAYERS, "/var/lib"))
+        self.holder = subprocess.Popen(argv, start_new_session=True, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with contextlib.suppress(OSError):
+                if Path(f"/proc/{self.holder.pid}/comm").read_text().strip() == "sleep":
+                    self.namespace = mount_namespace(self.holder.pid)
+                    return
+            if self.holder.poll() is not None:
+                error = self.holder.stderr.read().decode(errors="replace") if self.holder.stderr else ""
+                raise RuntimeError(f"the podman node view failed: {error}")
+            time.sleep(0.02)
+        raise RuntimeError("the podman node view did not come up")
+
+    def argv(self, *args: str) -> list[str]:
+        """``podman ARGS`` inside the view."""
+        assert self.holder is not None
+        return ["nsenter", f"--mount=/proc/{self.holder.pid}/ns/mnt", "--", "/usr/bin/podman", *args]
+
+    def run(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """Run ``podman ARGS`` in the view with the private configuration."""
+        return _run(self.argv(*args), timeout=120, env=self.env)
+
+    def stop(self) -> None:
+        """Remove every container, then end the view (by PID) and remove its cgroups and files."""
+        try:
+            if self.holder is not None and self.holder.poll() is None:
+                self.run("rm", "--all", "--force", "--time", "0")
+                self.holder.kill()
+                self.holder.wait(timeout=10)
+            if self.holder is not None and self.holder.stderr is not None:
+                self.holder.stderr.close()
+            kill_namespace(self.namespace)
+        finally:
+            _release_cgroups(self.cgroups, self._before)
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self) -> PodmanView:
+        """Start."""
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        """Stop."""
+        self.stop()

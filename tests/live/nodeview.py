@@ -91,7 +91,8 @@ def _bind_node_entries(node_dir: Path, merged: Path) -> list[str]:
         elif entry.is_dir():
             lines.append(f"mkdir -p {target}; mount --rbind {q(str(entry))} {target}")
         else:
-            lines.append(f"[ -e {target} ] || : > {target}; mount --bind {q(str(entry))} {target}")
+            # a fresh placeholder: the host's entry may be a symlink (/etc/os-release) bind would follow
+            lines.append(f"rm -rf {target}; : > {target}; mount --bind {q(str(entry))} {target}")
     return lines
 
 

@@ -58,6 +58,13 @@ def test_a_pod_of_handler_nvidia_asking_for_all_gpus_sees_dev_nvidia0(
         not_asked = client.run_container(pod, config, image.ref, LIST_DEVICES)
         assert char_devices(not_asked.log) == {}, not_asked.log
 
+        # the node admin's check asks for the GPUs too; a device the spec lacks fails it
+        verify = ["configure", "verify", "--root", str(node), "--live", "--address", str(daemon.socket)]
+        live = run_cli(*verify, "--visible-devices", "nvidia.com/gpu=all")
+        assert live.exit_code == 0, live.stdout + live.stderr
+        absent = run_cli(*verify, "--visible-devices", "nvidia.com/gpu=7")
+        assert absent.exit_code == 9 and "unresolvable CDI devices nvidia.com/gpu=7" in absent.stdout
+
         # runc ignores the variable: the device came from NVIDIA's runtime, not from containerd
         runc_pod, runc_config = client.run_pod("runc")
         plain = client.run_container(runc_pod, runc_config, image.ref, LIST_DEVICES, env=ALL_GPUS)

@@ -64,6 +64,13 @@ def test_dockerd_runs_the_runtime_configure_docker_wrote_and_every_other_key_sur
         assert all(written[key] == value for key, value in seed.items() if key not in site)
         assert run_cli("configure", "verify", "--root", str(node), "--runtime", "docker").exit_code == 0
 
+        # configured but not loaded: the static checks pass, the live check says what is wrong
+        verify = ["configure", "verify", "--root", str(node), "--runtime", "docker", "--live",
+                  "--address", str(daemon.socket), "--image", image.ref]  # fmt: skip
+        stale = run_cli(*verify)
+        assert stale.exit_code == 9
+        assert "PROBLEM: docker: live: dockerd has not loaded the runtime nvidia" in stale.stdout
+
         daemon.reload()  # kill -HUP: dockerd re-reads daemon.json and loads the new runtime
         assert _eventually(lambda: "nvidia" in runtimes(daemon)), daemon.log_tail()
         assert runtimes(daemon)["nvidia"] == {"path": "/usr/bin/nvidia-container-runtime"}
@@ -74,6 +81,12 @@ def test_dockerd_runs_the_runtime_configure_docker_wrote_and_every_other_key_sur
         assert len(nvidia.handled_bundles(log)) == 1, "the container did not go through NVIDIA's runtime"
         plain = daemon.docker("run", "--rm", "--network", "none", image.ref, "/bin/true")
         assert plain.returncode == 0 and len(nvidia.handled_bundles(log)) == 1  # runc, the default, did not
+
+        checked = run_cli(*verify)
+        assert checked.exit_code == 0, checked.stdout + checked.stderr
+        assert f"ok: docker: live: a container of {image.ref} started with --runtime nvidia" in checked.stdout
+        assert len(nvidia.handled_bundles(log)) == 2
+        assert daemon.docker("ps", "-aq").stdout == ""  # removed again
     finally:
         daemon.stop()
 

@@ -9,16 +9,16 @@ for the container, which a stand-in records (the real CLI needs a driver).
 from __future__ import annotations
 
 import json
-import subprocess
+import os
 from pathlib import Path
 
 import pytest
 
 from tests.cli_runner import run_cli
 from tests.live import nvidia
-from tests.live.daemons import podman_storage
+from tests.live.daemons import PodmanView
 from tests.live.image import LocalImage
-from tests.live.nodeview import DEFAULT_LAYERS, node_view_argv
+from tests.live.nodeview import wrapper_on_path
 
 pytestmark = pytest.mark.slow
 
@@ -26,7 +26,7 @@ HOOK_FILE = "usr/share/containers/oci/hooks.d/oci-nvidia-hook.json"
 
 
 def test_podman_runs_the_hook_configure_crio_wrote_and_refuses_a_malformed_one(
-    tmp_path: Path, image: LocalImage, toolkit: Path
+    tmp_path: Path, image: LocalImage, toolkit: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     node = tmp_path / "node"
     nvidia.install_binaries(node, toolkit, (nvidia.HOOK,))
@@ -38,18 +38,12 @@ def test_podman_runs_the_hook_configure_crio_wrote_and_refuses_a_malformed_one(
     assert verified.exit_code == 0, verified.stdout
     hooks_dir = (node / HOOK_FILE).parent
 
-    with podman_storage() as (directory, env, parent):
-
-        def podman(*args: str) -> subprocess.CompletedProcess[str]:
-            # in the node view: the hook's path, /usr/bin/nvidia-container-runtime-hook, is the node's
-            argv = node_view_argv(node, directory / "view", ["podman", *args], (*DEFAULT_LAYERS, "/var/lib"))
-            return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120, check=False)
-
-        loaded = podman("load", "-i", str(image.archive))
+    with PodmanView(node) as view:
+        loaded = view.run("load", "-i", str(image.archive))
         assert loaded.returncode == 0, loaded.stderr
-        run_args = ["run", "--rm", "--network", "none", "--pull", "never", "--cgroup-parent", f"/{parent}",
+        run_args = ["run", "--rm", "--network", "none", "--pull", "never", "--cgroup-parent", f"/{view.cgroup_parent}",
                     "-e", "NVIDIA_VISIBLE_DEVICES=all", image.ref, "/bin/sh", "-c", "echo ran"]  # fmt: skip
-        ran = podman("--hooks-dir", str(hooks_dir), *run_args)
+        ran = view.run("--hooks-dir", str(hooks_dir), *run_args)
         assert ran.returncode == 0, ran.stderr
         assert ran.stdout == "ran\n"
         calls = record.read_text().splitlines()
@@ -57,15 +51,28 @@ def test_podman_runs_the_hook_configure_crio_wrote_and_refuses_a_malformed_one(
         assert "--device=all" in calls[0] and "--pid=" in calls[0]
 
         # without the hooks dir the hook never runs: the call above came from the file we wrote
-        assert podman("--hooks-dir", str(tmp_path / "no-hooks"), *run_args).returncode == 0
+        assert view.run("--hooks-dir", str(tmp_path / "no-hooks"), *run_args).returncode == 0
         assert len(record.read_text().splitlines()) == 1
+
+        # the node admin's check: verify --live runs `podman` by name; here that name enters the view
+        with wrapper_on_path(tmp_path / "bin", "podman", view.argv()) as bin_dir:
+            monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+            for key in ("CONTAINERS_CONF", "CONTAINERS_STORAGE_CONF"):
+                monkeypatch.setenv(key, view.env[key])
+            live = run_cli("configure", "verify", "--root", str(node), "--runtime", "crio", "--live",
+                           "--image", image.ref, "--visible-devices", "all")  # fmt: skip
+        assert live.exit_code == 0, live.stdout + live.stderr
+        assert f"ok: crio: live: a container of {image.ref} started with the OCI hook" in live.stdout
+        assert len(record.read_text().splitlines()) == 2  # the hook ran for the check's container too
+        assert view.run("ps", "-aq").stdout == ""  # and the check removed it
 
         hook = node / HOOK_FILE
         data = json.loads(hook.read_text())
         del data["stages"]
         hook.write_text(json.dumps(data))
-        broken = run_cli("configure", "verify", "--root", str(node), "--runtime", "crio")
+        broken = run_cli("configure", "verify", "--root", str(node), "--runtime", "crio", "--live", "--image", image.ref)
         assert broken.exit_code == 9 and "stages must list" in broken.stdout
-        refused = podman("--hooks-dir", str(hooks_dir), *run_args)
+        assert "live:" not in broken.stdout  # caught before any container is tried
+        refused = view.run("--hooks-dir", str(hooks_dir), *run_args)
         assert refused.returncode != 0 and "missing required property: stages" in refused.stderr
-        assert len(record.read_text().splitlines()) == 1
+        assert len(record.read_text().splitlines()) == 2
