@@ -72,6 +72,8 @@ def local_bundle(
     from installer.oci import is_oci_reference
 
     if not is_oci_reference(bundle):
+        if username or password_stdin or ca_file or plain_http:
+            raise UsageError("--username, --password-stdin, --ca-file and --plain-http apply only to an oci:// bundle")
         yield Path(bundle)
         return
     from installer.oci.reference import parse_reference

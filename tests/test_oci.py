@@ -159,6 +159,14 @@ def test_split_bundle_travels_as_its_parts_and_verifies_from_its_first_part(
     assert {p.name: p.read_bytes() for p in out.iterdir()} == {p.name: p.read_bytes() for p in originals}
     verified = run_cli("bundle", "verify", str(out / first.name), "--keyring", str(test_key.public))
     assert verified.exit_code == 0, verified.stderr
+    again = tmp_path / "again"
+    again.mkdir()
+    stale = again / f"{first.name[: -len('.part001')]}.part{len(titles) - 1:03d}"  # from an older, longer split
+    stale.write_bytes(b"stale")
+    by_name = run_cli("bundle", "pull", registry.ref("team/nvct:split"), "--output", str(again / "nvct.tar.gz"),
+                      "--keyring", str(test_key.public))  # fmt: skip
+    assert by_name.exit_code == 0, by_name.stderr
+    assert not stale.exists() and sorted(p.name for p in again.iterdir()) == sorted(titles)
     renamed = run_cli("bundle", "pull", registry.ref("team/nvct:split"), "--output", str(out / "other-name.tar.gz"),
                       "--keyring", str(test_key.public))  # fmt: skip
     assert renamed.exit_code == 2 and "names its parts nvct.tar.gz.partNNN" in _one_sentence(renamed)
@@ -219,6 +227,11 @@ def test_push_refuses_a_bundle_the_key_does_not_verify_and_stores_nothing(
     missing = run_cli("bundle", "pull", registry.ref("team/refused:1"), "--output", str(tmp_path / "x"), "--keyring", str(test_key.public))
     assert missing.exit_code == 1
     assert _one_sentence(missing).endswith("does not exist in the registry (no such repository, tag or digest)")
+
+
+def test_registry_options_on_a_file_install_are_a_usage_error(bundles: Dict[str, Path], test_key: TestKey, tmp_path: Path) -> None:
+    result = run_cli("install", str(bundles["whole"]), "--keyring", str(test_key.public), "--root", str(tmp_path), "--plain-http")
+    assert result.exit_code == 2 and "apply only to an oci:// bundle" in _one_sentence(result)
 
 
 def test_an_unreachable_registry_is_a_network_error(test_key: TestKey, tmp_path: Path) -> None:
