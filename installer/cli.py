@@ -91,9 +91,11 @@ def _root_callback(
 def make_bundle_app() -> typer.Typer:
     """The ``bundle`` group with the node-side commands; ``mirror.cli`` adds ``build``."""
     from installer.bundle_cli import add_bundle_commands
+    from installer.oci_cli import add_oci_commands
 
-    bundle_app = typer.Typer(help="Build, inspect and verify signed offline bundles.", no_args_is_help=True)
+    bundle_app = typer.Typer(help="Build, inspect, verify, push and pull signed offline bundles.", no_args_is_help=True)
     add_bundle_commands(bundle_app)
+    add_oci_commands(bundle_app)
     return bundle_app
 
 

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 import typer
 
+from installer import oci_cli
 from plumbing.errors import ExitCode
 from plumbing.output import emit_json, emit_lines
 
@@ -24,7 +25,7 @@ def _progress(line: str) -> None:
     sys.stderr.write(line + "\n")
 
 
-_BUNDLE = typer.Argument(..., help="The signed bundle (.tar, .tar.zst, or the first of its parts).")
+_BUNDLE = typer.Argument(..., help="The signed bundle (.tar, .tar.zst, the first of its parts, or oci://HOST/REPO:TAG|@sha256:…).")
 _KEYRING = typer.Option(..., "--keyring", help="The operator's public key file; nothing else is trusted.")
 _ROOT = typer.Option("/", "--root", metavar="DIR", help=ROOT_HELP)
 _RUNTIME = typer.Option("auto", "--runtime", help="auto | containerd | docker | crio | none")
@@ -63,8 +64,12 @@ def install_command(
     no_restart: bool = _NO_RESTART,
     dry_run: bool = _DRY_RUN,
     as_json: bool = _JSON,
+    username: Optional[str] = oci_cli.USERNAME,
+    password_stdin: bool = oci_cli.PASSWORD_STDIN,
+    ca_file: Optional[str] = oci_cli.CA_FILE,
+    plain_http: bool = oci_cli.PLAIN_HTTP,
 ) -> None:
-    """Verify a bundle, check the node, install the toolkit and register the runtime."""
+    """Verify a bundle (a file or an oci:// artifact), check the node, install the toolkit and register the runtime."""
     # The library loads only when a command runs, so --help stays fast.
     from installer import install as install_lib
     from installer.env import NodeEnv
@@ -81,7 +86,8 @@ def install_command(
         no_restart=no_restart,
         dry_run=dry_run,
     )
-    result = install_lib.install(Path(bundle), Path(keyring), options, NodeEnv(log=_progress))
+    with oci_cli.local_bundle(bundle, keyring, username, password_stdin, ca_file, plain_http) as local:
+        result = install_lib.install(local, Path(keyring), options, NodeEnv(log=_progress))
     if as_json:
         emit_json(result.to_dict())
     else:
