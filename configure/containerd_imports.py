@@ -120,11 +120,18 @@ def _expand(root: Path, imports: Sequence[str], ours: Optional[str]) -> List[str
         if not is_glob(entry):
             expanded.append(entry)
             continue
-        base = os.path.abspath(root)
-        matches = [
-            "/" + os.path.relpath(found, base) if not is_live_root(root) else found
-            for found in glob.glob(str(rooted(root, entry)))  # noqa: PTH207 - patterns may glob directories too
-        ]
+        directory, pattern = posixpath.split(entry)
+        if not is_glob(directory):
+            # The usual /etc/containerd/conf.d/*.toml: match names in the directory (links in its
+            # path resolved inside the root) and name them by the pattern's directory, as containerd does.
+            found = glob.glob(os.path.join(glob.escape(str(rooted(root, directory))), pattern))  # noqa: PTH207
+            matches = [posixpath.join(directory, os.path.basename(name)) for name in found]  # noqa: PTH119
+        else:
+            base = os.path.abspath(root)
+            matches = [
+                "/" + os.path.relpath(found, base) if not is_live_root(root) else found
+                for found in glob.glob(str(rooted(root, entry)))  # noqa: PTH207 - patterns may glob directories too
+            ]
         if ours is not None and covers(entry, ours) and ours not in matches:
             matches.append(ours)
         expanded.extend(sorted(matches))

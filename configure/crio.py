@@ -69,12 +69,15 @@ def merge(base: Dict[str, Any], override: Dict[str, Any]) -> Dict[str, Any]:
 def source_files(root: Path, config: str, extra: Optional[Path] = None) -> List[Path]:
     """crio.conf, then the drop-ins in the order CRI-O reads them (lexical), with ``extra`` in its place."""
     directory = rooted(root, CRIO_DROP_IN_DIR)
-    drop_ins = set()
+    drop_ins: Dict[str, Path] = {}  # CRI-O orders them by the name in the directory, a link's own name
     if directory.is_dir():
-        drop_ins = {p for p in directory.iterdir() if p.suffix in (".conf", ".toml") and p.is_file()}
+        for entry in directory.iterdir():
+            resolved = rooted(root, f"{CRIO_DROP_IN_DIR}/{entry.name}")  # a linked drop-in, read inside the root
+            if entry.suffix in (".conf", ".toml") and resolved.is_file():
+                drop_ins[entry.name] = resolved
     if extra is not None and extra.parent == directory:
-        drop_ins.add(extra)
-    return [rooted(root, config), *sorted(drop_ins, key=lambda p: p.name)]
+        drop_ins[extra.name] = extra
+    return [rooted(root, config), *(drop_ins[name] for name in sorted(drop_ins))]
 
 
 def effective_config(

@@ -3,17 +3,31 @@
 The write discipline: render the whole new content in memory, write it to a temporary file in the
 same directory, fsync, copy the old file's owner and mode, then ``os.replace`` over the target and
 fsync the directory. A crash leaves either the old file or the new one, never a truncated mix.
+
+Node paths are mapped under ``--root`` by :func:`rooted`, which resolves symbolic links the way the
+node itself would (an absolute link target is a node path), so a write lands on a link's target and
+the link stays. :func:`why_unwritable` tells, without changing anything, why a write would fail.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
+import platform
+import stat
+import struct
 import tempfile
 from pathlib import Path, PurePosixPath
-from typing import Optional, Union
+from typing import List, Optional, Union
 
-from plumbing.errors import FileWriteError, UnsafePathError
+from plumbing.errors import ConfigFormatError, FileWriteError, UnsafePathError
+
+#: a path with more links than this is refused, as the kernel does (ELOOP after 40)
+MAX_LINKS = 40
+#: inode flags (``chattr``): no change at all / appends only; either way a file cannot be replaced
+FS_IMMUTABLE_FL = 0x10
+FS_APPEND_FL = 0x20
 
 
 def safe_join(root: Union[str, os.PathLike[str]], relative: str) -> Path:
@@ -45,8 +59,109 @@ def is_live_root(root: Union[str, os.PathLike[str]]) -> bool:
 
 
 def rooted(root: Union[str, os.PathLike[str]], system_path: str) -> Path:
-    """Map an absolute node path (``/etc/containerd/config.toml``) under ``--root`` (like ``dpkg --root``)."""
-    return Path(system_path) if is_live_root(root) else safe_join(root, system_path.lstrip("/"))
+    """Map an absolute node path (``/etc/containerd/config.toml``) under ``--root`` (like ``dpkg --root``).
+
+    Symbolic links on the way are followed as the node follows them: on the running system as they
+    are, under another root inside it (see :func:`resolve_in_root`). The result names the file
+    itself, so reading it never leaves the root and writing it keeps the link.
+
+    :raises ConfigFormatError: for a link that leads outside the root, or a link loop.
+    """
+    if is_live_root(root):
+        return Path(os.path.realpath(system_path))
+    return resolve_in_root(root, safe_join(root, system_path.lstrip("/")))
+
+
+def resolve_in_root(root: Union[str, os.PathLike[str]], path: Path) -> Path:
+    """``path`` (lexically under ``root``) with every symbolic link resolved inside ``root``.
+
+    An absolute link target is a node path, so it is mapped under ``root`` (as in a chroot); a
+    relative one is taken from the link's directory. A link whose target climbs above ``root`` is
+    refused: following it would read or write a file of the host. Missing components are kept as
+    they are (the file may be about to be created).
+
+    :raises ConfigFormatError: naming the link that leads outside ``root``, or for a link loop.
+    """
+    base = Path(os.path.abspath(root))
+    pending: List[str] = list(Path(os.path.abspath(path)).relative_to(base).parts)
+    current = base
+    links = 0
+    link: Optional[Path] = None  # the last link followed, named when its target escapes
+    while pending:
+        part = pending.pop(0)
+        if part in ("", "."):
+            continue
+        if part == "..":
+            if current == base:
+                shown = link.readlink() if link else path
+                raise ConfigFormatError(link or path, f"is a symbolic link to {shown}, which leads outside {base}; refusing to follow it")
+            current = current.parent
+            continue
+        candidate = current / part
+        if not candidate.is_symlink():
+            current = candidate
+            continue
+        links += 1
+        if links > MAX_LINKS:
+            raise ConfigFormatError(path, "has too many levels of symbolic links")
+        link = candidate
+        target = str(candidate.readlink())
+        if target.startswith("/"):
+            current = base
+        pending[:0] = list(PurePosixPath(target).parts[1:] if target.startswith("/") else PurePosixPath(target).parts)
+    return current
+
+
+def inode_flags(path: Path) -> int:
+    """The file's ``chattr`` flags (``FS_IOC_GETFLAGS``), or 0 when the filesystem has none."""
+    size = struct.calcsize("l")
+    # _IOR('f', 1, long): the direction bits sit higher on powerpc, mips and sparc
+    direction = (2 << 29) if platform.machine().startswith(("ppc", "mips", "sparc", "alpha")) else (2 << 30)
+    request = direction + (size << 16) + (ord("f") << 8) + 1  # distinct bits: + is |, which vermin misreads
+    try:
+        fd = os.open(path, os.O_RDONLY + os.O_NONBLOCK + os.O_NOFOLLOW)
+    except OSError:
+        return 0
+    try:
+        buffer = bytearray(size)
+        fcntl.ioctl(fd, request, buffer, True)
+        return int(struct.unpack("i", bytes(buffer[:4]))[0])  # the kernel writes an int
+    except OSError:
+        return 0
+    finally:
+        os.close(fd)
+
+
+def why_unwritable(path: Path) -> Optional[str]:
+    """Why :func:`atomic_write` could not write ``path``, as the rest of a sentence after the path; None if it can.
+
+    Reads only: the immutable and append-only flags of the file and its directory, a read-only
+    mount (``statvfs``), and the permissions this process has on both. A missing directory is
+    judged by the nearest one that exists, since :func:`atomic_write` creates the rest.
+    """
+    directory = path.parent
+    while not os.path.lexists(directory):
+        directory = directory.parent
+    if not directory.is_dir():
+        return f"cannot be written: {directory} is not a directory"
+    exists = os.path.lexists(path)
+    if exists and path.is_dir():
+        return "is a directory, not a file"
+    flags = inode_flags(path) if exists else 0
+    if flags & FS_IMMUTABLE_FL:
+        return "cannot be changed: it is immutable (chattr +i); clear the flag with chattr -i first"
+    if flags & FS_APPEND_FL:
+        return "cannot be changed: it is append-only (chattr +a); clear the flag with chattr -a first"
+    if os.statvfs(directory).f_flag & os.ST_RDONLY:
+        return "cannot be written: it is on a read-only filesystem"
+    if exists and not os.access(path, os.W_OK):
+        return f"is read-only for this user (mode {stat.S_IMODE(path.stat().st_mode):04o}); run as root or make it writable"
+    if inode_flags(directory) & (FS_IMMUTABLE_FL + FS_APPEND_FL):
+        return f"cannot be written: the directory {directory} is immutable or append-only (chattr); clear the flag first"
+    if not os.access(directory, os.W_OK + os.X_OK):
+        mode = stat.S_IMODE(directory.stat().st_mode)
+        return f"cannot be written: the directory {directory} is not writable (mode {mode:04o}) for this user"
+    return None
 
 
 def atomic_write(path: Path, data: bytes, *, mode: Optional[int] = None) -> None:
