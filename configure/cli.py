@@ -12,12 +12,15 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+import click
 import typer
 
-from configure import commands, live
+from configure import cdi as cdi_spec
+from configure import commands, live, runtimeclass, toolkit
 from configure.cli_extras import register_extras
 from configure.engine import RuntimeOptions
-from configure.engines import get_engine
+from configure.engines import KNOWN, get_engine
+from configure.validate import existing_root
 from plumbing.errors import ProblemsFound, UsageError
 from plumbing.output import emit_json, emit_lines, warn
 
@@ -38,7 +41,7 @@ class SystemdCgroup(str, Enum):
 
 ROOT_HELP = "Treat DIR as the node's / (like dpkg --root); every path is mapped under it."
 
-_ROOT = typer.Option(Path("/"), "--root", metavar="DIR", help=ROOT_HELP)
+_ROOT = typer.Option(Path("/"), "--root", metavar="DIR", help=ROOT_HELP, callback=existing_root)
 _CONFIG = typer.Option(None, "--config", metavar="PATH", help="Main config file (node path).")
 _DROP_IN = typer.Option(None, "--drop-in", metavar="PATH", help="Write our settings to this drop-in.")
 _NO_DROP_IN = typer.Option(False, "--no-drop-in", help="Edit the main config in place.")
@@ -161,13 +164,22 @@ def _configure(engine_name: str, options: RuntimeOptions, dry_run: bool, as_json
         emit_lines(lines)
 
 
-_REPORT_RUNTIME = typer.Option("containerd", "--runtime", help="Engine to read back: containerd, docker or crio.")
+#: what ``configure revert --runtime`` can name: the engines and the other files configure writes
+REVERTIBLE = (*KNOWN, cdi_spec.ENGINE, toolkit.ENGINE, runtimeclass.ENGINE)
+
+_REPORT_RUNTIME = typer.Option(
+    "containerd", "--runtime", click_type=click.Choice(KNOWN), help="Engine to read back: containerd, docker or crio."
+)
 _REPORT_RUNTIME_NAME = typer.Option(None, "--runtime-name", help="Runtime to describe (default: as configured).")
 _REPORT_CONFIG = typer.Option(
     None, "--config", metavar="PATH", help="Main config to read (default: the one configure edited)."
 )
-_VERIFY_RUNTIME = typer.Option(None, "--runtime", help="Engine(s) to check (default: those configured).")
-_REVERT_RUNTIME = typer.Option(None, "--runtime", help="Engine(s) to restore (default: all changed).")
+_VERIFY_RUNTIME = typer.Option(
+    None, "--runtime", click_type=click.Choice(KNOWN), help="Engine(s) to check (default: those configured)."
+)
+_REVERT_RUNTIME = typer.Option(
+    None, "--runtime", click_type=click.Choice(REVERTIBLE), help="What to restore, repeatable (default: all changed)."
+)
 _FORCE = typer.Option(False, "--force", help="Restore even files edited after gpu-airgap wrote them.")
 
 

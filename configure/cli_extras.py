@@ -11,11 +11,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+import click
 import typer
 
 from configure import cdi, commands, runtimeclass, toolkit
 from configure.changes import read_optional, unified_diff
 from configure.engine import ConfigPlan
+from configure.validate import existing_root
 from plumbing.fsutil import rooted
 from plumbing.output import emit_json, emit_lines, warn
 from plumbing.textio import decode_utf8
@@ -58,8 +60,11 @@ def render_result(result: Dict[str, Any], as_json: bool) -> None:
     emit_lines(lines)
 
 
-_ROOT = typer.Option("/", "--root", metavar="DIR", help=ROOT_HELP)
-_MODE = typer.Option(None, "--mode", help=f"Runtime mode: {'|'.join(toolkit.MODES)}; without it, show the current mode.")
+_ROOT = typer.Option("/", "--root", metavar="DIR", help=ROOT_HELP, callback=existing_root)
+_MODE = typer.Option(
+    None, "--mode", click_type=click.Choice(toolkit.MODES),
+    help=f"Runtime mode: {'|'.join(toolkit.MODES)}; without it, show the current mode.",
+)  # fmt: skip
 _DRY_RUN = typer.Option(False, "--dry-run", help="Print the diff instead of writing.")
 _JSON = typer.Option(False, "--json", help="Print one JSON object.")
 _CDI_OUTPUT = typer.Option(cdi.CDI_SPEC, "--output", help="Node path of the CDI spec.")

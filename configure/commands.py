@@ -72,8 +72,10 @@ class ConfigureResult:
 def configure_engine(engine: Engine, options: RuntimeOptions, *, dry_run: bool = False) -> ConfigureResult:
     """Plan ``engine`` for ``options`` and, unless ``dry_run``, apply it with journaled backups.
 
+    :raises UsageError: for options no engine can use (:meth:`RuntimeOptions.validate`).
     :raises ConfigFormatError: when a file cannot be parsed or written; nothing is written then.
     """
+    options.validate()
     plan = engine.plan(options)
     if dry_run or not plan.changed:
         return ConfigureResult(plan, dry_run)

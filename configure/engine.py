@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Protocol
 
 from configure.changes import FileChange
+from configure.validate import check_runtime_name, check_runtime_path, existing_root
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,12 @@ class RuntimeOptions:
     cdi: bool = False
     systemd_cgroup: str = "auto"  #: auto | true | false
     hook: bool = False  #: CRI-O/podman: write the OCI hook instead of a runtime entry
+
+    def validate(self) -> None:
+        """:raises UsageError: for a runtime name or path no engine can use, or a root that is not a directory."""
+        check_runtime_name(self.runtime_name)
+        check_runtime_path(self.runtime_path)
+        existing_root(self.root)
 
 
 @dataclass

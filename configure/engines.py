@@ -11,6 +11,7 @@ from configure.containerd import ContainerdEngine
 from configure.crio import CrioEngine
 from configure.docker import DockerEngine
 from configure.engine import Engine
+from configure.validate import ENGINES
 from plumbing.errors import UsageError
 
 EngineFactory = Callable[[], Engine]
@@ -22,7 +23,7 @@ _FACTORIES: Dict[str, EngineFactory] = {
 }
 
 #: every engine the command line offers, whether or not this build has it yet
-KNOWN = ("containerd", "docker", "crio")
+KNOWN = ENGINES
 
 
 def engine_names() -> List[str]:

@@ -17,6 +17,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from configure.changes import Journal, apply_changes, read_optional, revert, unified_diff
 from configure.engine import ConfigPlan
+from configure.validate import existing_root
 from installer import preflight
 from installer.backend import PackageBackend
 from installer.env import CDI_SPEC, SERVICE_UNITS, NodeEnv
@@ -26,6 +27,7 @@ from installer.target import install_order
 from installer.workspace import node_lock, staging
 from plumbing.errors import CommandError, ToolError, UsageError
 from plumbing.fsutil import is_live_root, rooted
+from plumbing.gpg import check_key_file
 
 
 @dataclass
@@ -79,10 +81,8 @@ def install(bundle: Path, keyring: Path, options: InstallOptions, env: NodeEnv) 
     root = options.root
     if not bundle.is_file():
         raise UsageError(f"the bundle {bundle} does not exist")
-    if not keyring.is_file():
-        raise UsageError(f"the operator key {keyring} does not exist")
-    if not root.is_dir():
-        raise UsageError(f"the root {root} is not a directory")
+    check_key_file(keyring)
+    existing_root(root)
     with node_lock(root) as state_dir, staging(state_dir) as stage:
         _say(env, f"verifying {bundle.name} with {keyring}")
         plan = plan_install(env.opener(bundle, keyring, stage), options, env)

@@ -12,8 +12,10 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+import click
 import typer
 
+from configure.validate import CDI_CHOICES, ENGINES, RUNTIME_CHOICES, existing_root
 from installer import oci_cli
 from plumbing.errors import ExitCode
 from plumbing.output import emit_json, emit_lines
@@ -27,11 +29,11 @@ def _progress(line: str) -> None:
 
 _BUNDLE = typer.Argument(..., help="The signed bundle (.tar, .tar.zst, the first of its parts, or oci://HOST/REPO:TAG|@sha256:…).")
 _KEYRING = typer.Option(..., "--keyring", help="The operator's public key file; nothing else is trusted.")
-_ROOT = typer.Option("/", "--root", metavar="DIR", help=ROOT_HELP)
-_RUNTIME = typer.Option("auto", "--runtime", help="auto | containerd | docker | crio | none")
+_ROOT = typer.Option("/", "--root", metavar="DIR", help=ROOT_HELP, callback=existing_root)
+_RUNTIME = typer.Option("auto", "--runtime", click_type=click.Choice(RUNTIME_CHOICES), help="auto | containerd | docker | crio | none")
 _RUNTIME_NAME = typer.Option("nvidia", "--runtime-name", help="Name of the runtime entry.")
 _SET_AS_DEFAULT = typer.Option(False, "--set-as-default", help="Make it the engine's default runtime.")
-_CDI = typer.Option("auto", "--cdi", help="auto (when a driver is present) | on | off")
+_CDI = typer.Option("auto", "--cdi", click_type=click.Choice(CDI_CHOICES), help="auto (when a driver is present) | on | off")
 _HOLD = typer.Option(False, "--hold", help="Keep the node on this release (dpkg hold / dnf versionlock).")
 _ALLOW_DOWNGRADE = typer.Option(False, "--allow-downgrade", help="Install over newer versions.")
 _NO_RESTART = typer.Option(False, "--no-restart", help="Do not restart changed engines.")
@@ -39,7 +41,9 @@ _DRY_RUN = typer.Option(False, "--dry-run", help="Print the plan and change noth
 _JSON = typer.Option(False, "--json", help="Print one JSON object.")
 _KEEP_PACKAGES = typer.Option(False, "--keep-packages", help="Restore the configuration only.")
 _FORCE = typer.Option(False, "--force", help="Restore files even if they were edited since the install.")
-_ENGINE = typer.Option([], "--engine", help="Restart this engine instead of the pending ones; repeat.")
+_ENGINE = typer.Option(
+    [], "--engine", click_type=click.Choice(ENGINES), help="Restart this engine instead of the pending ones; repeat."
+)
 _STATUS_RUNTIME_NAME = typer.Option("nvidia", "--runtime-name", help="Runtime to look for when nothing was recorded.")
 
 

@@ -78,10 +78,10 @@ def local_bundle(
         return
     from installer.oci.reference import parse_reference
     from installer.oci.transfer import fetched
+    from plumbing.gpg import check_key_file
 
     ref = parse_reference(bundle)
-    if not Path(keyring).is_file():  # before the download, not after it
-        raise UsageError(f"the operator key {keyring} does not exist")
+    check_key_file(keyring)  # before the download, not after it
     access = registry_access(ref.host, username, password_stdin, ca_file, plain_http)
     with fetched(ref, access, _progress) as pulled:
         yield pulled.entry
@@ -107,12 +107,12 @@ def push_command(
     from installer.oci.client import RegistryClient
     from installer.oci.reference import parse_reference
     from installer.oci.transfer import push_bundle
+    from plumbing.gpg import check_key_file
 
     ref = parse_reference(reference)
     if not file.is_file():
         raise UsageError(f"the bundle {file} does not exist")
-    if not keyring.is_file():
-        raise UsageError(f"the operator key {keyring} does not exist")
+    check_key_file(keyring)
     client = RegistryClient.for_reference(ref, registry_access(ref.host, username, password_stdin, ca_file, plain_http))
     result = push_bundle(file, ref, keyring, client, _progress)
     if json_output:
@@ -141,10 +141,10 @@ def pull_command(
     """Fetch a bundle from an OCI registry by digest and verify it like `bundle verify`; write it only if it verifies."""
     from installer.oci.reference import parse_reference
     from installer.oci.transfer import pull_verified
+    from plumbing.gpg import check_key_file
 
     ref = parse_reference(reference)
-    if not keyring.is_file():
-        raise UsageError(f"the operator key {keyring} does not exist")
+    check_key_file(keyring)
     if not output_path.is_dir() and not output_path.parent.is_dir():
         raise UsageError(f"the directory of --output {output_path} does not exist")
     access = registry_access(ref.host, username, password_stdin, ca_file, plain_http)

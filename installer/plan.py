@@ -15,15 +15,13 @@ from typing import Dict, List, Optional, Tuple
 
 from configure.engine import ConfigPlan, RuntimeOptions
 from configure.nodefacts import NodeFacts
+from configure.validate import CDI_CHOICES, RUNTIME_CHOICES, check_runtime_name
 from installer import preflight
 from installer.backend import PackageBackend
 from installer.env import NodeEnv
 from installer.state import NodeState, load_state
 from installer.target import StagedBundle, StagedTarget, pick_target
 from plumbing.errors import UsageError
-
-RUNTIME_CHOICES = ("auto", "containerd", "docker", "crio", "none")
-CDI_CHOICES = ("auto", "on", "off")
 
 
 @dataclass(frozen=True)
@@ -46,8 +44,7 @@ class InstallOptions:
             raise UsageError(f"--runtime must be one of {', '.join(RUNTIME_CHOICES)}, not {self.runtime!r}")
         if self.cdi not in CDI_CHOICES:
             raise UsageError(f"--cdi must be one of {', '.join(CDI_CHOICES)}, not {self.cdi!r}")
-        if not self.runtime_name or not self.runtime_name.replace("-", "").replace("_", "").isalnum():
-            raise UsageError(f"--runtime-name {self.runtime_name!r} must be letters, digits, '-' or '_'")
+        check_runtime_name(self.runtime_name)
 
 
 @dataclass(frozen=True)

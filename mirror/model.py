@@ -11,6 +11,11 @@ from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 
+#: NVIDIA's channels (``--channel``) and the bundle compressions (``--compression``), here so the
+#: command line can offer them without importing the modules that work with them
+CHANNELS = ("stable", "experimental")
+COMPRESSIONS = ("zstd", "xz", "gzip", "none")
+
 
 class PackageFormat(str, Enum):
     """The two package worlds NVIDIA publishes."""

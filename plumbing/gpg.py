@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import stat
 import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -32,7 +33,7 @@ from typing import Optional, Union
 
 import gnupg
 
-from plumbing.errors import SignatureError, ToolError
+from plumbing.errors import SignatureError, ToolError, UsageError
 
 _BEGIN_SIGNED = b"-----BEGIN PGP SIGNED MESSAGE-----"
 _BEGIN_SIG = b"-----BEGIN PGP SIGNATURE-----"
@@ -57,6 +58,34 @@ class VerifiedText:
     text: str
     fingerprint: str
     signed_at: Optional[datetime]
+
+
+_FILE_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISFIFO, "a named pipe"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def check_key_file(path: Union[str, os.PathLike[str]]) -> None:
+    """Refuse a ``--keyring`` that is not a key file, saying what it is (every command taking a key calls this).
+
+    :raises UsageError: when ``path`` is missing, a directory, a device such as ``/dev/null``, a pipe or
+        socket, or an empty file.
+    """
+    try:
+        info = Path(path).stat()
+    except FileNotFoundError:
+        raise UsageError(f"the key file {path} does not exist") from None
+    except OSError as exc:
+        raise UsageError(f"cannot read the key file {path}: {exc.strerror or exc}") from exc
+    for test, kind in _FILE_KINDS:
+        if test(info.st_mode):
+            raise UsageError(f"the key file {path} is {kind}, not a public key file (gpg --export KEY > FILE)")
+    if info.st_size == 0:
+        raise UsageError(f"the key file {path} is empty, not a public key (gpg --export KEY > FILE)")
 
 
 class Keyring:
@@ -85,6 +114,7 @@ class Keyring:
 
         :param paths: public key files (``gpg --export`` output, armored or not).
         :param pinned_fingerprint: when given, the keyring must hold exactly this primary key.
+        :raises UsageError: when a path is not a key file at all (:func:`check_key_file`).
         :raises SignatureError: when a file holds no key or the pinned fingerprint does not match.
         :raises ToolError: when a key file cannot be read or gpg is missing.
         """
@@ -96,6 +126,7 @@ class Keyring:
             # agent that outlives the temporary home.
             gpg = _new_gpg(home, ["--no-autostart"])
             for path in paths:
+                check_key_file(path)
                 try:
                     data = Path(path).read_bytes()
                 except OSError as exc:

@@ -82,7 +82,7 @@ def test_verify_lists_every_problem_with_a_non_zero_exit(tmp_path: Path) -> None
 def test_unknown_engine_in_this_build_is_a_clear_usage_error(tmp_path: Path) -> None:
     result = run_cli("configure", "report", "--root", str(tmp_path), "--runtime", "podman")
     assert result.exit_code == ExitCode.USAGE
-    assert "podman is not supported" in result.stderr
+    assert "Invalid value for '--runtime': 'podman' is not one of 'containerd', 'docker', 'crio'" in result.stderr
 
 
 def test_invalid_config_is_a_config_error_naming_the_file(tmp_path: Path) -> None:

@@ -161,9 +161,7 @@ def test_out_writes_the_same_manifests_to_a_file(operator_key: TestKey, tmp_path
         (["--bundle-url", "http://x/b", "--keyring-configmap", "k", "--node-selector", "gpu"], "must be LABEL=VALUE"),
         (["--bundle-url", "http://x/b", "--keyring-configmap", "k", "--toleration", "gpu:Sometimes"], "must be KEY[=VALUE][:EFFECT]"),
         (["--bundle-url", "http://x/b", "--keyring-configmap", "k", "--namespace", "GPU"], "must be a lowercase DNS label"),
-        (["--bundle-url", "http://x/b", "--keyring-configmap", "k", "--runtime", "podman"], "--runtime must be one of"),
         (["--bundle-url", "http://x/b", "--keyring-configmap", "k", "--runtime-name", "Nvidia"], "must be a lowercase DNS"),
-        (["--bundle-url", "http://x/b", "--keyring-configmap", "k", "--tools", "chroot"], "--tools must be one of host, image"),
     ],
 )
 def test_bad_options_are_one_sentence_usage_errors(args: List[str], message: str, tmp_path: Path) -> None:
@@ -179,7 +177,7 @@ def test_a_keyring_that_is_not_an_armored_public_key_is_refused(tmp_path: Path) 
     result = run_cli("fleet", "k8s", "--bundle-url", "http://x/b", "--keyring", str(bad))
     assert result.exit_code == 2 and "is not an armored public key" in result.stderr, result.stderr
     missing = run_cli("fleet", "k8s", "--bundle-url", "http://x/b", "--keyring", str(tmp_path / "nope.asc"))
-    assert missing.exit_code == 2 and "cannot read the operator key" in missing.stderr, missing.stderr
+    assert missing.exit_code == 2 and "nope.asc does not exist" in missing.stderr, missing.stderr
 
 
 def test_rendering_is_pure_and_repeatable() -> None:

@@ -45,6 +45,7 @@ def test_relative_output_is_written_relative_to_the_current_directory(
 ) -> None:
     monkeypatch.chdir(tmp_path)
     root = tmp_path / "root"
+    root.mkdir()
     result = run_cli("configure", "runtimeclass", "--root", str(root), "--output", "rc.yaml", "--name", "gpu")
     assert result.exit_code == 0
     assert yaml.safe_load((tmp_path / "rc.yaml").read_text())["metadata"]["name"] == "gpu"

@@ -128,4 +128,4 @@ def test_cli_sets_reports_and_dry_runs(tmp_path: Path) -> None:
     assert shown.stdout.strip() == "MODE=cdi"
     bad = run_cli("configure", "toolkit", "--root", str(tmp_path), "--mode", "fast")
     assert bad.exit_code == ExitCode.USAGE
-    assert "unknown runtime mode 'fast'" in bad.stderr
+    assert "Invalid value for '--mode': 'fast' is not one of 'auto', 'cdi'" in bad.stderr

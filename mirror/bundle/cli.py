@@ -8,19 +8,21 @@ from __future__ import annotations
 from pathlib import Path
 from typing import List, Optional
 
+import click
 import typer
 
+from mirror.model import CHANNELS, COMPRESSIONS
 from plumbing import output
 from plumbing.errors import UsageError
 
 _MIRROR = typer.Option(..., "--mirror", help="The mirror directory (from `gpu-airgap mirror sync`).")
 _VERSION = typer.Option("latest", "--version", help="Toolkit release: latest, 1.17.8 or 1.17.8-1.")
-_CHANNEL = typer.Option(None, "--channel", help="stable or experimental (default: the mirror's).")
+_CHANNEL = typer.Option(None, "--channel", click_type=click.Choice(CHANNELS), help="stable or experimental (default: the mirror's).")
 _TARGET = typer.Option([], "--target", help="deb/amd64, rpm/x86_64, …; repeat for several.")
 _SIGN_KEY = typer.Option(..., "--sign-key", help="The operator's secret key (fingerprint or key id).")
 _GNUPGHOME = typer.Option(None, "--gnupghome", help="gpg home holding the secret key.")
 _OUTPUT_FILE = typer.Option(..., "--output", help="The bundle file to write.")
-_COMPRESSION = typer.Option("zstd", "--compression", help="zstd, xz, gzip or none (nodes without zstd: xz).")
+_COMPRESSION = typer.Option("zstd", "--compression", click_type=click.Choice(COMPRESSIONS), help="zstd, xz, gzip or none (nodes without zstd: xz).")
 _SPLIT = typer.Option(None, "--split", help="Write parts of at most this size (650M, 4G) plus a signed checksum list.")
 _LOCKED = typer.Option(None, "--locked", help="Take exactly the set in this lockfile (gpu-airgap.lock).")
 _JSON_OUTPUT = typer.Option(False, "--json", help="Print one JSON object.")
@@ -47,7 +49,6 @@ def build_command(
     """Build one signed offline bundle from a mirror."""
     from mirror.bundle.build import build_bundle, parse_size
     from mirror.bundle.source import parse_target
-    from mirror.bundle.tar import COMPRESSIONS
     from mirror.lockfile import Lockfile
 
     if compression not in COMPRESSIONS:

@@ -35,13 +35,13 @@ from typing import BinaryIO, Callable, Final
 import zstandard
 
 from mirror.errors import PackageChangedError
+from mirror.model import COMPRESSIONS
 from plumbing.errors import ToolError, UsageError
 
 CHUNK: Final = 1 << 20
 WRITEBACK: Final = 8 << 20  #: start writing output back to disk every this many bytes
 ZSTD_LEVEL: Final = 3
 ZSTD_THREADS: Final = 0
-COMPRESSIONS: Final = ("zstd", "xz", "gzip", "none")
 SUFFIX: Final = {"zstd": ".tar.zst", "xz": ".tar.xz", "gzip": ".tar.gz", "none": ".tar"}
 
 

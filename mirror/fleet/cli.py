@@ -9,11 +9,14 @@ from importlib import resources
 from pathlib import Path
 from typing import List, Optional
 
+import click
 import typer
 
+from configure.validate import CDI_CHOICES
 from mirror.fleet import k8s as fleet_k8s
 from plumbing.errors import UsageError
 from plumbing.fsutil import atomic_write
+from plumbing.gpg import check_key_file
 from plumbing.output import emit_lines
 
 fleet_app = typer.Typer(help="Roll the toolkit out to many nodes: Kubernetes manifests (Ansible: deploy/ansible).", no_args_is_help=True)
@@ -33,7 +36,7 @@ _KEYRING_CONFIGMAP = typer.Option(
     None, "--keyring-configmap", metavar="NAME", help="An existing ConfigMap with the key under 'operator.asc'."
 )
 _TOOLS = typer.Option(
-    "host", "--tools", help="host: the node's own python3, gpg and dpkg/rpm under chroot (default) | image: the image's."
+    "host", "--tools", click_type=click.Choice(fleet_k8s.TOOLS), help="host: the node's own python3, gpg and dpkg/rpm under chroot (default) | image: the image's."
 )
 _IMAGE = typer.Option(
     None, "--image", help="Container image. Default busybox:1.36 with --tools host (sh, cp, chroot), "
@@ -47,10 +50,10 @@ _NODE_SELECTOR = typer.Option(
 _TOLERATION = typer.Option(
     list(fleet_k8s.DEFAULT_TOLERATIONS), "--toleration", metavar="KEY[=VALUE][:EFFECT]", help="Repeat for several."
 )
-_RUNTIME = typer.Option("auto", "--runtime", help="auto | containerd | docker | crio | none")
+_RUNTIME = typer.Option("auto", "--runtime", click_type=click.Choice(fleet_k8s.RUNTIMES), help="auto | containerd | docker | crio | none")
 _RUNTIME_NAME = typer.Option("nvidia", "--runtime-name", help="Runtime name, also the RuntimeClass name and handler.")
 _SET_AS_DEFAULT = typer.Option(False, "--set-as-default", help="Make it the engine's default runtime (not advised).")
-_CDI = typer.Option("auto", "--cdi", help="auto (when a driver is present) | on | off")
+_CDI = typer.Option("auto", "--cdi", click_type=click.Choice(CDI_CHOICES), help="auto (when a driver is present) | on | off")
 _HOLD = typer.Option(False, "--hold", help="Keep the nodes on this release.")
 _NO_RUNTIMECLASS = typer.Option(False, "--no-runtimeclass", help="Leave the RuntimeClass out.")
 _OUT = typer.Option("-", "--out", metavar="FILE|-", help="Write the manifests here (- is stdout).")
@@ -91,6 +94,7 @@ def k8s_command(
 
 
 def _read_key(path: Path) -> str:
+    check_key_file(path)
     try:
         data = path.read_bytes()
     except OSError as exc:

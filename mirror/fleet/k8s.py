@@ -30,6 +30,7 @@ from urllib.parse import urlparse
 import yaml
 
 from configure import runtimeclass
+from configure.validate import CDI_CHOICES, RUNTIME_CHOICES
 from plumbing.errors import UsageError
 from plumbing.version import VERSION
 
@@ -42,8 +43,7 @@ DEFAULT_TOLERATIONS = ("nvidia.com/gpu:NoSchedule",)
 KEYRING_KEY = "operator.asc"  #: the key's name in the keyring ConfigMap
 BUNDLE_KEY = "bundle"  #: the bundle's name in the bundle ConfigMap (binaryData)
 HOST_ROOT = "/host"
-RUNTIMES = ("auto", "containerd", "docker", "crio", "none")
-CDI_CHOICES = ("auto", "on", "off")
+RUNTIMES = RUNTIME_CHOICES
 EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _LABEL_NAME = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")

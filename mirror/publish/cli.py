@@ -52,6 +52,7 @@ def publish_command(
     from mirror.signing import OperatorKey
     from mirror.store import MirrorState
     from mirror.trust import open_keyring
+    from plumbing.gpg import check_key_file
 
     url = normalize_base_url(base_url)
     if not valid_keyring_name(keyring_name):  # usage errors first; publish() checks again for library callers
@@ -62,6 +63,8 @@ def publish_command(
         raise UsageError("name the operator key with --sign-key (or keep upstream's signatures with --preserve-upstream)")
     if keyring is not None and not preserve_upstream:
         raise UsageError("--keyring only applies with --preserve-upstream")
+    if keyring is not None:
+        check_key_file(keyring)
     # --out and the mirror are checked before the key is looked up, so their errors are the ones reported.
     check_target(out, dest)
     MirrorState.load(dest)

@@ -9,10 +9,11 @@ import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, List, Optional
 
+import click
 import typer
 
 from mirror.lockfile import Lockfile
-from mirror.model import PackageFormat
+from mirror.model import CHANNELS, PackageFormat
 from mirror.versions import sort_key
 from plumbing import output
 from plumbing.errors import ProblemsFound, UsageError
@@ -42,7 +43,7 @@ def add_sync_commands(app: typer.Typer) -> None:
 
 _DEST = typer.Option(..., "--dest", help="The mirror directory.")
 _UPSTREAM = typer.Option(DEFAULT_UPSTREAM, "--upstream", help="Base URL of NVIDIA's repositories.")
-_CHANNEL = typer.Option("stable", "--channel", help="stable or experimental (release candidates).")
+_CHANNEL = typer.Option("stable", "--channel", click_type=click.Choice(CHANNELS), help="stable or experimental (release candidates).")
 _FORMAT = typer.Option("deb,rpm", "--format", help="Package formats, comma-separated: deb, rpm.")
 _ARCH = typer.Option(["amd64"], "--arch", help="Architectures (amd64/x86_64, arm64/aarch64, ppc64el); repeat or comma-separate.")
 _VERSION = typer.Option(
@@ -57,7 +58,6 @@ _WRITE_LOCK = typer.Option(None, "--write-lock", help="Record the synced set in 
 
 
 def _options(upstream: str, channel: str, fmt: str, arch: list[str], version: str, locked: Optional[Path]) -> sync_lib.SyncOptions:
-    from mirror.repo import CHANNELS
     from mirror.sync import core as sync_lib
     from mirror.sync.selectors import VersionSelector
 
