@@ -6,25 +6,34 @@ bytes would not change are never written (a second run says "already configured"
 renders :func:`unified_diff` instead of applying.
 
 The journal (``<root>/var/lib/gpu-airgap/configure/journal.json``) lists every write in order with
-the backup of the bytes it replaced, so :func:`revert` can restore the state before gpu-airgap's
-first change, byte for byte, including files that did not exist (they are removed again).
+the backup of the bytes it replaced and the directories it had to create, so :func:`revert` can
+restore the state before gpu-airgap's first change, byte for byte, including files that did not
+exist (they are removed again, with their new directories). A revert checks everything first
+(:func:`plan_revert`: every engine has entries, every backup is there, no file was edited since)
+and only then changes anything (:func:`apply_revert`); with ``force`` an edited file is kept beside
+the original as ``FILE.gpu-airgap-old``. An install run that fails rolls back only its own writes
+(:meth:`Journal.mark` and :meth:`Journal.undo_since`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import hashlib
 import json
+import os
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from plumbing.errors import ConfigFormatError, FileWriteError, ProblemsFound, ToolError
-from plumbing.fsutil import atomic_write, rooted
+from plumbing.fsutil import atomic_write, rooted, why_unwritable
 
 STATE_DIR = "/var/lib/gpu-airgap/configure"
+#: an admin's edit that ``revert --force`` / ``uninstall --force`` replaces is kept as FILE + this
+KEPT_SUFFIX = ".gpu-airgap-old"
 
 
 def write_config(path: Path, data: bytes, *, mode: Optional[int] = None) -> None:
@@ -36,7 +45,19 @@ def write_config(path: Path, data: bytes, *, mode: Optional[int] = None) -> None
     try:
         atomic_write(path, data, mode=mode)
     except FileWriteError as exc:
-        raise ConfigFormatError(exc.path, exc.detail) from exc
+        # Say why in the words the checks before the write use (immutable, read-only mount, ...).
+        raise ConfigFormatError(exc.path, why_unwritable(path) or exc.detail) from exc
+
+
+def check_writable(paths: Sequence[Path]) -> None:
+    """Refuse before the first write when any of ``paths`` could not be written (nothing is changed).
+
+    :raises ConfigFormatError: naming the first file and why (immutable, read-only mount, permissions).
+    """
+    for path in paths:
+        reason = why_unwritable(path)
+        if reason is not None:
+            raise ConfigFormatError(path, reason)
 
 
 @dataclass(frozen=True)
@@ -65,6 +86,7 @@ class JournalEntry:
     time: float
     notes: Dict[str, Any] = field(default_factory=dict)  #: e.g. {"previous_default": "runc"}
     mode: Optional[int] = None  #: permission bits of the file before the write
+    created: List[str] = field(default_factory=list)  #: directories this write created, deepest first
 
 
 def read_optional(path: Path) -> Optional[bytes]:
@@ -92,6 +114,15 @@ def unified_diff(changes: Sequence[FileChange]) -> str:
     return "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in chunks)
 
 
+@dataclass(frozen=True)
+class JournalMark:
+    """The journal as it was at one moment (:meth:`Journal.mark`), to undo what came after."""
+
+    count: int  #: entries then
+    raw: Optional[bytes]  #: the journal file's bytes then (None: absent)
+    existed: Tuple[bool, bool]  #: whether the journal directory and its backups directory existed
+
+
 class Journal:
     """The append-only record of writes under one root, with their backups."""
 
@@ -99,6 +130,11 @@ class Journal:
         self.root = root
         self.directory = rooted(root, STATE_DIR)
         self.path = self.directory / "journal.json"
+        self.backups = self.directory / "backups"
+
+    def files(self) -> List[Path]:
+        """What recording a write writes: the journal and a backup (to check before writing)."""
+        return [self.path, self.backups / "backup"]
 
     def entries(self) -> List[JournalEntry]:
         """All recorded writes, oldest first."""
@@ -121,11 +157,15 @@ class Journal:
         if change.old is not None:
             mode = change.path.stat().st_mode & 0o7777
             stamp = time.strftime("%Y%m%dT%H%M%S")
-            backup_dir = self.directory / "backups"
             n = len(self.entries())
-            target = backup_dir / f"{stamp}-{n:04d}-{change.path.name}"
+            target = self.backups / f"{stamp}-{n:04d}-{change.path.name}"
             write_config(target, change.old, mode=0o600)
             backup = str(target)
+        created: List[str] = []
+        directory = change.path.parent
+        while not os.path.lexists(directory):
+            created.append(str(directory))
+            directory = directory.parent
         entry = JournalEntry(
             engine=engine,
             path=str(change.path),
@@ -134,62 +174,224 @@ class Journal:
             time=time.time(),
             notes=dict(notes or {}),
             mode=mode,
+            created=created,
         )
         self._save([*self.entries(), entry])
 
-    def forget(self, engine: str) -> None:
-        """Drop the entries of ``engine`` (after a successful revert)."""
-        self._save([e for e in self.entries() if e.engine != engine])
+    def forget(self, engines: Sequence[str]) -> None:
+        """Drop the entries of ``engines`` (after a successful revert)."""
+        self._save([e for e in self.entries() if e.engine not in engines])
+
+    def mark(self) -> JournalMark:
+        """Where the journal stands now; :meth:`undo_since` takes everything after it back."""
+        return JournalMark(len(self.entries()), read_optional(self.path), (self.directory.is_dir(), self.backups.is_dir()))
+
+    def undo_since(self, mark: JournalMark) -> List[Path]:
+        """Put back every file written after ``mark`` and the journal as it was then; return the files.
+
+        What an install run that fails does with its own writes: the bytes (or absence) of each file
+        before the run's first write to it, its backups deleted, the journal's bytes restored. A file
+        that cannot be put back keeps its journal entries and backup, so ``revert`` can retry it.
+
+        :raises ConfigFormatError: naming a file that could not be put back (the others were).
+        """
+        recent = self.entries()[mark.count :]
+        failed: Dict[Path, ToolError] = {}
+        restores = _restores(recent, None)
+        for restore in restores:
+            try:
+                _put_back(restore)
+            except ToolError as exc:
+                failed[restore.path] = exc
+        kept = [entry for entry in recent if Path(entry.path) in failed]
+        for entry in recent:
+            if entry.backup is not None and entry not in kept:
+                Path(entry.backup).unlink(missing_ok=True)
+        if kept:
+            self._save([*self.entries()[: mark.count], *kept])
+        elif mark.raw is None:
+            self.path.unlink(missing_ok=True)
+        else:
+            write_config(self.path, mark.raw, mode=0o600)
+        for directory, existed in zip((self.backups, self.directory), (mark.existed[1], mark.existed[0])):
+            if not existed:
+                with contextlib.suppress(OSError):
+                    directory.rmdir()
+        if failed:
+            raise next(iter(failed.values()))
+        return [r.path for r in restores]
+
+
+def check_can_apply(changes: Sequence[FileChange], journal: Journal) -> None:
+    """Refuse before the first write when any changed file, or the journal and backups recording it, cannot be written.
+
+    Permission is what the kernel grants this process: root may replace a 0444 file (as dpkg, sed -i
+    and ``vi :w!`` do), and the file keeps its mode; anyone else without write access is refused.
+
+    :raises ConfigFormatError: naming the file and why; nothing has been written.
+    """
+    changed = [change.path for change in changes if change.changed]
+    check_writable([*changed, *(journal.files() if changed else [])])
 
 
 def apply_changes(
     engine: str, changes: Sequence[FileChange], journal: Journal, notes: Optional[Dict[str, Any]] = None
 ) -> List[Path]:
-    """Write every changed file atomically, each after its backup is journaled; return what was written."""
+    """Write every changed file atomically, each after its backup is journaled; return what was written.
+
+    :raises ConfigFormatError: when a write fails; the files written before it are put back first.
+    """
     written: List[Path] = []
-    for change in changes:
-        if not change.changed:
-            continue
-        journal.record(engine, change, notes)
-        write_config(change.path, change.new, mode=change.mode)
-        written.append(change.path)
+    mark = journal.mark()
+    try:
+        for change in changes:
+            if not change.changed:
+                continue
+            journal.record(engine, change, notes)
+            write_config(change.path, change.new, mode=change.mode)
+            written.append(change.path)
+    except BaseException:
+        # All or nothing: a write that fails takes back this call's earlier writes and journal entries.
+        with contextlib.suppress(ToolError, OSError):
+            journal.undo_since(mark)
+        raise
     return written
+
+
+@dataclass(frozen=True)
+class Restore:
+    """One file a revert puts back, decided before anything changes."""
+
+    engine: str
+    path: Path
+    data: Optional[bytes]  #: the bytes before gpu-airgap's first write; None: it did not exist, delete it
+    mode: Optional[int]  #: its permission bits then
+    created: Tuple[str, ...]  #: directories gpu-airgap created for it, removed again when empty
+    edited: Optional[bytes] = None  #: the current bytes, when someone changed them after our last write
+
+    @property
+    def action(self) -> str:
+        """``restore`` or ``delete``."""
+        return "delete" if self.data is None else "restore"
+
+
+@dataclass
+class RevertPlan:
+    """Everything a revert of some engines will do; :func:`apply_revert` carries it out."""
+
+    engines: List[str]
+    restores: List[Restore]
+
+    @property
+    def problems(self) -> List[str]:
+        """Every file edited since gpu-airgap wrote it (a revert without ``force`` refuses)."""
+        return [f"{r.path} was edited after gpu-airgap wrote it (use --force to restore anyway)" for r in self.restores if r.edited is not None]
+
+
+@dataclass
+class RevertOutcome:
+    """What :func:`apply_revert` did."""
+
+    restored: List[Path] = field(default_factory=list)
+    deleted: List[Path] = field(default_factory=list)
+    kept: Dict[str, str] = field(default_factory=dict)  #: edited file -> where its edited bytes are kept
+
+
+def _restores(entries: Sequence[JournalEntry], engines: Optional[Sequence[str]]) -> List[Restore]:
+    """One :class:`Restore` per file in ``entries`` (of ``engines``): first backup, last digest, current edit.
+
+    :raises ToolError: when a backup is missing (nothing has changed yet).
+    """
+    first: Dict[str, JournalEntry] = {}
+    last: Dict[str, JournalEntry] = {}
+    for entry in entries:
+        if engines is None or entry.engine in engines:
+            first.setdefault(entry.path, entry)
+            last[entry.path] = entry
+    restores: List[Restore] = []
+    for path, entry in first.items():
+        data: Optional[bytes] = None
+        if entry.backup is not None:
+            data = read_optional(Path(entry.backup))
+            if data is None:
+                raise ToolError(f"the backup {entry.backup} of {path} is missing; cannot restore it")
+        current = read_optional(Path(path))
+        edited = current if current is not None and hashlib.sha256(current).hexdigest() != last[path].sha256 else None
+        restores.append(Restore(entry.engine, Path(path), data, entry.mode, tuple(entry.created), edited))
+    return restores
+
+
+def plan_revert(journal: Journal, engines: Sequence[str]) -> RevertPlan:
+    """Decide the revert of ``engines``: which file gets which bytes back; change nothing.
+
+    :raises ToolError: naming the first engine with nothing to revert, or a missing backup.
+    """
+    entries = journal.entries()
+    recorded = {entry.engine for entry in entries}
+    for engine in engines:
+        if engine not in recorded:
+            raise ToolError(f"nothing to revert: gpu-airgap has not changed any {engine} configuration under {journal.root}")
+    return RevertPlan(list(engines), _restores(entries, engines))
+
+
+def apply_revert(journal: Journal, plan: RevertPlan, *, force: bool = False) -> RevertOutcome:
+    """Carry out ``plan``; an edited file is first kept as ``FILE.gpu-airgap-old`` (``force`` only).
+
+    :param force: restore even files someone edited after our last write.
+    :raises ProblemsFound: listing every file edited since, unless ``force`` (nothing is changed then).
+    """
+    if plan.problems and not force:
+        raise ProblemsFound("refusing to revert", plan.problems)
+    outcome = RevertOutcome()
+    for restore in plan.restores:
+        if restore.edited is not None:
+            outcome.kept[str(restore.path)] = str(_keep_aside(restore.path, restore.edited))
+        _put_back(restore)
+        (outcome.deleted if restore.data is None else outcome.restored).append(restore.path)
+    journal.forget(plan.engines)
+    return outcome
 
 
 def revert(engine: str, journal: Journal, *, force: bool = False) -> List[Path]:
     """Restore every file ``engine`` changed to its bytes before gpu-airgap's first change.
 
-    :param force: restore even files someone edited after our last write (their edits are lost).
+    :param force: restore even files someone edited after our last write (kept as ``FILE.gpu-airgap-old``).
     :raises ProblemsFound: listing every file edited since, unless ``force``.
     :raises ToolError: when there is nothing to revert.
     """
-    entries = [e for e in journal.entries() if e.engine == engine]
-    if not entries:
-        raise ToolError(f"nothing to revert: gpu-airgap has not changed any {engine} configuration here")
-    first: Dict[str, JournalEntry] = {}
-    last: Dict[str, JournalEntry] = {}
-    for entry in entries:
-        first.setdefault(entry.path, entry)
-        last[entry.path] = entry
-    problems = []
-    for path, entry in last.items():
-        current = read_optional(Path(path))
-        if current is not None and hashlib.sha256(current).hexdigest() != entry.sha256:
-            problems.append(f"{path} was edited after gpu-airgap wrote it (use --force to restore anyway)")
-    if problems and not force:
-        raise ProblemsFound("refusing to revert", problems)
-    restored: List[Path] = []
-    for path, entry in first.items():
-        target = Path(path)
-        if entry.backup is None:
-            target.unlink(missing_ok=True)
-            restored.append(target)
-            continue
-        data = read_optional(Path(entry.backup))
-        if data is None:
-            raise ToolError(f"the backup {entry.backup} of {path} is missing; cannot restore it")
-        # An existing file keeps its owner and mode; a deleted one gets the mode it had.
-        write_config(target, data, mode=entry.mode)
-        restored.append(target)
-    journal.forget(engine)
-    return restored
+    plan = plan_revert(journal, [engine])
+    apply_revert(journal, plan, force=force)
+    return [restore.path for restore in plan.restores]
+
+
+def _put_back(restore: Restore) -> None:
+    if restore.data is not None and read_optional(restore.path) == restore.data:
+        return  # the write never happened, or was already undone: nothing to put back
+    if restore.data is None:
+        restore.path.unlink(missing_ok=True)
+        for directory in restore.created:  # deepest first; a directory someone filled since stays
+            with contextlib.suppress(OSError):
+                Path(directory).rmdir()
+        return
+    # An existing file keeps its owner and mode; a deleted one gets the mode it had.
+    write_config(restore.path, restore.data, mode=restore.mode)
+
+
+def kept_name(path: Path) -> Path:
+    """Where an admin's edit of ``path`` is kept: ``FILE.gpu-airgap-old`` (``.1``, ``.2``, … when taken).
+
+    No engine reads that name: containerd imports, CRI-O drop-ins and CDI specs need their own suffixes.
+    """
+    target = path.with_name(path.name + KEPT_SUFFIX)
+    n = 0
+    while os.path.lexists(target):
+        n += 1
+        target = path.with_name(f"{path.name}{KEPT_SUFFIX}.{n}")
+    return target
+
+
+def _keep_aside(path: Path, data: bytes) -> Path:
+    """Write ``data`` (an admin's edit) to :func:`kept_name`, with the file's mode; never overwrite a copy."""
+    target = kept_name(path)
+    write_config(target, data, mode=path.stat().st_mode & 0o7777 if path.exists() else 0o600)
+    return target

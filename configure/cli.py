@@ -180,7 +180,10 @@ _VERIFY_RUNTIME = typer.Option(
 _REVERT_RUNTIME = typer.Option(
     None, "--runtime", click_type=click.Choice(REVERTIBLE), help="What to restore, repeatable (default: all changed)."
 )
-_FORCE = typer.Option(False, "--force", help="Restore even files edited after gpu-airgap wrote them.")
+_FORCE = typer.Option(
+    False, "--force", help="Restore even files edited after gpu-airgap wrote them (the edit is kept as FILE.gpu-airgap-old)."
+)
+_REVERT_DRY_RUN = typer.Option(False, "--dry-run", help="Print what would be restored and deleted; change nothing.")
 
 
 def report_command(
@@ -252,10 +255,23 @@ def revert_command(
     root: Path = _ROOT,
     runtime: Optional[List[str]] = _REVERT_RUNTIME,
     force: bool = _FORCE,
+    dry_run: bool = _REVERT_DRY_RUN,
+    as_json: bool = _JSON,
 ) -> None:
     """Restore every file configure changed, byte for byte, from the journaled backups."""
-    restored = commands.revert_engines(root, runtime or None, force=force)
-    emit_lines([*(f"{'restored' if path.exists() else 'deleted (gpu-airgap had created it)'} {path}" for path in restored), "reverted: restart the engine(s) to apply"])
+    result = commands.revert_engines(root, runtime or None, force=force, dry_run=dry_run)
+    if as_json:
+        emit_json(result.to_dict())
+        return
+    verbs = {"restore": "would restore", "delete": "would delete", "keep": "would keep"} if dry_run else {
+        "restore": "restored", "delete": "deleted", "keep": "kept"}  # fmt: skip
+    lines = [
+        f"{verbs['restore']} {r.path}" if r.action == "restore" else f"{verbs['delete']} {r.path} (gpu-airgap had created it)"
+        for r in result.plan.restores
+    ]
+    lines += [f"{verbs['keep']} your edit of {path} as {copy}" for path, copy in result.outcome.kept.items()]
+    lines.append("dry run: nothing changed" if dry_run else "reverted: restart the engine(s) to apply")
+    emit_lines(lines)
 
 
 add_configure_commands(app)

@@ -15,25 +15,28 @@ registered, else empty), ``RUNTIME_PATH`` (the binary), ``DEFAULT`` (the default
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
 from configure.cdi import CDI_SPEC, check_spec, missing_host_paths
 from configure.changes import (
-    FileChange,
     Journal,
+    RevertOutcome,
+    RevertPlan,
     apply_changes,
+    apply_revert,
+    check_can_apply,
+    kept_name,
+    plan_revert,
     read_optional,
-    revert,
     unified_diff,
 )
 from configure.crio import OCI_HOOK, hook_problems
 from configure.engine import ConfigPlan, Engine, RuntimeOptions
 from configure.engines import engine_names, get_engine
 from configure.runtimeclass import read_record
-from plumbing.errors import ConfigFormatError, ProblemsFound
+from plumbing.errors import ProblemsFound, ToolError
 from plumbing.fsutil import rooted
 
 #: where a bare runtime path (docker's ``nvidia-container-runtime``) is looked for under the root
@@ -87,25 +90,9 @@ def write_plan(plan: ConfigPlan, root: Path) -> List[Path]:
 
     :raises ConfigFormatError: when a file cannot be written; nothing is written then.
     """
-    check_writable(plan.changes)
-    return apply_changes(plan.engine, plan.changes, Journal(root), plan.notes)
-
-
-def check_writable(changes: Sequence[FileChange]) -> None:
-    """Refuse before the first write when any file of the plan cannot be written, so none is half-applied.
-
-    Permission is what the kernel grants this process: root may replace a 0444 file (as dpkg, sed -i
-    and ``vi :w!`` do), and the file keeps its mode; anyone else without write access is refused.
-    """
-    for change in changes:
-        if not change.changed or not change.path.exists():
-            continue
-        if not os.access(change.path, os.W_OK) or not os.access(change.path.parent, os.W_OK):
-            mode = change.path.stat().st_mode
-            raise ConfigFormatError(
-                change.path,
-                f"is read-only for this user (mode {mode & 0o7777:04o}); run as root or make it writable",
-            )
+    journal = Journal(root)
+    check_can_apply(plan.changes, journal)
+    return apply_changes(plan.engine, plan.changes, journal, plan.notes)
 
 
 def engine_notes(journal: Journal, engine: str) -> Dict[str, Any]:
@@ -218,16 +205,47 @@ def verify(root: Path, engines: Optional[Sequence[str]] = None) -> List[str]:
     return passed
 
 
-def revert_engines(root: Path, engines: Optional[Sequence[str]] = None, *, force: bool = False) -> List[Path]:
-    """Restore every file the given engines' configure runs changed (all recorded engines by default)."""
+@dataclass
+class RevertResult:
+    """What ``configure revert`` did (or, with ``--dry-run``, would do)."""
+
+    plan: RevertPlan
+    dry_run: bool
+    outcome: RevertOutcome
+
+    def to_dict(self) -> Dict[str, Any]:
+        """The ``--json`` object."""
+        return {
+            "dry_run": self.dry_run,
+            "engines": self.plan.engines,
+            "restored": [str(r.path) for r in self.plan.restores if r.action == "restore"],
+            "deleted": [str(r.path) for r in self.plan.restores if r.action == "delete"],
+            "kept": self.outcome.kept,
+        }
+
+
+def revert_engines(
+    root: Path, engines: Optional[Sequence[str]] = None, *, force: bool = False, dry_run: bool = False
+) -> RevertResult:
+    """Restore every file the given engines' configure runs changed (all recorded engines by default).
+
+    Everything is checked before anything changes: each engine asked about has something to revert,
+    every backup is there, and no file was edited since (unless ``force``).
+
+    :raises ToolError: naming the engine with nothing to revert (nothing changed).
+    :raises ProblemsFound: listing every file edited since, unless ``force`` (nothing changed).
+    """
     journal = Journal(root)
-    names = list(engines or configured_engines(journal))
+    names = list(dict.fromkeys(engines or configured_engines(journal)))
     if not names:
-        names = ["containerd"]  # lets changes.revert say there is nothing to revert
-    restored: List[Path] = []
-    for name in names:
-        restored.extend(revert(name, journal, force=force))
-    return restored
+        raise ToolError(f"nothing to revert: gpu-airgap has not changed any configuration under {root}")
+    plan = plan_revert(journal, names)
+    if plan.problems and not force:
+        raise ProblemsFound("refusing to revert", plan.problems)
+    if dry_run:
+        kept = {str(r.path): str(kept_name(r.path)) for r in plan.restores if r.edited is not None}
+        return RevertResult(plan, True, RevertOutcome(kept=kept))
+    return RevertResult(plan, False, apply_revert(journal, plan, force=force))
 
 
 def _binary_exists(root: Path, binary: str) -> bool:
