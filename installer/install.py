@@ -2,15 +2,15 @@
 
 The order is the contract (issue 6): nothing under the root changes until the bundle is verified
 completely and :func:`~installer.plan.plan_install` has decided the whole run (the node matches a
-target, preflight found no problem, every engine's configuration change is planned). ``--dry-run``
-renders that plan; the real run executes it. Collaborators come in through
-:class:`~installer.env.NodeEnv`; the plan decides, they act.
+target, preflight found no problem, every engine's configuration change is planned and every file
+the run writes can be written). ``--dry-run`` renders that plan; the real run executes it, and a
+step that fails after the node changed rolls the run back (:mod:`installer.rollback`).
+Collaborators come in through :class:`~installer.env.NodeEnv`; the plan decides, they act.
 """
 
 from __future__ import annotations
 
 import contextlib
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -22,7 +22,8 @@ from installer import preflight
 from installer.backend import PackageBackend
 from installer.env import CDI_SPEC, SERVICE_UNITS, NodeEnv
 from installer.plan import InstallOptions, InstallPlan, plan_install, runtime_options
-from installer.state import NodeState, changed_files, save_state
+from installer.rollback import RunLog, record
+from installer.state import save_state
 from installer.target import install_order
 from installer.workspace import node_lock, staging
 from plumbing.errors import CommandError, ToolError, UsageError
@@ -76,6 +77,7 @@ def install(bundle: Path, keyring: Path, options: InstallOptions, env: NodeEnv) 
     :raises TargetMismatch: the bundle has nothing for this node (nothing changed).
     :raises PreflightFailed: listing every problem (nothing changed).
     :raises InstallFailed: the package manager failed; the message gives the state of each package.
+    :raises RolledBack: a later step failed; what the run did was undone, the message says what stays.
     """
     options.validate()
     root = options.root
@@ -104,31 +106,25 @@ def _new_result(plan: InstallPlan, outcome: str) -> InstallResult:
 
 
 def _execute(plan: InstallPlan, options: InstallOptions, env: NodeEnv) -> InstallResult:
-    """Carry out ``plan``: packages, hold, CDI, engines, restarts, then the install record."""
+    """Carry out ``plan``: packages, hold, CDI, engines (rolled back if one fails), restarts, then the install record."""
     result = _new_result(plan, "installed")
     result.changed = True  # cleared below when the run turns out to be up to date
-    check, backend, target, old_state = plan.preflight, plan.backend, plan.target, plan.old_state
-    if check.remove_first:
-        names = [name for name, _, _ in check.remove_first]
-        backend.unhold(names)
-        backend.remove(names)
-        result.messages.extend(f"removed {n} {v}: {why}" for n, v, why in check.remove_first)
-    if check.to_install:
-        _say(env, f"installing {len(check.to_install)} package(s) with {backend.name}")
-        _install_packages(backend, check, plan.previous, options)
-        result.messages.append("installed " + ", ".join(f"{p.name} {p.version}" for p in install_order(check.to_install)))
-    if plan.hold:
-        backend.hold([p.name for p in target.packages])
-        result.messages.append("held " + ", ".join(p.name for p in target.packages) + " at this release")
     journal = Journal(options.root)
-    cdi_on, result.cdi = _cdi(plan, options, journal, env)
-    changed = _register(plan, cdi_on, options, journal, env, result)
+    run = RunLog(plan, options, journal)
+    try:
+        changed = _change_node(plan, options, env, journal, run, result)
+    except BaseException as exc:
+        instead = run.undo(exc)
+        if instead is not None:
+            raise instead from exc
+        raise
     # Engines an earlier run left unrestarted are retried with this run's changes.
     due = sorted({*changed, *plan.pending_before})
     kept = restart_engines(due, options, journal, env, result)
     changed = [name for name in changed if name in kept]
     result.restart_pending = _left_pending(due, options)
     restarted = bool(plan.pending_before) and _may_restart(options)
+    check, old_state = plan.preflight, plan.old_state
     nothing = check.nothing_to_do and not changed and "written" not in result.cdi and not plan.hold and not restarted
     if nothing and plan.recorded:
         result.outcome = "up-to-date"
@@ -136,25 +132,34 @@ def _execute(plan: InstallPlan, options: InstallOptions, env: NodeEnv) -> Instal
         result.messages.insert(0, "already installed: this bundle is on the node and nothing changed")
         return result
     touched = sorted({*(old_state.engines if old_state else []), *changed, *(["cdi"] if "written" in result.cdi else [])})
-    state = NodeState(
-        bundle_id=plan.bundle.bundle_id,
-        signer=plan.bundle.signer,
-        release=plan.bundle.release,
-        target=target.describe(),
-        package_manager=backend.name,
-        packages={p.name: p.version for p in install_order(target.packages)},
-        previous=old_state.previous if old_state else plan.previous,
-        removed={**(old_state.removed if old_state else {}), **{n: v for n, v, _ in check.remove_first}},
-        held=options.hold or bool(old_state and old_state.held),
-        runtime_name=options.runtime_name,
-        engines=touched,
-        restart_pending=result.restart_pending,
-        cdi=result.cdi,
-        files=changed_files(journal, touched),
-        installed_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    )
+    state = record(plan, options, journal, engines=touched, restart_pending=result.restart_pending, cdi=result.cdi, complete=True)
     result.messages.append(f"recorded the install in {save_state(options.root, state)}")
     return result
+
+
+def _change_node(
+    plan: InstallPlan, options: InstallOptions, env: NodeEnv, journal: Journal, run: RunLog, result: InstallResult
+) -> List[str]:
+    """The steps that change the node, each recorded in ``run`` first; return the engines changed."""
+    check, backend, target = plan.preflight, plan.backend, plan.target
+    if check.remove_first:
+        run.begin()
+        names = [name for name, _, _ in check.remove_first]
+        backend.unhold(names)
+        backend.remove(names)
+        result.messages.extend(f"removed {n} {v}: {why}" for n, v, why in check.remove_first)
+    if check.to_install:
+        run.begin()
+        _say(env, f"installing {len(check.to_install)} package(s) with {backend.name}")
+        _install_packages(backend, check, plan.previous, options)
+        result.messages.append("installed " + ", ".join(f"{p.name} {p.version}" for p in install_order(check.to_install)))
+    if plan.hold:
+        run.begin()
+        run.held = True
+        backend.hold([p.name for p in target.packages])
+        result.messages.append("held " + ", ".join(p.name for p in target.packages) + " at this release")
+    cdi_on, result.cdi = _cdi(plan, options, journal, env, run)
+    return _register(plan, cdi_on, options, journal, env, result, run)
 
 
 def _say(env: NodeEnv, line: str) -> None:
@@ -183,7 +188,7 @@ def _install_packages(
         raise InstallFailed(f"{backend.name} failed ({exc}); {what}") from exc
 
 
-def _cdi(plan: InstallPlan, options: InstallOptions, journal: Journal, env: NodeEnv) -> Tuple[bool, str]:
+def _cdi(plan: InstallPlan, options: InstallOptions, journal: Journal, env: NodeEnv, run: RunLog) -> Tuple[bool, str]:
     """Write the CDI spec when the plan says so; it is planned only now, with the installed ``nvidia-ctk``."""
     if not plan.cdi:
         return False, plan.cdi_skipped
@@ -193,13 +198,15 @@ def _cdi(plan: InstallPlan, options: InstallOptions, journal: Journal, env: Node
         if options.cdi == "on":
             raise
         return False, f"skipped: {exc}"
+    if spec.changed:
+        run.begin()
     written = apply_changes("cdi", spec.changes, journal, dict(spec.notes))
     source = spec.facts.get("SOURCE", "nvidia-ctk")
     return True, (f"written to {CDI_SPEC} (from {source})" if written else f"{CDI_SPEC} is already current")
 
 
 def _register(
-    plan: InstallPlan, cdi_on: bool, options: InstallOptions, journal: Journal, env: NodeEnv, result: InstallResult
+    plan: InstallPlan, cdi_on: bool, options: InstallOptions, journal: Journal, env: NodeEnv, result: InstallResult, run: RunLog
 ) -> List[str]:
     changed: List[str] = []
     runtime = runtime_options(options, cdi_on)
@@ -209,6 +216,8 @@ def _register(
         # The planned change, unless CDI turned out otherwise or a file changed since it was planned.
         config = planned if runtime == plan.runtime and _still_current(planned) else env.engine(name).plan(runtime)
         result.messages.extend(f"{name}: {w}" for w in config.warnings)
+        if config.changed:
+            run.begin()
         if apply_changes(name, config.changes, journal, dict(config.notes)):
             changed.append(name)
             result.engines[name] = f"registered runtime {options.runtime_name!r}"

@@ -1,7 +1,10 @@
 """``gpu-airgap uninstall``, ``status`` and ``restart``: undo the recorded install, report on it, finish it.
 
 Both read ``state.json`` (:mod:`installer.state`) and the configure journal; uninstall restores
-files with :func:`configure.changes.revert`, so the bytes come back exactly as they were.
+files with :func:`configure.changes.apply_revert`, so the bytes come back exactly as they were.
+Uninstall checks everything before it changes anything (drift, every backup, the packages present),
+and ``--dry-run`` stops there and says what it would do. A record of an install that did not finish
+(killed, or an upgrade that could not be undone) is reported by ``status`` and undone by ``uninstall``.
 """
 
 from __future__ import annotations
@@ -12,10 +15,12 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from configure import cdi as cdi_spec
-from configure.changes import Journal, read_optional, revert
+from configure.changes import Journal, RevertPlan, apply_revert, kept_name, plan_revert, read_optional
+from configure.validate import existing_root
 from installer.env import CDI_SPEC, SERVICE_UNITS, NodeEnv
 from installer.install import InstallResult, restart_engines
 from installer.plan import InstallOptions
+from installer.rollback import is_present
 from installer.state import NodeState, changed_files, load_state, save_state, state_path
 from installer.target import TOOLKIT_ORDER
 from installer.workspace import node_lock
@@ -25,12 +30,15 @@ from plumbing.fsutil import is_live_root, rooted
 
 @dataclass
 class UninstallResult:
-    """What uninstall restored and removed."""
+    """What uninstall restored and removed (with ``dry_run``: would restore and remove)."""
 
-    restored: List[str] = field(default_factory=list)
+    restored: List[str] = field(default_factory=list)  #: every file put back, the deleted ones included
     removed: List[str] = field(default_factory=list)
     messages: List[str] = field(default_factory=list)
     failed_engines: List[str] = field(default_factory=list)  #: engines not running after the restore
+    deleted: List[str] = field(default_factory=list)  #: of ``restored``, the files the install had created
+    kept: Dict[str, str] = field(default_factory=dict)  #: edited file -> the copy of the edit (``--force``)
+    dry_run: bool = False
 
     def to_dict(self) -> Dict[str, Any]:
         """The ``--json`` object."""
@@ -60,59 +68,79 @@ def file_drift(state: NodeState) -> List[str]:
     return problems
 
 
-def _require_state(root: Path) -> NodeState:
+def _load(root: Path) -> Optional[NodeState]:
+    """The install record; an unfinished one gets its files from the journal (it was written before them)."""
     state = load_state(root)
+    if state is not None and not state.complete:
+        state.files = changed_files(Journal(root), state.engines)
+    return state
+
+
+def _require_state(root: Path) -> NodeState:
+    state = _load(root)
     if state is None:
         raise ToolError(f"nothing to uninstall: gpu-airgap has no install recorded under {root}")
     return state
 
 
-def uninstall(root: Path, env: NodeEnv, *, keep_packages: bool = False, force: bool = False) -> UninstallResult:
+def uninstall(
+    root: Path, env: NodeEnv, *, keep_packages: bool = False, force: bool = False, dry_run: bool = False
+) -> UninstallResult:
     """Restore every configuration file the install changed, then remove its packages in reverse order.
 
     :param keep_packages: restore the configuration only.
-    :param force: restore files even if they were edited since (those edits are lost).
+    :param force: restore files even if they were edited since (each edit is kept as ``FILE.gpu-airgap-old``).
+    :param dry_run: decide and report everything, change nothing.
     :raises ProblemsFound: when recorded files were edited since, unless ``force`` (nothing changed).
     """
-    result = UninstallResult()
+    existing_root(root)
+    result = UninstallResult(dry_run=dry_run)
     with node_lock(root):
         state = _require_state(root)
         drift = file_drift(state)
         if drift and not force:
             raise ProblemsFound("refusing to uninstall (use --force to restore the recorded files anyway)", drift)
         journal = Journal(root)
-        engines_in_journal = {entry.engine for entry in journal.entries()}
-        for engine in state.engines:
-            if engine in engines_in_journal:
-                result.restored.extend(str(p) for p in revert(engine, journal, force=force))
+        recorded = {entry.engine for entry in journal.entries()}
+        engines = [engine for engine in state.engines if engine in recorded]
+        plan = plan_revert(journal, engines) if engines else RevertPlan([], [])
+        backend = env.backend(env.detect(root)) if not keep_packages else None
+        names = [n for n in reversed(list(state.packages)) if is_present(backend, n)] if backend is not None else []
+        result.restored = [str(r.path) for r in plan.restores]
+        result.deleted = [str(r.path) for r in plan.restores if r.action == "delete"]
+        result.removed = names
+        _explain(state, result, keep_packages)
+        if dry_run:
+            result.kept = {str(r.path): str(kept_name(r.path)) for r in plan.restores if r.edited is not None}
+            return result
+        result.kept = apply_revert(journal, plan, force=force).kept
         if is_live_root(root):
             for engine in state.engines:
                 if engine in SERVICE_UNITS:
                     env.services.restart(SERVICE_UNITS[engine])
                     if not env.services.is_active(SERVICE_UNITS[engine]):
                         result.failed_engines.append(engine)
-        if not keep_packages:
-            facts = env.detect(root)
-            backend = env.backend(facts)
-            names = [n for n in reversed(list(state.packages)) if backend.installed_version(n) is not None]
+        if backend is not None:
             if state.held:
                 backend.unhold(names)
             backend.remove(names)
-            result.removed = names
-        else:
-            result.messages.append("kept the packages (--keep-packages)")
-        older = {n: v for n, v in state.previous.items() if v is not None and n in result.removed}
-        if older:
-            result.messages.append(
-                "before the install the node had " + ", ".join(f"{n} {v}" for n, v in older.items())
-                + "; those versions are not in the bundle, reinstall them from their own media if needed"
-            )
-        if state.removed:
-            result.messages.append(
-                "the install had removed " + ", ".join(f"{n} {v}" for n, v in state.removed.items()) + "; reinstall them if you still need them"
-            )
         state_path(root).unlink()
     return result
+
+
+def _explain(state: NodeState, result: UninstallResult, keep_packages: bool) -> None:
+    if keep_packages:
+        result.messages.append("kept the packages (--keep-packages)")
+    older = {n: v for n, v in state.previous.items() if v is not None and n in result.removed}
+    if older:
+        result.messages.append(
+            "before the install the node had " + ", ".join(f"{n} {v}" for n, v in older.items())
+            + "; those versions are not in the bundle, reinstall them from their own media if needed"
+        )
+    if state.removed:
+        result.messages.append(
+            "the install had removed " + ", ".join(f"{n} {v}" for n, v in state.removed.items()) + "; reinstall them if you still need them"
+        )
 
 
 def restart_pending(root: Path, env: NodeEnv, engines: Optional[List[str]] = None) -> InstallResult:
@@ -157,8 +185,9 @@ def status(root: Path, env: NodeEnv, runtime_name: str = "nvidia") -> Dict[str, 
     The returned dict has ``problems`` (a list): empty means the node matches its record.
     """
     facts = env.detect(root)
-    state = load_state(root)
-    problems: List[str] = []
+    state = _load(root)
+    unfinished = state.unfinished() if state is not None else None
+    problems: List[str] = [unfinished] if unfinished else []
     packages: Dict[str, Any] = {}
     try:
         backend = env.backend(facts)

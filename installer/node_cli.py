@@ -40,7 +40,10 @@ _NO_RESTART = typer.Option(False, "--no-restart", help="Do not restart changed e
 _DRY_RUN = typer.Option(False, "--dry-run", help="Print the plan and change nothing.")
 _JSON = typer.Option(False, "--json", help="Print one JSON object.")
 _KEEP_PACKAGES = typer.Option(False, "--keep-packages", help="Restore the configuration only.")
-_FORCE = typer.Option(False, "--force", help="Restore files even if they were edited since the install.")
+_FORCE = typer.Option(
+    False, "--force", help="Restore files even if they were edited since the install (each edit is kept as FILE.gpu-airgap-old)."
+)
+_UNINSTALL_DRY_RUN = typer.Option(False, "--dry-run", help="Print what would be restored, deleted and removed; change nothing.")
 _ENGINE = typer.Option(
     [], "--engine", click_type=click.Choice(ENGINES), help="Restart this engine instead of the pending ones; repeat."
 )
@@ -110,19 +113,28 @@ def uninstall_command(
     root: str = _ROOT,
     keep_packages: bool = _KEEP_PACKAGES,
     force: bool = _FORCE,
+    dry_run: bool = _UNINSTALL_DRY_RUN,
     as_json: bool = _JSON,
 ) -> None:
     """Restore every configuration file the install changed and remove the packages."""
     from installer import manage
     from installer.env import NodeEnv
 
-    result = manage.uninstall(Path(root), NodeEnv(log=_progress), keep_packages=keep_packages, force=force)
+    result = manage.uninstall(Path(root), NodeEnv(log=_progress), keep_packages=keep_packages, force=force, dry_run=dry_run)
     if as_json:
         emit_json(result.to_dict())
     else:
-        lines = [f"{'restored' if Path(path).exists() else 'deleted (the install had created it)'} {path}" for path in result.restored]
-        lines += [f"removed {name}" for name in result.removed]
+        would = "would " if dry_run else ""
+        lines = [
+            f"{would}{'delete' if dry_run else 'deleted'} {path} (the install had created it)" if path in result.deleted
+            else f"{would}{'restore' if dry_run else 'restored'} {path}"
+            for path in result.restored
+        ]  # fmt: skip
+        lines += [f"{would}keep your edit of {path} as {copy}" if dry_run else f"kept your edit of {path} as {copy}"
+                  for path, copy in result.kept.items()]  # fmt: skip
+        lines += [f"{would}{'remove' if dry_run else 'removed'} {name}" for name in result.removed]
         lines += result.messages
+        lines += ["dry run: nothing changed"] if dry_run else []
         emit_lines(lines or ["nothing was changed"])
     if result.failed_engines:
         raise manage.EngineNotRunning(result.failed_engines)

@@ -4,7 +4,9 @@ The real run (:func:`installer.install.install`) executes an :class:`InstallPlan
 renders the same plan, so the two cannot disagree. The plan is the one place a run's intended
 changes are known: the packages to remove and to install (from preflight), the hold, whether
 the CDI spec is generated, each engine's :class:`~configure.engine.ConfigPlan`, and the engines
-due a restart. Planning only reads the node; it raises when the node cannot take the bundle.
+due a restart. Planning only reads the node; it raises when the node cannot take the bundle, and
+also when any file the run would write cannot be written (an invalid config, an immutable file, a
+read-only mount or directory), so such a node is refused before its first package.
 """
 
 from __future__ import annotations
@@ -13,15 +15,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
+from configure.cdi import CDI_SPEC, check_spec
+from configure.changes import Journal, check_writable, read_optional
 from configure.engine import ConfigPlan, RuntimeOptions
 from configure.nodefacts import NodeFacts
 from configure.validate import CDI_CHOICES, RUNTIME_CHOICES, check_runtime_name
 from installer import preflight
-from installer.backend import PackageBackend
+from installer.backend import VERSIONLOCK, PackageBackend
 from installer.env import NodeEnv
-from installer.state import NodeState, load_state
+from installer.state import NodeState, load_state, state_path
 from installer.target import StagedBundle, StagedTarget, pick_target
-from plumbing.errors import UsageError
+from plumbing.errors import ConfigFormatError, UsageError
+from plumbing.fsutil import rooted
 
 
 @dataclass(frozen=True)
@@ -67,8 +72,8 @@ class InstallPlan:
 
     @property
     def recorded(self) -> bool:
-        """The node's install record already names this bundle."""
-        return self.old_state is not None and self.old_state.bundle_id == self.bundle.bundle_id
+        """The node's install record already names this bundle, as a finished install."""
+        return self.old_state is not None and self.old_state.bundle_id == self.bundle.bundle_id and self.old_state.complete
 
     @property
     def engines_changing(self) -> List[str]:
@@ -84,7 +89,8 @@ class InstallPlan:
 def plan_install(bundle: StagedBundle, options: InstallOptions, env: NodeEnv) -> InstallPlan:
     """Decide everything an install of the verified ``bundle`` will do on the node under ``options.root``.
 
-    :raises ConfigFormatError: the install record or an engine's configuration cannot be read.
+    :raises ConfigFormatError: the install record or an engine's configuration cannot be read, or a
+        file the run writes cannot be written.
     :raises TargetMismatch: the bundle has nothing for this node.
     :raises PreflightFailed: listing every problem.
     """
@@ -98,7 +104,7 @@ def plan_install(bundle: StagedBundle, options: InstallOptions, env: NodeEnv) ->
     cdi, cdi_skipped = _cdi_intent(options, facts)
     # The engines enable CDI when the spec is (or will be) written, so their plans say so too.
     runtime = runtime_options(options, cdi)
-    return InstallPlan(
+    plan = InstallPlan(
         bundle=bundle,
         facts=facts,
         target=target,
@@ -113,6 +119,27 @@ def plan_install(bundle: StagedBundle, options: InstallOptions, env: NodeEnv) ->
         engines={name: env.engine(name).plan(runtime) for name in _engines_for(options.runtime, facts)},
         pending_before=tuple(old_state.restart_pending) if old_state else (),
     )
+    check_writable(files_written(plan, root))
+    return plan
+
+
+def files_written(plan: InstallPlan, root: Path) -> List[Path]:
+    """Every file the run may write, to prove before the packages that each can be written.
+
+    The package files themselves are dpkg's or rpm's to write (a failure there is rolled back);
+    their database directory is checked, since a read-only one fails every step.
+    """
+    configs = [change.path for config in plan.engines.values() for change in config.changes if change.changed]
+    if plan.cdi:
+        configs.append(rooted(root, CDI_SPEC))
+    paths = [*configs, *(Journal(root).files() if configs else []), state_path(root)]
+    check = plan.preflight
+    if check.to_install or check.remove_first or plan.hold:
+        database = "/var/lib/dpkg" if plan.backend.name == "dpkg" else (plan.facts.rpm_dbpath or "/var/lib/rpm")
+        paths.append(rooted(root, database) / "gpu-airgap-probe")  # the directory: dpkg and rpm replace files in it
+    if plan.hold and plan.backend.name == "rpm":
+        paths.append(rooted(root, VERSIONLOCK))
+    return paths
 
 
 def runtime_options(options: InstallOptions, cdi: bool) -> RuntimeOptions:
@@ -149,11 +176,23 @@ def _preflight(
 
 
 def _cdi_intent(options: InstallOptions, facts: NodeFacts) -> Tuple[bool, str]:
-    """Whether the run generates the CDI spec, and why not."""
+    """Whether the run generates the CDI spec, and why not.
+
+    :raises ConfigFormatError: with ``--cdi on``, when the existing spec is invalid (the run would
+        refuse to replace it after the packages).
+    """
     if options.cdi == "off":
         return False, "skipped: disabled with --cdi off"
     if not facts.driver:
         return False, "skipped: no NVIDIA driver found (no /proc/driver/nvidia/version or /dev/nvidiactl)"
+    path = rooted(options.root, CDI_SPEC)
+    existing = read_optional(path)
+    problems = check_spec(existing)[1] if existing is not None else []
+    if problems:
+        detail = f"the existing CDI spec is invalid ({'; '.join(problems)}); fix it, remove it or run `configure cdi --force`"
+        if options.cdi == "on":
+            raise ConfigFormatError(path, detail)
+        return False, f"skipped: {path}: {detail}"
     return True, ""
 
 

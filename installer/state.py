@@ -2,7 +2,9 @@
 
 The file names the bundle (the sha256 of its signed manifest) and its signer, the packages and
 versions installed, the packages removed to make room, whether they are held, and every
-configuration file changed with its backup (copied from the configure journal).
+configuration file changed with its backup (copied from the configure journal). An install writes
+it as unfinished (``complete: false``) before its first change and as complete at the end, so a
+run that was killed still leaves a record ``status`` reports and ``uninstall`` undoes.
 """
 
 from __future__ import annotations
@@ -53,6 +55,17 @@ class NodeState:
     files: List[ChangedFile] = field(default_factory=list)
     installed_at: str = ""
     schema: int = SCHEMA
+    #: False while an install is under way (or after one that was killed or could not be undone)
+    complete: bool = True
+
+    def unfinished(self) -> Optional[str]:
+        """The problem to report when this record is of an install that did not finish, else None."""
+        if self.complete:
+            return None
+        return (
+            f"the install of release {self.release} (bundle {self.bundle_id[:16]}…) did not finish; run "
+            "`gpu-airgap install` with that bundle again to finish it, or `gpu-airgap uninstall` to remove what it did"
+        )
 
     def to_json(self) -> bytes:
         """Render as indented JSON with a trailing newline."""

@@ -9,10 +9,26 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Dict
 
+import pytest
+
+from installer.env import NodeEnv
+from installer.install import install
+from installer.plan import InstallOptions
+from installer.target import StagedTarget
 from plumbing.errors import ExitCode
 from tests.cli_runner import run_cli
-from tests.node_fixtures import CONTAINERD_CONFIG, seed_containerd_node, tree_digest
+from tests.gpgkeys import TestKey
+from tests.node_fixtures import (
+    CONTAINERD_CONFIG,
+    TOOLKIT,
+    build_target,
+    dpkg_versions,
+    seed_containerd_node,
+    tree_digest,
+    write_signed_bundle,
+)
 
 EDIT = b"version = 2\n# the admin's own change\n"
 
@@ -80,4 +96,46 @@ def test_revert_dry_run_lists_what_it_would_restore_and_delete_and_changes_nothi
     as_json = json.loads(run_cli("configure", "revert", "--root", str(root), "--dry-run", "--json").stdout)
     assert as_json["dry_run"] is True and as_json["deleted"] == [str(root / "etc/cdi/nvidia.yaml")]
     assert as_json["restored"] == [str(root / "etc/containerd/config.toml")] and as_json["engines"] == ["cdi", "containerd"]
+    assert tree_digest(root) == before
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory: pytest.TempPathFactory, test_key: TestKey) -> Path:
+    out = tmp_path_factory.mktemp("revert-bundle")
+    target: StagedTarget = build_target(out / "pkgs", "deb", "1.17.8-1", "amd64")
+    return write_signed_bundle(out / "bundle.tar", [target], test_key.home, test_key.fingerprint)
+
+
+def _installed(tmp_path: Path, bundle: Path, key: TestKey) -> Path:
+    root = seed_containerd_node(tmp_path / "root")
+    install(bundle, key.public, InstallOptions(root=root), NodeEnv())
+    return root
+
+
+def test_uninstall_force_keeps_the_admins_edit_as_gpu_airgap_old_and_says_so(tmp_path: Path, bundle: Path, test_key: TestKey) -> None:
+    root = _installed(tmp_path, bundle, test_key)
+    config = root / "etc/containerd/config.toml"
+    config.write_bytes(EDIT)
+    refused = run_cli("uninstall", "--root", str(root))
+    assert refused.exit_code == ExitCode.PROBLEMS_FOUND and config.read_bytes() == EDIT
+    done = run_cli("uninstall", "--root", str(root), "--force")
+    assert done.exit_code == 0, done.stderr
+    kept = config.with_name("config.toml.gpu-airgap-old")
+    assert f"kept your edit of {config} as {kept}" in done.stdout
+    assert kept.read_bytes() == EDIT and config.read_bytes() == CONTAINERD_CONFIG
+    assert dpkg_versions(root) == {}
+
+
+def test_uninstall_dry_run_lists_what_it_would_restore_and_remove_and_changes_nothing(
+    tmp_path: Path, bundle: Path, test_key: TestKey
+) -> None:
+    root = _installed(tmp_path, bundle, test_key)
+    before = tree_digest(root)
+    dry = run_cli("uninstall", "--root", str(root), "--dry-run")
+    assert dry.exit_code == 0, dry.stderr
+    assert f"would restore {root / 'etc/containerd/config.toml'}" in dry.stdout
+    assert "would remove nvidia-container-toolkit" in dry.stdout and "dry run: nothing changed" in dry.stdout
+    data: Dict[str, object] = json.loads(run_cli("uninstall", "--root", str(root), "--dry-run", "--json").stdout)
+    assert data["dry_run"] is True and data["removed"] == list(reversed(TOOLKIT))
+    assert data["restored"] == [str(root / "etc/containerd/config.toml")]
     assert tree_digest(root) == before
