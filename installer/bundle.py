@@ -9,7 +9,9 @@ reader makes one streaming pass:
 2. for every following member, refuse it unless it is a regular file with a plain relative name,
    listed in the manifest, not seen before, with the size the manifest gives — *before* reading
    its data — then hash its data as it streams by (and, when extracting, write it below staging);
-3. at the end, report manifest entries the archive did not contain.
+3. at the end, report manifest entries the archive did not contain, and check the node check
+   (:mod:`installer.nodecheck`: ``NODE-SHA256SUMS`` and its signature agree with the manifest and
+   the keyring), so a bundle that verifies here also passes the check a node makes with its own tools.
 
 Nothing is ever written outside the private staging directory, and a failed extraction removes
 what it wrote. Trust comes only from the keyring the caller passes, never from the bundle.
@@ -39,6 +41,8 @@ from installer.manifest import (
     Manifest,
     is_plain_relative,
 )
+from installer.nodecheck import MAX_SUMS_SIZE, NODE_SUMS, NODE_SUMS_SIGNATURE, has_node_check
+from installer.nodecheck import check as check_node
 from plumbing.errors import ToolError, VerificationError
 from plumbing.fsutil import safe_join
 
@@ -68,6 +72,8 @@ class BundleVerifyReport:
     members_checked: int = 0
     bytes_checked: int = 0
     problems: List[Problem] = field(default_factory=list)
+    #: the bundle carries the node check (``NODE-SHA256SUMS``); False: an older build without it
+    node_check: bool = False
 
     @property
     def ok(self) -> bool:
@@ -88,6 +94,7 @@ class BundleVerifyReport:
             "members_checked": self.members_checked,
             "bytes_checked": self.bytes_checked,
             "first_bad_member": self.first_bad,
+            "node_check": self.node_check,
             "problems": [{"member": p.member, "message": p.message} for p in self.problems],
         }
 
@@ -141,6 +148,7 @@ class _Scan:
         self._signature: Optional[bytes] = None
         self._expected: Dict[str, tuple[int, str]] = {}
         self._seen: Set[str] = set()
+        self._node: Dict[str, bytes] = {}  #: the node check's list and signature, as read
 
     def fail(self, member: str, message: str, *, fatal: bool = False) -> None:
         self.report.problems.append(Problem(member, message))
@@ -240,6 +248,7 @@ class _Scan:
         handle = tar.extractfile(info)
         assert handle is not None  # regular file
         hasher = hashlib.sha256()
+        kept: Optional[List[bytes]] = [] if info.name in (NODE_SUMS, NODE_SUMS_SIGNATURE) and info.size <= MAX_SUMS_SIZE else None
         out: Optional[BinaryIO] = None
         if self.sink is not None:
             target = safe_join(self.sink, info.name)
@@ -251,6 +260,8 @@ class _Scan:
                 if not block:
                     break
                 hasher.update(block)
+                if kept is not None:
+                    kept.append(block)
                 if out is not None:
                     out.write(block)
         finally:
@@ -261,6 +272,8 @@ class _Scan:
         self.report.bytes_checked += info.size
         if hasher.hexdigest() != sha256:
             self.fail(info.name, "does not match its sha256 in the signed manifest", fatal=self.sink is not None)
+        elif kept is not None:
+            self._node[info.name] = b"".join(kept)
 
     def _finish(self, stream: BinaryIO) -> None:
         if self.report.manifest is None:
@@ -269,6 +282,7 @@ class _Scan:
             self.fail(SIGNATURE_NAME, "is missing from the archive", fatal=True)
         for name in sorted(set(self._expected) - self._seen):
             self.fail(name, "is listed in the manifest but missing from the archive")
+        self._check_node()
         # Read to the end so split parts get their last checksum checked; only padding may follow.
         trailer = 0
         while True:
@@ -278,6 +292,17 @@ class _Scan:
             trailer += len(block)
             if trailer > _MAX_TRAILER or block.strip(b"\x00"):
                 self.fail(self.path.name, "has data after the end of the archive", fatal=True)
+
+
+    def _check_node(self) -> None:
+        """The node check agrees with the manifest and carries a good signature by the same keyring."""
+        manifest = self.report.manifest
+        assert manifest is not None  # _finish stopped otherwise
+        self.report.node_check = has_node_check(manifest)
+        if self.keyring is None or self.report.signer is None:
+            return  # no trusted manifest to compare with
+        for member, message in check_node(manifest, self._node.get(NODE_SUMS), self._node.get(NODE_SUMS_SIGNATURE), self.keyring):
+            self.fail(member, message)
 
 
 def _is_zstd_failure(exc: ToolError) -> bool:

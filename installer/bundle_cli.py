@@ -60,6 +60,10 @@ def verify_command(file: Path = _FILE, keyring: Path = _KEYRING, json_output: bo
     output.emit_lines(
         [f"OK: {file.name} is signed by {report.signer}; {report.members_checked} members, {report.bytes_checked} bytes checked"]
     )
+    if not report.node_check:
+        from installer.nodecheck import MISSING_NOTE
+
+        output.warn(MISSING_NOTE)
 
 
 def manifest_lines(manifest: Manifest) -> List[str]:

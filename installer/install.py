@@ -101,6 +101,7 @@ def _new_result(plan: InstallPlan, outcome: str) -> InstallResult:
         bundle_id=plan.bundle.bundle_id,
         packages={p.name: p.version for p in plan.target.packages},
     )
+    result.messages.extend(plan.bundle.notes)
     result.messages.extend(plan.preflight.notes)
     return result
 

@@ -13,6 +13,7 @@ from typing import Dict, Tuple
 
 from installer.bundle import VerifiedBundle, extract_verified
 from installer.manifest import Manifest, PackageEntry
+from installer.nodecheck import MISSING_NOTE, has_node_check
 from installer.target import Requirement, StagedBundle, StagedPackage, StagedTarget
 from plumbing.gpg import Keyring
 
@@ -61,6 +62,7 @@ def staged_from_verified(verified: VerifiedBundle) -> StagedBundle:
         release=manifest.toolkit_version,
         targets=tuple(targets),
         staging_dir=verified.root,
+        notes=() if has_node_check(manifest) else (MISSING_NOTE,),
     )
 
 

@@ -93,6 +93,7 @@ class StagedBundle:
     release: str  #: the toolkit version the bundle pins
     targets: Tuple[StagedTarget, ...]
     staging_dir: Path
+    notes: Tuple[str, ...] = ()  #: what the admin should know about the bundle itself (an older format)
 
 
 def install_order(packages: Sequence[StagedPackage]) -> List[StagedPackage]:

@@ -28,6 +28,7 @@ from installer.bundle import BundleVerificationError, extract_verified, verify
 from installer.manifest import MANIFEST_NAME, SIGNATURE_NAME, Manifest
 from mirror.bundle.build import BuildResult, build_bundle
 from mirror.bundle.source import SourceError
+from mirror.bundle.split_head import head_size
 from mirror.lockfile import Lockfile
 from plumbing.gpg import Keyring
 from tests.cli_runner import run_cli
@@ -113,7 +114,8 @@ def test_cli_builds_from_a_synced_mirror_and_inspect_and_verify_pass(
     verified = run_cli("bundle", "verify", str(out), "--keyring", str(operator_key.public), "--json")
     assert verified.exit_code == 0, verified.stdout + verified.stderr
     report = json.loads(verified.stdout)
-    assert report["ok"] and report["signer"] == operator_key.fingerprint and report["members_checked"] == 20
+    assert report["ok"] and report["signer"] == operator_key.fingerprint and report["members_checked"] == 22
+    assert report["node_check"] is True  # NODE-SHA256SUMS and its signature, checked against the manifest and the key
 
 
 def test_locked_build_takes_exactly_the_lockfile_set_and_refuses_a_set_the_mirror_lacks(
@@ -143,7 +145,7 @@ def test_flipping_any_single_byte_of_any_member_fails_verify_naming_it(
     plain_bundle: Path, operator_keyring: Keyring, tmp_path: Path
 ) -> None:
     offsets = _member_offsets(plain_bundle)
-    assert len(offsets) == 22
+    assert len(offsets) == 24
     original = plain_bundle.read_bytes()
     for name, (offset, size) in offsets.items():
         data = bytearray(original)
@@ -374,14 +376,20 @@ def test_split_bundle_verifies_from_its_first_part_and_a_bad_part_is_named(
     synced_mirror: Path, operator_key: TestKey, epoch: int, tmp_path: Path, operator_keyring: Keyring
 ) -> None:
     wheels = _padded_wheel_cache(tmp_path / "wheels", 3 << 20)  # the bundle alone is under 1 MiB
+    # The first part must hold the node check whole (the zipapp is most of it), so the part size goes
+    # halfway between the end of the node check and the end of the archive: two parts.
+    probe = _build(synced_mirror, operator_key, tmp_path / "probe.tar", epoch, compression="none", wheel_cache=wheels).outputs[0]
+    with tarfile.open(probe) as tar:
+        head = head_size([m.size for m in tar.getmembers()[:6]])
+    split = head + (probe.stat().st_size - head) // 2
     result = _build(
-        synced_mirror, operator_key, tmp_path / "bundle.tar", epoch, compression="none", split=1 << 20, wheel_cache=wheels
+        synced_mirror, operator_key, tmp_path / "bundle.tar", epoch, compression="none", split=split, wheel_cache=wheels
     )
     names = [p.name for p in result.outputs]
     parts = [n for n in names if ".part" in n]
-    assert len(parts) >= 2 and parts == [f"bundle.tar.part{i:03d}" for i in range(1, len(parts) + 1)]
+    assert len(parts) == 2 and parts == [f"bundle.tar.part{i:03d}" for i in range(1, len(parts) + 1)]
     assert names[len(parts):] == ["bundle.tar.sha256sums", "bundle.tar.sha256sums.asc"]
-    assert all((tmp_path / n).stat().st_size == 1 << 20 for n in parts[:-1])
+    assert all((tmp_path / n).stat().st_size == split for n in parts[:-1])
     assert verify(tmp_path / "bundle.tar.part001", operator_keyring).ok
     staged = extract_verified(tmp_path / "bundle.tar.part001", operator_keyring, tmp_path / "staging")
     assert Manifest.from_json((staged.root / MANIFEST_NAME).read_bytes()) == staged.manifest

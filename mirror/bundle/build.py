@@ -1,20 +1,24 @@
 """Build one signed offline bundle from a mirror: ``gpu-airgap bundle build``.
 
 The bundle is a deterministic tar stream (:mod:`mirror.bundle.tar`) whose members are, in order:
-``manifest.json``, ``manifest.json.asc`` (the operator's detached signature), then sorted:
-``gpu-airgap-node.pyz``, ``install.sh``, ``operator-key.asc``, ``sbom.spdx.json`` and, per target,
-``targets/<format>-<arch>/`` with the packages and their signed local repo metadata.
+``manifest.json``, ``manifest.json.asc`` (the operator's detached signature), the node check
+(:mod:`installer.nodecheck`: ``NODE-SHA256SUMS``, its signature ``NODE-SHA256SUMS.asc``,
+``install.sh``, ``gpu-airgap-node.pyz``; first, so a node takes them out without reading the rest,
+and in the first part of a split bundle), then sorted: ``operator-key.asc``, ``sbom.spdx.json``
+and, per target, ``targets/<format>-<arch>/`` with the packages and their signed local repo metadata.
 
 The manifest is computed before any byte is written: package digests come from the mirror's
 verified metadata and are re-checked while the files stream into the archive (a package that
 changed on disk aborts the build and leaves no output). Generated files are small and hashed in
 memory. Two builds with the same SOURCE_DATE_EPOCH are byte-identical except for
-``manifest.json.asc`` (and, with ``--split``, the checksum list's signature).
+``manifest.json.asc`` (and, with ``--split``, the checksum list's signature): ``NODE-SHA256SUMS.asc``
+is made at SOURCE_DATE_EPOCH, like the embedded repositories' signatures, and so is identical too.
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -27,11 +31,13 @@ from installer.manifest import (
     PackageEntry,
     TargetEntry,
 )
+from installer.nodecheck import HEAD, INSTALL_SH, NODE_SUMS, NODE_SUMS_SIGNATURE, NODE_TOOL, render_sums
 from mirror.bundle.sbom import SBOM_NAME, SbomPackage, render_spdx
 from mirror.bundle.source import MirrorSelection, select_from_mirror, upstream_version
+from mirror.bundle.split_head import check_first_part, head_size
 from mirror.bundle.tar import BundleWriter
 from mirror.bundle.target_repo import TargetRepo, build_target_repo
-from mirror.bundle.zipapp import PYZ_NAME, ZIP_EPOCH, build_zipapp
+from mirror.bundle.zipapp import ZIP_EPOCH, build_zipapp
 from mirror.hostenv import build_epoch, package_info_cache
 from mirror.lockfile import Lockfile
 from mirror.signing import OperatorKey
@@ -40,7 +46,6 @@ from plumbing.errors import ToolError, UsageError
 from plumbing.fsutil import atomic_write
 from plumbing.version import VERSION
 
-INSTALL_SH = "install.sh"
 OPERATOR_KEY = "operator-key.asc"
 _INSTALL_SH_SOURCE = Path(__file__).parent / "data" / "install.sh"
 #: The zipapp's entry timestamp: fixed (1980-01-01, the zip format's first date) rather than the
@@ -124,9 +129,14 @@ def build_from_selection(
         build_target_repo(t, key=key, epoch=epoch, channel=selection.channel, info_cache=info_cache)
         for t in selection.targets
     ]
+    node_files = {NODE_TOOL: build_zipapp(epoch=PYZ_EPOCH, cache=wheel_cache), INSTALL_SH: _INSTALL_SH_SOURCE.read_bytes()}
+    sums = render_sums(node_files)
     generated: dict[str, tuple[bytes, str]] = {
-        PYZ_NAME: (build_zipapp(epoch=PYZ_EPOCH, cache=wheel_cache), "node-tool"),
-        INSTALL_SH: (_INSTALL_SH_SOURCE.read_bytes(), "node-installer"),
+        NODE_SUMS: (sums, "node-checksums"),
+        # at the build time, like the embedded repos' signatures: deterministic, so the manifest that lists it is too
+        NODE_SUMS_SIGNATURE: (key.sign_detached(sums, at=epoch), "node-checksums-signature"),
+        NODE_TOOL: (node_files[NODE_TOOL], "node-tool"),
+        INSTALL_SH: (node_files[INSTALL_SH], "node-installer"),
         OPERATOR_KEY: (key.public_key(), "operator-key"),
     }
     for repo in repos:
@@ -147,7 +157,7 @@ def build_from_selection(
     with BundleWriter(output, compression=compression, mtime=epoch, split=split) as writer:
         writer.add_bytes(MANIFEST_NAME, manifest_bytes)
         writer.add_bytes(SIGNATURE_NAME, signature)
-        for name in sorted(set(generated) | set(packages)):
+        for name in [*HEAD, *sorted((set(generated) | set(packages)) - set(HEAD))]:
             if name in generated:
                 writer.add_bytes(name, generated[name][0], executable=name == INSTALL_SH)
                 payload += len(generated[name][0])
@@ -155,10 +165,19 @@ def build_from_selection(
                 pkg = packages[name]
                 writer.add_file(name, pkg.source.path, size=pkg.source.size, sha256=pkg.sha256)
                 payload += pkg.source.size
-        outputs = writer.commit()
+        outputs = writer.commit(check_first=_first_part_check(split, [manifest_bytes, signature, *(generated[n][0] for n in HEAD)]))
     if split is not None:
         outputs += _write_checksum_list(output, outputs, key)
     return BuildResult(tuple(outputs), manifest, len(generated) + len(packages) + 2, payload)
+
+
+def _first_part_check(split: int | None, head: list[bytes]) -> Callable[[Path], None] | None:
+    """A node reads the node check from FILE.part001 alone: with ``--split`` it must be whole in the first part."""
+    if split is None:
+        return None
+    size = split
+    head_bytes = head_size([len(data) for data in head])
+    return lambda part: check_first_part(part, HEAD, split=size, head_bytes=head_bytes)
 
 
 def _write_checksum_list(output: Path, parts: list[Path], key: OperatorKey) -> list[Path]:

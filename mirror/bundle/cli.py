@@ -65,10 +65,15 @@ def build_command(
         split=parse_size(split) if split else None,
         locked=Lockfile.load(locked) if locked is not None else None,
     )
+    from installer.nodecheck import node_command
+
+    # the bundle, or the first part of a split one: a node takes the node check out of it alone
+    command = node_command(result.outputs[0].name)
     if json_output:
         output.emit_json(
             {
                 "outputs": [str(p) for p in result.outputs],
+                "node_command": command,
                 "members": result.members,
                 "payload_bytes": result.payload_bytes,
                 "toolkit_version": result.manifest.toolkit_version,
@@ -82,4 +87,9 @@ def build_command(
         f"{result.members} members, {result.payload_bytes} bytes, toolkit {result.manifest.toolkit_version}, "
         f"targets {', '.join(t.name for t in result.manifest.targets)}, signed by {result.manifest.signer}"
     )
+    lines += [
+        "on the node, with operator.asc the operator's public key (given out of band), check the node files with",
+        "the node's own tools before anything from the bundle runs, then install (install options go at the end):",
+        f"  {command}",
+    ]
     output.emit_lines(lines)

@@ -305,10 +305,16 @@ class BundleWriter:
                 raise PackageChangedError(source, f"{size} bytes", f"{copied} bytes while read")
             self._pad()
 
-    def commit(self) -> list[Path]:
-        """Finish the archive and give the output its final name(s); return them."""
+    def commit(self, check_first: Callable[[Path], None] | None = None) -> list[Path]:
+        """Finish the archive and give the output its final name(s); return them.
+
+        :param check_first: called with the finished first file (still under its temporary name)
+            before anything is renamed; an exception from it leaves no output (the ``with`` aborts).
+        """
         self._close_streams()
         self.sink.finish()
+        if check_first is not None:
+            check_first(self.sink.temps[0][0])
         final = []
         for tmp, name in self.sink.temps:
             os.chmod(tmp, 0o644)

@@ -24,12 +24,13 @@ import zipfile
 from pathlib import Path
 from typing import Final
 
+from installer.nodecheck import NODE_TOOL
 from mirror.hostenv import node_wheel_cache
 from plumbing.errors import ToolError
 from plumbing.fsutil import atomic_write
 from plumbing.proc import run
 
-PYZ_NAME: Final = "gpu-airgap-node.pyz"
+PYZ_NAME: Final = NODE_TOOL
 #: 1980-01-01 00:00 UTC, the earliest time a zip entry can carry
 ZIP_EPOCH: Final = 315532800
 _PINS: Final = Path(__file__).parent / "data" / "node-wheels.txt"
