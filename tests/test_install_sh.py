@@ -1,11 +1,12 @@
 """Issue 6 end to end: a node with only python3 and gpg installs from the bundle's ``install.sh``.
 
 A mirror is synced from the local upstream with the real ``mirror sync``, a real signed zstd
-bundle is built with ``bundle build``, and the node admin's README steps are followed literally:
-``tar -xf BUNDLE install.sh gpu-airgap-node.pyz`` with the system tar, then
-``sh install.sh BUNDLE --keyring OPERATOR_KEY --root SCRATCH --runtime containerd`` with ``python3``
-on PATH being python3.9 (when installed) and an environment with no trace of the project's venv.
-The scratch root has a real dpkg database seeded with the node requirements.
+bundle is built with ``bundle build``, and the node admin's README step is followed literally: the
+node command (take out and check the node files with the node's own tar, gpg, gpgv and sha256sum,
+then ``sh install.sh BUNDLE --keyring OPERATOR_KEY``) with ``--root SCRATCH --runtime containerd``
+appended, under ``sh -c``, with ``python3`` on PATH being python3.9 (when installed) and an
+environment with no trace of the project's venv. The scratch root has a real dpkg database seeded
+with the node requirements. (Tampered bundles: tests/test_node_trust.py.)
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Dict, List
 
 import pytest
 
+from installer.nodecheck import HEAD, node_command
 from tests.cli_runner import run_cli
 from tests.gpgkeys import TestKey
 from tests.node_fixtures import PY39, TOOLKIT, dpkg_versions, node_python, seed_containerd_node
@@ -34,10 +36,10 @@ def bundle(deb_bundle: Path) -> Path:
 
 @pytest.fixture()
 def node(bundle: Path, tmp_path: Path) -> Path:
-    """The node admin's working directory: install.sh and the zipapp extracted with the system tar."""
+    """The node admin's working directory: the node check, install.sh and the zipapp taken out with the system tar."""
     work = tmp_path / "node"
     work.mkdir()
-    subprocess.run(["tar", "-xf", str(bundle), "install.sh", "gpu-airgap-node.pyz"], cwd=work, check=True)
+    subprocess.run(["tar", "--occurrence", "-xf", str(bundle), *HEAD], cwd=work, check=True)
     return work
 
 
@@ -72,11 +74,13 @@ def test_install_sh_installs_with_only_python3_and_gpg_and_a_second_run_has_noth
     env = _env(f"{python_bin}:{NODE_PATH}", tmp_path)
     assert subprocess.run(["python3", "-c", "import typer"], env=env, capture_output=True).returncode != 0  # no venv
 
-    args = (bundle.name, "--keyring", str(operator_key.public), "--root", str(root), "--runtime", "containerd")
     shutil.copy(bundle, node / bundle.name)  # the admin copied both to the node
-    first = _install_sh(node, env, *args)
+    shutil.copy(operator_key.public, node / "operator.asc")
+    documented = f"{node_command(bundle.name)} --root {root} --runtime containerd"
+    first = subprocess.run(["/bin/sh", "-c", documented], cwd=node, env=env, capture_output=True, text=True, timeout=120)
     assert first.returncode == 0, first.stderr
-    assert first.stdout.startswith("installed: bundle ")
+    assert first.stdout.startswith("install.sh: OK\ngpu-airgap-node.pyz: OK\ninstalled: bundle "), first.stdout  # sha256sum -c, then the tool
+    assert 'gpgv: Good signature from "bundle operator' in first.stderr
 
     inspected = json.loads(run_cli("bundle", "inspect", str(bundle), "--json").stdout)
     (target,) = inspected["targets"]
@@ -94,7 +98,8 @@ def test_install_sh_installs_with_only_python3_and_gpg_and_a_second_run_has_noth
     tag = "cpython-39" if node_python() == PY39 else "cpython-"
     assert list(copy.glob(f"installer/__pycache__/install.{tag}*.pyc"))
 
-    second = _install_sh(node, env, *args)
+    args = (bundle.name, "--keyring", "operator.asc", "--root", str(root), "--runtime", "containerd")
+    second = _install_sh(node, env, *args)  # checked already: install.sh again, as an admin would
     assert second.returncode == 0, second.stderr
     assert second.stdout.startswith("up-to-date:") and "already installed" in second.stdout
 
@@ -143,4 +148,19 @@ def test_install_sh_refuses_when_the_zipapp_was_not_extracted(node: Path, tmp_pa
     (node / "gpu-airgap-node.pyz").unlink()
     bin_dir = _bin_dir(tmp_path / "bin", {"python3": str(node_python())})
     done = _install_sh(node, _env(f"{bin_dir}:{NODE_PATH}", tmp_path), "bundle.tar.zst", "--keyring", "key.asc")
-    assert done.returncode == 7 and "tar -xf BUNDLE install.sh gpu-airgap-node.pyz" in _one_sentence(done.stderr)[0]
+    (line,) = _one_sentence(done.stderr)
+    assert done.returncode == 7 and "gpu-airgap-node.pyz is missing" in line
+    assert "check them first with: tar --occurrence -xf BUNDLE NODE-SHA256SUMS NODE-SHA256SUMS.asc install.sh gpu-airgap-node.pyz" in line
+
+
+def test_install_sh_checks_the_node_tool_against_the_given_key_before_running_it(
+    node: Path, bundle: Path, other_key: TestKey, tmp_path: Path
+) -> None:
+    python_bin = _bin_dir(tmp_path / "python-bin", {"python3": str(node_python())})
+    env = _env(f"{python_bin}:{NODE_PATH}", tmp_path)
+    wrong = _install_sh(node, env, str(bundle), "--keyring", str(other_key.public))
+    assert wrong.returncode == 3
+    assert "NODE-SHA256SUMS next to this script is not signed by the key in" in _one_sentence(wrong.stderr)[0]
+    missing = _install_sh(node, env, str(bundle))
+    assert missing.returncode == 2 and "give the operator's public key file with --keyring" in _one_sentence(missing.stderr)[0]
+    assert not (tmp_path / "cache").exists()  # the zipapp never started (it would have made its cache)

@@ -1,9 +1,19 @@
 #!/bin/sh
-# gpu-airgap node installer: check prerequisites, then run the bundled node tool.
+# gpu-airgap node installer: check prerequisites and the node tool's signed checksum, then run the tool.
 # Usage: sh install.sh BUNDLE --keyring OPERATOR_KEY [install options...]
-# Extract this script and the tool first:  tar -xf BUNDLE install.sh gpu-airgap-node.pyz
+#
+# Never run this script before checking it: take it out of the bundle together with the node tool
+# and their signed checksum list, and check them with the node's own tools against the operator key
+# (the command `gpu-airgap bundle build` prints; README "Install from the bundle"):
+#   tar --occurrence -xf BUNDLE NODE-SHA256SUMS NODE-SHA256SUMS.asc install.sh gpu-airgap-node.pyz &&
+#   gpg --batch --yes --dearmor -o operator.gpg operator.asc &&
+#   gpgv --keyring ./operator.gpg NODE-SHA256SUMS.asc NODE-SHA256SUMS && sha256sum -c NODE-SHA256SUMS &&
+#   sh install.sh BUNDLE --keyring operator.asc
+# Before it runs the tool, this script repeats that check against the key given with --keyring. That
+# catches a skipped step; it is no substitute for it (a modified install.sh would not check anything).
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
+verify_first="take them out and check them first with: tar --occurrence -xf BUNDLE NODE-SHA256SUMS NODE-SHA256SUMS.asc install.sh gpu-airgap-node.pyz && gpg --batch --yes --dearmor -o operator.gpg operator.asc && gpgv --keyring ./operator.gpg NODE-SHA256SUMS.asc NODE-SHA256SUMS && sha256sum -c NODE-SHA256SUMS"
 if [ $# -lt 1 ]; then
   echo "usage: $0 BUNDLE --keyring OPERATOR_KEY [install options...]" >&2
   exit 2
@@ -23,7 +33,7 @@ if ! command -v gpg >/dev/null 2>&1; then
   exit 7
 fi
 if [ ! -f "$here/gpu-airgap-node.pyz" ]; then
-  echo "install.sh: $here/gpu-airgap-node.pyz is missing; extract it next to this script with: tar -xf BUNDLE install.sh gpu-airgap-node.pyz" >&2
+  echo "install.sh: $here/gpu-airgap-node.pyz is missing; $verify_first" >&2
   exit 7
 fi
 # zstd bundles (the default) need the zstd command on a node: say so before anything runs.
@@ -31,5 +41,42 @@ magic=$(od -An -tx1 -N4 "$BUNDLE" 2>/dev/null | tr -d ' \n') || magic=
 if [ "$magic" = "28b52ffd" ] && ! command -v zstd >/dev/null 2>&1; then
   echo "install.sh: $BUNDLE is zstd-compressed and this node has no zstd command; install zstd from the OS media or ask for a bundle built with --compression xz" >&2
   exit 7
+fi
+
+# The node tool runs only when NODE-SHA256SUMS carries a good signature by the --keyring key and
+# lists its sha256 (gpgv reads binary keyrings only, hence the dearmor into a private directory).
+keyring=
+previous=
+for arg in "$@"; do
+  case $previous in --keyring) keyring=$arg ;; esac
+  case $arg in --keyring=*) keyring=${arg#--keyring=} ;; esac
+  previous=$arg
+done
+if [ -z "$keyring" ] || [ ! -f "$keyring" ]; then
+  echo "install.sh: give the operator's public key file with --keyring OPERATOR_KEY${keyring:+ ($keyring is not a file)}" >&2
+  exit 2
+fi
+if [ ! -f "$here/NODE-SHA256SUMS" ] || [ ! -f "$here/NODE-SHA256SUMS.asc" ]; then
+  echo "install.sh: NODE-SHA256SUMS and its signature are not next to this script; $verify_first" >&2
+  exit 3
+fi
+check=$(mktemp -d)
+verified=no
+if gpg --batch --quiet --homedir "$check" --dearmor -o "$check/operator.gpg" "$keyring" 2>/dev/null; then
+  if command -v gpgv >/dev/null 2>&1; then
+    gpgv --homedir "$check" --keyring "$check/operator.gpg" "$here/NODE-SHA256SUMS.asc" "$here/NODE-SHA256SUMS" >/dev/null 2>&1 && verified=yes
+  else
+    gpg --batch --homedir "$check" --no-default-keyring --keyring "$check/operator.gpg" \
+      --verify "$here/NODE-SHA256SUMS.asc" "$here/NODE-SHA256SUMS" >/dev/null 2>&1 && verified=yes
+  fi
+fi
+rm -rf "$check"
+if [ "$verified" != yes ]; then
+  echo "install.sh: NODE-SHA256SUMS next to this script is not signed by the key in $keyring; refusing to run the node tool" >&2
+  exit 3
+fi
+if ! (cd "$here" && sha256sum --quiet -c NODE-SHA256SUMS >/dev/null 2>&1); then
+  echo "install.sh: install.sh or gpu-airgap-node.pyz does not match the signed NODE-SHA256SUMS; refusing to run the node tool" >&2
+  exit 3
 fi
 exec python3 -I "$here/gpu-airgap-node.pyz" install "$BUNDLE" "$@"
