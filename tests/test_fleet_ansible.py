@@ -25,7 +25,9 @@ from typing import Any, Dict, List, Set
 
 import pytest
 
+from installer.nodecheck import NODE_SUMS, NODE_SUMS_SIGNATURE, NODE_TOOL
 from mirror.publish.files import Site, render_list, render_repo
+from tests import bundle_tamper as tamper
 from tests.cli_runner import run_cli
 from tests.gpgkeys import TestKey, make_key
 from tests.node_fixtures import (
@@ -302,6 +304,33 @@ def test_tampered_bundle_fails_on_the_first_batch_and_leaves_the_other_roots_unt
     # node1 got the bundle in its cache; nothing else under its root changed
     assert {k: v for k, v in after["node1"].items() if not k.startswith("var/cache")} == before["node1"]
     assert dpkg_versions(fleet.roots["node1"]) == {}
+
+
+@pytest.mark.parametrize("attack", ["tampered-tool", "resigned-by-another-key", "no-node-check"])
+def test_a_node_tool_that_is_not_the_operators_is_refused_on_the_controller_and_never_runs(
+    attack: str, bundle: Path, operator_key: TestKey, other_key: TestKey, tmp_path: Path
+) -> None:
+    marker = tmp_path / "MARKER"  # the tampered zipapp writes it if anything ever runs it
+    evil = {NODE_TOOL: tamper.marker_zipapp(marker)}
+    if attack == "tampered-tool":  # the original NODE-SHA256SUMS and signatures
+        bad = tamper.repack(bundle, tmp_path / "bad.tar.zst", evil)
+    elif attack == "resigned-by-another-key":
+        bad = tamper.repack(bundle, tmp_path / "bad.tar.zst", tamper.resigned_node_check(bundle, other_key, evil))
+    else:  # the node check left out, as an older gpu-airgap built it
+        bad = tamper.repack(bundle, tmp_path / "bad.tar.zst", evil, drop=[NODE_SUMS, NODE_SUMS_SIGNATURE])
+    fleet = Fleet(tmp_path / "fleet", bundle, operator_key.public)
+    before = fleet.digests()
+    play = fleet.play("site.yml", bundle=bad)
+    assert play.returncode != 0
+    assert set(play.stats) == {"node1"} and play.stats["node1"]["failures"] == 1, play.stats  # the canary batch only
+    failed = play.task("node1", "Take the node tool out of the bundle and check it against the operator key (controller)")
+    words = {"tampered-tool": "does not match its signed NODE-SHA256SUMS", "resigned-by-another-key": "is not signed by the operator key",
+             "no-node-check": "has no NODE-SHA256SUMS"}[attack]  # fmt: skip
+    assert failed["status"] == "failed" and words in failed["result"]["stderr"], failed
+    assert not any(r["task"] == "Install the toolkit from the bundle" for r in play.results)
+    assert not marker.exists(), "the tampered node tool ran"
+    assert fleet.digests() == before
+    assert not list((fleet.tmp / "home/.cache/gpu-airgap/ansible").rglob("*.pyz"))  # nothing left to copy later
 
 
 def test_failed_uninstall_still_removes_the_throwaway_copy_of_the_node_tool(
