@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import functools
 import http.server
+import importlib.util
 import json
 import os
 import socket
@@ -26,9 +27,11 @@ import pytest
 import yaml
 
 from configure import runtimeclass
+from installer.nodecheck import NODE_SUMS, NODE_SUMS_SIGNATURE, NODE_TOOL
 from mirror.fleet import k8s as fleet_k8s
 from mirror.fleet.cli import pod_script
 from plumbing.errors import ExitCode
+from tests import bundle_tamper as tamper
 from tests.cli_runner import run_cli
 from tests.gpgkeys import TestKey
 from tests.node_fixtures import TOOLKIT, node_python, seed_containerd_node, seed_dpkg_root, tree_digest
@@ -325,3 +328,75 @@ def test_host_tools_wrapper_fetches_the_bundle_url_in_the_pods_network_before_en
     assert done.returncode == 0, done.stderr
     assert "fetching http://127.0.0.1:" in done.stderr and (pod.cache / "bundle").is_file()
     assert json.loads((pod.cache / "ready").read_text())["outcome"] == "installed" and pod.ready()
+
+
+# -- the pod program checks the node tool against the operator key before running it -------------
+
+
+def _attack(attack: str, bundle: Path, other_key: TestKey, marker: Path, out: Path) -> Path:
+    """``bundle`` with a node tool that writes ``marker`` if run, as each attacker (or an old build) leaves it."""
+    evil = {NODE_TOOL: tamper.marker_zipapp(marker)}
+    if attack == "tampered-tool":  # the original NODE-SHA256SUMS and signatures
+        return tamper.repack(bundle, out, evil)
+    if attack == "resigned-by-another-key":
+        return tamper.repack(bundle, out, tamper.resigned_node_check(bundle, other_key, evil))
+    return tamper.repack(bundle, out, evil, drop=[NODE_SUMS, NODE_SUMS_SIGNATURE])  # an older build's layout
+
+
+@pytest.mark.parametrize(
+    ("attack", "words"),
+    [
+        ("tampered-tool", "does not match its signed NODE-SHA256SUMS"),
+        ("resigned-by-another-key", "is not signed by the operator key"),
+        ("no-node-check", "has no NODE-SHA256SUMS"),
+    ],
+)
+def test_pod_program_refuses_a_node_tool_that_is_not_the_operators_and_never_runs_it(
+    attack: str, words: str, deb_bundle: Path, operator_key: TestKey, other_key: TestKey, tmp_path: Path
+) -> None:
+    marker = tmp_path / "MARKER"
+    bad = _attack(attack, deb_bundle, other_key, marker, tmp_path / "bad.tar.zst")
+    host = tmp_path / "host"
+    seed_containerd_node(host)
+    before = tree_digest(host)
+    script = tmp_path / "k8s-node.py"
+    script.write_text(pod_script())
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "GPU_AIRGAP_HOST_ROOT": str(host), "GPU_AIRGAP_BUNDLE_FILE": str(bad),
+           "GPU_AIRGAP_KEYRING": str(operator_key.public), "GPU_AIRGAP_READY_FILE": str(tmp_path / "ready"),
+           "GPU_AIRGAP_NODE_CACHE": str(tmp_path / "zipapp-cache"), "GPU_AIRGAP_ONESHOT": "true"}  # fmt: skip
+    failed = _pod(script, env)
+    assert failed.returncode == ExitCode.VERIFICATION_FAILED, failed.stderr
+    (line,) = failed.stderr.strip().splitlines()
+    assert line.startswith("gpu-airgap-k8s: ") and words in line, line
+    assert not marker.exists(), "the tampered node tool ran"
+    assert not (host / "var/cache/gpu-airgap/k8s/gpu-airgap-node.pyz").exists() and _pod(script, env, "ready").returncode == 1
+    assert not marker.exists()
+    assert {k: v for k, v in tree_digest(host).items() if not k.startswith("var/cache")} == before
+
+
+def _load_pod_program() -> Any:
+    spec = importlib.util.spec_from_file_location("k8s_node", Path(fleet_k8s.__file__).parent / "data" / "k8s-node.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_pod_program_checks_with_gpg_where_the_node_has_no_gpgv(
+    deb_bundle: Path, operator_key: TestKey, other_key: TestKey, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bin_dir = tmp_path / "bin"  # a node with GnuPG but no gpgv
+    bin_dir.mkdir()
+    for tool in ("tar", "zstd", "gpg"):
+        (bin_dir / tool).symlink_to(f"/usr/bin/{tool}")
+    monkeypatch.setenv("PATH", str(bin_dir))
+    program = _load_pod_program()
+    dest = tmp_path / "cache" / NODE_TOOL
+    dest.parent.mkdir()
+    program.node_tool(deb_bundle, dest, operator_key.public)
+    assert dest.read_bytes() == tamper.node_files(deb_bundle)[NODE_TOOL]
+    bad = _attack("resigned-by-another-key", deb_bundle, other_key, tmp_path / "MARKER", tmp_path / "bad.tar.zst")
+    with pytest.raises(SystemExit) as refused:
+        program.node_tool(bad, dest, operator_key.public)
+    assert refused.value.code == ExitCode.VERIFICATION_FAILED and not dest.exists()
+    assert sorted(p.name for p in dest.parent.iterdir()) == []  # no working copy left behind

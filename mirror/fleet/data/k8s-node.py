@@ -8,8 +8,11 @@ $GPU_AIRGAP_HOST_ROOT=/, so the node's own gpg, tar, dpkg/rpm and systemctl do t
 1. reads the bundle ($GPU_AIRGAP_BUNDLE_FILE: fetched or copied by the ``--tools host`` wrapper, or
    the mounted ConfigMap), or fetches $GPU_AIRGAP_BUNDLE_URL with urllib into the host's
    /var/cache/gpu-airgap/k8s (``--tools image``);
-2. takes gpu-airgap-node.pyz out of it with tar, and runs ``install BUNDLE --keyring KEY --root ROOT
-   --json`` (the installer verifies the whole bundle against the operator key first);
+2. takes gpu-airgap-node.pyz out of it with tar and, before running it, checks it with gpgv (or
+   gpg) against the operator key: the bundle's ``NODE-SHA256SUMS`` must carry a good signature by
+   that key and list the tool's sha256 (this program, from the operator's ConfigMap, is the trust
+   anchor; nothing from the bundle runs before this check). Then it runs ``install BUNDLE --keyring
+   KEY --root ROOT --json`` (the installer verifies the whole bundle against the operator key first);
 3. restarts each engine the install changed: under ``--tools host`` the installer does it (the live
    root: it also retries engines an earlier pod left unrestarted, and puts back the configuration of
    one that does not come back); under ``--tools image`` (``--no-restart``) this program runs
@@ -26,16 +29,27 @@ with back-off and the DaemonSet's rolling update (maxUnavailable 1) does not go 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, NoReturn
+
+#: what the node takes out of the bundle first and checks (installer/nodecheck.py, mirrored here:
+#: this program runs on the node's python3 with the standard library only)
+NODE_SUMS = "NODE-SHA256SUMS"
+NODE_SUMS_SIGNATURE = "NODE-SHA256SUMS.asc"
+NODE_TOOL = "gpu-airgap-node.pyz"
+HEAD = (NODE_SUMS, NODE_SUMS_SIGNATURE, "install.sh", NODE_TOOL)
+VERIFICATION_FAILED = 3  #: the exit code of a signature or checksum that did not match (README "Exit codes")
 
 
 def _env(name: str, default: str = "") -> str:
@@ -71,14 +85,57 @@ def fetch_bundle(url: str, dest: Path) -> None:
     os.replace(part, dest)
 
 
-def node_tool(bundle: Path, dest: Path) -> None:
-    """Take gpu-airgap-node.pyz out of the bundle with tar (GNU tar detects zstd, xz, gzip)."""
-    part = dest.with_name(dest.name + ".part")
-    with open(part, "wb") as out:
-        done = subprocess.run(["tar", "-xOf", str(bundle), "gpu-airgap-node.pyz"], stdout=out, check=False)
-    if done.returncode != 0:
-        raise SystemExit(f"gpu-airgap-k8s: {bundle} has no readable gpu-airgap-node.pyz (tar said why above); is it a gpu-airgap bundle?")
-    os.replace(part, dest)
+def _refuse(message: str) -> NoReturn:
+    _say(message)
+    raise SystemExit(VERIFICATION_FAILED)
+
+
+def _signed_by(keyring: Path, signature: Path, data: Path, home: Path) -> bool:
+    """A good detached signature by a key of ``keyring`` (binary): gpgv, else gpg with only that keyring."""
+    if shutil.which("gpgv"):
+        argv = ["gpgv", "--homedir", str(home), "--keyring", str(keyring), str(signature), str(data)]
+    else:
+        argv = ["gpg", "--batch", "--homedir", str(home), "--no-default-keyring", "--keyring", str(keyring),
+                "--verify", str(signature), str(data)]  # fmt: skip
+    return subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False).returncode == 0
+
+
+def _listed(sums: Path) -> Dict[str, str]:
+    """Name -> sha256 of a NODE-SHA256SUMS whose signature checked out (``sha256sum`` lines)."""
+    lines = (re.match(r"^([0-9a-f]{64})  (\S+)$", line) for line in sums.read_text("ascii", "replace").splitlines())
+    return {m.group(2): m.group(1) for m in lines if m}
+
+
+def node_tool(bundle: Path, dest: Path, key: Path) -> None:
+    """Take gpu-airgap-node.pyz out of the bundle with tar and place it at ``dest`` only once it checked out.
+
+    GNU tar detects zstd, xz and gzip and, with --occurrence, stops once it has the node check. The
+    signature over NODE-SHA256SUMS is checked by the node's gpgv (or gpg) against the operator key
+    (dearmored first: gpgv reads binary keyrings only); only then are its lines read and the tool's
+    sha256 compared. Any failure exits with VERIFICATION_FAILED and the tool never runs.
+    """
+    if dest.exists():
+        dest.unlink()  # an earlier pod's copy: only a tool this run checked may be left here
+    work = Path(tempfile.mkdtemp(prefix=".verify-", dir=str(dest.parent)))
+    try:
+        taken = subprocess.run(["tar", "--occurrence", "-xf", str(bundle), "-C", str(work), *HEAD],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)  # fmt: skip
+        if taken.returncode != 0:
+            _refuse(f"{bundle} has no {', '.join(HEAD)} to check the node tool with (not a gpu-airgap bundle, "
+                    "or one an older gpu-airgap built: rebuild it); refusing to run anything from it")  # fmt: skip
+        keyring = work / "operator.gpg"
+        dearmor = ["gpg", "--batch", "--quiet", "--homedir", str(work), "--dearmor", "-o", str(keyring), str(key)]
+        if subprocess.run(dearmor, stderr=subprocess.DEVNULL, check=False).returncode != 0:
+            _refuse(f"the operator key {key} is not an OpenPGP public key")
+        if not _signed_by(keyring, work / NODE_SUMS_SIGNATURE, work / NODE_SUMS, work):
+            _refuse(f"the node tool in {bundle} is not signed by the operator key {key} ({NODE_SUMS_SIGNATURE}); refusing to run it")
+        with open(work / NODE_TOOL, "rb") as tool:
+            actual = hashlib.sha256(tool.read()).hexdigest()
+        if _listed(work / NODE_SUMS).get(NODE_TOOL) != actual:
+            _refuse(f"the node tool in {bundle} does not match its signed {NODE_SUMS}; refusing to run it")
+        os.replace(work / NODE_TOOL, dest)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def _on_host() -> bool:
@@ -128,8 +185,8 @@ def install() -> int:
     if url:
         _say(f"fetching {url}")
         fetch_bundle(url, bundle)
-    tool = cache / "gpu-airgap-node.pyz"
-    node_tool(bundle, tool)
+    tool = cache / NODE_TOOL
+    node_tool(bundle, tool, Path(_env("GPU_AIRGAP_KEYRING")))
     proc = subprocess.run(install_argv(tool, bundle), stdout=subprocess.PIPE, check=False)
     if proc.returncode != 0:
         return proc.returncode  # the installer said why on stderr
