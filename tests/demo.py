@@ -5,8 +5,9 @@ port, then run what the two roles would run, with the real ``gpu-airgap`` comman
 
 1. operator: ``mirror sync`` (and a no-op re-sync), ``bundle build`` signed with a throwaway
    operator key, ``bundle inspect`` and ``bundle verify``;
-2. node admin: extract ``install.sh`` and the zipapp from the bundle with ``tar`` and install into a
-   scratch root (a real dpkg database, a containerd config, stand-in GPU device nodes), then
+2. node admin: take ``install.sh`` and the zipapp out of the bundle and check them against the
+   operator key with the node's own ``tar``, ``gpg``, ``gpgv`` and ``sha256sum`` (the command
+   ``bundle build`` prints), then install into a scratch root (a real dpkg database, a containerd config, stand-in GPU device nodes), then
    ``configure runtimeclass``, ``configure report``, ``configure verify`` and ``status``;
 3. ``uninstall``, which puts the containerd config back byte for byte.
 
@@ -185,7 +186,7 @@ def stage_install(ctx: DemoContext) -> None:
     """Node admin: a scratch root like an Ubuntu node, then install.sh from the bundle."""
     from tests.node_fixtures import seed_dpkg_root
 
-    say("== node admin: install from the bundle with only python3 and gpg (into a scratch root)")
+    say("== node admin: check the node files with the node's own tools, then install (into a scratch root)")
     root = fresh(ctx.work / "node-root")
     seed_dpkg_root(root)  # a real dpkg database with libc6, libcap2, libseccomp2 installed
     config = root / "etc/containerd/config.toml"
@@ -195,7 +196,6 @@ def stage_install(ctx: DemoContext) -> None:
     for node in ("nvidia0", "nvidiactl"):  # stand-in device nodes, so a CDI spec can be written
         (root / "dev" / node).touch()
     unpacked = fresh(ctx.work / "node-media")
-    run(["tar", "-xf", ctx.values["bundle"], "install.sh", "gpu-airgap-node.pyz"], cwd=unpacked)
     node_env = {
         "PATH": NODE_PATH,
         "HOME": os.environ.get("HOME", "/root"),
@@ -203,10 +203,13 @@ def stage_install(ctx: DemoContext) -> None:
         # keep the zipapp's extract-once cache with the demo, not in /var/cache/gpu-airgap
         "GPU_AIRGAP_NODE_CACHE": str((ctx.work / "node-cache").resolve()),
     }
-    install = ["sh", "install.sh", ctx.values["bundle"], "--keyring", ctx.values["keyring"], "--root",
-               str(root.resolve()), "--runtime", "containerd"]  # fmt: skip
-    run(install, cwd=unpacked, env=node_env)
-    run(install, cwd=unpacked, env=node_env)  # the second run changes nothing
+    from installer.nodecheck import node_command
+
+    options = ["--root", str(root.resolve()), "--runtime", "containerd"]
+    checked = node_command(ctx.values["bundle"], ctx.values["keyring"]) + " " + shlex.join(options)
+    run(["sh", "-c", checked], cwd=unpacked, env=node_env)
+    # the second run changes nothing (install.sh checks the node tool again before running it)
+    run(["sh", "install.sh", ctx.values["bundle"], "--keyring", ctx.values["keyring"], *options], cwd=unpacked, env=node_env)
     run(["dpkg-query", f"--admindir={root}/var/lib/dpkg", "-W", "libnvidia-container1", "libnvidia-container-tools",
          "nvidia-container-toolkit-base", "nvidia-container-toolkit"])  # fmt: skip
     run([str(root / "usr/bin/nvidia-ctk"), "--version"])
