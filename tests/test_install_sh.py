@@ -164,3 +164,13 @@ def test_install_sh_checks_the_node_tool_against_the_given_key_before_running_it
     missing = _install_sh(node, env, str(bundle))
     assert missing.returncode == 2 and "give the operator's public key file with --keyring" in _one_sentence(missing.stderr)[0]
     assert not (tmp_path / "cache").exists()  # the zipapp never started (it would have made its cache)
+
+
+def test_install_sh_checks_with_gpg_where_the_node_has_no_gpgv(node: Path, bundle: Path, operator_key: TestKey, other_key: TestKey, tmp_path: Path) -> None:
+    tools = {name: f"/usr/bin/{name}" for name in ("dirname", "cut", "od", "tr", "gpg", "zstd", "mktemp", "rm", "sha256sum")}
+    env = _env(str(_bin_dir(tmp_path / "bin", {**tools, "python3": str(node_python())})), tmp_path)
+    wrong = _install_sh(node, env, str(bundle), "--keyring", str(other_key.public), "--root", str(tmp_path / "none"))
+    assert wrong.returncode == 3 and "is not signed by the key in" in _one_sentence(wrong.stderr)[0]
+    # With the operator key the check passes and the tool runs: it refuses the missing root itself.
+    right = _install_sh(node, env, str(bundle), "--keyring", str(operator_key.public), "--root", str(tmp_path / "none"))
+    assert right.returncode == 2 and "is not a directory" in right.stderr and "install.sh:" not in right.stderr, right.stderr
