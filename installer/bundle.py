@@ -293,7 +293,6 @@ class _Scan:
             if trailer > _MAX_TRAILER or block.strip(b"\x00"):
                 self.fail(self.path.name, "has data after the end of the archive", fatal=True)
 
-
     def _check_node(self) -> None:
         """The node check agrees with the manifest and carries a good signature by the same keyring."""
         manifest = self.report.manifest

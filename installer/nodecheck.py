@@ -72,7 +72,7 @@ def has_node_check(manifest: Manifest) -> bool:
 #: what the node tool says about a bundle without the node check (built by an older gpu-airgap)
 MISSING_NOTE = (
     f"this bundle has no {NODE_SUMS} (an older gpu-airgap built it), so its install.sh and node tool "
-    "could not be checked with the node's own tools before they ran; rebuild it with this gpu-airgap"
+    "cannot be checked with the node's own tools before they run; rebuild it with this gpu-airgap"
 )
 
 
