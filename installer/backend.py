@@ -44,6 +44,10 @@ class PackageBackend(Protocol):
         """The installed version of ``name`` or None (half-installed counts as not installed)."""
         ...
 
+    def installed_versions(self, names: Sequence[str]) -> Dict[str, Optional[str]]:
+        """:meth:`installed_version` of each of ``names``, asked at once where the tool allows."""
+        ...
+
     def package_state(self, name: str) -> str:
         """A human phrase for ``name``'s state: ``1.17.8-1 (installed)``, ``not installed``, ..."""
         ...
@@ -179,8 +183,28 @@ class DpkgBackend:
         self._dpkg = ["dpkg", f"--root={os.path.abspath(root)}"] if scratch else ["dpkg"]
         admindir = os.path.abspath(rooted(root, "/var/lib/dpkg"))
         self._query = ["dpkg-query", f"--admindir={admindir}"] if scratch else ["dpkg-query"]
+        #: name -> (status abbrev, version) from the last :meth:`installed_versions`; cleared by every change
+        self._seen: Dict[str, Tuple[str, str]] = {}
+
+    def installed_versions(self, names: Sequence[str]) -> Dict[str, Optional[str]]:
+        """See :meth:`PackageBackend.installed_versions`: one dpkg-query, remembered until dpkg changes something."""
+        self._seen = self._states(names)
+        return {name: self.installed_version(name) for name in names}
+
+    def _states(self, names: Sequence[str]) -> Dict[str, Tuple[str, str]]:
+        states = {name: ("", "") for name in names}
+        if names:
+            result = proc.run([*self._query, "-W", "-f=${Package}\t${db:Status-Abbrev}\t${Version}\n", *names], check=False)
+            for line in result.stdout.decode("utf-8", "replace").splitlines():
+                name, _, rest = line.partition("\t")
+                if name in states:
+                    abbrev, _, version = rest.partition("\t")
+                    states[name] = (abbrev, version)
+        return states
 
     def _status(self, name: str) -> Tuple[str, str]:
+        if name in self._seen:
+            return self._seen[name]
         result = proc.run([*self._query, "-W", "-f=${db:Status-Abbrev}\t${Version}\n", name], check=False)
         line = result.stdout.decode("utf-8", "replace").strip().splitlines()
         if result.returncode != 0 or not line:
@@ -233,6 +257,7 @@ class DpkgBackend:
         :raises MaintainerScriptFailed: naming each script that failed; :raises CommandError: any other failure.
         """
         argv = [*self._dpkg, "--install", *(str(f) for f in files)]
+        self._seen = {}
         result = proc.run(argv, env_overrides=package_manager_env(), check=False)
         if result.returncode != 0:
             stderr = result.stderr.decode("utf-8", "replace")
@@ -243,22 +268,17 @@ class DpkgBackend:
 
     def remove(self, names: Sequence[str], *, purge: bool = False) -> None:
         """``dpkg --remove`` (conffiles stay, as with ``apt remove``), or ``--purge``."""
+        self._seen = {}
         if names:
             proc.run([*self._dpkg, "--purge" if purge else "--remove", *names], env_overrides=package_manager_env())
 
     def without_trace(self, names: Sequence[str]) -> List[str]:
         """See :meth:`PackageBackend.without_trace` (one dpkg-query for all of them)."""
-        if not names:
-            return []
-        result = proc.run([*self._query, "-W", "-f=${Package}\t${db:Status-Abbrev}\n", *names], check=False)
-        known = set()
-        for line in result.stdout.decode("utf-8", "replace").splitlines():
-            name, _, abbrev = line.partition("\t")
-            if len(abbrev) >= 2 and abbrev[1] not in ("n", " "):
-                known.add(name.split(":", 1)[0])
-        return [n for n in names if n not in known]
+        states = {n: self._seen[n] for n in names} if all(n in self._seen for n in names) else self._states(names)
+        return [n for n in names if len(states[n][0]) < 2 or states[n][0][1] in ("n", " ")]
 
     def _select(self, names: Sequence[str], selection: str) -> None:
+        self._seen = {}
         lines = "".join(f"{n} {selection}\n" for n in names)
         if lines:
             proc.run([*self._dpkg, "--set-selections"], input_bytes=lines.encode())
@@ -291,6 +311,10 @@ class RpmBackend:
         result = proc.run([*self._rpm, "-q", "--qf", fmt, name], check=False)
         lines = result.stdout.decode("utf-8", "replace").strip().splitlines()
         return lines[-1] if result.returncode == 0 and lines else None
+
+    def installed_versions(self, names: Sequence[str]) -> Dict[str, Optional[str]]:
+        """See :meth:`PackageBackend.installed_versions` (one ``rpm -q`` each)."""
+        return {name: self.installed_version(name) for name in names}
 
     def package_state(self, name: str) -> str:
         """See :meth:`PackageBackend.package_state`."""
@@ -413,6 +437,10 @@ class FakeBackend:
     def installed_version(self, name: str) -> Optional[str]:
         """See :meth:`PackageBackend.installed_version`."""
         return self.installed.get(name)
+
+    def installed_versions(self, names: Sequence[str]) -> Dict[str, Optional[str]]:
+        """See :meth:`PackageBackend.installed_versions`."""
+        return {name: self.installed.get(name) for name in names}
 
     def package_state(self, name: str) -> str:
         """See :meth:`PackageBackend.package_state`."""
