@@ -33,8 +33,9 @@ from typing import Any, Callable, Dict, List
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import configure.proc as proc
 import installer.install as install_mod
+import installer.plan as plan_mod
+import plumbing.proc as proc
 from installer.env import NodeEnv
 from tests.cli_runner import run_cli
 from tests.gpgkeys import TestKey, make_key
@@ -172,14 +173,15 @@ def breakdown(inputs: Dict[str, Any], work: Path) -> Dict[str, float]:
 
     root = fresh_root(inputs["tarball"], work / "root")
     env = NodeEnv()
-    undo = [wrap(install_mod, "_preflight", "preflight"), wrap(install_mod, "_install_packages", "install packages"),
-            wrap(install_mod, "_register", "engine registration"), wrap(install_mod, "save_state", "state"),
-            wrap(install_mod, "load_state", "state"), wrap(env, "opener", "verify + extract"), wrap(env, "detect", "detect node")]  # fmt: skip
+    undo = [wrap(install_mod, "plan_install", "plan (detect, preflight, engine plans)"), wrap(plan_mod, "_preflight", "  preflight"),
+            wrap(install_mod, "_install_packages", "install packages"), wrap(install_mod, "_register", "engine registration (write)"),
+            wrap(install_mod, "save_state", "state"), wrap(plan_mod, "load_state", "state"), wrap(env, "opener", "verify + extract"),
+            wrap(env, "detect", "  detect node")]  # fmt: skip
     proc.run = counted_run
     try:
         start = time.perf_counter()
         key: TestKey = inputs["key"]
-        result = install_mod.install(inputs["bundle"], key.public, install_mod.InstallOptions(root=root, runtime="containerd"), env)
+        result = install_mod.install(inputs["bundle"], key.public, plan_mod.InstallOptions(root=root, runtime="containerd"), env)
         phases["total (in-process)"] = time.perf_counter() - start
         assert result.outcome == "installed", result
     finally:

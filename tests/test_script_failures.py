@@ -7,7 +7,6 @@ from typing import Sequence
 
 import pytest
 
-from configure.errors import CommandError
 from installer import install as install_mod
 from installer.backend import (
     FakeBackend,
@@ -19,6 +18,7 @@ from installer.backend import (
 from installer.install import InstallFailed, InstallOptions
 from installer.preflight import Preflight
 from installer.target import StagedPackage
+from plumbing.errors import CommandError
 
 # dpkg 1.21's stderr when NVIDIA's postinst fails (seen in tests/test_real_packages.py).
 DPKG_POSTINST = """\

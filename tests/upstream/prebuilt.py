@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from configure.proc import run
+from plumbing.proc import run
 from tests.upstream.catalog import PackageSpec
 
 #: Where the shared reference material keeps NVIDIA's toolkit built from source.
