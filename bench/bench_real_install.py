@@ -208,7 +208,9 @@ def main() -> int:
         phases = breakdown(inputs, work)
         stop_agent(inputs["key"].home)
     floor = statistics.median(times["dpkg"])
-    print(f"install of NVIDIA's 1.20.0 packages (4 .debs, 7.6 MB) into a fresh minimal Debian root, median of {RUNS}:")
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(f"install of NVIDIA's 1.20.0 packages (4 .debs, 7.6 MB) into a fresh minimal Debian root, median of {RUNS} "
+          f"({os.cpu_count()} CPUs, load average {load} at the end):")  # fmt: skip
     for name, values in times.items():
         median = statistics.median(values)
         print(f"  {name:18} {median:6.2f} s  {median / floor:5.2f}x raw dpkg   (runs: {', '.join(f'{v:.2f}' for v in values)})")

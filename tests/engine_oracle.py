@@ -139,8 +139,28 @@ def _retarget_imports(path: Path, root: Path, seen: set[Path]) -> None:
             _retarget_imports(Path(match), root, seen)
 
 
+#: tree digest -> containerd's reading of it: both tools often leave identical trees (and containerd
+#: gives the same answer for the same bytes), so each distinct tree is dumped once per session.
+_READ: Dict[str, Effective] = {}
+
+
+def _tree_digest(root: Path, node_path: str) -> str:
+    digest = hashlib.sha256(node_path.encode())
+    state = root / "var/lib/gpu-airgap"  # gpu-airgap's journal and backups: containerd never reads them
+    for path in sorted(p for p in root.rglob("*") if p.is_file() and state not in p.parents):
+        digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
 def containerd_effective(root: Path, node_path: str) -> Effective:
     """containerd's own view of ``root/node_path`` and its imports (``config dump``)."""
+    key = _tree_digest(root, node_path)
+    if key not in _READ:
+        _READ[key] = _containerd_effective(root, node_path)
+    return _READ[key]
+
+
+def _containerd_effective(root: Path, node_path: str) -> Effective:
     config = root / node_path.lstrip("/")
     if not config.is_file():
         return Effective({}, None, None, error="no config file")
