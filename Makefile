@@ -44,7 +44,7 @@ nodewheels: venv
 debootstrapcache: sysdeps
 	@bash scripts/prepare-debootstrap-cache
 
-demo: venv sysdeps
+demo: venv sysdeps debootstrapcache
 	$(PY) -m tests.demo
 
 # bench_peers.py runs bench_bundle.py's measurements inside its own report, so it is not run twice.

@@ -9,8 +9,9 @@ hosts, Debian's rpm for one, default to ``~/.rpmdb``).
 Maintainer scripts: with ``--root`` dpkg and rpm chroot into the root to run them, which is right
 for a node image or chroot with a real userland. We do not pass ``--force-script-chrootless`` or
 ``--noscripts``: the first would run the packages' scripts against the *host*, the second would
-silently skip steps (ldconfig) the real node needs. Scratch roots in the tests use stand-in
-packages that have no scripts.
+silently skip steps (ldconfig) the real node needs. A script that fails is named in
+:class:`MaintainerScriptFailed` (parsed from dpkg's and rpm's own messages); rpm only *warns* when a
+``%post``/``%posttrans`` fails and still exits 0, so its warnings are read too.
 
 :class:`FakeBackend` records calls for the pure unit tests of preflight and orchestration.
 """
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Protocol, Sequence, Tuple
 
@@ -42,6 +44,10 @@ class PackageBackend(Protocol):
         """The installed version of ``name`` or None (half-installed counts as not installed)."""
         ...
 
+    def installed_versions(self, names: Sequence[str]) -> Dict[str, Optional[str]]:
+        """:meth:`installed_version` of each of ``names``, asked at once where the tool allows."""
+        ...
+
     def package_state(self, name: str) -> str:
         """A human phrase for ``name``'s state: ``1.17.8-1 (installed)``, ``not installed``, ..."""
         ...
@@ -58,8 +64,12 @@ class PackageBackend(Protocol):
         """Install ``files`` (already in dependency order) in one transaction."""
         ...
 
-    def remove(self, names: Sequence[str]) -> None:
-        """Remove ``names`` (already in reverse dependency order)."""
+    def remove(self, names: Sequence[str], *, purge: bool = False) -> None:
+        """Remove ``names`` (already in reverse dependency order); ``purge`` also drops their config files (dpkg)."""
+        ...
+
+    def without_trace(self, names: Sequence[str]) -> List[str]:
+        """Those of ``names`` (not installed) of which the database keeps nothing, not even config files."""
         ...
 
     def hold(self, names: Sequence[str]) -> None:
@@ -84,6 +94,78 @@ def package_manager_env() -> Dict[str, str]:
     return {"PATH": os.pathsep.join([*parts, *(d for d in _SBIN_DIRS if d not in parts)])}
 
 
+@dataclass(frozen=True)
+class ScriptFailure:
+    """One maintainer script that failed, as dpkg or rpm reported it."""
+
+    package: str
+    script: str  #: ``postinst``, ``preinst``... (dpkg) or ``%post``, ``%pre``, ``%posttrans``... (rpm)
+    status: str  #: ``exit status 1``, ``killed by signal (Terminated)``...
+    output: str = ""  #: the last line the script printed before dpkg/rpm reported it, if any
+
+    def __str__(self) -> str:
+        said = f", after printing {self.output[:200]!r}" if self.output else ""
+        return f"the {self.script} script of {self.package} failed with {self.status}{said}"
+
+
+class MaintainerScriptFailed(CommandError):
+    """dpkg or rpm ran a package's maintainer script and it failed; ``failures`` names each one."""
+
+    def __init__(self, argv: Sequence[str], returncode: int, stderr: str, failures: Sequence[ScriptFailure]) -> None:
+        super().__init__(argv, returncode, stderr)
+        self.failures = list(failures)
+        self.args = ("; ".join(str(f) for f in self.failures),)
+
+
+_DPKG_SCRIPTS = {
+    "pre-installation": "preinst",
+    "post-installation": "postinst",
+    "pre-removal": "prerm",
+    "post-removal": "postrm",
+}
+_DPKG_FAILURE = re.compile(
+    r"^\s*(?:installed|new|old) (\S+?)(?::\S+)? package (pre-installation|post-installation|pre-removal|post-removal)"
+    r" script subprocess (returned error exit status \d+|was killed by signal .*)$"
+)
+_RPM_FAILURE = re.compile(r"^(?:warning|error): %(\w+)\((\S+)\) scriptlet failed, (exit status \d+|signal \d+)")
+
+
+def _previous_output(lines: List[str], index: int, own: Tuple[str, ...]) -> str:
+    """The script's own last line before ``lines[index]`` (dpkg's and rpm's own lines do not count)."""
+    for line in reversed(lines[max(0, index - 2) : index]):
+        if line.strip() and not line.startswith(own):
+            return line.strip()
+    return ""
+
+
+def dpkg_script_failures(stderr: str) -> List[ScriptFailure]:
+    """Every failed maintainer script in dpkg's stderr (``... post-installation script subprocess returned ...``)."""
+    lines = stderr.splitlines()
+    found = []
+    for index, line in enumerate(lines):
+        match = _DPKG_FAILURE.match(line)
+        if match:
+            package, kind, status = match.groups()
+            status = status.replace("returned error ", "").replace("was killed", "killed")
+            output = _previous_output(lines, index - 1, ("dpkg", " ")) if index else ""
+            found.append(ScriptFailure(package, _DPKG_SCRIPTS[kind], status, output))
+    return found
+
+
+def rpm_script_failures(stderr: str) -> List[ScriptFailure]:
+    """Every failed scriptlet in rpm's stderr (``warning: %post(NAME-V-R.ARCH) scriptlet failed, exit status 1``)."""
+    lines = stderr.splitlines()
+    found = []
+    for index, line in enumerate(lines):
+        match = _RPM_FAILURE.match(line)
+        if match:
+            tag, nevra, status = match.groups()
+            script = "%pre" if tag == "prein" else f"%{tag}"
+            output = _previous_output(lines, index, ("warning:", "error:", "rpm:"))
+            found.append(ScriptFailure(nevra.rsplit("-", 2)[0], script, status, output))
+    return found
+
+
 def _check_version(version: str) -> str:
     if not _SAFE_VERSION.match(version):
         raise ToolError(f"refusing the version string {version!r}: it has characters no package version uses")
@@ -98,11 +180,31 @@ class DpkgBackend:
     def __init__(self, root: Path = Path("/")) -> None:
         self.root = root
         scratch = not is_live_root(root)
-        self._dpkg = ["dpkg", f"--root={root}"] if scratch else ["dpkg"]
-        admindir = rooted(root, "/var/lib/dpkg")
+        self._dpkg = ["dpkg", f"--root={os.path.abspath(root)}"] if scratch else ["dpkg"]
+        admindir = os.path.abspath(rooted(root, "/var/lib/dpkg"))
         self._query = ["dpkg-query", f"--admindir={admindir}"] if scratch else ["dpkg-query"]
+        #: name -> (status abbrev, version) from the last :meth:`installed_versions`; cleared by every change
+        self._seen: Dict[str, Tuple[str, str]] = {}
+
+    def installed_versions(self, names: Sequence[str]) -> Dict[str, Optional[str]]:
+        """See :meth:`PackageBackend.installed_versions`: one dpkg-query, remembered until dpkg changes something."""
+        self._seen = self._states(names)
+        return {name: self.installed_version(name) for name in names}
+
+    def _states(self, names: Sequence[str]) -> Dict[str, Tuple[str, str]]:
+        states = {name: ("", "") for name in names}
+        if names:
+            result = proc.run([*self._query, "-W", "-f=${Package}\t${db:Status-Abbrev}\t${Version}\n", *names], check=False)
+            for line in result.stdout.decode("utf-8", "replace").splitlines():
+                name, _, rest = line.partition("\t")
+                if name in states:
+                    abbrev, _, version = rest.partition("\t")
+                    states[name] = (abbrev, version)
+        return states
 
     def _status(self, name: str) -> Tuple[str, str]:
+        if name in self._seen:
+            return self._seen[name]
         result = proc.run([*self._query, "-W", "-f=${db:Status-Abbrev}\t${Version}\n", name], check=False)
         line = result.stdout.decode("utf-8", "replace").strip().splitlines()
         if result.returncode != 0 or not line:
@@ -150,15 +252,33 @@ class DpkgBackend:
         return proc.run(argv, check=False).returncode == 0
 
     def install(self, files: Sequence[Path], *, allow_downgrade: bool = False) -> None:
-        """``dpkg -i`` all files at once, so dpkg orders the configuration itself (downgrades are allowed by dpkg)."""
-        proc.run([*self._dpkg, "--install", *(str(f) for f in files)], env_overrides=package_manager_env())
+        """``dpkg -i`` all files at once, so dpkg orders the configuration itself (downgrades are allowed by dpkg).
 
-    def remove(self, names: Sequence[str]) -> None:
-        """``dpkg --remove`` (conffiles stay, as with ``apt remove``)."""
+        :raises MaintainerScriptFailed: naming each script that failed; :raises CommandError: any other failure.
+        """
+        argv = [*self._dpkg, "--install", *(str(f) for f in files)]
+        self._seen = {}
+        result = proc.run(argv, env_overrides=package_manager_env(), check=False)
+        if result.returncode != 0:
+            stderr = result.stderr.decode("utf-8", "replace")
+            failures = dpkg_script_failures(stderr)
+            if failures:
+                raise MaintainerScriptFailed(argv, result.returncode, stderr, failures)
+            raise CommandError(argv, result.returncode, stderr)
+
+    def remove(self, names: Sequence[str], *, purge: bool = False) -> None:
+        """``dpkg --remove`` (conffiles stay, as with ``apt remove``), or ``--purge``."""
+        self._seen = {}
         if names:
-            proc.run([*self._dpkg, "--remove", *names], env_overrides=package_manager_env())
+            proc.run([*self._dpkg, "--purge" if purge else "--remove", *names], env_overrides=package_manager_env())
+
+    def without_trace(self, names: Sequence[str]) -> List[str]:
+        """See :meth:`PackageBackend.without_trace` (one dpkg-query for all of them)."""
+        states = {n: self._seen[n] for n in names} if all(n in self._seen for n in names) else self._states(names)
+        return [n for n in names if len(states[n][0]) < 2 or states[n][0][1] in ("n", " ")]
 
     def _select(self, names: Sequence[str], selection: str) -> None:
+        self._seen = {}
         lines = "".join(f"{n} {selection}\n" for n in names)
         if lines:
             proc.run([*self._dpkg, "--set-selections"], input_bytes=lines.encode())
@@ -181,7 +301,7 @@ class RpmBackend:
         self.root = root
         self._rpm = ["rpm"]
         if not is_live_root(root):
-            self._rpm += ["--root", str(root)]
+            self._rpm += ["--root", os.path.abspath(root)]  # rpm refuses a relative --root
         if dbpath:
             self._rpm += ["--dbpath", dbpath]
 
@@ -191,6 +311,10 @@ class RpmBackend:
         result = proc.run([*self._rpm, "-q", "--qf", fmt, name], check=False)
         lines = result.stdout.decode("utf-8", "replace").strip().splitlines()
         return lines[-1] if result.returncode == 0 and lines else None
+
+    def installed_versions(self, names: Sequence[str]) -> Dict[str, Optional[str]]:
+        """See :meth:`PackageBackend.installed_versions` (one ``rpm -q`` each)."""
+        return {name: self.installed_version(name) for name in names}
 
     def package_state(self, name: str) -> str:
         """See :meth:`PackageBackend.package_state`."""
@@ -230,14 +354,31 @@ class RpmBackend:
         return False
 
     def install(self, files: Sequence[Path], *, allow_downgrade: bool = False) -> None:
-        """``rpm -U`` in one transaction: it either installs every file or changes nothing."""
-        extra = ["--oldpackage"] if allow_downgrade else []
-        proc.run([*self._rpm, "-U", *extra, *(str(f) for f in files)], env_overrides=package_manager_env())
+        """``rpm -U`` in one transaction.
 
-    def remove(self, names: Sequence[str]) -> None:
-        """``rpm -e`` in one transaction."""
+        rpm only warns about a failed ``%post`` or ``%posttrans`` and exits 0 with the package
+        installed; that is a failed install here too (the package did not finish setting up).
+
+        :raises MaintainerScriptFailed: naming each scriptlet that failed; :raises CommandError: any other failure.
+        """
+        extra = ["--oldpackage"] if allow_downgrade else []
+        argv = [*self._rpm, "-U", *extra, *(str(f) for f in files)]
+        result = proc.run(argv, env_overrides=package_manager_env(), check=False)
+        stderr = result.stderr.decode("utf-8", "replace")
+        failures = rpm_script_failures(stderr)
+        if failures:
+            raise MaintainerScriptFailed(argv, result.returncode or 1, stderr, failures)
+        if result.returncode != 0:
+            raise CommandError(argv, result.returncode, stderr)
+
+    def remove(self, names: Sequence[str], *, purge: bool = False) -> None:
+        """``rpm -e`` in one transaction (rpm keeps no config-files state, so ``purge`` changes nothing)."""
         if names:
             proc.run([*self._rpm, "-e", *names], env_overrides=package_manager_env())
+
+    def without_trace(self, names: Sequence[str]) -> List[str]:
+        """See :meth:`PackageBackend.without_trace`: rpm forgets an erased package completely."""
+        return list(names)
 
     def _lock_lines(self) -> Tuple[Path, List[str]]:
         path = rooted(self.root, VERSIONLOCK)
@@ -297,6 +438,10 @@ class FakeBackend:
         """See :meth:`PackageBackend.installed_version`."""
         return self.installed.get(name)
 
+    def installed_versions(self, names: Sequence[str]) -> Dict[str, Optional[str]]:
+        """See :meth:`PackageBackend.installed_versions`."""
+        return {name: self.installed.get(name) for name in names}
+
     def package_state(self, name: str) -> str:
         """See :meth:`PackageBackend.package_state`."""
         version = self.installed.get(name)
@@ -321,11 +466,15 @@ class FakeBackend:
             name, version = f.name.split("_")[:2]
             self.installed[name] = version
 
-    def remove(self, names: Sequence[str]) -> None:
+    def remove(self, names: Sequence[str], *, purge: bool = False) -> None:
         """Record and forget ``names``."""
-        self.calls.append(("remove", *names))
+        self.calls.append(("purge" if purge else "remove", *names))
         for name in names:
             self.installed.pop(name, None)
+
+    def without_trace(self, names: Sequence[str]) -> List[str]:
+        """Every name that is not installed."""
+        return [n for n in names if n not in self.installed]
 
     def hold(self, names: Sequence[str]) -> None:
         """Record the hold."""

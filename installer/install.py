@@ -172,21 +172,24 @@ def _install_packages(
     backend: PackageBackend, check: preflight.Preflight, previous: Dict[str, Optional[str]], options: InstallOptions
 ) -> None:
     ordered = install_order(check.to_install)
+    fresh = [p.name for p in reversed(ordered) if previous.get(p.name) is None]
+    # Purged on failure, so that nothing of them stays; config files left by an earlier removal stay.
+    untraced = set(backend.without_trace(fresh))
     try:
         backend.install([p.path for p in ordered], allow_downgrade=options.allow_downgrade)
     except CommandError as exc:
         undone: List[str] = []
         # Packages that were absent before can be taken out again; older versions cannot be
         # put back because their files are not in the bundle.
-        fresh = [p.name for p in reversed(ordered) if previous.get(p.name) is None]
         present = [n for n in fresh if backend.package_state(n) != "not installed"]
         if present:
             with contextlib.suppress(CommandError):
                 backend.remove(present)
+                backend.remove([n for n in present if n in untraced], purge=True)
                 undone.append("removed the newly added " + ", ".join(present))
         states = "; ".join(f"{p.name}: {backend.package_state(p.name)}" for p in ordered)
         what = (undone[0] + "; " if undone else "") + f"the node now has {states}"
-        raise InstallFailed(f"{backend.name} failed ({exc}); {what}") from exc
+        raise InstallFailed(f"{backend.name} failed: {exc}; {what}") from exc
 
 
 def _cdi(plan: InstallPlan, options: InstallOptions, journal: Journal, env: NodeEnv, run: RunLog) -> Tuple[bool, str]:

@@ -192,7 +192,7 @@ def status(root: Path, env: NodeEnv, runtime_name: str = "nvidia") -> Dict[str, 
     try:
         backend = env.backend(facts)
         names = list(state.packages) if state else list(TOOLKIT_ORDER)
-        packages = {name: backend.installed_version(name) for name in names}
+        packages = backend.installed_versions(names)
     except ToolError as exc:
         problems.append(str(exc))
     name = state.runtime_name if state else runtime_name

@@ -99,7 +99,10 @@ def plan_install(bundle: StagedBundle, options: InstallOptions, env: NodeEnv) ->
     facts = env.detect(root)
     target = pick_target(bundle, facts.package_format, facts.arch, (facts.os.id, *facts.os.id_like))
     backend = env.backend(facts)
-    installed = {name: backend.installed_version(name) for name in preflight.names_to_query(target)}
+    names = preflight.names_to_query(target)
+    # one query for these and the node requirements' packages (dpkg answers the later questions from it)
+    known = backend.installed_versions([*names, *(r.name for r in target.requirements)])
+    installed = {name: known[name] for name in names}
     check = _preflight(target, facts, backend, installed, options, env)
     cdi, cdi_skipped = _cdi_intent(options, facts)
     # The engines enable CDI when the spec is (or will be) written, so their plans say so too.

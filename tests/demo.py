@@ -1,15 +1,23 @@
 """``make demo`` (``python -m tests.demo``): the pipeline end to end against the local upstream.
 
-Build the NVIDIA-like upstream into ``./demo-work/upstream`` and serve it on a free 127.0.0.1
-port, then run what the two roles would run, with the real ``gpu-airgap`` command line:
+Build the NVIDIA-like upstream into ``./demo-work/upstream`` (the real-packages profile: NVIDIA's
+own ``nvidia-container-toolkit`` and ``-base`` 1.20.0 built from source, see ``tests/upstream``) and
+serve it on a free 127.0.0.1 port, then run what the two roles would run, with the real
+``gpu-airgap`` command line:
 
 1. operator: ``mirror sync`` (and a no-op re-sync), ``bundle build`` signed with a throwaway
    operator key, ``bundle inspect`` and ``bundle verify``;
 2. node admin: take ``install.sh`` and the zipapp out of the bundle and check them against the
    operator key with the node's own ``tar``, ``gpg``, ``gpgv`` and ``sha256sum`` (the command
-   ``bundle build`` prints), then install into a scratch root (a real dpkg database, a containerd config, stand-in GPU device nodes), then
+   ``bundle build`` prints), then install into a minimal Debian root (the debootstrap root of
+   ``tests/test_node_debootstrap.py``, so NVIDIA's postinst really runs in it) with a containerd
+   config and stand-in GPU device nodes, then
    ``configure runtimeclass``, ``configure report``, ``configure verify`` and ``status``;
 3. ``uninstall``, which puts the containerd config back byte for byte.
+
+Needs root (dpkg installs into another root only as root, and runs the scripts chrooted) and the
+local Debian repo of ``scripts/prepare-debootstrap-cache`` (``make demo`` runs it); the Debian root
+is cached after the first run.
 
 Each stage is a function taking the :class:`DemoContext`; :data:`STAGES` lists them in order.
 The demo exits by itself and leaves everything under ``./demo-work/``.
@@ -31,7 +39,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.upstream import CHANNELS, UpstreamServer, UpstreamTree, cached_upstream
+from tests.upstream import UpstreamServer, UpstreamTree, real_upstream
 
 WORK = Path("demo-work")
 
@@ -53,8 +61,8 @@ def say(line: str = "") -> None:
 
 
 def stage_build_upstream(work: Path) -> UpstreamTree:
-    """Build (or reuse) the local upstream and expose it at ./demo-work/upstream."""
-    tree = cached_upstream(work / ".cache")
+    """Build (or reuse) the local upstream (real-packages profile) and expose it at ./demo-work/upstream."""
+    tree = real_upstream(work / ".cache")
     link = work / "upstream"
     if link.is_symlink() or link.exists():
         link.unlink() if link.is_symlink() else shutil.rmtree(link)
@@ -75,7 +83,7 @@ def stage_show_upstream(ctx: DemoContext) -> None:
     tree, server = ctx.tree, ctx.server
     say(f"== serving {tree.root} at {server.url}/")
     say(f"   signing key fingerprint: {tree.key_fingerprint}")
-    for channel in CHANNELS:
+    for channel in [c for c in ("stable", "experimental") if tree.versions(c)]:
         say(f"   {channel}: toolkit versions {', '.join(tree.versions(channel))}")
         for repo in sorted((tree.root / channel / "deb").iterdir()):
             if repo.is_dir():
@@ -94,7 +102,7 @@ def stage_show_upstream(ctx: DemoContext) -> None:
         "gpgkey",
         "stable/deb/amd64/InRelease",
         "stable/rpm/x86_64/repodata/repomd.xml.asc",
-        "stable/deb/amd64/nvidia-container-toolkit_1.17.8-1_amd64.deb",
+        f"stable/deb/amd64/nvidia-container-toolkit_{RELEASE}-1_amd64.deb",
     ):
         status, body = _fetch(server.url_for(path))
         say(f"   GET {server.url_for(path)} -> {status}, {len(body)} bytes")
@@ -115,6 +123,7 @@ def _rpm_count(repo: Path) -> int:
 
 
 GPU_AIRGAP = str(Path(sys.executable).with_name("gpu-airgap"))
+RELEASE = "1.20.0"
 CONTAINERD_BASE = Path(__file__).parent / "data" / "fixtures" / "containerd" / "config.toml.base"
 #: root's usual PATH: dpkg needs ldconfig and start-stop-daemon from the sbin directories
 NODE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -141,13 +150,13 @@ def fresh(path: Path) -> Path:
 
 
 def stage_sync(ctx: DemoContext) -> None:
-    """Operator: sync 1.17.8 for deb/amd64 and rpm/x86_64 from the local upstream, then re-sync."""
+    """Operator: sync the release for deb/amd64 and rpm/x86_64 from the local upstream, then re-sync."""
     say("== operator: mirror the pinned release (upstream key named explicitly: it is not NVIDIA's)")
     mirror = ctx.work / "mirror"
     if mirror.exists():
         shutil.rmtree(mirror)
     sync = [GPU_AIRGAP, "mirror", "sync", "--dest", str(mirror), "--upstream", ctx.server.url,
-            "--keyring", str(ctx.tree.public_key), "--version", "1.17.8", "--format", "deb,rpm",
+            "--keyring", str(ctx.tree.public_key), "--version", RELEASE, "--format", "deb,rpm",
             "--arch", "amd64"]  # fmt: skip
     run(sync)
     before = len(ctx.server.log)
@@ -172,8 +181,8 @@ def stage_bundle(ctx: DemoContext) -> None:
     public.write_bytes(subprocess.run([*gpg, "--armor", "--export", fingerprint], check=True, capture_output=True).stdout)
     subprocess.run(["gpgconf", "--homedir", str(home), "--kill", "gpg-agent"], check=False, capture_output=True)
     say(f"   operator key {fingerprint} (public half: {public})")
-    bundle = ctx.work / "gpu-airgap-1.17.8.tar.zst"
-    run([GPU_AIRGAP, "bundle", "build", "--mirror", str(ctx.work / "mirror"), "--version", "1.17.8",
+    bundle = ctx.work / f"gpu-airgap-{RELEASE}.tar.zst"
+    run([GPU_AIRGAP, "bundle", "build", "--mirror", str(ctx.work / "mirror"), "--version", RELEASE,
          "--target", "deb/amd64", "--target", "rpm/x86_64", "--sign-key", fingerprint,
          "--gnupghome", str(home), "--output", str(bundle)])  # fmt: skip
     run([GPU_AIRGAP, "bundle", "inspect", str(bundle)])
@@ -182,17 +191,27 @@ def stage_bundle(ctx: DemoContext) -> None:
     ctx.notes.append(f"bundle {bundle} ({bundle.stat().st_size} bytes) signed by {fingerprint}")
 
 
-def stage_install(ctx: DemoContext) -> None:
-    """Node admin: a scratch root like an Ubuntu node, then install.sh from the bundle."""
-    from tests.node_fixtures import seed_dpkg_root
+def debian_root(work: Path) -> Path:
+    """A fresh minimal Debian (debootstrap --variant=minbase from the local repo, cached as a tarball)."""
+    from tests.test_node_debootstrap import _missing_prerequisite, cached_debian_tarball
 
-    say("== node admin: check the node files with the node's own tools, then install (into a scratch root)")
-    root = fresh(ctx.work / "node-root")
-    seed_dpkg_root(root)  # a real dpkg database with libc6, libcap2, libseccomp2 installed
+    reason = _missing_prerequisite()
+    if reason:
+        raise SystemExit(f"demo: {reason}")
+    root = fresh(work / "node-root")
+    tarball = cached_debian_tarball(fresh(work / "debootstrap"))
+    subprocess.run(["tar", "--numeric-owner", "--xattrs", "-I", "zstd", "-C", str(root), "-xf", str(tarball)], check=True)
+    say(f"   node root: minimal Debian from {tarball}")
+    return root
+
+
+def stage_install(ctx: DemoContext) -> None:
+    """Node admin: a minimal Debian node with containerd's config, then install.sh from the bundle."""
+    say("== node admin: check the node files with the node's own tools, then install (into a minimal Debian root)")
+    root = debian_root(ctx.work)
     config = root / "etc/containerd/config.toml"
     config.parent.mkdir(parents=True)
     shutil.copyfile(CONTAINERD_BASE, config)
-    (root / "dev").mkdir()
     for node in ("nvidia0", "nvidiactl"):  # stand-in device nodes, so a CDI spec can be written
         (root / "dev" / node).touch()
     unpacked = fresh(ctx.work / "node-media")
@@ -210,9 +229,9 @@ def stage_install(ctx: DemoContext) -> None:
     run(["sh", "-c", checked], cwd=unpacked, env=node_env)
     # the second run changes nothing (install.sh checks the node tool again before running it)
     run(["sh", "install.sh", ctx.values["bundle"], "--keyring", ctx.values["keyring"], *options], cwd=unpacked, env=node_env)
-    run(["dpkg-query", f"--admindir={root}/var/lib/dpkg", "-W", "libnvidia-container1", "libnvidia-container-tools",
+    run(["chroot", str(root), "dpkg-query", "-W", "libnvidia-container1", "libnvidia-container-tools",
          "nvidia-container-toolkit-base", "nvidia-container-toolkit"])  # fmt: skip
-    run([str(root / "usr/bin/nvidia-ctk"), "--version"])
+    run(["chroot", str(root), "nvidia-ctk", "--version"])  # NVIDIA's binary, inside the node
     ctx.values["root"] = str(root)
 
 

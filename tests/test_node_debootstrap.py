@@ -108,16 +108,21 @@ def _debootstrap_tarball(work: Path) -> Path:
     return final
 
 
+def cached_debian_tarball(work: Path) -> Path:
+    """A tarball of a pristine ``debootstrap --variant=minbase`` root, taken from the cache or made now in ``work``."""
+    cached = CACHE / "roots" / f"{_root_key()}.tar.zst"
+    if cached.is_file() and not os.environ.get("GPU_AIRGAP_DEBOOTSTRAP_FRESH"):
+        return cached
+    return _debootstrap_tarball(work)
+
+
 @pytest.fixture(scope="module")
 def debian_tarball(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tarball of a pristine ``debootstrap --variant=minbase`` root, made now or taken from the cache."""
     reason = _missing_prerequisite()
     if reason:
         pytest.skip(reason)
-    cached = CACHE / "roots" / f"{_root_key()}.tar.zst"
-    if cached.is_file() and not os.environ.get("GPU_AIRGAP_DEBOOTSTRAP_FRESH"):
-        return cached
-    return _debootstrap_tarball(tmp_path_factory.mktemp("debootstrap"))
+    return cached_debian_tarball(tmp_path_factory.mktemp("debootstrap"))
 
 
 @pytest.fixture

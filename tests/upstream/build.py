@@ -33,6 +33,7 @@ from tests.upstream import catalog
 from tests.upstream.catalog import DEB_ARCHES, DEB_TO_RPM_ARCH, REAL_BASE_URL, PackageSpec
 from tests.upstream.debs import build_deb, render_packages, write_index
 from tests.upstream.keys import SigningKey, generate_key, stop_agent
+from tests.upstream.prebuilt import NVIDIA_BUILD, NVIDIA_BUILD_VERSION, Prebuilt, prebuilt_installed_size
 from tests.upstream.rpms import build_rpm, write_repodata
 
 CHANNELS: Final = ("stable", "experimental")
@@ -40,6 +41,15 @@ DEFAULT_CACHE: Final = Path(
     os.environ.get("GPU_AIRGAP_TEST_CACHE", Path.home() / ".cache" / "gpu-airgap-tests")
 )
 _META: Final = "tree.json"
+#: The real-packages profile: stable 1.20.0-1 for amd64/x86_64 only, where nvidia-container-toolkit
+#: and -base are NVIDIA's packages built from source (:mod:`tests.upstream.prebuilt`) and
+#: libnvidia-container1/-tools stand-ins with the real 1.20.0-1 fields; no experimental channel.
+REAL_PROFILE: Final = {
+    "stable_versions": (NVIDIA_BUILD_VERSION,),
+    "experimental_versions": (),
+    "arches": ("amd64",),
+    "prebuilt": str(NVIDIA_BUILD),
+}
 
 _LIST_STABLE: Final = (
     f"deb {REAL_BASE_URL}/stable/deb/$(ARCH) /\n#deb {REAL_BASE_URL}/experimental/deb/$(ARCH) /\n"
@@ -142,6 +152,8 @@ def build_upstream(
     extra_versions: int = 0,
     stable_versions: tuple[str, ...] = catalog.DEFAULT_STABLE,
     experimental_versions: tuple[str, ...] = catalog.DEFAULT_EXPERIMENTAL,
+    arches: tuple[str, ...] = DEB_ARCHES,
+    prebuilt: str | None = None,
     workers: int | None = None,
 ) -> UpstreamTree:
     """Build the whole local upstream into ``dest`` (which must not exist yet).
@@ -150,7 +162,11 @@ def build_upstream(
     :param payload_mb: pad every package with this many MiB of incompressible, seeded random bytes.
     :param extra_versions: add this many further real stable versions (newest first) for benchmarks.
     :param stable_versions: deb versions of the toolkit in stable (must exist in the real index).
-    :param experimental_versions: deb versions in experimental (``~rc`` versions are modelled on their release).
+    :param experimental_versions: deb versions in experimental (``~rc`` versions are modelled on their release);
+        a channel without versions is left out.
+    :param arches: deb architectures (each with its rpm counterpart).
+    :param prebuilt: a directory of real packages (:class:`~tests.upstream.prebuilt.Prebuilt`) used
+        instead of stand-ins where it has the file.
     :param workers: parallel dpkg-deb/rpmbuild jobs (default: 2 per CPU, at most 8).
     :returns: the built tree.
     """
@@ -165,12 +181,17 @@ def build_upstream(
         tuple(stable_versions), extra_versions, catalog.real_toolkit_versions(templates)
     )
     channels = {"stable": stable, "experimental": tuple(experimental_versions)}
+    real = Prebuilt(Path(prebuilt)) if prebuilt else None
+    if real is not None and real.missing_reason():
+        raise FileNotFoundError(real.missing_reason())
     key = generate_key(dest / "gnupg")
     try:
         (site / "gpgkey").write_bytes(key.public_key_armored())
         workers = workers or min(8, 2 * (os.cpu_count() or 1))
+        plan = _ChannelPlan(templates, key, work, payload_mb, workers, tuple(arches), real)
         for channel, versions in channels.items():
-            _build_channel(site / channel, channel, versions, templates, key, work, payload_mb, workers)
+            if versions:
+                _build_channel(site / channel, channel, versions, plan)
     finally:
         stop_agent(key.gnupghome)
     shutil.rmtree(work)
@@ -186,19 +207,47 @@ def build_upstream(
     )
 
 
-def _build_channel(
-    top: Path,
-    channel: str,
-    versions: tuple[str, ...],
-    templates: dict[tuple[str, str], tuple[tuple[str, str], ...]],
-    key: SigningKey,
-    work: Path,
-    payload_mb: float,
-    workers: int,
-) -> None:
+@dataclass(frozen=True)
+class _ChannelPlan:
+    """What every channel of one build shares."""
+
+    templates: dict[tuple[str, str], tuple[tuple[str, str], ...]]
+    key: SigningKey
+    work: Path
+    payload_mb: float
+    workers: int
+    arches: tuple[str, ...]
+    prebuilt: Prebuilt | None
+
+
+def _deb_job(spec: PackageSpec, out: Path, plan: _ChannelPlan) -> Callable[[], tuple[Path, int]]:
+    real = plan.prebuilt.deb(spec) if plan.prebuilt else None
+    if real is None:
+        return functools.partial(build_deb, spec, out, plan.work, payload_mb=plan.payload_mb)
+
+    def copy() -> tuple[Path, int]:
+        size = prebuilt_installed_size(spec, real)
+        return Path(shutil.copy2(real, out / real.name)), size
+
+    return copy
+
+
+def _rpm_job(spec: PackageSpec, out: Path, plan: _ChannelPlan) -> Callable[[], Path]:
+    real = plan.prebuilt.rpm(spec) if plan.prebuilt else None
+    if real is None:
+        return functools.partial(build_rpm, spec, out, plan.work, payload_mb=plan.payload_mb)
+
+    def copy() -> Path:
+        return Path(shutil.copy2(real, out / real.name))
+
+    return copy
+
+
+def _build_channel(top: Path, channel: str, versions: tuple[str, ...], plan: _ChannelPlan) -> None:
     legacy = channel == "stable"
+    templates, key, work = plan.templates, plan.key, plan.work
     per_arch = {
-        a: catalog.package_specs(versions, arch=a, legacy=legacy, templates=templates) for a in DEB_ARCHES
+        a: catalog.package_specs(versions, arch=a, legacy=legacy, templates=templates) for a in plan.arches
     }
     # Build each distinct package once ("all" packages appear in every arch) and copy it around.
     unique: dict[tuple[str, str, str], PackageSpec] = {}
@@ -211,9 +260,9 @@ def _build_channel(
     order = list(unique.values())
     jobs: list[Callable[[], Any]] = []
     for spec in order:
-        jobs.append(functools.partial(build_deb, spec, debs_out, work, payload_mb=payload_mb))
-        jobs.append(functools.partial(build_rpm, spec, rpms_out, work, payload_mb=payload_mb))
-    results = _parallel(jobs, workers)
+        jobs.append(_deb_job(spec, debs_out, plan))
+        jobs.append(_rpm_job(spec, rpms_out, plan))
+    results = _parallel(jobs, plan.workers)
     debs = {(s.name, s.version, s.arch): results[2 * i] for i, s in enumerate(order)}
 
     for arch, specs in per_arch.items():
@@ -245,6 +294,8 @@ def cache_key(**params: Any) -> str:
     here = Path(__file__).resolve().parent
     for path in [*sorted(here.glob("*.py")), catalog.REAL_PACKAGES]:
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    if params.get("prebuilt"):
+        digest.update(b"prebuilt\0" + Prebuilt(Path(str(params["prebuilt"]))).fingerprint())
     digest.update(json.dumps(params, sort_keys=True, default=str).encode())
     return digest.hexdigest()[:16]
 
@@ -279,6 +330,14 @@ def cached_upstream(cache_dir: Path = DEFAULT_CACHE, **params: Any) -> UpstreamT
             (scratch / _META).write_text(tree.to_json(), encoding="utf-8")
             os.replace(scratch, final)
         return UpstreamTree.from_json((final / _META).read_text(encoding="utf-8"), final)
+
+
+def real_upstream(cache_dir: Path = DEFAULT_CACHE) -> UpstreamTree:
+    """The real-packages profile (:data:`REAL_PROFILE`), cached like :func:`cached_upstream`.
+
+    :raises FileNotFoundError: when NVIDIA's packages built from source are not there or do not match SHA256SUMS.
+    """
+    return cached_upstream(cache_dir, **REAL_PROFILE)
 
 
 def copy_upstream(tree: UpstreamTree, dest: Path) -> UpstreamTree:
