@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from mirror.errors import FetchError
-from mirror.store import CachedResponse
 from mirror.sync.http import Downloader, DownloadRequest
+from mirror.sync.transaction import CachedResponse
 from plumbing.errors import ChecksumMismatch
 
 

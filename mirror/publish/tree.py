@@ -51,7 +51,7 @@ from mirror.publish.swap import MARKER, check_target, staged
 from mirror.repo import RepoSnapshot, check_digest, clean_relative, load_apt_repo, load_yum_repo
 from mirror.signed_repo import AptEntry, ReleaseLabels, apt_metadata, query_packages, yum_metadata
 from mirror.signing import OperatorKey
-from plumbing.errors import SignatureError, ToolError, UsageError, VerificationError
+from plumbing.errors import NoSpaceError, SignatureError, ToolError, UsageError, VerificationError
 from plumbing.fsutil import safe_join
 from plumbing.gpg import Keyring
 from plumbing.version import VERSION
@@ -135,14 +135,17 @@ def publish(
         raise UsageError(f"--keyring-name {keyring_name!r} must be a plain file name such as {DEFAULT_KEYRING_NAME}")
     base_url = normalize_base_url(base_url)
     check_target(out, mirror)
-    store.MirrorState.load(mirror)  # a clear error for a missing mirror before any lock file is made
-    with store.locked(mirror, shared=True):
-        state = store.MirrorState.load(mirror)
+    with store.reading(mirror) as state:
         if not state.repos:
             raise MirrorStateError(mirror, "it holds no repository yet (run `gpu-airgap mirror sync` first)")
         site = Site(base_url, keyring_name, _channels(state, "deb"), _channels(state, "rpm"))
-        with staged(out) as tree:
-            result = _fill(tree, state, mirror, out, site, key, upstream_keyring, epoch, info_cache)
+        try:
+            with staged(out) as tree:
+                result = _fill(tree, state, mirror, out, site, key, upstream_keyring, epoch, info_cache)
+        except (OSError, ToolError) as exc:
+            if NoSpaceError.matches(exc):  # staged() removed the new tree: OUT is as it was
+                raise NoSpaceError(out, f"{out} is unchanged") from exc
+            raise
     return dataclasses.replace(result, seconds=time.monotonic() - started)
 
 

@@ -6,9 +6,10 @@ code themselves. The flow of one sync::
 
     lock DEST -> for each target: load + verify metadata (conditional GET) -> resolve
               -> download missing/changed packages in parallel into staging (verified)
-              -> commit: packages, metadata, http cache, state.json last
+              -> commit: stage metadata, http cache and state.json beside them, then switch
+                 everything in under one journal (mirror.switch)
 
-Any error before the commit leaves the published mirror byte-identical.
+Any error before the switch - a full disk included - leaves the published mirror byte-identical.
 """
 
 from __future__ import annotations
@@ -37,9 +38,10 @@ from mirror.repo import (
 from mirror.sync.http import Downloader, DownloadRequest
 from mirror.sync.resolve import Resolution, resolve, resolve_each
 from mirror.sync.selectors import VersionSelector
+from mirror.sync.transaction import Transaction
 from mirror.versions import sort_key
 from plumbing.arch import KNOWN_ARCHES, normalize_arch
-from plumbing.errors import UsageError
+from plumbing.errors import NoSpaceError, UsageError
 from plumbing.gpg import Keyring
 
 DEFAULT_UPSTREAM = "https://nvidia.github.io/libnvidia-container"
@@ -343,36 +345,59 @@ def sync(
     :raises BusyError: when another sync holds the mirror's lock.
     """
     started = time.monotonic()
-    with store.locked(dest):
-        previous = _previous_state(dest)
-        txn = store.Transaction(dest)
-        try:
-            fetcher = downloader.fetcher(txn)
-            planned: list[PlannedTarget] = []
-            for target in options.targets:
-                if progress is not None:
-                    progress.stage(f"verifying {target.key(options.channel)}")
-                planned.append(plan_target(options, target, fetcher=fetcher, loader=loader))
-            result = SyncResult(dest=str(dest), channel=options.channel, targets=planned)
-            requests = _downloads(dest, planned, previous, txn, result)
-            if progress is not None:
-                progress.start_downloads(len(requests), sum(r.size for r in requests))
-            result.downloaded_bytes = downloader.download_many(
-                requests, progress.advance if progress is not None else None
-            )
-            result.downloaded_files = len(requests)
-            for item in planned:
-                for path, data in item.metadata.items():
-                    txn.stage_metadata(path, data)
-            txn.commit(_new_state(options, planned, previous))
-        except KeyboardInterrupt:
-            # Ctrl-C, like a kill: keep the verified downloads and .part files in staging/ for the next
-            # sync to re-check and resume. Nothing outside staging/ has changed.
+    try:
+        with store.locked(dest):
+            txn = Transaction(dest)
+            try:
+                result = _sync_locked(options, dest, txn, downloader=downloader, loader=loader, progress=progress)
+            except KeyboardInterrupt:
+                # Ctrl-C, like a kill: keep the verified downloads and .part files in staging/ for the next
+                # sync to re-check and resume. Nothing outside staging/ has changed.
+                raise
+            except BaseException as exc:
+                if not NoSpaceError.matches(exc):  # a full disk keeps them too: the next sync resumes
+                    txn.abort()
+                raise
+    except (OSError, NoSpaceError) as exc:
+        if not NoSpaceError.matches(exc):
             raise
-        except BaseException:
-            txn.abort()
-            raise
+        if isinstance(exc, NoSpaceError) and exc.outcome != NoSpaceError.UNCHANGED:
+            raise  # it says what happened already (the switch was stopped)
+        raise NoSpaceError.of(exc, dest, _NO_SPACE_OUTCOME) from exc
     result.seconds = time.monotonic() - started
+    return result
+
+
+_NO_SPACE_OUTCOME = "the mirror is unchanged and what was downloaded is kept for the next sync"
+
+
+def _sync_locked(
+    options: SyncOptions,
+    dest: Path,
+    txn: Transaction,
+    *,
+    downloader: Downloader,
+    loader: RepoLoader,
+    progress: Progress | None,
+) -> SyncResult:
+    """The body of :func:`sync`, under the lock: plan every target, download, commit."""
+    previous = _previous_state(dest)
+    fetcher = downloader.fetcher(txn)
+    planned: list[PlannedTarget] = []
+    for target in options.targets:
+        if progress is not None:
+            progress.stage(f"verifying {target.key(options.channel)}")
+        planned.append(plan_target(options, target, fetcher=fetcher, loader=loader))
+    result = SyncResult(dest=str(dest), channel=options.channel, targets=planned)
+    requests = _downloads(dest, planned, previous, txn, result)
+    if progress is not None:
+        progress.start_downloads(len(requests), sum(r.size for r in requests))
+    result.downloaded_bytes = downloader.download_many(requests, progress.advance if progress is not None else None)
+    result.downloaded_files = len(requests)
+    for item in planned:
+        for path, data in item.metadata.items():
+            txn.stage_metadata(path, data)
+    txn.commit(_new_state(options, planned, previous))
     return result
 
 
@@ -384,7 +409,7 @@ def _downloads(
     dest: Path,
     planned: Sequence[PlannedTarget],
     previous: store.MirrorState | None,
-    txn: store.Transaction,
+    txn: Transaction,
     result: SyncResult,
 ) -> list[DownloadRequest]:
     """The packages that are not already in the mirror with the same signed size and digest."""

@@ -34,8 +34,8 @@ import urllib3
 from requests.adapters import HTTPAdapter
 
 from mirror.errors import FetchError
-from mirror.store import CachedResponse
-from plumbing.errors import ChecksumMismatch, ToolError
+from mirror.sync.transaction import CachedResponse
+from plumbing.errors import ChecksumMismatch, NoSpaceError, ToolError
 
 log = logging.getLogger(__name__)
 
@@ -208,8 +208,13 @@ class Downloader:
         if sha512 is None and sha256 is None:
             raise ToolError(f"refusing to download {url} without a checksum from signed metadata")
         algo, expected = ("sha512", sha512) if sha512 else ("sha256", sha256 or "")
-        dest.parent.mkdir(parents=True, exist_ok=True)
         part = dest.with_name(f".{dest.name}.part")
+        try:
+            dest.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            if NoSpaceError.matches(exc):
+                raise NoSpaceError(dest.parent) from exc
+            raise
         state = _PartialFile(part, algo)
         transferred = 0
         restarted_after_mismatch = False
@@ -238,6 +243,15 @@ class Downloader:
             # so the part file stays for the next sync to resume (a failed sync removes staging/).
             state.close()
             raise
+        except OSError as exc:
+            if not NoSpaceError.matches(exc):
+                state.reset()
+                raise
+            # A full disk: what reached the part file is a good prefix (the next run re-hashes it
+            # from disk before resuming), so it stays, like after Ctrl-C.
+            with contextlib.suppress(OSError):
+                state.close()
+            raise NoSpaceError(part) from exc
         except BaseException:
             # A failure removes the part file: no suspect bytes outlive this call.
             state.reset()
@@ -414,8 +428,8 @@ class _PartialFile:
 
     def close(self) -> None:
         if self._handle is not None:
-            self._handle.close()
-            self._handle = None
+            handle, self._handle = self._handle, None
+            handle.close()
 
 
 class _BinaryWriter(Protocol):
