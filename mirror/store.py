@@ -38,7 +38,8 @@ import fcntl
 import hashlib
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -272,22 +273,26 @@ def write_state(dest: Path, state: MirrorState) -> None:
         atomic_write(target, rendered)
 
 
-def is_current(dest: Path, stored: StoredFile | None, *, size: int, sha256: str | None, sha512: str | None) -> bool:
-    """True when ``stored`` (from the published state) is the file signed metadata now names.
-
-    The state only lists files that were verified before they got their final name, so a
-    matching record plus the right size on disk is enough; ``verify`` re-hashes everything.
-    """
+def same_record(stored: StoredFile | None, *, size: int, sha256: str | None, sha512: str | None) -> bool:
+    """True when ``stored`` (from the published state) records the size and digests signed metadata now names."""
     if stored is None or stored.size != size:
         return False
     if sha512 and stored.sha512 != sha512:
         return False
-    if sha256 and stored.sha256 != sha256:
-        return False
-    try:
-        return stored.local_path(dest).stat().st_size == size
-    except OSError:
-        return False
+    return not (sha256 and stored.sha256 != sha256)
+
+
+def intact(dest: Path, files: Sequence[StoredFile], *, workers: int = 4) -> set[str]:
+    """The paths of ``files`` whose bytes in mirror ``dest`` still match their recorded digest.
+
+    Every file is re-hashed (a size check would keep a file damaged in place); the files are
+    hashed side by side, since hashlib releases the GIL while it works on large buffers.
+    """
+    if not files:
+        return set()
+    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(files)))) as pool:
+        problems = list(pool.map(lambda f: check_file(dest, f), files))
+    return {f.path for f, problem in zip(files, problems) if problem is None}
 
 
 def file_digest(path: Path, algo: str) -> str:

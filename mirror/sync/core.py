@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -227,32 +228,47 @@ def _downloads(
     txn: Transaction,
     result: SyncResult,
 ) -> list[DownloadRequest]:
-    """The packages that are not already in the mirror with the same signed size and digest."""
-    requests: list[DownloadRequest] = []
-    seen: set[str] = set()
+    """The files that are not already in the mirror with the signed size and digest, re-hashed.
+
+    A file whose record matches but whose bytes no longer do (damaged in place) is downloaded
+    again, so a re-sync repairs what ``mirror verify`` reports.
+    """
+    wanted: dict[str, _Wanted] = {}
     for item in planned:
-        for extra in item.extra_metadata:
-            if store.check_file(dest, extra) is not None:
-                url = f"{item.base_url}/{extra.path[len(item.key) + 1 :]}"
-                target = txn.package_target(extra.path)
-                if not txn.staged_match(extra.path, size=extra.size, sha256=extra.sha256, sha512=extra.sha512):
-                    requests.append(DownloadRequest(url, target, extra.size, sha256=extra.sha256, sha512=extra.sha512))
         old = previous.repo(item.key) if previous is not None else None
         held = {p.path: p for p in old.packages} if old is not None else {}
+        for extra in item.extra_metadata:  # yum filelists/other: no state record, always re-hashed
+            url = f"{item.base_url}/{extra.path[len(item.key) + 1 :]}"
+            wanted.setdefault(extra.path, _Wanted(url, extra, recorded=True, package=False))
         for pkg in item.held:
             path = item.path(pkg)
-            if path in seen:
-                continue
-            seen.add(path)
-            if store.is_current(dest, held.get(path), size=pkg.size, sha256=pkg.sha256, sha512=pkg.sha512):
-                result.reused_files += 1
-                continue
-            target = txn.package_target(path)
-            if txn.staged_match(path, size=pkg.size, sha256=pkg.sha256, sha512=pkg.sha512):
-                result.reused_files += 1  # downloaded and verified by a run that was killed before publishing
-                continue
-            requests.append(DownloadRequest(item.url(pkg), target, pkg.size, sha256=pkg.sha256, sha512=pkg.sha512))
+            if path not in wanted:
+                signed = store.StoredFile(path, pkg.size, sha256=pkg.sha256, sha512=pkg.sha512)
+                recorded = store.same_record(held.get(path), size=pkg.size, sha256=pkg.sha256, sha512=pkg.sha512)
+                wanted[path] = _Wanted(item.url(pkg), signed, recorded=recorded, package=True)
+    in_place = store.intact(dest, [w.signed for w in wanted.values() if w.recorded])
+    requests: list[DownloadRequest] = []
+    for path, want in wanted.items():
+        signed = want.signed
+        if path in in_place:
+            result.reused_files += want.package
+            continue
+        target = txn.package_target(path)
+        if txn.staged_match(path, size=signed.size, sha256=signed.sha256, sha512=signed.sha512):
+            result.reused_files += want.package  # verified by a run that was stopped before its switch
+            continue
+        requests.append(DownloadRequest(want.url, target, signed.size, sha256=signed.sha256, sha512=signed.sha512))
     return requests
+
+
+@dataclass(frozen=True)
+class _Wanted:
+    """One file a sync needs: where from, what signed metadata says it is, and whether the mirror records it."""
+
+    url: str
+    signed: store.StoredFile
+    recorded: bool  #: the published state (or, for yum indexes, repomd) names exactly these digests
+    package: bool  #: counted in ``reused_files`` when kept
 
 
 def _new_state(options: SyncOptions, planned: Sequence[PlannedTarget], previous: store.MirrorState | None) -> store.MirrorState:
