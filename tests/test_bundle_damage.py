@@ -2,12 +2,15 @@
 
 - A zstd bundle with a flipped byte, or a split one with its parts swapped, reads as "damaged or
   truncated" on the host (the zstandard module) exactly as on a node (the ``zstd`` command).
+- ``bundle verify`` stops at the header of a member the signed manifest does not list, or lists
+  with another size, instead of reading (decompressing) all of it: measured in bytes read.
 """
 
 from __future__ import annotations
 
 import shutil
 import subprocess
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -118,3 +121,70 @@ def test_swapped_parts_of_a_split_zstd_bundle_are_one_sentence_and_exit_3(
     assert inspected.exit_code in (0, 3)
     if inspected.exit_code:
         _one_sentence(inspected)
+
+
+# -- members the manifest does not vouch for ------------------------------------------------------
+
+
+def _plain_tar(path: Path, members: list[tuple[tarfile.TarInfo, bytes | int]]) -> Path:
+    """Write a GNU tar; a member given an int gets that many bytes of hole (a sparse file, nothing written)."""
+    with open(path, "wb") as out:
+        for info, data in members:
+            info.size = data if isinstance(data, int) else len(data)
+            out.write(info.tobuf(tarfile.GNU_FORMAT, "utf-8", "strict"))
+            if isinstance(data, int):
+                out.seek(data, 1)
+            else:
+                out.write(data)
+            out.seek(-info.size % tarfile.BLOCKSIZE, 1)
+        out.write(tarfile.NUL * 2 * tarfile.BLOCKSIZE)
+        out.truncate()
+    return path
+
+
+def _bytes_read() -> int:
+    for line in Path("/proc/self/io").read_text().splitlines():
+        if line.startswith("rchar:"):
+            return int(line.split()[1])
+    raise AssertionError("no rchar in /proc/self/io")
+
+
+@pytest.fixture(scope="module")
+def plain_members(deb_mirror: Path, operator_key: TestKey, tmp_path_factory: pytest.TempPathFactory) -> list[tuple[tarfile.TarInfo, bytes]]:
+    """The members of an uncompressed deb bundle built by ``bundle build``, in order."""
+    out = tmp_path_factory.mktemp("plain-bundle") / "b.tar"
+    built = run_cli(
+        "bundle", "build", "--mirror", str(deb_mirror), "--version", "1.17.8", "--target", "deb/amd64",
+        "--sign-key", operator_key.fingerprint, "--gnupghome", str(operator_key.home), "--output", str(out),
+        "--compression", "none",
+    )  # fmt: skip
+    assert built.exit_code == 0, built.stderr
+    with tarfile.open(out) as tar:
+        return [(m, tar.extractfile(m).read()) for m in tar.getmembers()]  # type: ignore[union-attr]
+
+
+HUGE = 1 << 30
+
+
+@pytest.mark.parametrize("case", ["unlisted", "larger-than-listed"])
+def test_verify_stops_at_the_header_of_a_member_the_manifest_does_not_vouch_for(
+    plain_members: list[tuple[tarfile.TarInfo, bytes]], operator_key: TestKey, tmp_path: Path, case: str
+) -> None:
+    members: list[tuple[tarfile.TarInfo, bytes | int]] = list(plain_members)
+    if case == "unlisted":
+        name = "targets/deb-amd64/extra_1.0_amd64.deb"
+        members.insert(2, (tarfile.TarInfo(name), HUGE))
+    else:
+        name = "gpu-airgap-node.pyz"
+        index = next(i for i, (m, _) in enumerate(members) if m.name == name)
+        members[index] = (members[index][0], HUGE)
+    bundle = _plain_tar(tmp_path / "padded.tar", members)
+    assert bundle.stat().st_size > HUGE and bundle.stat().st_blocks * 512 < 64 << 20  # a 1 GiB hole, little on disk
+
+    before = _bytes_read()
+    result = run_cli("bundle", "verify", str(bundle), "--keyring", str(operator_key.public))
+    read = _bytes_read() - before
+    assert read < 32 << 20, f"verify read {read} bytes of a bundle whose bad member holds {HUGE}"
+    assert result.exit_code == 3
+    assert f"failed verification at {name}: " in _one_sentence(result)
+    assert "stopped before reading it" in result.stderr
