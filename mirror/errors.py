@@ -103,3 +103,22 @@ class PackageChangedError(ChecksumMismatch):
             f"{path} changed since the mirror verified it (expected {expected}, got {actual}); "
             "run `gpu-airgap mirror verify`, delete the damaged files and sync again",
         )
+
+
+class HeaderMismatch(VerificationError):
+    """A package's own header (control data, rpm header) disagrees with the signed index entry it was fetched for."""
+
+    def __init__(self, what: str, index: str, detail: str) -> None:
+        self.what = what
+        self.index = index
+        self.detail = detail
+        super().__init__(f"{what} is not the package the signed {index} entry it was fetched for describes: {detail}")
+
+
+class UnreadablePackage(VerificationError):
+    """A package file matched its signed digest but its header cannot be read."""
+
+    def __init__(self, what: str, fmt: str, detail: str) -> None:
+        self.what = what
+        self.detail = detail
+        super().__init__(f"{what} matches its signed digest but is not a readable .{fmt} ({detail})")

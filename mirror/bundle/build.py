@@ -204,7 +204,7 @@ def _manifest(
                     PackageEntry(
                         name=p.source.name, version=p.source.version, arch=p.source.arch, file=p.member,
                         size=p.source.size, sha256=p.sha256, install_order=index, depends=p.depends,
-                        origin=p.source.origin, breaks=sel.breaks_of(p.source.name),
+                        origin=p.source.origin, breaks=sel.breaks_of(p.source.name), header=p.header.shown(),
                     )
                     for index, p in enumerate(repo.packages)
                 ),

@@ -49,7 +49,7 @@ from mirror.publish.files import (
 from mirror.publish.place import Placer
 from mirror.publish.swap import MARKER, check_target, staged
 from mirror.repo import RepoSnapshot, check_digest, clean_relative, load_apt_repo, load_yum_repo
-from mirror.signed_repo import AptEntry, ReleaseLabels, apt_metadata, query_packages, yum_metadata
+from mirror.signed_repo import AptEntry, ReleaseLabels, apt_metadata, package_headers, yum_metadata
 from mirror.signing import OperatorKey
 from plumbing.errors import NoSpaceError, SignatureError, ToolError, UsageError, VerificationError
 from plumbing.fsutil import safe_join
@@ -193,8 +193,9 @@ def _site_files(site: Site, out: Path, *, signer: str, preserved: bool) -> dict[
     return {path: text.encode("utf-8") for path, text in files.items()}
 
 
-def _source(stored: store.StoredPackage, placed: Path) -> SourcePackage:
-    return SourcePackage(stored.name, stored.version, stored.arch, placed, stored.size, stored.sha256, stored.sha512, stored.url)
+def _source(stored: store.StoredPackage, placed: Path, sha256: str) -> SourcePackage:
+    """The placed file, with the sha256 ``Placer.place`` computed while it checked the recorded digest."""
+    return SourcePackage(stored.name, stored.version, stored.arch, placed, stored.size, sha256, stored.sha512, stored.url)
 
 
 def _resigned(
@@ -210,11 +211,11 @@ def _resigned(
             raise MirrorStateError(mirror, f"{repo.key} holds two packages named {name} ({names[name]}, {stored.path})")
         names[name] = stored.path
         placed, sha256 = placer.place(stored, f"{repo.key}/{name}")
-        sources.append(_source(stored, placed))
+        sources.append(_source(stored, placed, sha256))
         sha256s.append(sha256)
-    facts = query_packages(repo.format, sources, info_cache)
+    facts = package_headers(repo.format, sources, info_cache, verified=True)
     if repo.format == "deb":
-        entries = [AptEntry(src, sha, fields) for src, sha, (fields, _) in zip(sources, sha256s, facts)]
+        entries = [AptEntry(src, sha, fact.header.fields) for src, sha, fact in zip(sources, sha256s, facts)]
         metadata = apt_metadata(entries, arch=repo.arch, key=key, epoch=epoch, channel=repo.channel, labels=PUBLISH_LABELS)
     else:
         metadata = yum_metadata([s.path for s in sources], key=key, epoch=epoch)

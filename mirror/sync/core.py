@@ -25,6 +25,7 @@ from mirror import lockfile, store
 from mirror.errors import LockfileMismatch, UnresolvableDependency
 from mirror.lockfile import LockedTarget, Lockfile
 from mirror.model import Package, PackageFormat
+from mirror.pkgheader import check_agrees, read_header
 from mirror.repo import Fetcher, clean_relative
 from mirror.sync.http import Downloader, DownloadRequest
 from mirror.sync.resolve import resolve, resolve_each
@@ -205,11 +206,13 @@ def _sync_locked(
             progress.stage(f"verifying {target.key(options.channel)}")
         planned.append(plan_target(options, target, fetcher=fetcher, loader=loader))
     result = SyncResult(dest=str(dest), channel=options.channel, targets=planned)
-    requests = _downloads(dest, planned, previous, txn, result)
+    requests, entering = _downloads(dest, planned, previous, txn, result)
     if progress is not None:
         progress.start_downloads(len(requests), sum(r.size for r in requests))
     result.downloaded_bytes = downloader.download_many(requests, progress.advance if progress is not None else None)
     result.downloaded_files = len(requests)
+    for path, url, entry in entering:  # their digests matched (download or staged_match): now read what they say
+        check_agrees(read_header(txn.staging_path(path), entry.format.value, what=url), entry, what=url)
     for item in planned:
         for path, data in item.metadata.items():
             txn.stage_metadata(path, data)
@@ -227,8 +230,9 @@ def _downloads(
     previous: store.MirrorState | None,
     txn: Transaction,
     result: SyncResult,
-) -> list[DownloadRequest]:
-    """The files that are not already in the mirror with the signed size and digest, re-hashed.
+) -> tuple[list[DownloadRequest], list[tuple[str, str, Package]]]:
+    """The files that are not already in the mirror with the signed size and digest (re-hashed), and
+    the packages that enter the mirror with this sync (downloaded now, or staged by a stopped run).
 
     A file whose record matches but whose bytes no longer do (damaged in place) is downloaded
     again, so a re-sync repairs what ``mirror verify`` reports.
@@ -239,26 +243,29 @@ def _downloads(
         held = {p.path: p for p in old.packages} if old is not None else {}
         for extra in item.extra_metadata:  # yum filelists/other: no state record, always re-hashed
             url = f"{item.base_url}/{extra.path[len(item.key) + 1 :]}"
-            wanted.setdefault(extra.path, _Wanted(url, extra, recorded=True, package=False))
+            wanted.setdefault(extra.path, _Wanted(url, extra, recorded=True, entry=None))
         for pkg in item.held:
             path = item.path(pkg)
             if path not in wanted:
                 signed = store.StoredFile(path, pkg.size, sha256=pkg.sha256, sha512=pkg.sha512)
                 recorded = store.same_record(held.get(path), size=pkg.size, sha256=pkg.sha256, sha512=pkg.sha512)
-                wanted[path] = _Wanted(item.url(pkg), signed, recorded=recorded, package=True)
+                wanted[path] = _Wanted(item.url(pkg), signed, recorded=recorded, entry=pkg)
     in_place = store.intact(dest, [w.signed for w in wanted.values() if w.recorded])
     requests: list[DownloadRequest] = []
+    entering: list[tuple[str, str, Package]] = []  # path, url, signed index entry
     for path, want in wanted.items():
-        signed = want.signed
+        signed, is_package = want.signed, want.entry is not None
         if path in in_place:
-            result.reused_files += want.package
+            result.reused_files += is_package
             continue
+        if want.entry is not None:
+            entering.append((path, want.url, want.entry))
         target = txn.package_target(path)
         if txn.staged_match(path, size=signed.size, sha256=signed.sha256, sha512=signed.sha512):
-            result.reused_files += want.package  # verified by a run that was stopped before its switch
+            result.reused_files += is_package  # verified by a run that was stopped before its switch
             continue
         requests.append(DownloadRequest(want.url, target, signed.size, sha256=signed.sha256, sha512=signed.sha512))
-    return requests
+    return requests, entering
 
 
 @dataclass(frozen=True)
@@ -268,7 +275,7 @@ class _Wanted:
     url: str
     signed: store.StoredFile
     recorded: bool  #: the published state (or, for yum indexes, repomd) names exactly these digests
-    package: bool  #: counted in ``reused_files`` when kept
+    entry: Package | None  #: the signed index entry of a package (None: a yum index such as filelists)
 
 
 def _new_state(options: SyncOptions, planned: Sequence[PlannedTarget], previous: store.MirrorState | None) -> store.MirrorState:

@@ -77,6 +77,10 @@ class Transaction:
         self._packages.append(path)
         return safe_join(self.staging, path)
 
+    def staging_path(self, path: str) -> Path:
+        """Where the file that will live at ``DEST/path`` is staged."""
+        return safe_join(self.staging, path)
+
     def staged_match(self, path: str, *, size: int, sha256: str | None, sha512: str | None) -> bool:
         """True when an interrupted run already staged ``DEST/path`` with exactly this signed size and digest."""
         wanted = store.StoredFile(path, size, sha256=sha256.lower() if sha256 else None, sha512=sha512.lower() if sha512 else None)
