@@ -97,9 +97,18 @@ def make_mirror(dest: Path, total_mb: int) -> list[Path]:
         )  # fmt: skip
         paths.append(deb)
     inrelease = StoredFile("stable/deb/amd64/InRelease", 1477, None, "0" * 128)
+    # The bundle builder checks each package's control data against the index entry it was fetched for.
+    index = "".join(
+        f"Package: {p.name}\nVersion: {p.version}\nArchitecture: amd64\nMaintainer: bench <b@example.invalid>\n"
+        f"Depends: libc6 (>= 2.14)\nFilename: ./{Path(p.path).name}\nSize: {p.size}\nSHA256: {p.sha256}\n"
+        f"SHA512: {p.sha512}\nDescription: bench stand-in\n\n"
+        for p in packages
+    ).encode()
+    (repo / "Packages").write_bytes(index)
+    listed = StoredFile("stable/deb/amd64/Packages", len(index), None, hashlib.sha512(index).hexdigest())
     record = RepoRecord(
         key="stable/deb/amd64", format="deb", arch="amd64", channel="stable", base_url="https://example.invalid/stable/deb/amd64",
-        provenance=RepoProvenance("C95B321B61E88C1809C4F759DDCAE044F796ECB0", None, (inrelease,)),
+        provenance=RepoProvenance("C95B321B61E88C1809C4F759DDCAE044F796ECB0", None, (inrelease, listed)),
         packages=tuple(packages), releases=(Release("1.17.8-1", tuple(p.path for p in packages), ("libc6 (>= 2.14)",)),),
     )  # fmt: skip
     write_state(dest, MirrorState(upstream="https://example.invalid", channel="stable", repos=(record,)))

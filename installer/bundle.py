@@ -8,7 +8,8 @@ reader makes one streaming pass:
    keyring, and only then parse exactly the verified bytes;
 2. for every following member, refuse it unless it is a regular file with a plain relative name,
    listed in the manifest, not seen before, with the size the manifest gives — *before* reading
-   its data — then hash its data as it streams by (and, when extracting, write it below staging);
+   its data; a member that is not listed or has another size ends the scan there, so its data is
+   never read — then hash its data as it streams by (and, when extracting, write it below staging);
 3. at the end, report manifest entries the archive did not contain, and check the node check
    (:mod:`installer.nodecheck`: ``NODE-SHA256SUMS`` and its signature agree with the manifest and
    the keyring), so a bundle that verifies here also passes the check a node makes with its own tools.
@@ -199,13 +200,13 @@ class _Scan:
             return
         if self.report.manifest is None:
             self.fail(name, f"comes before {MANIFEST_NAME} and {SIGNATURE_NAME}; refusing an unsigned archive", fatal=True)
+        # An unlisted member, or one of another size, stops the scan at its header: stepping over
+        # its data would mean reading (decompressing) all of it, and its size is the attacker's to choose.
         if name not in self._expected:
-            self.fail(name, "is not listed in the signed manifest", fatal=self.sink is not None)
-            return
+            self.fail(name, "is not listed in the signed manifest; stopped before reading it", fatal=True)
         size, sha256 = self._expected[name]
         if info.size != size or info.size > MAX_MEMBER_SIZE:
-            self.fail(name, f"has {info.size} bytes, the manifest says {size}", fatal=self.sink is not None)
-            return
+            self.fail(name, f"has {info.size} bytes, the manifest says {size}; stopped before reading it", fatal=True)
         self._check_data(tar, info, sha256)
 
     def _head_member(self, tar: tarfile.TarFile, info: tarfile.TarInfo) -> None:

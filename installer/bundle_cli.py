@@ -84,6 +84,8 @@ def manifest_lines(manifest: Manifest) -> List[str]:
             lines.append(f"  {pkg.install_order + 1}. {pkg.name} {pkg.version} {pkg.arch} {pkg.size} B sha256={pkg.sha256[:16]}…")
             if pkg.breaks:
                 lines.append(f"     breaks {', '.join(pkg.breaks)}")
+            if pkg.header:
+                lines.append("     own header: " + "; ".join(f"{name}: {value}" for name, value in pkg.header))
         if target.node_requirements:
             lines.append(f"  node requirements: {', '.join(target.node_requirements)}")
     total = sum(f.size for f in manifest.files)

@@ -92,6 +92,9 @@ class PackageEntry:
     #: Breaks/Conflicts against packages outside the target (``nvidia-container-runtime (<= 3.5.0-1)``):
     #: installed matches must be removed first. None when the bundle predates this field.
     breaks: Optional[Tuple[str, ...]] = None
+    #: What the package's own header says (deb control fields, rpm name/version/release/arch/requires),
+    #: read by the builder and checked against the signed index entry. None when the bundle predates this field.
+    header: Optional[Tuple[Tuple[str, str], ...]] = None
 
 
 @dataclass(frozen=True)
@@ -201,6 +204,7 @@ def _target_dict(t: TargetEntry) -> Dict[str, Any]:
                 "depends": list(p.depends),
                 "origin": p.origin,
                 **({} if p.breaks is None else {"breaks": list(p.breaks)}),
+                **({} if p.header is None else {"header": [list(pair) for pair in p.header]}),
             }
             for p in sorted(t.packages, key=lambda p: p.install_order)
         ],
@@ -385,7 +389,18 @@ class _Parser:
             depends=self._strings(raw, "depends", where),
             origin=self._str(raw, "origin", where, optional=True),
             breaks=self._relations(raw, "breaks", where),
+            header=self._pairs(raw, "header", where),
         )
+
+    def _pairs(self, raw: Any, key: str, where: str) -> Optional[Tuple[Tuple[str, str], ...]]:
+        """An optional list of ``[name, value]`` string pairs."""
+        if not isinstance(raw, dict) or raw.get(key) is None:
+            return None
+        items = self._list(raw, key, where)
+        if any(not (isinstance(i, list) and len(i) == 2 and all(isinstance(x, str) for x in i)) for i in items):
+            self.problems.append(f"{where}.{key} must be a list of [name, value] string pairs")
+            return None
+        return tuple((i[0], i[1]) for i in items)
 
     def _relations(self, raw: Any, key: str, where: str) -> Optional[Tuple[str, ...]]:
         """An optional list of package relations, each one the installer can evaluate."""

@@ -16,20 +16,26 @@ from plumbing.errors import ChecksumMismatch, ExitCode, ToolError, UsageError, V
 
 
 class FetchError(ToolError):
-    """A download failed: an HTTP error status, or a connection problem after every retry."""
+    """A download failed: an HTTP error status, or a connection problem (after every retry, if it was worth one).
+
+    ``str()`` is one sentence: the URL, what happened, how many attempts, and (for connection
+    problems) what the user can check, e.g. ``could not download http://h/InRelease: the host name
+    h does not resolve; check --upstream, ...``.
+    """
 
     exit_code = ExitCode.NETWORK
 
-    def __init__(self, url: str, status: int | None, detail: str = "") -> None:
+    def __init__(self, url: str, status: int | None, detail: str = "", *, attempts: int = 1, hint: str = "") -> None:
         self.url = url
         self.status = status
         self.detail = detail
+        self.attempts = attempts
         if status is not None:
-            reason = f"the server answered HTTP {status}"
+            reason = f"the server answered HTTP {status}" + (f" {detail}" if detail else "")
         else:
-            reason = f"the connection failed ({detail})" if detail else "the connection failed"
-        extra = f" ({detail})" if status is not None and detail else ""
-        super().__init__(f"could not download {url}: {reason}{extra}")
+            reason = detail or "the connection failed"
+        tried = f" (tried {attempts} times)" if attempts > 1 else ""
+        super().__init__(f"could not download {url}: {reason}{tried}" + (f"; {hint}" if hint else ""))
 
 
 class MirrorStateError(ToolError):
@@ -97,3 +103,22 @@ class PackageChangedError(ChecksumMismatch):
             f"{path} changed since the mirror verified it (expected {expected}, got {actual}); "
             "run `gpu-airgap mirror verify`, delete the damaged files and sync again",
         )
+
+
+class HeaderMismatch(VerificationError):
+    """A package's own header (control data, rpm header) disagrees with the signed index entry it was fetched for."""
+
+    def __init__(self, what: str, index: str, detail: str) -> None:
+        self.what = what
+        self.index = index
+        self.detail = detail
+        super().__init__(f"{what} is not the package the signed {index} entry it was fetched for describes: {detail}")
+
+
+class UnreadablePackage(VerificationError):
+    """A package file matched its signed digest but its header cannot be read."""
+
+    def __init__(self, what: str, fmt: str, detail: str) -> None:
+        self.what = what
+        self.detail = detail
+        super().__init__(f"{what} matches its signed digest but is not a readable .{fmt} ({detail})")

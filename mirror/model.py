@@ -88,3 +88,5 @@ class SourcePackage:
     sha256: str | None
     sha512: str | None
     origin: str  #: upstream URL
+    #: the signed index entry it was fetched for, when the caller checks the package against it (a bundle build)
+    entry: Package | None = None

@@ -4,12 +4,18 @@ Shared by the bundle (:mod:`mirror.bundle.target_repo`, one release per target) 
 (:mod:`mirror.publish.tree`, everything a repo holds):
 
 - deb: ``Packages``, ``Packages.xz`` and a clearsigned ``InRelease`` (SHA256 and SHA512 of both
-  indexes). Stanzas come from each package's own control data (``dpkg-deb -f``), so the index
-  describes exactly the files shipped.
+  indexes). Stanzas come from each package's own control data (:mod:`mirror.pkgheader`), so the
+  index describes exactly the files shipped.
 - rpm: ``repodata/`` made by ``createrepo_c`` (no sqlite, gzip, fixed revision and timestamps)
   plus the armored detached ``repodata/repomd.xml.asc``.
 
 Everything is returned as ``{relative path: bytes}``; callers decide where it goes.
+
+:func:`package_headers` reads each package's own header - only after its bytes matched the digest
+the mirror recorded from signed metadata - and, when the package carries its signed index entry
+(a bundle build), refuses one that disagrees with it. Headers are cached under the recorded
+digest, so a later build neither re-reads nor re-hashes a package before streaming it (that
+stream is checked against the same digest).
 """
 
 from __future__ import annotations
@@ -27,14 +33,11 @@ from pathlib import Path
 
 from mirror.errors import PackageChangedError
 from mirror.model import SourcePackage
+from mirror.pkgheader import PackageHeader, check_agrees, read_header
 from mirror.signing import OperatorKey
-from mirror.store import file_digest
-from plumbing.errors import CommandError, ToolError
+from plumbing.errors import ToolError
 from plumbing.fsutil import atomic_write
 from plumbing.proc import run
-
-#: (control fields in order, depends) of one package; rpm packages have no control fields here.
-PackageFacts = tuple[list[tuple[str, str]], tuple[str, ...]]
 
 
 @dataclass(frozen=True)
@@ -52,40 +55,34 @@ class AptEntry:
 
     source: SourcePackage
     sha256: str
-    control: list[tuple[str, str]]
+    control: Sequence[tuple[str, str]]
 
 
-def recorded_sha256(pkg: SourcePackage) -> str:
-    """The sha256 the mirror recorded from signed metadata; callers check the shipped bytes against it.
+@dataclass(frozen=True)
+class HeaderFacts:
+    """A package's own header and the sha256 of the verified bytes it was read from."""
 
-    A package the upstream metadata vouched for by sha512 alone is hashed once here, and its
-    sha512 checked, so the sha256 an index names is one of verified bytes too.
+    sha256: str
+    header: PackageHeader
 
-    :raises PackageChangedError: when such a file no longer matches its recorded sha512.
+
+def package_headers(
+    fmt: str, packages: Sequence[SourcePackage], info_cache: Path | None, *, verified: bool = False
+) -> list[HeaderFacts]:
+    """Each package's header (and sha256), in ``packages`` order, checked against its signed entry when it has one.
+
+    :param info_cache: where answers are kept under each package's recorded digest (None: read every time).
+    :param verified: the caller has just checked every file against its recorded digest (publish
+        places and hashes them first); otherwise each file not in the cache is hashed before it is read.
+    :raises PackageChangedError: when a file no longer matches its recorded digest.
+    :raises HeaderMismatch: when a package's header disagrees with its signed index entry.
     """
-    if pkg.sha256:
-        return pkg.sha256
-    if not pkg.sha512:
-        raise ToolError(f"the mirror recorded no checksum for {pkg.path}; sync the mirror again")
-    sha256, sha512 = hashlib.sha256(), hashlib.sha512()
-    with open(pkg.path, "rb") as fh:
-        while block := fh.read(1 << 20):
-            sha256.update(block)
-            sha512.update(block)
-    if pkg.sha512 != sha512.hexdigest():
-        raise PackageChangedError(pkg.path, f"sha512 {pkg.sha512[:16]}…", f"{sha512.hexdigest()[:16]}…")
-    return sha256.hexdigest()
-
-
-def query_packages(fmt: str, packages: Sequence[SourcePackage], info_cache: Path | None) -> list[PackageFacts]:
-    """Each package's control fields and depends (deb) or requires (rpm), in ``packages`` order.
-
-    :param info_cache: where answers are kept under each package's recorded digest, so a later
-        run skips the dpkg-deb / rpm query (None: query every time).
-    """
-    # Each query is a dpkg-deb / rpm process: running them side by side hides their start-up time.
     with ThreadPoolExecutor(max_workers=4) as pool:
-        return list(pool.map(lambda pkg: _cached_query(fmt, pkg, info_cache), packages))
+        facts = list(pool.map(lambda pkg: _cached_facts(fmt, pkg, info_cache, verified), packages))
+    for pkg, fact in zip(packages, facts):
+        if pkg.entry is not None:
+            check_agrees(fact.header, pkg.entry, what=str(pkg.path))
+    return facts
 
 
 def apt_metadata(
@@ -141,67 +138,53 @@ def yum_metadata(files: Sequence[Path], *, key: OperatorKey, epoch: int) -> dict
     return out
 
 
-def _query(pkg: SourcePackage, argv: list[str]) -> str:
-    """Run a package query on ``pkg``; when it fails because the file changed since sync, say so."""
-    try:
-        return run([*argv, str(pkg.path)]).stdout.decode("utf-8")
-    except CommandError as exc:
-        algo, recorded = ("sha256", pkg.sha256) if pkg.sha256 else ("sha512", pkg.sha512)
-        actual = file_digest(pkg.path, algo)
-        if recorded and recorded != actual:
-            raise PackageChangedError(pkg.path, f"{algo} {recorded[:16]}…", f"{actual[:16]}…") from exc
-        raise
-
-
-def _cached_query(fmt: str, pkg: SourcePackage, cache: Path | None) -> PackageFacts:
-    """:func:`_query_package`, remembered under the package's recorded digest.
+def _cached_facts(fmt: str, pkg: SourcePackage, cache: Path | None, verified: bool) -> HeaderFacts:
+    """:func:`_read_facts`, remembered under the package's recorded digest.
 
     The answer is a pure function of the package's bytes, and callers check those bytes against
     the same recorded digest while they copy or stream them (a mismatch aborts), so a cached
     answer always describes the file shipped.
     """
     digest = f"sha256-{pkg.sha256}" if pkg.sha256 else f"sha512-{pkg.sha512}" if pkg.sha512 else None
-    entry = cache / f"{fmt}-{digest}.json" if cache is not None and digest else None
+    if digest is None:
+        raise ToolError(f"the mirror recorded no checksum for {pkg.path}; sync the mirror again")
+    entry = cache / f"{fmt}-{digest}.json" if cache is not None else None
     if entry is not None:
         try:
             data = json.loads(entry.read_bytes())
-            return [(str(k), str(v)) for k, v in data["fields"]], tuple(str(d) for d in data["depends"])
-        except (OSError, ValueError, KeyError, TypeError):
-            pass  # absent or unreadable: ask the package
-    fields, depends = _query_package(fmt, pkg)
+            if data.get("v") == _CACHE_VERSION:
+                return HeaderFacts(str(data["sha256"]), PackageHeader.from_json(data["header"]))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            pass  # absent, unreadable or from an older version: read the package
+    facts = _read_facts(fmt, pkg, verified)
     if entry is not None:
         with contextlib.suppress(OSError):  # a cache that cannot be written only costs time
             entry.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write(entry, json.dumps({"fields": fields, "depends": depends}).encode())
-    return fields, depends
+            atomic_write(entry, json.dumps({"v": _CACHE_VERSION, "sha256": facts.sha256, "header": facts.header.to_json()}).encode())
+    return facts
 
 
-def _query_package(fmt: str, pkg: SourcePackage) -> PackageFacts:
-    """(control fields, depends) of a .deb — one dpkg-deb call serves both — or ([], requires) of an .rpm."""
-    if fmt == "deb":
-        fields = _control_fields(_query(pkg, ["dpkg-deb", "-f"]))
-        return fields, _deb_depends(fields)
-    return [], _rpm_requires(pkg)
+_CACHE_VERSION = 2
 
 
-def _deb_depends(fields: list[tuple[str, str]]) -> tuple[str, ...]:
-    value = " ".join(v for k, v in fields if k.lower() == "pre-depends") + ", " + " ".join(
-        v for k, v in fields if k.lower() == "depends"
-    )
-    return tuple(d.strip() for d in value.replace("\n", " ").split(",") if d.strip())
+def _read_facts(fmt: str, pkg: SourcePackage, verified: bool) -> HeaderFacts:
+    """Check the file against its recorded digest (unless the caller just did), then read its header."""
+    sha256 = pkg.sha256 if verified and pkg.sha256 else _checked_sha256(pkg)
+    return HeaderFacts(sha256, read_header(pkg.path, fmt, what=str(pkg.path)))
 
 
-def _rpm_requires(pkg: SourcePackage) -> tuple[str, ...]:
-    out = _query(pkg, ["rpm", "-qp", "--nosignature", "--requires"])
-    return tuple(line.strip() for line in out.splitlines() if line.strip() and not line.startswith("rpmlib("))
+def _checked_sha256(pkg: SourcePackage) -> str:
+    """One pass over the file: its sha256, after its recorded sha256 or sha512 matched.
 
-
-def _control_fields(text: str) -> list[tuple[str, str]]:
-    fields: list[tuple[str, str]] = []
-    for line in text.splitlines():
-        if line[:1] in (" ", "\t") and fields:
-            fields[-1] = (fields[-1][0], fields[-1][1] + "\n" + line)
-        elif ":" in line:
-            name, _, value = line.partition(":")
-            fields.append((name, value.strip()))
-    return fields
+    :raises PackageChangedError: on a mismatch.
+    """
+    sha256, sha512 = hashlib.sha256(), hashlib.sha512()
+    with open(pkg.path, "rb") as fh:
+        while block := fh.read(1 << 20):
+            sha256.update(block)
+            if not pkg.sha256:
+                sha512.update(block)
+    for algo, recorded, actual in (("sha256", pkg.sha256, sha256), ("sha512", pkg.sha512 if not pkg.sha256 else None, sha512)):
+        if recorded and recorded != actual.hexdigest():
+            raise PackageChangedError(pkg.path, f"{algo} {recorded[:16]}…", f"{actual.hexdigest()[:16]}…")
+    return sha256.hexdigest()

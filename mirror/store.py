@@ -1,26 +1,29 @@
-"""The mirror on disk: layout, lock, state file, and transactional publishing.
+"""The mirror on disk: layout, lock, state file, and how readers get a consistent view.
 
 Layout of ``DEST`` (upstream's relative paths are kept, so a mirror can be served as-is)::
 
     DEST/
-      .gpu-airgap.lock                    flock'ed by sync/prune (exclusive) and publish (shared); never deleted
+      .gpu-airgap.lock                    flock'ed by sync/prune (exclusive) and readers (shared); never deleted
       .gpu-airgap/
-        state.json                        what the mirror holds (MirrorState); written LAST
+        state.json                        what the mirror holds (MirrorState); switched in LAST
         http-cache/<key>.json, <key>.body conditional-GET validators and bodies of metadata
-        staging/                          a sync in progress; removed when it ends (kept after a crash)
+        staging/                          a sync in progress; removed when it ends (kept after a crash or a full disk)
+        switch.json                       only while a sync switches its staged files in (mirror.switch)
       stable/deb/amd64/InRelease          verified metadata, exactly the bytes that verified
       stable/deb/amd64/Packages.xz
       stable/deb/amd64/<name>_<ver>_<arch>.deb
       stable/rpm/x86_64/repodata/repomd.xml, repomd.xml.asc, <sha>-primary.xml.gz
       stable/rpm/x86_64/<name>-<ver>.<arch>.rpm
 
-A sync writes everything new below ``staging/`` and only then publishes: package files first
-(new names, so the old state never points at them), then metadata, then the HTTP cache, then
-``state.json`` with :func:`~plumbing.fsutil.atomic_write`. A sync that fails before publishing
-removes ``staging/`` and leaves every other byte of ``DEST`` as it was. A sync that is interrupted
-(Ctrl-C) keeps ``staging/``, and one that is killed (SIGKILL, power cut) cannot clean up: either
-way the next sync reuses the package files it had verified and resumes its ``.part`` files, then
-removes whatever else ``staging/`` holds once it ends.
+A sync (:mod:`mirror.sync.transaction`) writes every new file below ``staging/`` - packages,
+metadata, cache entries and ``state.json`` - and then switches them in with one journaled step
+(:mod:`mirror.switch`). A sync that fails before that (a bad signature, a full disk, Ctrl-C)
+leaves every byte outside ``staging/`` as it was; one that is killed during the switch leaves a
+journal that the next command completes. Either way the next sync reuses the package files it
+had verified and resumes its ``.part`` files, then removes whatever else ``staging/`` holds.
+
+Readers (``mirror verify``, ``status``, ``bundle build``, ``publish``) go through :func:`reading`:
+it holds the lock shared, so no switch runs under them, and completes a switch a killed sync left.
 
 ``state.json`` is the read API for the bundle builder: :meth:`MirrorState.load` gives each repo's
 provenance (who signed which metadata, and when), the packages with their local paths and
@@ -35,14 +38,15 @@ import fcntl
 import hashlib
 import json
 import os
-import shutil
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from mirror import switch
 from mirror.errors import MirrorStateError
-from plumbing.errors import BusyError, ToolError
+from plumbing.errors import BusyError, NoSpaceError, ToolError
 from plumbing.fsutil import atomic_write, safe_join
 
 CHUNK: Final = 1024 * 1024
@@ -50,15 +54,6 @@ CHUNK: Final = 1024 * 1024
 STATE_VERSION: Final = 1
 LOCK_NAME: Final = ".gpu-airgap.lock"
 META_DIR: Final = ".gpu-airgap"
-
-
-@dataclass(frozen=True)
-class CachedResponse:
-    """A metadata body with the validators the server sent for it."""
-
-    body: bytes
-    etag: str | None = None
-    last_modified: str | None = None
 
 
 @dataclass(frozen=True)
@@ -218,6 +213,8 @@ def locked(dest: Path, *, shared: bool = False) -> Iterator[None]:
         # A reader only needs to read the lock file, so a read-only mirror can still be published.
         fd = os.open(dest / LOCK_NAME, (os.O_RDONLY if shared else os.O_RDWR) | os.O_CREAT, 0o644)
     except OSError as exc:
+        if NoSpaceError.matches(exc):
+            raise NoSpaceError(dest / LOCK_NAME) from exc
         raise ToolError(f"cannot use {dest} as a mirror: {exc.strerror or exc}") from exc
     try:
         try:
@@ -233,78 +230,39 @@ def locked(dest: Path, *, shared: bool = False) -> Iterator[None]:
         os.close(fd)  # closing the descriptor releases the flock
 
 
-class Transaction:
-    """One sync's staged changes to a mirror; nothing outside ``staging/`` changes until :meth:`commit`."""
+@contextlib.contextmanager
+def reading(dest: Path) -> Iterator[MirrorState]:
+    """Hold mirror ``dest`` for reading and yield its state: no sync or prune changes it meanwhile.
 
-    def __init__(self, dest: Path) -> None:
-        """Start staging in ``dest`` (the caller holds :func:`locked`)."""
-        self.dest = dest
-        self.meta = dest / META_DIR
-        self.staging = self.meta / "staging"
-        # A staging/ left by a killed run (we hold the lock, so it is ours) is kept: the files it
-        # holds are only candidates, re-hashed against this sync's signed digests (staged_match) or
-        # resumed by the downloader, and commit()/abort() remove it with everything unclaimed.
-        self.staging.mkdir(parents=True, exist_ok=True)
-        self._staged_cache: dict[str, CachedResponse] = {}
-        self._metadata: dict[str, bytes] = {}
-        self._packages: list[str] = []
+    A switch that a killed sync committed but did not complete is completed first (under the
+    exclusive lock, for a moment), so a reader never sees new metadata beside an old ``state.json``.
 
-    # -- ResponseCache ---------------------------------------------------------------------------
+    :raises MirrorStateError: when ``dest`` holds no mirror, or an interrupted switch cannot be completed here.
+    :raises BusyError: when a sync or prune is changing the mirror.
+    """
+    meta = dest / META_DIR
+    if switch.pending(meta):
+        try:
+            with locked(dest):
+                switch.finish_pending(dest, meta)
+        except (BusyError, NoSpaceError):
+            raise
+        except ToolError as exc:
+            raise MirrorStateError(
+                dest, f"a sync was interrupted while switching in its files and this command cannot finish it ({exc}); "
+                "run `gpu-airgap mirror sync` on it"
+            ) from exc
+    MirrorState.load(dest)  # a clear error for a directory that holds no mirror, before any lock file is made
+    with locked(dest, shared=True):
+        if switch.pending(meta):  # a sync was killed mid-switch since the check above
+            raise MirrorStateError(dest, "a sync was interrupted while switching in its files; run the command again")
+        yield MirrorState.load(dest)
 
-    def lookup(self, url: str) -> CachedResponse | None:
-        """Cached metadata for ``url``: what this sync fetched, else what the published mirror holds."""
-        if url in self._staged_cache:
-            return self._staged_cache[url]
-        return read_cache(self.dest, url)
 
-    def remember(self, url: str, response: CachedResponse) -> None:
-        """Stage ``response`` for the cache; it is published with the rest."""
-        if response.etag or response.last_modified:
-            self._staged_cache[url] = response
-
-    # -- staging ---------------------------------------------------------------------------------
-
-    def stage_metadata(self, path: str, data: bytes) -> None:
-        """Publish ``data`` at ``DEST/path`` on commit (verified metadata bytes)."""
-        safe_join(self.dest, path)
-        self._metadata[path] = data
-
-    def package_target(self, path: str) -> Path:
-        """Where to download the package that will live at ``DEST/path``."""
-        self._packages.append(path)
-        return safe_join(self.staging, path)
-
-    def staged_match(self, path: str, *, size: int, sha256: str | None, sha512: str | None) -> bool:
-        """True when an interrupted run already staged ``DEST/path`` with exactly this signed size and digest."""
-        wanted = StoredFile(path, size, sha256=sha256.lower() if sha256 else None, sha512=sha512.lower() if sha512 else None)
-        return check_file(self.staging, wanted) is None
-
-    def commit(self, state: MirrorState) -> None:
-        """Publish packages, then metadata, then the HTTP cache, then ``state.json``; end staging."""
-        for path in self._packages:
-            staged, final = safe_join(self.staging, path), safe_join(self.dest, path)
-            final.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(staged, final)
-        for path, data in sorted(self._metadata.items()):
-            target = safe_join(self.dest, path)
-            if not target.exists() or target.read_bytes() != data:
-                atomic_write(target, data)
-        for url, response in self._staged_cache.items():
-            base = self.meta / "http-cache" / _cache_key(url)
-            info = {"url": url, "etag": response.etag, "last_modified": response.last_modified}
-            info["sha256"] = hashlib.sha256(response.body).hexdigest()
-            body_path, info_path = base.with_suffix(".body"), base.with_suffix(".json")
-            if not body_path.exists() or body_path.read_bytes() != response.body:
-                atomic_write(body_path, response.body)
-            rendered = json.dumps(info, sort_keys=True).encode()
-            if not info_path.exists() or info_path.read_bytes() != rendered:
-                atomic_write(info_path, rendered)
-        write_state(self.dest, state)
-        self.abort()
-
-    def abort(self) -> None:
-        """Forget everything staged."""
-        shutil.rmtree(self.staging, ignore_errors=True)
+def read_state(dest: Path) -> MirrorState:
+    """The state of mirror ``dest`` as :func:`reading` gives it, for a reader that needs only the state."""
+    with reading(dest) as state:
+        return state
 
 
 def write_state(dest: Path, state: MirrorState) -> None:
@@ -315,35 +273,26 @@ def write_state(dest: Path, state: MirrorState) -> None:
         atomic_write(target, rendered)
 
 
-def read_cache(dest: Path, url: str) -> CachedResponse | None:
-    """The published conditional-GET entry of ``url`` in mirror ``dest``, if intact."""
-    base = dest / META_DIR / "http-cache" / _cache_key(url)
-    try:
-        info = json.loads(base.with_suffix(".json").read_text(encoding="utf-8"))
-        body = base.with_suffix(".body").read_bytes()
-    except (OSError, ValueError):
-        return None
-    if not isinstance(info, dict) or info.get("url") != url or hashlib.sha256(body).hexdigest() != info.get("sha256"):
-        return None
-    return CachedResponse(body, info.get("etag"), info.get("last_modified"))
-
-
-def is_current(dest: Path, stored: StoredFile | None, *, size: int, sha256: str | None, sha512: str | None) -> bool:
-    """True when ``stored`` (from the published state) is the file signed metadata now names.
-
-    The state only lists files that were verified before they got their final name, so a
-    matching record plus the right size on disk is enough; ``verify`` re-hashes everything.
-    """
+def same_record(stored: StoredFile | None, *, size: int, sha256: str | None, sha512: str | None) -> bool:
+    """True when ``stored`` (from the published state) records the size and digests signed metadata now names."""
     if stored is None or stored.size != size:
         return False
     if sha512 and stored.sha512 != sha512:
         return False
-    if sha256 and stored.sha256 != sha256:
-        return False
-    try:
-        return stored.local_path(dest).stat().st_size == size
-    except OSError:
-        return False
+    return not (sha256 and stored.sha256 != sha256)
+
+
+def intact(dest: Path, files: Sequence[StoredFile], *, workers: int = 4) -> set[str]:
+    """The paths of ``files`` whose bytes in mirror ``dest`` still match their recorded digest.
+
+    Every file is re-hashed (a size check would keep a file damaged in place); the files are
+    hashed side by side, since hashlib releases the GIL while it works on large buffers.
+    """
+    if not files:
+        return set()
+    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(files)))) as pool:
+        problems = list(pool.map(lambda f: check_file(dest, f), files))
+    return {f.path for f, problem in zip(files, problems) if problem is None}
 
 
 def file_digest(path: Path, algo: str) -> str:
@@ -370,8 +319,4 @@ def check_file(dest: Path, stored: StoredFile) -> str | None:
     if file_digest(path, algo) != expected:
         return f"{stored.path} does not match its recorded {algo}"
     return None
-
-
-def _cache_key(url: str) -> str:
-    return hashlib.sha256(url.encode()).hexdigest()[:32]
 

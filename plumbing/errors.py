@@ -7,8 +7,11 @@ the module that owns the side effect. ``cli`` is the only place that prints them
 
 from __future__ import annotations
 
+import errno
+import os
 from collections.abc import Sequence
 from enum import IntEnum
+from typing import Optional, Union
 
 
 class ExitCode(IntEnum):
@@ -24,6 +27,7 @@ class ExitCode(IntEnum):
     PREFLIGHT = 7  #: the node does not meet the bundle's requirements
     BUSY = 8  #: another gpu-airgap process holds the lock
     PROBLEMS_FOUND = 9  #: a check (verify, status) found problems and listed them
+    NO_SPACE = 10  #: the disk (or its inodes, or the user's quota) ran out; nothing was changed
 
 
 class ToolError(Exception):
@@ -60,6 +64,44 @@ class FileWriteError(ToolError):
         self.path = str(path)
         self.detail = detail
         super().__init__(f"{self.path}: {detail}")
+
+
+class NoSpaceError(ToolError):
+    """A write failed because the filesystem is full (bytes or inodes) or a quota is exhausted.
+
+    Whoever raises it has left everything as it was (or, for a sync, kept its verified downloads
+    for the next run); ``outcome`` says so in the user's terms.
+    """
+
+    exit_code = ExitCode.NO_SPACE
+    ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+    UNCHANGED = "nothing was changed"
+
+    def __init__(self, path: object, outcome: str = UNCHANGED) -> None:
+        self.path = str(path)
+        self.outcome = outcome
+        super().__init__(
+            f"no space left on the device while writing {self.path}; {outcome}: "
+            "free space (or inodes) there and run the command again"
+        )
+
+    @classmethod
+    def matches(cls, exc: BaseException) -> bool:
+        """True when ``exc`` (or what it was raised from) is a full disk or an exhausted quota."""
+        seen: set[int] = set()
+        current: Optional[BaseException] = exc
+        while current is not None and id(current) not in seen:
+            if isinstance(current, cls) or (isinstance(current, OSError) and current.errno in cls.ERRNOS):
+                return True
+            seen.add(id(current))
+            current = current.__cause__ or current.__context__
+        return False
+
+    @classmethod
+    def of(cls, exc: BaseException, path: Union[str, os.PathLike[str]], outcome: str = UNCHANGED) -> NoSpaceError:
+        """The one-sentence error for ``exc`` (which :meth:`matches`) with ``outcome``, naming the file it names (else ``path``)."""
+        where = exc.path if isinstance(exc, cls) else getattr(exc, "filename", None) or path
+        return cls(where, outcome)
 
 
 class CommandError(ToolError):

@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path, PurePosixPath
 from typing import List, Optional, Union
 
-from plumbing.errors import ConfigFormatError, FileWriteError, UnsafePathError
+from plumbing.errors import ConfigFormatError, FileWriteError, NoSpaceError, UnsafePathError
 
 #: a path with more links than this is refused, as the kernel does (ELOOP after 40)
 MAX_LINKS = 40
@@ -170,14 +170,15 @@ def atomic_write(path: Path, data: bytes, *, mode: Optional[int] = None) -> None
     :param path: the target; its parent directories are created (0755) when missing.
     :param data: the complete new content.
     :param mode: permission bits for a new file (default 0644); an existing file keeps its own.
-    :raises FileWriteError: when the target cannot be written (read-only, not a directory, ...).
+    :raises NoSpaceError: when the filesystem is full (bytes or inodes) or a quota is exhausted.
+    :raises FileWriteError: when the target cannot be written otherwise (read-only, not a directory, ...).
     """
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         old = path.stat() if path.exists() else None
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     except OSError as exc:
-        raise FileWriteError(path, f"cannot write: {exc.strerror or exc}") from exc
+        raise _write_error(path, exc) from exc
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
@@ -195,10 +196,16 @@ def atomic_write(path: Path, data: bytes, *, mode: Optional[int] = None) -> None
         fsync_dir(path.parent)
     except OSError as exc:
         _unlink_quietly(Path(tmp))
-        raise FileWriteError(path, f"cannot write: {exc.strerror or exc}") from exc
+        raise _write_error(path, exc) from exc
     except BaseException:
         _unlink_quietly(Path(tmp))
         raise
+
+
+def _write_error(path: Path, exc: OSError) -> Union[FileWriteError, NoSpaceError]:
+    if NoSpaceError.matches(exc):
+        return NoSpaceError(path)
+    return FileWriteError(path, f"cannot write: {exc.strerror or exc}")
 
 
 def fsync_dir(directory: Path) -> None:

@@ -46,10 +46,12 @@ def _upstream_session_server(upstream_tree: UpstreamTree) -> Iterator[UpstreamSe
 
 
 @pytest.fixture
-def upstream_server(_upstream_session_server: UpstreamServer) -> UpstreamServer:
+def upstream_server(_upstream_session_server: UpstreamServer) -> Iterator[UpstreamServer]:
     """A server on 127.0.0.1 serving ``upstream_tree``, with no faults and an empty log for this test."""
     _upstream_session_server.reset()
-    return _upstream_session_server
+    yield _upstream_session_server
+    # Faults this test injected must not reach session fixtures that use the server directly.
+    _upstream_session_server.reset()
 
 
 def _sync(tree: UpstreamTree, server: UpstreamServer, dest: Path, formats: str, *extra: str) -> Path:

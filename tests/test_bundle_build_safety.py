@@ -56,18 +56,20 @@ def test_build_fails_naming_a_package_modified_after_sync_and_leaves_no_output(
     mirror: Path, operator_key: TestKey, tmp_path: Path, where: str
 ) -> None:
     victim = _packages(mirror)[-1]
+    recorded = next(p.sha256 for r in MirrorState.load(mirror).repos for p in r.packages if p.path.endswith(victim.name))
     data = bytearray(victim.read_bytes())
-    # Same size, so only the digest can tell. In the middle the package's own control data breaks
-    # (dpkg-deb fails first); at the end only the data payload changes (the streaming check sees it).
+    # Same size, so only the digest can tell. In the middle the package's own control data breaks;
+    # at the end only the data payload changes.
     data[len(data) // 2 if where == "middle" else -1] ^= 0x01
     victim.write_bytes(bytes(data))
     out_dir = tmp_path / "out"
     out_dir.mkdir()
     with pytest.raises(PackageChangedError) as caught:
-        # An empty query cache: the middle case must reach dpkg-deb, not a cached answer.
+        # An empty header cache: the package is hashed before its header is read (verify, then parse).
         _build(mirror, operator_key, out_dir / "bundle.tar.zst", info_cache=tmp_path / "info")
     assert str(victim) in str(caught.value) and "changed since the mirror verified it" in str(caught.value)
-    assert (caught.value.__cause__ is None) == (where == "end")  # "end" is caught by the streaming check
+    assert caught.value.__cause__ is None  # refused on its digest, not by a parser choking on it
+    assert not list((tmp_path / "info").glob(f"*{recorded}*"))  # its header was never read
     assert list(out_dir.iterdir()) == []
 
 
@@ -126,7 +128,7 @@ def test_cached_package_queries_give_the_same_bundle_and_a_tampered_file_still_f
 
     victim = _packages(mirror)[0]
     data = bytearray(victim.read_bytes())
-    data[len(data) // 2] ^= 0x01  # would break dpkg-deb, but the cached answer is used
+    data[len(data) // 2] ^= 0x01  # would break the control data, but the cached header is used
     victim.write_bytes(bytes(data))
     with pytest.raises(PackageChangedError, match=re.escape(str(victim))):
         _build(mirror, operator_key, tmp_path / "c.tar", "none", info_cache=cache, epoch=EPOCH)

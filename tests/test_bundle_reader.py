@@ -125,15 +125,33 @@ def test_a_good_crafted_archive_extracts_exactly_its_members(operator_key: TestK
 
 
 def test_verify_lists_every_problem_and_names_the_first_bad_member(operator_key: TestKey, keyring: Keyring, tmp_path: Path) -> None:
-    members = [_info("a", b"changed"), _info("b", GOOD), _info("c", GOOD)]
-    bundle = craft(tmp_path / "b.tar", operator_key, members, {"a": GOOD, "b": GOOD, "d": GOOD})
+    members = [_info("a", b"changed bytes"), _info("b", GOOD), _info("c", b"changed bytes")]
+    bundle = craft(tmp_path / "b.tar", operator_key, members, {"a": GOOD, "b": GOOD, "c": GOOD, "d": GOOD})
     report = verify(bundle, keyring)
     assert [str(p) for p in report.problems] == [
-        "a: has 7 bytes, the manifest says 13",
-        "c: is not listed in the signed manifest",
+        "a: does not match its sha256 in the signed manifest",
+        "c: does not match its sha256 in the signed manifest",
         "d: is listed in the manifest but missing from the archive",
     ]
-    assert report.first_bad == "a" and report.members_checked == 1
+    assert report.first_bad == "a" and report.members_checked == 3
+
+
+@pytest.mark.parametrize(
+    ("member", "problem"),
+    [
+        (_info("c", GOOD), "c: is not listed in the signed manifest; stopped before reading it"),
+        (_info("b", GOOD * 2), "b: has 26 bytes, the manifest says 13; stopped before reading it"),
+    ],
+    ids=["unlisted", "larger-than-listed"],
+)
+def test_verify_stops_at_a_member_it_would_have_to_read_blindly(
+    operator_key: TestKey, keyring: Keyring, tmp_path: Path, member: tuple[tarfile.TarInfo, bytes], problem: str
+) -> None:
+    members = [_info("a", b"changed bytes"), member, _info("e", GOOD)]
+    bundle = craft(tmp_path / "b.tar", operator_key, members, {"a": GOOD, "b": GOOD, "d": GOOD, "e": GOOD})
+    report = verify(bundle, keyring)
+    assert [str(p) for p in report.problems] == ["a: does not match its sha256 in the signed manifest", problem]
+    assert report.members_checked == 1  # neither that member's data nor anything after it was read
 
 
 def test_inspect_needs_no_key_and_reads_only_the_manifest(operator_key: TestKey, tmp_path: Path) -> None:
@@ -284,15 +302,15 @@ def test_verify_writes_nothing_outside_its_private_temporary_directory(
 def test_verify_command_lists_every_problem_and_exits_3_naming_the_first(operator_key: TestKey, tmp_path: Path) -> None:
     from tests.cli_runner import run_cli
 
-    members = [_info("a", b"changed"), _info("b", GOOD), _info("c", GOOD)]
-    bundle = craft(tmp_path / "b.tar", operator_key, members, {"a": GOOD, "b": GOOD, "d": GOOD})
+    members = [_info("a", b"changed bytes"), _info("b", GOOD), _info("c", b"changed bytes")]
+    bundle = craft(tmp_path / "b.tar", operator_key, members, {"a": GOOD, "b": GOOD, "c": GOOD, "d": GOOD})
     result = run_cli("bundle", "verify", str(bundle), "--keyring", str(operator_key.public))
     assert result.exit_code == 3
     assert result.stdout.splitlines() == [
         "FAILED: b.tar",
-        "  a: has 7 bytes, the manifest says 13",
-        "  c: is not listed in the signed manifest",
+        "  a: does not match its sha256 in the signed manifest",
+        "  c: does not match its sha256 in the signed manifest",
         "  d: is listed in the manifest but missing from the archive",
     ]
-    assert result.stderr.count("\n") == 1 and "failed verification at a: has 7 bytes" in result.stderr
+    assert result.stderr.count("\n") == 1 and "failed verification at a: does not match its sha256" in result.stderr
     assert "2 more problem(s): listed above" in result.stderr

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from mirror.errors import FetchError
-from mirror.store import CachedResponse
 from mirror.sync.http import Downloader, DownloadRequest
+from mirror.sync.transaction import CachedResponse
 from plumbing.errors import ChecksumMismatch
 
 
@@ -84,7 +84,8 @@ def _handler(site: Site) -> type[BaseHTTPRequestHandler]:
                 body = body[:-1] + bytes([body[-1] ^ 0xFF])
             start = 0
             rng = self.headers.get("Range")
-            if rng and not fault.ignore_range:
+            if_range = self.headers.get("If-Range")
+            if rng and not fault.ignore_range and if_range in (None, etag, extra.get("Last-Modified")):
                 start = int(rng.split("=")[1].rstrip("-"))
                 status = 206
                 extra["Content-Range"] = f"bytes {start}-{len(body) - 1}/{len(body)}"
@@ -197,7 +198,7 @@ def test_download_gives_up_after_the_last_retry_with_one_sentence(site: Site, tm
     with _downloader(sleeps, retries=2) as dl, pytest.raises(FetchError) as err:
         dl.download(f"{site.base}/a.deb", tmp_path / "a.deb", size=len(BLOB), sha512=_sha512(BLOB))
     assert err.value.status == 503
-    assert "gave up after 3 attempts" in str(err.value)
+    assert str(err.value) == f"could not download {site.base}/a.deb: the server answered HTTP 503 Service Unavailable (tried 3 times)"
     assert len(sleeps) == 2
     assert list(tmp_path.iterdir()) == []
 
@@ -260,6 +261,31 @@ def test_get_fetches_new_bytes_when_upstream_changed(site: Site) -> None:
         site.files["/InRelease"] = b"new"
         assert dl.get(f"{site.base}/InRelease", cache=cache) == b"new"
     assert cache.entries[f"{site.base}/InRelease"].body == b"new"
+
+
+def test_get_resumes_a_dropped_metadata_transfer_with_a_range_request(site: Site) -> None:
+    site.files["/Packages.xz"] = BLOB
+    site.faults["/Packages.xz"] = Fault(drop_after=300_000)
+    with _downloader() as dl:
+        assert dl.get(f"{site.base}/Packages.xz") == BLOB
+        assert dl.stats.resumed == 1
+    requests = site.requests_for("/Packages.xz")
+    assert [h.get("Range") for h in requests] == [None, "bytes=300000-"]
+    assert requests[1]["If-Range"] == '"' + hashlib.sha256(BLOB).hexdigest()[:16] + '"'
+    assert site.served["/Packages.xz"] == len(BLOB)  # nothing fetched twice
+
+
+def test_get_starts_over_when_the_file_changed_between_attempts(site: Site) -> None:
+    new = bytes(reversed(BLOB))
+    site.files["/Packages.xz"] = BLOB
+    site.faults["/Packages.xz"] = Fault(drop_after=300_000)
+
+    def republish(_: float) -> None:  # upstream publishes a new index while we wait to retry
+        site.files["/Packages.xz"] = new
+
+    with Downloader(sleep=republish) as dl:
+        assert dl.get(f"{site.base}/Packages.xz") == new  # never the old head spliced onto the new tail
+    assert [h.get("Range") for h in site.requests_for("/Packages.xz")] == [None, "bytes=300000-"]
 
 
 def test_get_turns_a_refused_connection_into_fetch_error() -> None:

@@ -14,9 +14,9 @@ from mirror.errors import MirrorStateError
 from mirror.lockfile import LockedPackage, LockedTarget, Lockfile, differences
 from mirror.model import Package, PackageFormat
 from mirror.repo import FakeFetcher, MetadataFile
-from mirror.store import CachedResponse
 from mirror.sync import core as sync_lib
 from mirror.sync import maintain
+from mirror.sync.transaction import CachedResponse, Transaction, read_cache
 from plumbing.errors import BusyError, ConfigFormatError, UnsafePathError, UsageError
 
 
@@ -58,18 +58,18 @@ def test_state_of_the_wrong_shape_is_a_clear_error(tmp_path: Path, text: str) ->
 
 def test_a_cache_entry_of_the_wrong_shape_is_ignored(tmp_path: Path) -> None:
     with store.locked(tmp_path):
-        txn = store.Transaction(tmp_path)
+        txn = Transaction(tmp_path)
         txn.remember("http://x/InRelease", CachedResponse(b"signed", '"e"'))
         txn.commit(_state(tmp_path))
-    assert store.read_cache(tmp_path, "http://x/InRelease") == CachedResponse(b"signed", '"e"')
+    assert read_cache(tmp_path, "http://x/InRelease") == CachedResponse(b"signed", '"e"')
     (info,) = (tmp_path / store.META_DIR / "http-cache").glob("*.json")
     info.write_text("[]")
-    assert store.read_cache(tmp_path, "http://x/InRelease") is None
+    assert read_cache(tmp_path, "http://x/InRelease") is None
 
 
 def test_aborted_transaction_publishes_nothing(tmp_path: Path) -> None:
     with store.locked(tmp_path):
-        txn = store.Transaction(tmp_path)
+        txn = Transaction(tmp_path)
         txn.package_target("stable/deb/amd64/a.deb").parent.mkdir(parents=True)
         txn.package_target("stable/deb/amd64/a.deb").write_bytes(b"abc")
         txn.stage_metadata("stable/deb/amd64/InRelease", b"signed")
@@ -80,7 +80,7 @@ def test_aborted_transaction_publishes_nothing(tmp_path: Path) -> None:
 
 def test_commit_publishes_packages_metadata_cache_and_state(tmp_path: Path) -> None:
     with store.locked(tmp_path):
-        txn = store.Transaction(tmp_path)
+        txn = Transaction(tmp_path)
         target = txn.package_target("stable/deb/amd64/a.deb")
         target.parent.mkdir(parents=True)
         target.write_bytes(b"abc")
@@ -89,7 +89,7 @@ def test_commit_publishes_packages_metadata_cache_and_state(tmp_path: Path) -> N
         txn.commit(_state(tmp_path))
     assert (tmp_path / "stable/deb/amd64/a.deb").read_bytes() == b"abc"
     assert (tmp_path / "stable/deb/amd64/InRelease").read_bytes() == b"signed"
-    assert store.read_cache(tmp_path, "http://x/InRelease") == CachedResponse(b"signed", '"e"')
+    assert read_cache(tmp_path, "http://x/InRelease") == CachedResponse(b"signed", '"e"')
     assert not (tmp_path / ".gpu-airgap/staging").exists()
     assert store.MirrorState.load(tmp_path) == _state(tmp_path)
 
@@ -103,7 +103,7 @@ def test_lock_is_exclusive(tmp_path: Path) -> None:
 
 
 def test_staging_refuses_paths_outside_the_mirror(tmp_path: Path) -> None:
-    txn = store.Transaction(tmp_path)
+    txn = Transaction(tmp_path)
     with pytest.raises(UnsafePathError):
         txn.package_target("../../etc/passwd")
     with pytest.raises(UnsafePathError):

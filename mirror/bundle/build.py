@@ -41,9 +41,8 @@ from mirror.bundle.zipapp import ZIP_EPOCH, build_zipapp
 from mirror.hostenv import build_epoch, package_info_cache
 from mirror.lockfile import Lockfile
 from mirror.signing import OperatorKey
-from mirror.store import file_digest
-from plumbing.errors import ToolError, UsageError
-from plumbing.fsutil import atomic_write
+from mirror.store import file_digest, reading
+from plumbing.errors import NoSpaceError, ToolError, UsageError
 from plumbing.version import VERSION
 
 OPERATOR_KEY = "operator-key.asc"
@@ -101,11 +100,12 @@ def build_bundle(
     """
     if not targets and locked is None:
         raise UsageError("name at least one --target, e.g. --target deb/amd64")
-    selection = select_from_mirror(mirror, version=version, targets=targets, channel=channel, locked=locked)
-    return build_from_selection(
-        selection, sign_key=sign_key, gnupghome=gnupghome, output=output,
-        compression=compression, split=split, wheel_cache=wheel_cache, epoch=epoch, info_cache=info_cache,
-    )
+    with reading(mirror):  # no sync switches files in while they are read
+        selection = select_from_mirror(mirror, version=version, targets=targets, channel=channel, locked=locked)
+        return build_from_selection(
+            selection, sign_key=sign_key, gnupghome=gnupghome, output=output,
+            compression=compression, split=split, wheel_cache=wheel_cache, epoch=epoch, info_cache=info_cache,
+        )
 
 
 def build_from_selection(
@@ -154,20 +154,26 @@ def build_from_selection(
     if clash or len(packages) != sum(len(r.packages) for r in repos):
         raise ToolError(f"two bundle members would share a name ({', '.join(sorted(clash)) or 'a package file'}); rename in the mirror")
     payload = len(manifest_bytes) + len(signature)
-    with BundleWriter(output, compression=compression, mtime=epoch, split=split) as writer:
-        writer.add_bytes(MANIFEST_NAME, manifest_bytes)
-        writer.add_bytes(SIGNATURE_NAME, signature)
-        for name in [*HEAD, *sorted((set(generated) | set(packages)) - set(HEAD))]:
-            if name in generated:
-                writer.add_bytes(name, generated[name][0], executable=name == INSTALL_SH)
-                payload += len(generated[name][0])
-            else:
-                pkg = packages[name]
-                writer.add_file(name, pkg.source.path, size=pkg.source.size, sha256=pkg.sha256)
-                payload += pkg.source.size
-        outputs = writer.commit(check_first=_first_part_check(split, [manifest_bytes, signature, *(generated[n][0] for n in HEAD)]))
-    if split is not None:
-        outputs += _write_checksum_list(output, outputs, key)
+    try:
+        with BundleWriter(output, compression=compression, mtime=epoch, split=split) as writer:
+            writer.add_bytes(MANIFEST_NAME, manifest_bytes)
+            writer.add_bytes(SIGNATURE_NAME, signature)
+            for name in [*HEAD, *sorted((set(generated) | set(packages)) - set(HEAD))]:
+                if name in generated:
+                    writer.add_bytes(name, generated[name][0], executable=name == INSTALL_SH)
+                    payload += len(generated[name][0])
+                else:
+                    pkg = packages[name]
+                    writer.add_file(name, pkg.source.path, size=pkg.source.size, sha256=pkg.sha256)
+                    payload += pkg.source.size
+            outputs = writer.commit(
+                lambda parts: _checksum_list(output, parts, key) if split is not None else {},
+                check_first=_first_part_check(split, [manifest_bytes, signature, *(generated[n][0] for n in HEAD)]),
+            )
+    except OSError as exc:  # writing the output: a full disk, a read-only directory, ...
+        if NoSpaceError.matches(exc):
+            raise NoSpaceError(output, "no bundle was written") from exc
+        raise ToolError(f"cannot write {output}: {exc.strerror or exc}; no bundle was written") from exc
     return BuildResult(tuple(outputs), manifest, len(generated) + len(packages) + 2, payload)
 
 
@@ -180,13 +186,11 @@ def _first_part_check(split: int | None, head: list[bytes]) -> Callable[[Path], 
     return lambda part: check_first_part(part, HEAD, split=size, head_bytes=head_bytes)
 
 
-def _write_checksum_list(output: Path, parts: list[Path], key: OperatorKey) -> list[Path]:
-    listing = output.with_name(output.name + ".sha256sums")
-    data = "".join(f"{file_digest(part, 'sha256')}  {part.name}\n" for part in parts).encode()
-    atomic_write(listing, data)
-    signature = listing.with_name(listing.name + ".asc")
-    atomic_write(signature, key.sign_detached(data))
-    return [listing, signature]
+def _checksum_list(output: Path, parts: list[tuple[Path, Path]], key: OperatorKey) -> dict[str, bytes]:
+    """``FILE.sha256sums`` over the parts (hashed from their temporary files) and its detached signature."""
+    data = "".join(f"{file_digest(tmp, 'sha256')}  {final.name}\n" for tmp, final in parts).encode()
+    listing = output.name + ".sha256sums"
+    return {listing: data, listing + ".asc": key.sign_detached(data)}
 
 
 def _sbom_packages(repos: list[TargetRepo]) -> list[SbomPackage]:
@@ -222,7 +226,7 @@ def _manifest(
                     PackageEntry(
                         name=p.source.name, version=p.source.version, arch=p.source.arch, file=p.member,
                         size=p.source.size, sha256=p.sha256, install_order=index, depends=p.depends,
-                        origin=p.source.origin, breaks=sel.breaks_of(p.source.name),
+                        origin=p.source.origin, breaks=sel.breaks_of(p.source.name), header=p.header.shown(),
                     )
                     for index, p in enumerate(repo.packages)
                 ),

@@ -14,11 +14,12 @@ from pathlib import Path
 
 from installer.manifest import Provenance, SignedFile
 from installer.target import Requirement
+from mirror.index_entries import signed_entries
 from mirror.lockfile import LockedPackage, LockedTarget, Lockfile
-from mirror.model import SourcePackage
+from mirror.model import Package, SourcePackage
 from mirror.store import MirrorState, Release, RepoRecord, StoredPackage
 from plumbing.arch import normalize_arch
-from plumbing.errors import ToolError, UsageError
+from plumbing.errors import ChecksumMismatch, ToolError, UsageError
 
 
 class SourceError(ToolError):
@@ -120,7 +121,8 @@ def select_from_mirror(
             release = _locked_release(repo, next(t for t in locked.targets if (t.format, t.arch) == (fmt, arch)))
         else:
             release = _pick_release(repo, version)
-        packages = tuple(_source_package(mirror, repo.package(path)) for path in release.packages)
+        entries = signed_entries(mirror, repo)
+        packages = tuple(_source_package(mirror, repo.package(path), entries) for path in release.packages)
         prov = repo.provenance
         chosen.append(
             TargetSelection(
@@ -144,7 +146,14 @@ def select_from_mirror(
     return MirrorSelection(upstream=state.upstream, channel=channel, targets=tuple(chosen))
 
 
-def _source_package(mirror: Path, pkg: StoredPackage) -> SourcePackage:
+def _source_package(mirror: Path, pkg: StoredPackage, entries: dict[str, Package]) -> SourcePackage:
+    """The mirror file of ``pkg``, with the signed index entry it was fetched for (the builder checks its header against it)."""
+    entry = entries.get(pkg.path)
+    if entry is None:
+        raise SourceError(f"the mirror's signed index does not list {pkg.path}, which its state holds; sync it again")
+    if not _same(pkg, LockedPackage(entry.name, entry.version, entry.arch, entry.filename, entry.size, "", entry.sha256, entry.sha512)):
+        raise ChecksumMismatch(f"{pkg.path} (as the mirror's state records it, against its signed index entry)",
+                               entry.sha512 or entry.sha256 or "", pkg.sha512 or pkg.sha256 or "")  # fmt: skip
     return SourcePackage(
         name=pkg.name,
         version=pkg.version,
@@ -154,6 +163,7 @@ def _source_package(mirror: Path, pkg: StoredPackage) -> SourcePackage:
         sha256=pkg.sha256,
         sha512=pkg.sha512,
         origin=pkg.url,
+        entry=entry,
     )
 
 

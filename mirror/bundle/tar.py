@@ -131,6 +131,15 @@ class _SplitSink(io.RawIOBase):
             self._next_part()  # an empty stream still makes one (empty) file
         self._close_part()
 
+    def add_file(self, final: Path, data: bytes) -> None:
+        """Write ``data`` to a temporary file that :meth:`BundleWriter.commit` renames to ``final``."""
+        fd, tmp = tempfile.mkstemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent)
+        self.temps.append((Path(tmp), final))
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+
     def discard(self) -> None:
         if self._fh is not None:
             self._fh.close()
@@ -305,9 +314,17 @@ class BundleWriter:
                 raise PackageChangedError(source, f"{size} bytes", f"{copied} bytes while read")
             self._pad()
 
-    def commit(self, check_first: Callable[[Path], None] | None = None) -> list[Path]:
+    def commit(
+        self,
+        sidecars: Callable[[list[tuple[Path, Path]]], dict[str, bytes]] | None = None,
+        check_first: Callable[[Path], None] | None = None,
+    ) -> list[Path]:
         """Finish the archive and give the output its final name(s); return them.
 
+        :param sidecars: given the (temporary file, final name) of every part, returns further
+            files to write beside the output (``{name: bytes}``: the split checksum list and its
+            signature). They are written before anything gets its final name, so a failure (a
+            full disk) leaves no part without its list.
         :param check_first: called with the finished first file (still under its temporary name)
             before anything is renamed; an exception from it leaves no output (the ``with`` aborts).
         """
@@ -315,11 +332,14 @@ class BundleWriter:
         self.sink.finish()
         if check_first is not None:
             check_first(self.sink.temps[0][0])
-        final = []
-        for tmp, name in self.sink.temps:
+        if sidecars is not None:
+            for sidecar, data in sidecars(list(self.sink.temps)).items():
+                self.sink.add_file(self.output.with_name(sidecar), data)
+        final: list[Path] = []
+        for tmp, target in self.sink.temps:
             os.chmod(tmp, 0o644)
-            os.replace(tmp, name)
-            final.append(name)
+            os.replace(tmp, target)
+            final.append(target)
         return final
 
     def abort(self) -> None:

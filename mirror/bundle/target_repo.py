@@ -19,14 +19,8 @@ from typing import Final
 
 from mirror.bundle.source import TargetSelection
 from mirror.model import SourcePackage
-from mirror.signed_repo import (
-    AptEntry,
-    ReleaseLabels,
-    apt_metadata,
-    query_packages,
-    recorded_sha256,
-    yum_metadata,
-)
+from mirror.pkgheader import PackageHeader
+from mirror.signed_repo import AptEntry, ReleaseLabels, apt_metadata, package_headers, yum_metadata
 from mirror.signing import OperatorKey
 
 __all__ = ["BUNDLE_LABELS", "RepoPackage", "TargetRepo", "build_target_repo"]
@@ -45,7 +39,12 @@ class RepoPackage:
     source: SourcePackage
     member: str  #: archive path, ``targets/deb-amd64/<file>``
     sha256: str
-    depends: tuple[str, ...]
+    header: PackageHeader  #: what the package says about itself (it agrees with its signed index entry)
+
+    @property
+    def depends(self) -> tuple[str, ...]:
+        """Its dependencies, from its own header."""
+        return self.header.depends
 
 
 @dataclass(frozen=True)
@@ -67,17 +66,18 @@ def build_target_repo(
     :param key: the operator key that signs ``InRelease`` / ``repomd.xml``.
     :param epoch: the build time (SOURCE_DATE_EPOCH or now) used for dates and signatures.
     :param channel: written as the apt ``Codename``.
-    :param info_cache: where each package's control data / requires is kept, under its recorded
-        digest, so a later build skips the dpkg-deb / rpm query (None: query every time).
+    :param info_cache: where each package's header is kept, under its recorded digest, so a later
+        build neither re-reads nor re-hashes it (None: read every time).
+    :raises HeaderMismatch: when a package's own header disagrees with its signed index entry.
     """
     repo_dir = f"targets/{selection.format}-{selection.arch}"
-    queried = query_packages(selection.format, selection.packages, info_cache)
+    facts = package_headers(selection.format, selection.packages, info_cache)
     packages = tuple(
-        RepoPackage(pkg, f"{repo_dir}/{pkg.path.name}", recorded_sha256(pkg), depends)
-        for pkg, (_, depends) in zip(selection.packages, queried)
+        RepoPackage(pkg, f"{repo_dir}/{pkg.path.name}", fact.sha256, fact.header)
+        for pkg, fact in zip(selection.packages, facts)
     )
     if selection.format == "deb":
-        entries = [AptEntry(p.source, p.sha256, fields) for p, (fields, _) in zip(packages, queried)]
+        entries = [AptEntry(p.source, p.sha256, p.header.fields) for p in packages]
         metadata = apt_metadata(entries, arch=selection.arch, key=key, epoch=epoch, channel=channel, labels=BUNDLE_LABELS)
     else:
         metadata = yum_metadata([p.source.path for p in packages], key=key, epoch=epoch)

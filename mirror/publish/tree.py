@@ -49,9 +49,9 @@ from mirror.publish.files import (
 from mirror.publish.place import Placer
 from mirror.publish.swap import MARKER, check_target, staged
 from mirror.repo import RepoSnapshot, check_digest, clean_relative, load_apt_repo, load_yum_repo
-from mirror.signed_repo import AptEntry, ReleaseLabels, apt_metadata, query_packages, yum_metadata
+from mirror.signed_repo import AptEntry, ReleaseLabels, apt_metadata, package_headers, yum_metadata
 from mirror.signing import OperatorKey
-from plumbing.errors import SignatureError, ToolError, UsageError, VerificationError
+from plumbing.errors import NoSpaceError, SignatureError, ToolError, UsageError, VerificationError
 from plumbing.fsutil import safe_join
 from plumbing.gpg import Keyring
 from plumbing.version import VERSION
@@ -135,14 +135,17 @@ def publish(
         raise UsageError(f"--keyring-name {keyring_name!r} must be a plain file name such as {DEFAULT_KEYRING_NAME}")
     base_url = normalize_base_url(base_url)
     check_target(out, mirror)
-    store.MirrorState.load(mirror)  # a clear error for a missing mirror before any lock file is made
-    with store.locked(mirror, shared=True):
-        state = store.MirrorState.load(mirror)
+    with store.reading(mirror) as state:
         if not state.repos:
             raise MirrorStateError(mirror, "it holds no repository yet (run `gpu-airgap mirror sync` first)")
         site = Site(base_url, keyring_name, _channels(state, "deb"), _channels(state, "rpm"))
-        with staged(out) as tree:
-            result = _fill(tree, state, mirror, out, site, key, upstream_keyring, epoch, info_cache)
+        try:
+            with staged(out) as tree:
+                result = _fill(tree, state, mirror, out, site, key, upstream_keyring, epoch, info_cache)
+        except (OSError, ToolError) as exc:
+            if NoSpaceError.matches(exc):  # staged() removed the new tree: OUT is as it was
+                raise NoSpaceError(out, f"{out} is unchanged") from exc
+            raise
     return dataclasses.replace(result, seconds=time.monotonic() - started)
 
 
@@ -190,8 +193,9 @@ def _site_files(site: Site, out: Path, *, signer: str, preserved: bool) -> dict[
     return {path: text.encode("utf-8") for path, text in files.items()}
 
 
-def _source(stored: store.StoredPackage, placed: Path) -> SourcePackage:
-    return SourcePackage(stored.name, stored.version, stored.arch, placed, stored.size, stored.sha256, stored.sha512, stored.url)
+def _source(stored: store.StoredPackage, placed: Path, sha256: str) -> SourcePackage:
+    """The placed file, with the sha256 ``Placer.place`` computed while it checked the recorded digest."""
+    return SourcePackage(stored.name, stored.version, stored.arch, placed, stored.size, sha256, stored.sha512, stored.url)
 
 
 def _resigned(
@@ -207,11 +211,11 @@ def _resigned(
             raise MirrorStateError(mirror, f"{repo.key} holds two packages named {name} ({names[name]}, {stored.path})")
         names[name] = stored.path
         placed, sha256 = placer.place(stored, f"{repo.key}/{name}")
-        sources.append(_source(stored, placed))
+        sources.append(_source(stored, placed, sha256))
         sha256s.append(sha256)
-    facts = query_packages(repo.format, sources, info_cache)
+    facts = package_headers(repo.format, sources, info_cache, verified=True)
     if repo.format == "deb":
-        entries = [AptEntry(src, sha, fields) for src, sha, (fields, _) in zip(sources, sha256s, facts)]
+        entries = [AptEntry(src, sha, fact.header.fields) for src, sha, fact in zip(sources, sha256s, facts)]
         metadata = apt_metadata(entries, arch=repo.arch, key=key, epoch=epoch, channel=repo.channel, labels=PUBLISH_LABELS)
     else:
         metadata = yum_metadata([s.path for s in sources], key=key, epoch=epoch)

@@ -6,233 +6,52 @@ code themselves. The flow of one sync::
 
     lock DEST -> for each target: load + verify metadata (conditional GET) -> resolve
               -> download missing/changed packages in parallel into staging (verified)
-              -> commit: packages, metadata, http cache, state.json last
+              -> commit: stage metadata, http cache and state.json beside them, then switch
+                 everything in under one journal (mirror.switch)
 
-Any error before the commit leaves the published mirror byte-identical.
+Any error before the switch - a full disk included - leaves the published mirror byte-identical.
 """
 
 from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Protocol
 
 from mirror import lockfile, store
 from mirror.errors import LockfileMismatch, UnresolvableDependency
-from mirror.lockfile import LockedPackage, LockedTarget, Lockfile
+from mirror.lockfile import LockedTarget, Lockfile
 from mirror.model import Package, PackageFormat
-from mirror.repo import (
-    Fetcher,
-    MetadataFile,
-    clean_relative,
-    load_apt_repo,
-    load_yum_repo,
-    repo_path,
-    repo_url,
-)
+from mirror.pkgheader import check_agrees, read_header
+from mirror.repo import Fetcher, clean_relative
 from mirror.sync.http import Downloader, DownloadRequest
-from mirror.sync.resolve import Resolution, resolve, resolve_each
+from mirror.sync.resolve import resolve, resolve_each
 from mirror.sync.selectors import VersionSelector
+from mirror.sync.targets import (
+    DEFAULT_UPSTREAM,
+    PlannedTarget,
+    Progress,
+    ReleasePlan,
+    RepoLoader,
+    RepoTarget,
+    Snapshot,
+    SyncOptions,
+    SyncResult,
+    make_loader,
+    parse_targets,
+)
+from mirror.sync.transaction import Transaction
 from mirror.versions import sort_key
-from plumbing.arch import KNOWN_ARCHES, normalize_arch
-from plumbing.errors import UsageError
-from plumbing.gpg import Keyring
+from plumbing.errors import NoSpaceError
 
-DEFAULT_UPSTREAM = "https://nvidia.github.io/libnvidia-container"
-
-
-class Snapshot(Protocol):
-    """What a verified repository load gives back (``mirror.repo.RepoSnapshot``)."""
-
-    @property
-    def packages(self) -> Sequence[Package]:
-        """Every package the signed index lists."""
-
-    @property
-    def fingerprint(self) -> str:
-        """Primary-key fingerprint that verified the metadata."""
-
-    @property
-    def signed_at(self) -> datetime | None:
-        """When the metadata was signed."""
-
-    @property
-    def metadata(self) -> Sequence[MetadataFile]:
-        """The verified metadata files, exactly as fetched, paths relative to the repo base."""
-
-
-#: ``loader(fetcher, base_url, fmt) -> Snapshot``: load and verify one repo (keyring bound in).
-RepoLoader = Callable[[Fetcher, str, PackageFormat], Snapshot]
-
-
-def make_loader(keyring: Keyring) -> RepoLoader:
-    """The real loader: ``mirror.repo`` verifying against ``keyring``."""
-
-    def load(fetcher: Fetcher, base_url: str, fmt: PackageFormat) -> Snapshot:
-        if fmt is PackageFormat.DEB:
-            return load_apt_repo(fetcher, base_url, keyring)
-        return load_yum_repo(fetcher, base_url, keyring)
-
-    return load
-
-
-@dataclass(frozen=True)
-class RepoTarget:
-    """One repository to mirror: a package format and an architecture in that format's spelling."""
-
-    format: PackageFormat
-    arch: str
-
-    def key(self, channel: str) -> str:
-        """The repo's directory under DEST and upstream: ``stable/deb/amd64``."""
-        return repo_path(channel, self.format, self.arch)
-
-
-def parse_targets(formats: Sequence[str], arches: Sequence[str]) -> list[RepoTarget]:
-    """Map ``--format`` and ``--arch`` values (either spelling) to targets, one per format and arch.
-
-    :raises UsageError: for an unknown format or architecture.
-    """
-    fmts: list[PackageFormat] = []
-    for text in formats:
-        try:
-            fmts.append(PackageFormat(text.strip().lower()))
-        except ValueError:
-            raise UsageError(f"unknown --format {text!r}; use deb, rpm or deb,rpm") from None
-    targets: list[RepoTarget] = []
-    for arch in arches:
-        arch = arch.strip()
-        if arch not in KNOWN_ARCHES:
-            known = ", ".join(KNOWN_ARCHES)
-            raise UsageError(f"unknown --arch {arch!r}; use one of {known}")
-        for fmt in fmts:
-            target = RepoTarget(fmt, normalize_arch(arch, fmt))
-            if target not in targets:
-                targets.append(target)
-    return targets
-
-
-@dataclass(frozen=True)
-class SyncOptions:
-    """What to mirror: where from, which channel, which targets and which release."""
-
-    upstream: str = DEFAULT_UPSTREAM
-    channel: str = "stable"
-    targets: tuple[RepoTarget, ...] = (RepoTarget(PackageFormat.DEB, "amd64"), RepoTarget(PackageFormat.RPM, "x86_64"))
-    selector: str = "latest"
-    locked: Lockfile | None = None
-
-    def base_url(self, target: RepoTarget) -> str:
-        """Upstream URL of ``target``'s flat repo."""
-        return repo_url(self.upstream, self.channel, target.format, target.arch)
-
-
-@dataclass(frozen=True)
-class ReleasePlan:
-    """A further toolkit release a target offers (``--version all``), packages in install order."""
-
-    toolkit_version: str
-    packages: tuple[Package, ...]
-    node_requirements: tuple[str, ...]
-    breaks: tuple[str, ...]
-
-    @classmethod
-    def of(cls, resolution: Resolution) -> ReleasePlan:
-        """The plan of one resolved release."""
-        return cls(
-            toolkit_version=resolution.toolkit_version,
-            packages=tuple(resolution.packages),
-            node_requirements=tuple(sorted({str(r) for r in resolution.node_requirements})),
-            breaks=tuple(str(b) for b in resolution.breaks),
-        )
-
-
-@dataclass(frozen=True)
-class PlannedTarget:
-    """One target after its metadata verified and it resolved (or matched the lockfile)."""
-
-    target: RepoTarget
-    key: str
-    base_url: str
-    packages: tuple[Package, ...]  #: install order
-    toolkit_version: str
-    node_requirements: tuple[str, ...]
-    breaks: tuple[str, ...]
-    fingerprint: str
-    signed_at: str | None
-    metadata: dict[str, bytes]  #: verified metadata bytes by path under DEST
-    #: further signed indexes (yum filelists/other) fetched like packages so the mirror is servable
-    extra_metadata: tuple[store.StoredFile, ...] = ()
-    #: packages held besides the release's (``--version all``: the rest of upstream's index)
-    also: tuple[Package, ...] = ()
-    #: the other releases those packages make up, oldest first (``--version all``)
-    other_releases: tuple[ReleasePlan, ...] = ()
-
-    @property
-    def held(self) -> tuple[Package, ...]:
-        """Every package this target holds: the release's, then the rest."""
-        return self.packages + self.also
-
-    def url(self, pkg: Package) -> str:
-        """Upstream URL of ``pkg``."""
-        return f"{self.base_url}/{clean_relative(pkg.filename, self.base_url)}"
-
-    def path(self, pkg: Package) -> str:
-        """``pkg``'s path under DEST (upstream's relative path)."""
-        return f"{self.key}/{clean_relative(pkg.filename, self.base_url)}"
-
-    @property
-    def total_bytes(self) -> int:
-        """Sum of the sizes of every held package."""
-        return sum(p.size for p in self.held)
-
-    def locked(self) -> LockedTarget:
-        """This target as a lockfile entry."""
-        return LockedTarget(
-            format=self.target.format.value,
-            arch=self.target.arch,
-            toolkit_version=self.toolkit_version,
-            key_fingerprint=self.fingerprint,
-            packages=tuple(
-                LockedPackage(p.name, p.version, p.arch, p.filename, p.size, self.url(p), p.sha256, p.sha512)
-                for p in self.held
-            ),
-        )
-
-
-@dataclass
-class SyncResult:
-    """What a sync did, for the CLI to render."""
-
-    dest: str
-    channel: str
-    targets: list[PlannedTarget]
-    downloaded_files: int = 0
-    downloaded_bytes: int = 0
-    reused_files: int = 0
-    seconds: float = 0.0
-    warnings: list[str] = field(default_factory=list)
-
-    def to_lockfile(self, upstream: str) -> Lockfile:
-        """The lockfile that reproduces this sync."""
-        return Lockfile(channel=self.channel, upstream=upstream, targets=tuple(t.locked() for t in self.targets))
-
-
-class Progress(Protocol):
-    """Where a sync reports progress (the CLI draws bars or lines; tests pass nothing)."""
-
-    def stage(self, text: str) -> None:
-        """A new step began (``verifying stable/deb/amd64``)."""
-
-    def start_downloads(self, files: int, total_bytes: int) -> None:
-        """Package downloads start."""
-
-    def advance(self, nbytes: int) -> None:
-        """``nbytes`` more arrived (called from worker threads)."""
+# The records live in mirror.sync.targets; callers reach them here too (``sync_lib.SyncOptions``).
+__all__ = [
+    "DEFAULT_UPSTREAM", "PlannedTarget", "Progress", "RepoLoader", "RepoTarget", "SyncOptions", "SyncResult",
+    "make_loader", "parse_targets", "plan", "plan_target", "sync",
+]  # fmt: skip
 
 
 def plan_target(options: SyncOptions, target: RepoTarget, *, fetcher: Fetcher, loader: RepoLoader) -> PlannedTarget:
@@ -343,36 +162,61 @@ def sync(
     :raises BusyError: when another sync holds the mirror's lock.
     """
     started = time.monotonic()
-    with store.locked(dest):
-        previous = _previous_state(dest)
-        txn = store.Transaction(dest)
-        try:
-            fetcher = downloader.fetcher(txn)
-            planned: list[PlannedTarget] = []
-            for target in options.targets:
-                if progress is not None:
-                    progress.stage(f"verifying {target.key(options.channel)}")
-                planned.append(plan_target(options, target, fetcher=fetcher, loader=loader))
-            result = SyncResult(dest=str(dest), channel=options.channel, targets=planned)
-            requests = _downloads(dest, planned, previous, txn, result)
-            if progress is not None:
-                progress.start_downloads(len(requests), sum(r.size for r in requests))
-            result.downloaded_bytes = downloader.download_many(
-                requests, progress.advance if progress is not None else None
-            )
-            result.downloaded_files = len(requests)
-            for item in planned:
-                for path, data in item.metadata.items():
-                    txn.stage_metadata(path, data)
-            txn.commit(_new_state(options, planned, previous))
-        except KeyboardInterrupt:
-            # Ctrl-C, like a kill: keep the verified downloads and .part files in staging/ for the next
-            # sync to re-check and resume. Nothing outside staging/ has changed.
+    try:
+        with store.locked(dest):
+            txn = Transaction(dest)
+            try:
+                result = _sync_locked(options, dest, txn, downloader=downloader, loader=loader, progress=progress)
+            except KeyboardInterrupt:
+                # Ctrl-C, like a kill: keep the verified downloads and .part files in staging/ for the next
+                # sync to re-check and resume. Nothing outside staging/ has changed.
+                raise
+            except BaseException as exc:
+                if not NoSpaceError.matches(exc):  # a full disk keeps them too: the next sync resumes
+                    txn.abort()
+                raise
+    except (OSError, NoSpaceError) as exc:
+        if not NoSpaceError.matches(exc):
             raise
-        except BaseException:
-            txn.abort()
-            raise
+        if isinstance(exc, NoSpaceError) and exc.outcome != NoSpaceError.UNCHANGED:
+            raise  # it says what happened already (the switch was stopped)
+        raise NoSpaceError.of(exc, dest, _NO_SPACE_OUTCOME) from exc
     result.seconds = time.monotonic() - started
+    return result
+
+
+_NO_SPACE_OUTCOME = "the mirror is unchanged and what was downloaded is kept for the next sync"
+
+
+def _sync_locked(
+    options: SyncOptions,
+    dest: Path,
+    txn: Transaction,
+    *,
+    downloader: Downloader,
+    loader: RepoLoader,
+    progress: Progress | None,
+) -> SyncResult:
+    """The body of :func:`sync`, under the lock: plan every target, download, commit."""
+    previous = _previous_state(dest)
+    fetcher = downloader.fetcher(txn)
+    planned: list[PlannedTarget] = []
+    for target in options.targets:
+        if progress is not None:
+            progress.stage(f"verifying {target.key(options.channel)}")
+        planned.append(plan_target(options, target, fetcher=fetcher, loader=loader))
+    result = SyncResult(dest=str(dest), channel=options.channel, targets=planned)
+    requests, entering = _downloads(dest, planned, previous, txn, result)
+    if progress is not None:
+        progress.start_downloads(len(requests), sum(r.size for r in requests))
+    result.downloaded_bytes = downloader.download_many(requests, progress.advance if progress is not None else None)
+    result.downloaded_files = len(requests)
+    for path, url, entry in entering:  # their digests matched (download or staged_match): now read what they say
+        check_agrees(read_header(txn.staging_path(path), entry.format.value, what=url), entry, what=url)
+    for item in planned:
+        for path, data in item.metadata.items():
+            txn.stage_metadata(path, data)
+    txn.commit(_new_state(options, planned, previous))
     return result
 
 
@@ -384,35 +228,54 @@ def _downloads(
     dest: Path,
     planned: Sequence[PlannedTarget],
     previous: store.MirrorState | None,
-    txn: store.Transaction,
+    txn: Transaction,
     result: SyncResult,
-) -> list[DownloadRequest]:
-    """The packages that are not already in the mirror with the same signed size and digest."""
-    requests: list[DownloadRequest] = []
-    seen: set[str] = set()
+) -> tuple[list[DownloadRequest], list[tuple[str, str, Package]]]:
+    """The files that are not already in the mirror with the signed size and digest (re-hashed), and
+    the packages that enter the mirror with this sync (downloaded now, or staged by a stopped run).
+
+    A file whose record matches but whose bytes no longer do (damaged in place) is downloaded
+    again, so a re-sync repairs what ``mirror verify`` reports.
+    """
+    wanted: dict[str, _Wanted] = {}
     for item in planned:
-        for extra in item.extra_metadata:
-            if store.check_file(dest, extra) is not None:
-                url = f"{item.base_url}/{extra.path[len(item.key) + 1 :]}"
-                target = txn.package_target(extra.path)
-                if not txn.staged_match(extra.path, size=extra.size, sha256=extra.sha256, sha512=extra.sha512):
-                    requests.append(DownloadRequest(url, target, extra.size, sha256=extra.sha256, sha512=extra.sha512))
         old = previous.repo(item.key) if previous is not None else None
         held = {p.path: p for p in old.packages} if old is not None else {}
+        for extra in item.extra_metadata:  # yum filelists/other: no state record, always re-hashed
+            url = f"{item.base_url}/{extra.path[len(item.key) + 1 :]}"
+            wanted.setdefault(extra.path, _Wanted(url, extra, recorded=True, entry=None))
         for pkg in item.held:
             path = item.path(pkg)
-            if path in seen:
-                continue
-            seen.add(path)
-            if store.is_current(dest, held.get(path), size=pkg.size, sha256=pkg.sha256, sha512=pkg.sha512):
-                result.reused_files += 1
-                continue
-            target = txn.package_target(path)
-            if txn.staged_match(path, size=pkg.size, sha256=pkg.sha256, sha512=pkg.sha512):
-                result.reused_files += 1  # downloaded and verified by a run that was killed before publishing
-                continue
-            requests.append(DownloadRequest(item.url(pkg), target, pkg.size, sha256=pkg.sha256, sha512=pkg.sha512))
-    return requests
+            if path not in wanted:
+                signed = store.StoredFile(path, pkg.size, sha256=pkg.sha256, sha512=pkg.sha512)
+                recorded = store.same_record(held.get(path), size=pkg.size, sha256=pkg.sha256, sha512=pkg.sha512)
+                wanted[path] = _Wanted(item.url(pkg), signed, recorded=recorded, entry=pkg)
+    in_place = store.intact(dest, [w.signed for w in wanted.values() if w.recorded])
+    requests: list[DownloadRequest] = []
+    entering: list[tuple[str, str, Package]] = []  # path, url, signed index entry
+    for path, want in wanted.items():
+        signed, is_package = want.signed, want.entry is not None
+        if path in in_place:
+            result.reused_files += is_package
+            continue
+        if want.entry is not None:
+            entering.append((path, want.url, want.entry))
+        target = txn.package_target(path)
+        if txn.staged_match(path, size=signed.size, sha256=signed.sha256, sha512=signed.sha512):
+            result.reused_files += is_package  # verified by a run that was stopped before its switch
+            continue
+        requests.append(DownloadRequest(want.url, target, signed.size, sha256=signed.sha256, sha512=signed.sha512))
+    return requests, entering
+
+
+@dataclass(frozen=True)
+class _Wanted:
+    """One file a sync needs: where from, what signed metadata says it is, and whether the mirror records it."""
+
+    url: str
+    signed: store.StoredFile
+    recorded: bool  #: the published state (or, for yum indexes, repomd) names exactly these digests
+    entry: Package | None  #: the signed index entry of a package (None: a yum index such as filelists)
 
 
 def _new_state(options: SyncOptions, planned: Sequence[PlannedTarget], previous: store.MirrorState | None) -> store.MirrorState:

@@ -4,28 +4,27 @@
 
 * :meth:`Downloader.get` - small metadata files into memory, with an optional conditional-GET
   cache (ETag / If-Modified-Since), so an unchanged upstream answers ``304`` and the stored
-  bytes are reused. Callers re-verify those bytes exactly as if they were fresh.
+  bytes are reused. Callers re-verify those bytes exactly as if they were fresh. A dropped
+  transfer resumes with ``Range`` and ``If-Range`` (:class:`~mirror.sync.partial.PartialBody`).
 * :meth:`Downloader.download` - package files streamed to disk while hashing. The bytes go to a
   ``.part`` file beside the target; an interrupted transfer resumes with a ``Range`` request;
   the target gets its final name only when size and checksum match.
 
 Connection errors and 5xx answers are retried with bounded exponential backoff (the ``sleep``
-is injectable so tests do not wait). Everything else becomes a one-sentence
-:class:`~mirror.errors.FetchError` or :class:`~plumbing.errors.ChecksumMismatch`.
+is injectable so tests do not wait); a host name that does not resolve is not retried.
+Everything else becomes a one-sentence :class:`~mirror.errors.FetchError` (worded by
+:mod:`mirror.sync.netfail`) or :class:`~plumbing.errors.ChecksumMismatch`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 import os
-import re
 import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, Protocol, TypeVar
 
@@ -34,14 +33,19 @@ import urllib3
 from requests.adapters import HTTPAdapter
 
 from mirror.errors import FetchError
-from mirror.store import CachedResponse
-from plumbing.errors import ChecksumMismatch, ToolError
+from mirror.sync.netfail import CONNECTION_HINT, describe
+from mirror.sync.transaction import CachedResponse
+from mirror.sync.transfer import CHUNK, DownloadRequest, PartialBody, PartialFile, TransferStats, range_start
+from plumbing.errors import ChecksumMismatch, NoSpaceError, ToolError
+
+# DownloadRequest is part of this module's interface (sync.core and tests import it from here).
+__all__ = ["CachingFetcher", "DownloadRequest", "Downloader", "ResponseCache", "TransferStats"]
 
 log = logging.getLogger(__name__)
 
-CHUNK: Final = 1024 * 1024  # large chunks keep per-chunk Python overhead negligible next to hashing
 USER_AGENT: Final = "gpu-airgap"
-_CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
+#: Metadata is read into memory: a server that sends more than this is refused (NVIDIA's largest index is a few MB).
+MAX_METADATA: Final = 256 * 1024 * 1024
 
 ProgressCallback = Callable[[int], None]
 _T = TypeVar("_T")
@@ -55,36 +59,6 @@ class ResponseCache(Protocol):
 
     def remember(self, url: str, response: CachedResponse) -> None:
         """Record a fresh (or revalidated) response for ``url``."""
-
-
-@dataclass(frozen=True)
-class DownloadRequest:
-    """One file to fetch: where from, where to, and what the signed metadata says it must be."""
-
-    url: str
-    dest: Path
-    size: int
-    sha256: str | None = None
-    sha512: str | None = None
-
-
-@dataclass
-class TransferStats:
-    """Counters a sync reports and tests assert on; updated under a lock from worker threads."""
-
-    requests: int = 0
-    not_modified: int = 0
-    metadata_bytes: int = 0
-    package_bytes: int = 0
-    resumed: int = 0
-    retries: int = 0
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
-
-    def add(self, **counts: int) -> None:
-        """Add ``counts`` to the named counters."""
-        with self._lock:
-            for name, value in counts.items():
-                setattr(self, name, getattr(self, name) + value)
 
 
 class _Retryable(Exception):
@@ -152,30 +126,35 @@ class Downloader:
         :raises FetchError: on an HTTP error status or after the last failed retry.
         """
         cached = cache.lookup(url) if cache is not None else None
-        headers: dict[str, str] = {}
+        conditional: dict[str, str] = {}
         if cached is not None and cached.etag:
-            headers["If-None-Match"] = cached.etag
+            conditional["If-None-Match"] = cached.etag
         if cached is not None and cached.last_modified:
-            headers["If-Modified-Since"] = cached.last_modified
+            conditional["If-Modified-Since"] = cached.last_modified
+        body = PartialBody()
 
         def attempt() -> bytes:
-            response = self._request(url, headers)
+            resume = body.resume_headers()
+            response = self._request(url, resume or conditional, stream=True)
             with response:
-                if response.status_code == 304 and cached is not None:
+                if response.status_code == 304 and cached is not None and not resume:
                     self.stats.add(not_modified=1)
                     return cached.body
-                self._raise_for_status(url, response)
-                try:
-                    body = response.content
-                except requests.RequestException as exc:
-                    raise _Retryable(None, _describe(exc)) from exc
-            self.stats.add(metadata_bytes=len(body))
+                if resume and response.status_code == 206 and range_start(response) == body.offset:
+                    self.stats.add(resumed=1)
+                elif resume and response.status_code in (206, 416):
+                    body.data.clear()  # a range we did not ask for, or the file shrank: start over
+                    raise _Retryable(None, "the server refused to resume the transfer")
+                else:
+                    self._raise_for_status(url, response)
+                    body.start(response)
+                self._stream(url, response, body.data.extend, limit=MAX_METADATA - body.offset, stat="metadata_bytes")
+            if body.offset > MAX_METADATA:
+                raise FetchError(url, None, f"the server sent more than {MAX_METADATA} bytes of metadata")
+            data = bytes(body.data)
             if cache is not None:
-                cache.remember(
-                    url,
-                    CachedResponse(body, response.headers.get("ETag"), response.headers.get("Last-Modified")),
-                )
-            return body
+                cache.remember(url, CachedResponse(data, body.etag, body.last_modified))
+            return data
 
         return self._with_retries(url, attempt)
 
@@ -208,9 +187,14 @@ class Downloader:
         if sha512 is None and sha256 is None:
             raise ToolError(f"refusing to download {url} without a checksum from signed metadata")
         algo, expected = ("sha512", sha512) if sha512 else ("sha256", sha256 or "")
-        dest.parent.mkdir(parents=True, exist_ok=True)
         part = dest.with_name(f".{dest.name}.part")
-        state = _PartialFile(part, algo)
+        try:
+            dest.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            if NoSpaceError.matches(exc):
+                raise NoSpaceError(dest.parent) from exc
+            raise
+        state = PartialFile(part, algo)
         transferred = 0
         restarted_after_mismatch = False
         try:
@@ -238,6 +222,15 @@ class Downloader:
             # so the part file stays for the next sync to resume (a failed sync removes staging/).
             state.close()
             raise
+        except OSError as exc:
+            if not NoSpaceError.matches(exc):
+                state.reset()
+                raise
+            # A full disk: what reached the part file is a good prefix (the next run re-hashes it
+            # from disk before resuming), so it stays, like after Ctrl-C.
+            with contextlib.suppress(OSError):
+                state.close()
+            raise NoSpaceError(part) from exc
         except BaseException:
             # A failure removes the part file: no suspect bytes outlive this call.
             state.reset()
@@ -288,7 +281,7 @@ class Downloader:
 
     # -- internals -------------------------------------------------------------------------------
 
-    def _fetch_into(self, url: str, state: _PartialFile, size: int, on_progress: ProgressCallback | None) -> int:
+    def _fetch_into(self, url: str, state: PartialFile, size: int, on_progress: ProgressCallback | None) -> int:
         headers: dict[str, str] = {}
         if 0 < state.offset < size:
             headers["Range"] = f"bytes={state.offset}-"
@@ -297,41 +290,53 @@ class Downloader:
         response = self._request(url, headers, stream=True)
         with response:
             if "Range" in headers:
-                if response.status_code == 206 and _range_start(response) == state.offset:
+                if response.status_code == 206 and range_start(response) == state.offset:
                     state.resumed_from = state.offset
                     self.stats.add(resumed=1)
                 elif response.status_code in (200, 206, 416):
                     log.debug("%s: server ignored our range, starting over", url)
                     state.reset()
                     if response.status_code != 200:
-                        raise _Retryable(response.status_code, "the server refused to resume")
+                        raise _Retryable(None, "the server refused to resume the transfer")
             self._raise_for_status(url, response)
-            fh = state.open()
-            got = 0
-            raw = response.raw
-            while True:
+            # Stop reading past the signed size: the digest check then fails without the rest.
+            got = self._stream(url, response, state.append, limit=size - state.offset, stat="package_bytes", on_progress=on_progress)
+        # A response that ended cleanly but short is a wrong file, not a network hiccup (a dropped
+        # connection raises above): the caller's size check reports it without pointless retries.
+        return got
+
+    def _stream(
+        self,
+        url: str,
+        response: requests.Response,
+        write: Callable[[bytes], object],
+        *,
+        limit: int,
+        stat: str,
+        on_progress: ProgressCallback | None = None,
+    ) -> int:
+        """Pass the body of ``response`` to ``write`` as it arrives, stopping once more than ``limit`` bytes came.
+
+        :raises _Retryable: when the connection drops; what arrived before has been written.
+        """
+        got = 0
+        raw = response.raw
+        try:
+            while got <= limit:
                 try:
                     # read1: whatever has arrived (up to 1 MiB), so a dropped connection loses nothing
                     # that reached us and the next attempt resumes exactly where this one stopped.
                     chunk = raw.read1(CHUNK, decode_content=False)
                 except (requests.RequestException, urllib3.exceptions.HTTPError, OSError) as exc:
-                    fh.flush()
-                    self.stats.add(package_bytes=got)
-                    raise _Retryable(None, _describe(exc)) from exc
+                    raise _Retryable(None, describe(exc, url).reason) from exc
                 if not chunk:
                     break
-                fh.write(chunk)
-                state.hasher.update(chunk)
-                state.offset += len(chunk)
+                write(chunk)  # outside the try above: a full disk is not a network error
                 got += len(chunk)
                 if on_progress is not None:
                     on_progress(len(chunk))
-                if state.offset > size:
-                    break  # more than the signed size: stop reading, the digest check fails
-            fh.flush()
-        self.stats.add(package_bytes=got)
-        # A response that ended cleanly but short is a wrong file, not a network hiccup (a dropped
-        # connection raises above): the caller's size check reports it without pointless retries.
+        finally:
+            self.stats.add(**{stat: got})
         return got
 
     def _request(self, url: str, headers: dict[str, str], *, stream: bool = False) -> requests.Response:
@@ -339,11 +344,14 @@ class Downloader:
         try:
             return self.session.get(url, headers=headers, stream=stream, timeout=self.timeout)
         except requests.exceptions.InvalidURL as exc:
-            raise FetchError(url, None, "the URL is not valid") from exc
+            raise FetchError(url, None, "it is not a valid URL") from exc
         except (requests.exceptions.MissingSchema, requests.exceptions.InvalidSchema) as exc:
             raise FetchError(url, None, "the URL needs http:// or https://") from exc
         except requests.RequestException as exc:
-            raise _Retryable(None, _describe(exc)) from exc
+            failure = describe(exc, url)
+            if not failure.retry:
+                raise FetchError(url, None, failure.reason, hint=CONNECTION_HINT) from exc
+            raise _Retryable(None, failure.reason) from exc
 
     @staticmethod
     def _raise_for_status(url: str, response: requests.Response) -> None:
@@ -359,9 +367,8 @@ class Downloader:
                 return attempt()
             except _Retryable as exc:
                 if number == self.retries:
-                    raise FetchError(
-                        url, exc.status, f"{exc.detail}; gave up after {self.retries + 1} attempts"
-                    ) from exc
+                    hint = CONNECTION_HINT if exc.status is None else ""
+                    raise FetchError(url, exc.status, exc.detail, attempts=number + 1, hint=hint) from exc
                 delay = min(self.max_backoff, self.backoff * (2**number))
                 log.info("%s: %s; retrying in %.1f s", url, exc.detail or exc.status, delay)
                 self.stats.add(retries=1)
@@ -381,60 +388,5 @@ class CachingFetcher:
         return self.downloader.get(url, cache=self.cache)
 
 
-class _PartialFile:
-    """The ``.part`` file of one download, its length and the running digest of its bytes."""
-
-    def __init__(self, path: Path, algo: str) -> None:
-        self.path = path
-        self.algo = algo
-        self.hasher = hashlib.new(algo)
-        self.offset = 0
-        self.resumed_from = 0
-        self._handle: _BinaryWriter | None = None
-        if path.exists():
-            # A part file left by an interrupted attempt: hash what it holds so we can resume.
-            with open(path, "rb") as fh:
-                while block := fh.read(CHUNK):
-                    self.hasher.update(block)
-                    self.offset += len(block)
-            self.resumed_from = self.offset
-
-    def open(self) -> _BinaryWriter:
-        if self._handle is None:
-            self._handle = open(self.path, "ab")  # noqa: SIM115 - kept open across chunks, closed in close()
-        return self._handle
-
-    def reset(self) -> None:
-        self.close()
-        with contextlib.suppress(FileNotFoundError):
-            self.path.unlink()
-        self.hasher = hashlib.new(self.algo)
-        self.offset = 0
-        self.resumed_from = 0
-
-    def close(self) -> None:
-        if self._handle is not None:
-            self._handle.close()
-            self._handle = None
-
-
-class _BinaryWriter(Protocol):
-    def write(self, data: bytes, /) -> int: ...
-    def flush(self) -> None: ...
-    def close(self) -> None: ...
-
-
 class _Cancelled(Exception):
     """Internal: another download failed, so this one stops."""
-
-
-def _range_start(response: requests.Response) -> int | None:
-    match = _CONTENT_RANGE.fullmatch(response.headers.get("Content-Range", "").strip())
-    return int(match.group(1)) if match else None
-
-
-def _describe(exc: BaseException) -> str:
-    text = str(exc)
-    # urllib3 wraps the real reason several levels deep; the last "(...)" part is the readable one.
-    return text.rsplit(": ", 1)[-1].strip(" ()'\"")[:160] or type(exc).__name__
-

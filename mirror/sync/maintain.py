@@ -12,13 +12,13 @@ import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mirror import store
+from mirror import store, switch
 from mirror.model import PackageFormat
 from mirror.repo import Fetcher
-from mirror.store import CachedResponse
 from mirror.sync.core import RepoLoader
 from mirror.sync.resolve import resolve
 from mirror.sync.selectors import VersionSelector
+from mirror.sync.transaction import CachedResponse, read_cache
 from plumbing.errors import UsageError
 
 
@@ -35,16 +35,17 @@ def verify(dest: Path) -> MirrorVerifyReport:
     """Re-hash every package and metadata file against the digests recorded from signed metadata.
 
     :raises MirrorStateError: when ``dest`` holds no mirror.
+    :raises BusyError: when a sync or prune is changing it.
     """
-    state = store.MirrorState.load(dest)
     report = MirrorVerifyReport()
-    for repo in state.repos:
-        for stored in (*repo.provenance.signed_files, *repo.packages):
-            report.files += 1
-            report.bytes += stored.size
-            problem = store.check_file(dest, stored)
-            if problem is not None:
-                report.problems.append(problem)
+    with store.reading(dest) as state:
+        for repo in state.repos:
+            for stored in (*repo.provenance.signed_files, *repo.packages):
+                report.files += 1
+                report.bytes += stored.size
+                problem = store.check_file(dest, stored)
+                if problem is not None:
+                    report.problems.append(problem)
     return report
 
 
@@ -67,6 +68,7 @@ def prune(dest: Path, keep: int, *, dry_run: bool = False) -> PruneReport:
         raise UsageError("--keep must be at least 1 (use rm -r to delete a whole mirror)")
     report = PruneReport()
     with store.locked(dest):
+        switch.finish_pending(dest, dest / store.META_DIR)  # prune the state a killed sync committed, not the one before
         state = store.MirrorState.load(dest)
         repos: list[store.RepoRecord] = []
         doomed: list[store.StoredPackage] = []
@@ -114,7 +116,7 @@ def status(dest: Path, *, fetcher: Fetcher | None, loader: RepoLoader | None) ->
     Upstream problems (network, signatures) are reported per repo, not raised: the local part of
     the answer is still useful.
     """
-    state = store.MirrorState.load(dest)
+    state = store.read_state(dest)
     result: list[RepoStatus] = []
     for repo in state.repos:
         latest: str | None = None
@@ -150,7 +152,7 @@ class ReadOnlyCache:
 
     def lookup(self, url: str) -> CachedResponse | None:
         """The stored response for ``url``."""
-        return store.read_cache(self.dest, url)
+        return read_cache(self.dest, url)
 
     def remember(self, url: str, response: CachedResponse) -> None:
         """Do nothing: status never writes to the mirror."""

@@ -1,0 +1,67 @@
+"""The signed index entries of the packages a mirror holds, read back from the mirror itself.
+
+``mirror sync`` keeps the verified metadata of each repo (``InRelease`` + ``Packages.xz``, or
+``repodata/repomd.xml`` + its ``.asc`` + primary) and records their size and digest in
+``state.json``. A bundle build needs the entry each package was fetched for, to compare with
+the package's own header (:mod:`mirror.pkgheader`): the index file is checked against the digest
+the state recorded (verify), then parsed (exactly those bytes).
+"""
+
+from __future__ import annotations
+
+import io
+import lzma
+from pathlib import Path
+
+from mirror.apt_index import iter_packages
+from mirror.errors import MetadataError, MirrorStateError, PackageChangedError
+from mirror.model import Package
+from mirror.repo import check_digest, clean_relative
+from mirror.rpm_index import iter_primary, parse_repomd
+from mirror.store import RepoRecord, StoredFile
+from plumbing.errors import ChecksumMismatch
+
+
+def signed_entries(mirror: Path, repo: RepoRecord) -> dict[str, Package]:
+    """Path under the mirror (``stable/deb/amd64/x.deb``) -> the signed index entry that names it.
+
+    :raises MirrorStateError: when the state records no index for the repo.
+    :raises PackageChangedError: when an index file no longer matches its recorded digest.
+    :raises MetadataError: when it cannot be parsed.
+    """
+    recorded = {f.path: f for f in repo.provenance.signed_files}
+    if repo.format == "deb":
+        name = next((f"{repo.key}/{n}" for n in ("Packages.xz", "Packages") if f"{repo.key}/{n}" in recorded), None)
+        if name is None:
+            raise MirrorStateError(mirror, f"it records no Packages index for {repo.key}; sync it again")
+        data = _verified(mirror, recorded[name])
+        try:
+            text = (lzma.decompress(data) if name.endswith(".xz") else data).decode("utf-8")
+        except (lzma.LZMAError, UnicodeDecodeError) as exc:
+            raise MetadataError(f"{mirror}/{name}", f"cannot be decoded ({exc})") from exc
+        packages = list(iter_packages(io.StringIO(text)))
+    else:
+        repomd_path = f"{repo.key}/repodata/repomd.xml"
+        if repomd_path not in recorded:
+            raise MirrorStateError(mirror, f"it records no repomd.xml for {repo.key}; sync it again")
+        primary = parse_repomd(_verified(mirror, recorded[repomd_path])).data.get("primary")
+        path = f"{repo.key}/{clean_relative(primary.href, repo.key)}" if primary is not None else ""
+        if path not in recorded:
+            raise MirrorStateError(mirror, f"it records no primary index for {repo.key}; sync it again")
+        packages = list(iter_primary(io.BytesIO(_verified(mirror, recorded[path]))))
+    return {f"{repo.key}/{clean_relative(p.filename, repo.key)}": p for p in packages}
+
+
+def _verified(mirror: Path, stored: StoredFile) -> bytes:
+    """The bytes of a recorded metadata file, after they matched the recorded size and digest."""
+    path = stored.local_path(mirror)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise MirrorStateError(mirror, f"cannot read {stored.path} ({exc.strerror or exc}); sync it again") from exc
+    algo, digest = ("sha512", stored.sha512) if stored.sha512 else ("sha256", stored.sha256 or "")
+    try:
+        check_digest(stored.path, data, algo, digest, stored.size)
+    except ChecksumMismatch as exc:
+        raise PackageChangedError(path, exc.expected, exc.actual) from exc
+    return data
