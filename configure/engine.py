@@ -30,6 +30,8 @@ class RuntimeOptions:
     cdi: bool = False
     systemd_cgroup: str = "auto"  #: auto | true | false
     hook: bool = False  #: CRI-O/podman: write the OCI hook instead of a runtime entry
+    distro: Optional[str] = None  #: containerd: which one (``--distro``); detected when None
+    force: bool = False  #: take the configuration over from the GPU Operator
 
     def validate(self) -> None:
         """:raises UsageError: for a runtime name or path no engine can use, or a root that is not a directory."""
