@@ -33,7 +33,7 @@ from configure.changes import (
     unified_diff,
 )
 from configure.crio import OCI_HOOK, hook_problems
-from configure.engine import ConfigPlan, Engine, RuntimeOptions
+from configure.engine import ConfigPlan, Engine, RuntimeOptions, SelfChecking
 from configure.engines import engine_names, get_engine
 from configure.runtimeclass import read_record
 from plumbing.errors import ProblemsFound, ToolError
@@ -144,6 +144,8 @@ def report(
     notes = engine_notes(Journal(root), engine.name)
     name = runtime_name or str(notes.get("runtime_name", "nvidia"))
     facts = dict(engine.report(root, name, config or recorded_config(notes)))
+    if isinstance(engine, SelfChecking):  # no runtime entry: no handler, no default runtime
+        return facts
     facts["HANDLER"] = runtimeclass_handler(root) or name
     previous = notes.get("previous_default")
     facts["DEFAULT_UNCHANGED"] = str(previous is None or facts.get("DEFAULT") == previous).lower()
@@ -173,6 +175,11 @@ def verify(root: Path, engines: Optional[Sequence[str]] = None) -> List[str]:
         notes = engine_notes(journal, name)
         runtime = str(notes.get("runtime_name", "nvidia"))
         config = recorded_config(notes)
+        if isinstance(engine, SelfChecking):
+            ok, wrong = engine.check(root, notes)
+            passed.extend(ok)
+            problems.extend(wrong)
+            continue
         if notes.get("mode") == "hook":
             problems.extend(_hook_problems(root, name, str(notes.get("hook_path", "")), passed))
             continue
