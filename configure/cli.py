@@ -21,10 +21,12 @@ from configure.cli_extras import register_extras
 from configure.engine import RuntimeOptions
 from configure.engines import KNOWN, get_engine
 from configure.validate import existing_root
+from plumbing.clikit import Group
 from plumbing.errors import ProblemsFound, UsageError
 from plumbing.output import emit_json, emit_lines, warn
 
 app = typer.Typer(
+    cls=Group,
     help="Register the NVIDIA runtime with containerd, Docker or CRI-O; give Podman and LXC the GPUs; write CDI specs and RuntimeClasses.",
     no_args_is_help=True,
     pretty_exceptions_show_locals=False,

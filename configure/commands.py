@@ -36,7 +36,7 @@ from configure.crio import OCI_HOOK, hook_problems
 from configure.engine import ConfigPlan, Engine, RuntimeOptions, SelfChecking
 from configure.engines import engine_names, get_engine
 from configure.runtimeclass import read_record
-from plumbing.errors import ProblemsFound, ToolError
+from plumbing.errors import ProblemsFound, ToolError, UsageError
 from plumbing.fsutil import rooted
 
 #: where a bare runtime path (docker's ``nvidia-container-runtime``) is looked for under the root
@@ -79,6 +79,11 @@ def configure_engine(engine: Engine, options: RuntimeOptions, *, dry_run: bool =
     :raises ConfigFormatError: when a file cannot be parsed or written; nothing is written then.
     """
     options.validate()
+    if options.systemd_cgroup != "auto" and engine.name != "containerd":
+        # Docker and CRI-O take the cgroup driver from their own settings (exec-opts, cgroup_manager), not from us.
+        raise UsageError(
+            f"--systemd-cgroup applies to containerd only; {engine.name} sets its cgroup driver itself, so leave it out"
+        )
     plan = engine.plan(options)
     if dry_run or not plan.changed:
         return ConfigureResult(plan, dry_run)
