@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from configure import cdi, tomledit
+from configure.cdi_specs import driver_version, find_specs, stale_reasons
 from configure.changes import FileChange, read_optional
 from configure.crio import HOOK_BINARY, hook_config, hook_problems
 from configure.engine import ConfigPlan, Engine, RuntimeOptions
@@ -40,8 +41,8 @@ DEFAULT_HOOKS_DIRS = ("/usr/share/containers/oci/hooks.d",)
 CONTAINERS_CONFS = ("/usr/share/containers/containers.conf", "/etc/containers/containers.conf")
 #: the oldest podman with CDI devices (``--device vendor/class=name``)
 CDI_SINCE = (4, 1)
-#: the specs podman loads for NVIDIA GPUs, weakest first (``/var/run/cdi`` overrides ``/etc/cdi``)
-SPEC_PATHS = (cdi.CDI_SPEC, cdi.CDI_REFRESH_SPEC)
+#: where podman loads specs from, weakest first (``/var/run/cdi`` overrides ``/etc/cdi``)
+SPEC_DIRS = ("/etc/cdi", "/var/run/cdi")
 
 
 def containers_conf(root: Path, files: Sequence[str] = CONTAINERS_CONFS) -> Dict[str, Any]:
@@ -71,22 +72,25 @@ def hooks_dirs(root: Path) -> Tuple[str, ...]:
 
 
 def spec_in_effect(root: Path) -> Tuple[Optional[str], List[str]]:
-    """The NVIDIA CDI spec podman would use (the strongest valid one), and the problems of the others.
+    """The NVIDIA CDI spec podman takes the devices from (the strongest usable one), and what is wrong with the others.
+
+    Resolved as a CDI registry resolves it (:func:`configure.cdi_specs.find_specs`); a spec in
+    effect that is stale (a device node it names is gone) is not usable.
 
     :returns: ``(node path or None, ["PATH: problem", ...])``.
     """
+    specs = find_specs(root, cdi.KIND)
+    problems = [f"{spec.path}: {p}" for spec in specs.invalid for p in spec.problems]
+    duplicate = specs.duplicate_problem()
+    if duplicate:
+        problems.append(duplicate)
+    driver = driver_version(root)
     found: Optional[str] = None
-    problems: List[str] = []
-    for path in SPEC_PATHS:
-        raw = read_optional(rooted(root, path))
-        if raw is None:
-            continue
-        data, invalid = cdi.check_spec(raw)
-        invalid = invalid or cdi.missing_host_paths(root, data)
-        if invalid:
-            problems.extend(f"{path}: {p}" for p in invalid)
-        else:
-            found = path
+    for spec in specs.in_effect:
+        stale = stale_reasons(root, spec, driver)
+        problems.extend(f"{spec.path}: {p}" for p in stale)
+        if not stale:
+            found = spec.path
     return found, problems
 
 
@@ -172,7 +176,7 @@ class PodmanEngine:
             return _hook_checks(root, hook_file, str(notes.get("hook_path", "")))
         found, problems = spec_in_effect(root)
         if found is None:
-            return [], [f"podman: no valid NVIDIA CDI spec in {' or '.join(SPEC_PATHS)}", *(f"podman: {p}" for p in problems)]
+            return [], [f"podman: no usable {cdi.KIND} CDI spec in {' or '.join(SPEC_DIRS)}", *(f"podman: {p}" for p in problems)]
         return [f"podman: CDI devices {cdi.KIND}=... come from {found}"], []
 
 

@@ -107,4 +107,4 @@ def test_verify_cdi_fails_when_the_spec_names_a_device_that_is_gone(tmp_path: Pa
     os.unlink(tmp_path / "dev/nvidia0")
     with pytest.raises(ProblemsFound) as caught:
         verify(tmp_path, ["podman"])
-    assert caught.value.problems[0] == "podman: no valid NVIDIA CDI spec in /etc/cdi/nvidia.yaml or /var/run/cdi/nvidia.yaml"
+    assert caught.value.problems[0] == "podman: no usable nvidia.com/gpu CDI spec in /etc/cdi or /var/run/cdi"

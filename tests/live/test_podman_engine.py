@@ -81,7 +81,7 @@ def test_podman_sees_the_gpu_through_the_cdi_spec_configure_podman_wrote(
         good = spec.read_text()
         spec.write_text(yaml.safe_dump(dict(yaml.safe_load(good), kind="example.com/gpu"), sort_keys=False))
         wrong = run_cli("configure", "verify", "--root", str(node), "--runtime", "podman")
-        assert wrong.exit_code == 9 and "PROBLEM: podman: no valid NVIDIA CDI spec" in wrong.stdout, wrong.stdout
+        assert wrong.exit_code == 9 and "PROBLEM: podman: no usable nvidia.com/gpu CDI spec" in wrong.stdout, wrong.stdout
         refused = view.run(*run_args(view, image, "--device", "nvidia.com/gpu=all"))
         assert refused.returncode != 0 and "nvidia.com/gpu=all" in refused.stderr, refused.stderr
         spec.write_text(good)
