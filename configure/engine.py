@@ -33,6 +33,8 @@ class RuntimeOptions:
     hooks_dir: Optional[str] = None  #: podman: the hooks directory to write the hook to (node path)
     container: Optional[str] = None  #: lxc: the container whose config gets the nvidia hook
     lxcpath: Optional[str] = None  #: lxc: the containers' directory (lxc-start -P; default /var/lib/lxc)
+    distro: Optional[str] = None  #: containerd: which one (``--distro``); detected when None
+    force: bool = False  #: take the configuration over from the GPU Operator
 
     def validate(self) -> None:
         """:raises UsageError: for a runtime name or path no engine can use, or a root that is not a directory."""

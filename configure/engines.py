@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Callable, Dict, List
 
-from configure.containerd import ContainerdEngine
+from configure.containerd_distro import DistroContainerdEngine
 from configure.crio import CrioEngine
 from configure.docker import DockerEngine
 from configure.engine import Engine
@@ -18,7 +18,7 @@ from plumbing.errors import UsageError
 EngineFactory = Callable[[], Engine]
 
 _FACTORIES: Dict[str, EngineFactory] = {
-    "containerd": ContainerdEngine,
+    "containerd": DistroContainerdEngine,
     "docker": DockerEngine,
     "crio": CrioEngine,
     "podman": PodmanEngine,
