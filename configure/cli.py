@@ -28,7 +28,7 @@ from plumbing.output import emit_json, emit_lines, warn
 
 app = typer.Typer(
     cls=Group,
-    help="Register the NVIDIA runtime with containerd, Docker or CRI-O; write CDI specs and RuntimeClasses.",
+    help="Register the NVIDIA runtime with containerd, Docker or CRI-O; give Podman and LXC the GPUs; write CDI specs and RuntimeClasses.",
     no_args_is_help=True,
     pretty_exceptions_show_locals=False,
 )
@@ -68,6 +68,7 @@ def add_configure_commands(group: typer.Typer) -> None:
     group.command("containerd")(containerd_command)
     group.command("docker")(docker_command)
     group.command("crio")(crio_command)
+    group.command("podman")(podman_command)
     group.command("report")(report_command)
     group.command("verify")(verify_command)
     group.command("revert")(revert_command)
@@ -146,6 +147,27 @@ def crio_command(
     _configure("crio", options, dry_run, as_json)
 
 
+_PODMAN_HOOK = typer.Option(False, "--hook", help="Write the OCI hook instead of using CDI (podman before 4.1 always does).")
+_HOOKS_DIR = typer.Option(
+    None, "--hooks-dir", metavar="DIR", help="--hook: write it here (default: the strongest directory podman reads)."
+)
+
+
+def podman_command(
+    root: Path = _ROOT,
+    hook: bool = _PODMAN_HOOK,
+    hooks_dir: Optional[str] = _HOOKS_DIR,
+    runtime_path: str = _RUNTIME_PATH,
+    dry_run: bool = _DRY_RUN,
+    as_json: bool = _JSON,
+) -> None:
+    """Give podman the GPUs: the CDI spec it loads (written when none is valid), or NVIDIA's OCI hook."""
+    if hooks_dir is not None and not hook:
+        raise UsageError("--hooks-dir belongs to --hook")
+    options = RuntimeOptions(root=root, runtime_path=runtime_path, cdi=True, hook=hook, hooks_dir=hooks_dir)
+    _configure("podman", options, dry_run, as_json)
+
+
 def _configure(engine_name: str, options: RuntimeOptions, dry_run: bool, as_json: bool) -> None:
     """The one implementation behind ``configure containerd|docker|crio``."""
     result = commands.configure_engine(get_engine(engine_name), options, dry_run=dry_run)
@@ -169,15 +191,17 @@ def _configure(engine_name: str, options: RuntimeOptions, dry_run: bool, as_json
     if result.already_configured and plan.facts.get("DISTRO") in commands.RANCHER:
         emit_lines([f"nothing written: {plan.facts['DISTRO']} registers the runtime itself; {plan.facts['RESTART']}"])
     elif result.already_configured:
-        emit_lines(
-            [f"already configured: {engine_name} has the {options.runtime_name} runtime; nothing written"]
-        )
+        what = plan.next_step or f"{engine_name} has the {options.runtime_name} runtime"
+        emit_lines([f"already configured: {what}; nothing written"])
     elif dry_run:
         emit_lines([result.diff.rstrip("\n"), f"dry run: nothing written ({engine_name})"])
     else:
         lines = [f"wrote {path}" for path in result.written]
-        restart = plan.facts.get("RESTART", "restart it")
-        lines.append(f"configured {engine_name} for the {options.runtime_name} runtime: {restart}")
+        if plan.next_step:
+            lines.append(f"configured {engine_name}: {plan.next_step}")
+        else:
+            restart = plan.facts.get("RESTART", "restart it")
+            lines.append(f"configured {engine_name} for the {options.runtime_name} runtime: {restart}")
         emit_lines(lines)
 
 
@@ -185,7 +209,7 @@ def _configure(engine_name: str, options: RuntimeOptions, dry_run: bool, as_json
 REVERTIBLE = (*KNOWN, cdi_spec.ENGINE, toolkit.ENGINE, runtimeclass.ENGINE)
 
 _REPORT_RUNTIME = typer.Option(
-    "containerd", "--runtime", click_type=click.Choice(KNOWN), help="Engine to read back: containerd, docker or crio."
+    "containerd", "--runtime", click_type=click.Choice(KNOWN), help="Engine to read back: containerd, docker, crio, podman or lxc."
 )
 _REPORT_RUNTIME_NAME = typer.Option(None, "--runtime-name", help="Runtime to describe (default: as configured).")
 _REPORT_CONFIG = typer.Option(

@@ -34,7 +34,7 @@ from configure.changes import (
 )
 from configure.containerd_distro import DistroContainerdEngine
 from configure.crio import OCI_HOOK, hook_problems
-from configure.engine import ConfigPlan, Engine, RuntimeOptions
+from configure.engine import ConfigPlan, Engine, RuntimeOptions, SelfChecking
 from configure.engines import engine_names, get_engine
 from configure.runtimeclass import read_record
 from plumbing.errors import ProblemsFound, ToolError, UsageError
@@ -159,6 +159,8 @@ def report(
     notes = engine_notes(Journal(root), engine.name)
     name = runtime_name or str(notes.get("runtime_name", "nvidia"))
     facts = dict(engine.report(root, name, config or recorded_config(notes)))
+    if isinstance(engine, SelfChecking):  # no runtime entry: no handler, no default runtime
+        return facts
     facts["HANDLER"] = runtimeclass_handler(root) or name
     previous = notes.get("previous_default")
     facts["DEFAULT_UNCHANGED"] = str(previous is None or facts.get("DEFAULT") == previous).lower()
@@ -188,6 +190,11 @@ def verify(root: Path, engines: Optional[Sequence[str]] = None, distro: Optional
         engine = engine_for(name, distro or (str(notes["distro"]) if notes.get("distro") else None))
         runtime = str(notes.get("runtime_name", "nvidia"))
         config = recorded_config(notes)
+        if isinstance(engine, SelfChecking):
+            ok, wrong = engine.check(root, notes)
+            passed.extend(ok)
+            problems.extend(wrong)
+            continue
         if notes.get("mode") == "hook":
             problems.extend(_hook_problems(root, name, str(notes.get("hook_path", "")), passed))
             continue

@@ -11,6 +11,7 @@ from configure.containerd_distro import DistroContainerdEngine
 from configure.crio import CrioEngine
 from configure.docker import DockerEngine
 from configure.engine import Engine
+from configure.podman import PodmanEngine
 from configure.validate import ENGINES
 from plumbing.errors import UsageError
 
@@ -20,6 +21,7 @@ _FACTORIES: Dict[str, EngineFactory] = {
     "containerd": DistroContainerdEngine,
     "docker": DockerEngine,
     "crio": CrioEngine,
+    "podman": PodmanEngine,
 }
 
 #: every engine the command line offers, whether or not this build has it yet

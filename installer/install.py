@@ -17,7 +17,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from configure.changes import Journal, apply_changes, read_optional, revert, unified_diff
 from configure.engine import ConfigPlan
-from configure.validate import existing_root
+from configure.validate import SERVICE_ENGINES, existing_root
 from installer import preflight
 from installer.backend import PackageBackend
 from installer.env import CDI_SPEC, NodeEnv, engine_unit
@@ -120,9 +120,10 @@ def _execute(plan: InstallPlan, options: InstallOptions, env: NodeEnv) -> Instal
             raise instead from exc
         raise
     # Engines an earlier run left unrestarted are retried with this run's changes.
-    due = sorted({*changed, *plan.pending_before})
+    # podman and LXC read their files for each new container: nothing to restart.
+    due = sorted({*(name for name in changed if name in SERVICE_ENGINES), *plan.pending_before})
     kept = restart_engines(due, options, journal, env, result)
-    changed = [name for name in changed if name in kept]
+    changed = [name for name in changed if name in kept or name not in SERVICE_ENGINES]
     result.restart_pending = _left_pending(due, options)
     restarted = bool(plan.pending_before) and _may_restart(options)
     check, old_state = plan.preflight, plan.old_state

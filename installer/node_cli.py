@@ -16,7 +16,7 @@ import click
 import typer
 
 from configure.distros import NAMES as DISTROS
-from configure.validate import CDI_CHOICES, ENGINES, RUNTIME_CHOICES, existing_root
+from configure.validate import CDI_CHOICES, RUNTIME_CHOICES, SERVICE_ENGINES, existing_root
 from installer import oci_cli
 from plumbing.errors import ExitCode
 from plumbing.output import emit_json, emit_lines
@@ -31,7 +31,7 @@ def _progress(line: str) -> None:
 _BUNDLE = typer.Argument(..., help="The signed bundle (.tar, .tar.zst, the first of its parts, or oci://HOST/REPO:TAG|@sha256:…).")
 _KEYRING = typer.Option(..., "--keyring", help="The operator's public key file; nothing else is trusted.")
 _ROOT = typer.Option("/", "--root", metavar="DIR", help=ROOT_HELP, callback=existing_root)
-_RUNTIME = typer.Option("auto", "--runtime", click_type=click.Choice(RUNTIME_CHOICES), help="auto | containerd | docker | crio | none")
+_RUNTIME = typer.Option("auto", "--runtime", click_type=click.Choice(RUNTIME_CHOICES), help="auto | containerd | docker | crio | podman | lxc | none")
 _RUNTIME_NAME = typer.Option("nvidia", "--runtime-name", help="Name of the runtime entry.")
 _SET_AS_DEFAULT = typer.Option(False, "--set-as-default", help="Make it the engine's default runtime.")
 _CDI = typer.Option("auto", "--cdi", click_type=click.Choice(CDI_CHOICES), help="auto (when a driver is present) | on | off")
@@ -46,7 +46,7 @@ _FORCE = typer.Option(
 )
 _UNINSTALL_DRY_RUN = typer.Option(False, "--dry-run", help="Print what would be restored, deleted and removed; change nothing.")
 _ENGINE = typer.Option(
-    [], "--engine", click_type=click.Choice(ENGINES), help="Restart this engine instead of the pending ones; repeat."
+    [], "--engine", click_type=click.Choice(sorted(SERVICE_ENGINES)), help="Restart this engine instead of the pending ones; repeat."
 )
 _DISTRO = typer.Option(
     None, "--distro", click_type=click.Choice(DISTROS), help="Which containerd the kubelet uses (default: detected)."

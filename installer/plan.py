@@ -19,7 +19,7 @@ from configure.cdi import CDI_SPEC, check_spec
 from configure.changes import Journal, check_writable, read_optional
 from configure.engine import ConfigPlan, RuntimeOptions
 from configure.nodefacts import NodeFacts
-from configure.validate import CDI_CHOICES, RUNTIME_CHOICES, check_runtime_name
+from configure.validate import CDI_CHOICES, RUNTIME_CHOICES, SERVICE_ENGINES, check_runtime_name
 from installer import preflight
 from installer.backend import VERSIONLOCK, PackageBackend
 from installer.env import NodeEnv
@@ -86,7 +86,7 @@ class InstallPlan:
     @property
     def restart_due(self) -> List[str]:
         """The engines to restart after the run (or to leave pending): those it changes and those still pending."""
-        return sorted({*self.engines_changing, *self.pending_before})
+        return sorted({*(name for name in self.engines_changing if name in SERVICE_ENGINES), *self.pending_before})
 
 
 def plan_install(bundle: StagedBundle, options: InstallOptions, env: NodeEnv) -> InstallPlan:
