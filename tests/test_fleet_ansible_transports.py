@@ -60,12 +60,15 @@ def test_ansible_doc_shows_the_roles_variables_from_its_argument_specs(tmp_path:
 
 
 @pytest.mark.slow
-def test_the_argument_specs_refuse_a_bad_variable_before_any_task_runs(deb_bundle: Path, operator_key: TestKey, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("variable", "value"), [("gpu_airgap_transport", "ftp"), ("gpu_airgap_distro", "k9s")])
+def test_the_argument_specs_refuse_a_bad_variable_before_any_task_runs(
+    variable: str, value: str, deb_bundle: Path, operator_key: TestKey, tmp_path: Path
+) -> None:
     fleet = Fleet(tmp_path, deb_bundle, operator_key.public)
     before = fleet.digests()
-    play = fleet.play("site.yml", "-e", "gpu_airgap_transport=ftp")
+    play = fleet.play("site.yml", "-e", f"{variable}={value}")
     assert play.returncode != 0
-    assert "gpu_airgap_transport" in play.output and "ftp" in play.output, play.output[-2000:]
+    assert variable in play.output and value in play.output, play.output[-2000:]
     assert not [r for r in play.results if r["task"] == ROLE_TASK]
     assert fleet.digests() == before
 
@@ -149,7 +152,7 @@ def test_oci_transport_nodes_pull_by_digest_install_and_keep_no_bundle_copy(
         assert pushed.exit_code == 0, pushed.stderr
         ref = registry.ref(f"fleet/nvct@{json.loads(pushed.stdout)['digest']}")
         fleet = Fleet(tmp_path / "fleet", deb_bundle, operator_key.public)
-        extra = ("-e", "gpu_airgap_transport=oci", "-e", f"gpu_airgap_bundle_ref={ref}")
+        extra = ("-e", "gpu_airgap_transport=oci", "-e", f"gpu_airgap_bundle_ref={ref}", "-e", "gpu_airgap_distro=containerd")
         first = fleet.play("site.yml", *extra)
         assert first.returncode == 0, first.output[-3000:]
         for host in HOSTS:

@@ -12,6 +12,7 @@ follows the installed bundle's digest.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
 import subprocess
@@ -233,3 +234,23 @@ def test_pod_refuses_a_url_bundle_that_is_not_the_templates(deb_bundle: Path, op
     assert failed.returncode == ExitCode.VERIFICATION_FAILED, failed.stderr
     assert "is not the one the DaemonSet names" in failed.stderr
     assert {k: v for k, v in tree_digest(pod.host).items() if not k.startswith("var/cache")} == before
+
+
+def test_distro_and_take_over_reach_the_installer_on_every_node(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    daemonset = _daemonset(_render("--bundle-configmap", "nvct", "--bundle-sha256", "cd" * 32, "--distro", "k3s", "--take-over"))
+    env = _env(daemonset)
+    assert (env["GPU_AIRGAP_DISTRO"], env["GPU_AIRGAP_TAKE_OVER"]) == ("k3s", "true")
+    script = tmp_path / "k8s_node.py"
+    script.write_text(pod_script())
+    spec = importlib.util.spec_from_file_location("k8s_node_under_test", script)
+    assert spec is not None and spec.loader is not None
+    program = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(program)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    argv = program.install_argv(Path("/tool.pyz"), Path("/bundle"))
+    assert argv[argv.index("--distro") + 1] == "k3s" and "--force" in argv
+    monkeypatch.delenv("GPU_AIRGAP_DISTRO")
+    monkeypatch.setenv("GPU_AIRGAP_TAKE_OVER", "false")
+    argv = program.install_argv(Path("/tool.pyz"), Path("/bundle"))
+    assert "--distro" not in argv and "--force" not in argv

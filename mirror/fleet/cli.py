@@ -43,6 +43,10 @@ _ON_DELETE = typer.Option(False, "--on-delete", help="updateStrategy OnDelete: o
 _REGISTRY_SECRET = typer.Option(
     None, "--registry-secret", metavar="NAME", help="A kubernetes.io/dockerconfigjson Secret: the pod's registry credentials and imagePullSecret."
 )
+_DISTRO = typer.Option(
+    None, "--distro", click_type=click.Choice(fleet_k8s.DISTROS), help="Which containerd the kubelet uses (default: detected on each node)."
+)
+_TAKE_OVER = typer.Option(False, "--take-over", help="Take the runtime configuration over from the NVIDIA GPU Operator (install --force).")
 _REGISTRY_PLAIN_HTTP = typer.Option(False, "--registry-plain-http", help="The nodes speak plain http to the registry.")
 _BUNDLE_URL = typer.Option(None, "--bundle-url", metavar="URL", help="Where every node fetches the bundle (http/https).")
 _BUNDLE_CONFIGMAP = typer.Option(
@@ -86,6 +90,8 @@ def k8s_command(
     on_delete: bool = _ON_DELETE,
     registry_secret: Optional[str] = _REGISTRY_SECRET,
     registry_plain_http: bool = _REGISTRY_PLAIN_HTTP,
+    distro: Optional[str] = _DISTRO,
+    take_over: bool = _TAKE_OVER,
     keyring: Optional[Path] = _KEYRING,
     keyring_configmap: Optional[str] = _KEYRING_CONFIGMAP,
     tools: str = _TOOLS,
@@ -107,7 +113,7 @@ def k8s_command(
     options = fleet_k8s.K8sOptions(
         bundle_url=bundle_url, bundle_configmap=bundle_configmap, bundle_ref=ref, bundle_digest=digest,
         max_unavailable=max_unavailable, on_delete=on_delete, registry_secret=registry_secret,
-        registry_plain_http=registry_plain_http, keyring_configmap=keyring_configmap, image=image, tools=tools,
+        registry_plain_http=registry_plain_http, distro=distro, take_over=take_over, keyring_configmap=keyring_configmap, image=image, tools=tools,
         namespace=namespace, name=name, node_selector=tuple(node_selector), tolerations=tuple(toleration),
         runtime=runtime, runtime_name=runtime_name, set_as_default=set_as_default, cdi=cdi, hold=hold,
         runtimeclass=not no_runtimeclass,

@@ -41,6 +41,7 @@ from urllib.parse import urlparse
 import yaml
 
 from configure import runtimeclass
+from configure.distros import NAMES
 from configure.validate import CDI_CHOICES, RUNTIME_CHOICES
 from plumbing.errors import UsageError
 from plumbing.version import VERSION
@@ -55,6 +56,7 @@ KEYRING_KEY = "operator.asc"  #: the key's name in the keyring ConfigMap
 BUNDLE_KEY = "bundle"  #: the bundle's name in the bundle ConfigMap (binaryData)
 HOST_ROOT = "/host"
 RUNTIMES = RUNTIME_CHOICES
+DISTROS = NAMES  #: --distro choices (install --distro)
 DEFAULT_MAX_UNAVAILABLE = "10%"  #: how many nodes an update takes down at once (README "Rolling a new bundle")
 DIGEST_ANNOTATION = "gpu-airgap.io/bundle-digest"  #: in the pod template: a new bundle is a new template, so it rolls
 REGISTRY_CONFIG = "/etc/gpu-airgap/registry/.dockerconfigjson"  #: where the --registry-secret is mounted
@@ -78,6 +80,8 @@ class K8sOptions:
     on_delete: bool = False  #: updateStrategy OnDelete: the canary step (README "Rolling a new bundle")
     registry_secret: Optional[str] = None  #: a kubernetes.io/dockerconfigjson Secret for the registry
     registry_plain_http: bool = False
+    distro: Optional[str] = None  #: install --distro (None: detected on each node)
+    take_over: bool = False  #: install --force: take over from the GPU Operator
     keyring_configmap: Optional[str] = None  #: None: a ConfigMap is rendered from the key text
     image: Optional[str] = None  #: None: IMAGE_FOR_TOOLS[tools]
     tools: str = "host"
@@ -102,6 +106,8 @@ class K8sOptions:
         if self.bundle_ref is not None and not self.bundle_ref.endswith("@" + self.bundle_digest):
             raise UsageError(f"--bundle {self.bundle_ref!r} must be pinned to its digest (oci://HOST/REPO@sha256:…)")
         parse_max_unavailable(self.max_unavailable)
+        if self.distro is not None and self.distro not in DISTROS:
+            raise UsageError(f"--distro must be one of {', '.join(DISTROS)}, not {self.distro!r}")
         if self.registry_secret is not None and (len(self.registry_secret) > 253 or not _DNS_SUBDOMAIN.match(self.registry_secret)):
             raise UsageError(f"--registry-secret {self.registry_secret!r} must be the name of a Secret such as registry-pull")
         if self.bundle_url is not None and urlparse(self.bundle_url).scheme not in ("http", "https"):
@@ -247,7 +253,10 @@ def _env(options: K8sOptions) -> List[Dict[str, str]]:
         "GPU_AIRGAP_SET_AS_DEFAULT": str(options.set_as_default).lower(),
         "GPU_AIRGAP_CDI": options.cdi,
         "GPU_AIRGAP_HOLD": str(options.hold).lower(),
+        "GPU_AIRGAP_TAKE_OVER": str(options.take_over).lower(),
     }
+    if options.distro is not None:
+        values["GPU_AIRGAP_DISTRO"] = options.distro
     if on_host:
         values.update(GPU_AIRGAP_HOST_MOUNT=HOST_ROOT, GPU_AIRGAP_CACHE=HOST_CACHE, GPU_AIRGAP_READY_FILE=f"{HOST_CACHE}/ready")
     values["GPU_AIRGAP_BUNDLE_DIGEST"] = str(options.bundle_digest)

@@ -255,6 +255,10 @@ def install_argv(tool: Path, bundle: Path) -> List[str]:
         argv.append("--set-as-default")
     if _env("GPU_AIRGAP_HOLD") == "true":
         argv.append("--hold")
+    if _env("GPU_AIRGAP_DISTRO"):
+        argv += ["--distro", _env("GPU_AIRGAP_DISTRO")]
+    if _env("GPU_AIRGAP_TAKE_OVER") == "true":
+        argv.append("--force")  # take the runtime configuration over from the GPU Operator
     return argv
 
 

@@ -98,6 +98,16 @@ options:
     type: list
     elements: str
     default: []
+  distro:
+    description:
+      - state=present - which containerd the kubelet uses (install's --distro); default detected on the node.
+    type: str
+    choices: [containerd, k3s, rke2, microk8s, k0s]
+  take_over:
+    description:
+      - state=present - take the runtime configuration over from the NVIDIA GPU Operator (install's --force).
+    type: bool
+    default: false
   plain_http:
     description: An oci:// bundle - speak plain http to the registry (a loopback or test registry).
     type: bool
@@ -162,6 +172,8 @@ def main() -> None:
             "hold": {"type": "bool", "default": False},
             "force": {"type": "bool", "default": False},
             "engines": {"type": "list", "elements": "str", "default": []},
+            "distro": {"choices": ["containerd", "k3s", "rke2", "microk8s", "k0s"]},
+            "take_over": {"type": "bool", "default": False},
             "plain_http": {"type": "bool", "default": False},
             "ca_file": {"type": "path"},
         },
@@ -207,6 +219,10 @@ def _install_args(p: dict) -> list:
         args.append("--set-as-default")
     if p["hold"]:
         args.append("--hold")
+    if p["distro"]:
+        args += ["--distro", p["distro"]]
+    if p["take_over"]:
+        args.append("--force")  # install's --force: take the runtime configuration over from the GPU Operator
     if p["bundle"].startswith(OCI):
         args += ["--plain-http"] if p["plain_http"] else []
         args += ["--ca-file", p["ca_file"]] if p["ca_file"] else []
