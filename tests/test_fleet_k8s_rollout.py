@@ -16,6 +16,7 @@ import importlib.util
 import json
 import os
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Dict
@@ -29,7 +30,14 @@ from mirror.fleet.cli import pod_script
 from plumbing.errors import ExitCode
 from tests.cli_runner import run_cli
 from tests.gpgkeys import TestKey
-from tests.node_fixtures import TOOLKIT, dpkg_versions, node_python, seed_containerd_node, tree_digest
+from tests.node_fixtures import (
+    CONTAINERD_CONFIG,
+    TOOLKIT,
+    dpkg_versions,
+    node_python,
+    seed_containerd_node,
+    tree_digest,
+)
 from tests.oci_registry import DockerConfig, Registry, basic_entry, htpasswd_file
 
 K8S_VERSIONS = ("1.29", "1.32", "1.37")
@@ -93,9 +101,11 @@ def test_runtimeclass_schedules_pods_onto_the_nodes_the_daemonset_installs() -> 
     assert _daemonset(docs)["spec"]["template"]["spec"]["nodeSelector"] == {"pool": "a100", "gpu": "true"}
 
 
-def test_idle_pod_asks_for_little(tmp_path: Path) -> None:
+def test_idle_pod_asks_for_little_and_is_probed_often_enough_to_roll_fast(tmp_path: Path) -> None:
     pod = _daemonset(_render("--bundle-configmap", "nvct", "--bundle-sha256", "cd" * 32))["spec"]["template"]["spec"]
     assert pod["containers"][0]["resources"] == {"requests": {"cpu": "10m", "memory": "32Mi"}}
+    probe = pod["containers"][0]["readinessProbe"]
+    assert (probe["initialDelaySeconds"], probe["periodSeconds"]) == (2, 5)
 
 
 # -- the registry -------------------------------------------------------------------------------
@@ -180,6 +190,14 @@ def test_pod_pulls_the_bundle_by_digest_installs_it_and_readiness_follows_the_te
     marker = json.loads(pod.ready_file.read_text())
     assert marker["bundle_digest"] == digest and marker["outcome"] == "installed"
     assert pod.run("ready").returncode == 0
+    # the probe is cheap between full checks: a drifted config shows once the full check is due again
+    checked = pod.ready_file.with_name("ready.checked")
+    assert checked.exists()
+    (pod.host / "etc/containerd/config.toml").write_bytes(CONTAINERD_CONFIG)
+    assert pod.run("ready").returncode == 0
+    due = time.time() - 301
+    os.utime(checked, (due, due))
+    assert pod.run("ready").returncode == 1 and not checked.exists()
     # a pod of a newer template (another bundle) is not ready on what this one installed
     pod.env["GPU_AIRGAP_BUNDLE_DIGEST"] = "sha256:" + "0" * 64
     assert pod.run("ready").returncode == 1
