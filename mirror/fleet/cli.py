@@ -5,7 +5,9 @@ The Ansible path needs no command: it is the role under ``deploy/ansible`` (see 
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import io
 import re
 from importlib import resources
 from pathlib import Path
@@ -15,12 +17,15 @@ import click
 import typer
 
 from configure.validate import CDI_CHOICES
+from mirror.fleet import image as fleet_image
 from mirror.fleet import k8s as fleet_k8s
 from plumbing.clikit import Group
 from plumbing.errors import UsageError
 from plumbing.fsutil import atomic_write
 from plumbing.gpg import check_key_file
 from plumbing.output import emit_lines
+from plumbing.proc import run
+from plumbing.version import VERSION
 
 fleet_app = typer.Typer(cls=Group, help="Roll the toolkit out to many nodes: Kubernetes manifests (Ansible: deploy/ansible).", no_args_is_help=True)
 
@@ -175,6 +180,72 @@ def _pin(text: str, plain_http: bool) -> Tuple[str, str]:
     return str(ref.pinned(digest)), digest
 
 
+_IMAGE_TOOLS = typer.Option("host", "--tools", click_type=click.Choice(fleet_k8s.TOOLS), help="host: a static busybox | image: --rootfs.")
+_BUSYBOX = typer.Option(Path("/bin/busybox"), "--busybox", help="A statically linked busybox (Debian's busybox-static).")
+_ROOTFS = typer.Option(None, "--rootfs", help="--tools image: a root filesystem with python3, gpg, tar, zstd and dpkg/rpm.")
+_IMAGE_OUTPUT = typer.Option(None, "--output", metavar="FILE", help="Write an OCI image layout tar (ctr images import, skopeo oci-archive:).")
+_PUSH = typer.Option(None, "--push", metavar="oci://HOST[:PORT]/REPO:TAG", help="Push the image to this registry.")
+_TAG = typer.Option(f"gpu-airgap-tools:{VERSION}", "--tag", help="The image's name in the --output archive.")
+_PLAIN_HTTP = typer.Option(False, "--plain-http", help="Speak plain http to the registry (loopback registries need not).")
+_CA_FILE = typer.Option(None, "--ca-file", help="PEM file of the CA that signed the registry's certificate.")
+
+
+def image_command(
+    tools: str = _IMAGE_TOOLS,
+    busybox: Path = _BUSYBOX,
+    rootfs: Optional[Path] = _ROOTFS,
+    output: Optional[Path] = _IMAGE_OUTPUT,
+    push: Optional[str] = _PUSH,
+    tag: str = _TAG,
+    plain_http: bool = _PLAIN_HTTP,
+    ca_file: Optional[str] = _CA_FILE,
+) -> None:
+    """Make the DaemonSet's tools image here (no base image pulled) and write it to a file or push it to the registry."""
+    if output is None and push is None:
+        raise UsageError("give --output FILE, --push oci://HOST/REPO:TAG, or both")
+    if tools == "host":
+        data = _read_binary(busybox)
+        if not fleet_image.is_static_elf(data):
+            raise UsageError(f"{busybox} is not a statically linked busybox (install busybox-static)")
+        applets = run([str(busybox), "--list"]).stdout.decode().split()
+        image = fleet_image.build(fleet_image.busybox_entries(data, applets), ["/bin/sh"])
+    elif rootfs is None:
+        raise UsageError("--tools image needs --rootfs DIR: a root filesystem with python3, gpg, tar, zstd and dpkg/rpm")
+    else:
+        image = fleet_image.build(fleet_image.tree_entries(rootfs), ["python3"])
+    lines = []
+    if output is not None:
+        atomic_write(output, fleet_image.layout_archive(image, tag))
+        lines.append(f"wrote {output} ({tag}, {image.manifest.digest})")
+    if push is not None:
+        lines.append(f"pushed {_push_image(image, push, plain_http, ca_file)}")
+    emit_lines(lines)
+
+
+def _read_binary(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from exc
+
+
+def _push_image(image: fleet_image.Image, target: str, plain_http: bool, ca_file: Optional[str]) -> str:
+    """Upload the blobs and the manifest; the pinned reference to give ``fleet k8s --image`` (without oci://)."""
+    from installer.oci import is_oci_reference
+    from installer.oci.client import RegistryClient
+    from installer.oci.reference import parse_reference
+    from installer.oci_cli import registry_access
+
+    if not is_oci_reference(target):
+        raise UsageError(f"--push {target!r} must be an oci://HOST[:PORT]/REPO:TAG reference")
+    ref = parse_reference(target)
+    client = RegistryClient.for_reference(ref, registry_access(ref.host, None, False, ca_file, plain_http))
+    for blob in (image.layer, image.config):
+        client.upload_blob(ref.repository, blob.digest, len(blob.data), functools.partial(io.BytesIO, blob.data))
+    digest = client.put_manifest(ref, image.manifest.data, fleet_image.MANIFEST_TYPE)
+    return f"{ref.host}/{ref.repository}@{digest}"
+
+
 def _read_key(path: Path) -> str:
     check_key_file(path)
     try:
@@ -187,3 +258,4 @@ def _read_key(path: Path) -> str:
 
 
 fleet_app.command("k8s")(k8s_command)
+fleet_app.command("image")(image_command)
