@@ -116,7 +116,8 @@ def uninstall(
         result.kept = apply_revert(journal, plan, force=force).kept
         if is_live_root(root):
             for engine in state.engines:
-                if engine in SERVICE_UNITS:
+                # an engine the admin stopped stays stopped: it reads the restored file when started
+                if engine in SERVICE_UNITS and not env.services.is_stopped(SERVICE_UNITS[engine]):
                     env.services.restart(SERVICE_UNITS[engine])
                     if not env.services.is_active(SERVICE_UNITS[engine]):
                         result.failed_engines.append(engine)
