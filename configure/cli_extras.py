@@ -84,7 +84,7 @@ def register_extras(app: typer.Typer) -> None:
 def toolkit_command(
     root: str = _ROOT, mode: Optional[str] = _MODE, dry_run: bool = _DRY_RUN, as_json: bool = _JSON
 ) -> None:
-    """Set [nvidia-container-runtime] mode in /etc/nvidia-container-runtime/config.toml, keeping the rest."""
+    """Set the runtime mode (nvidia-container-runtime.mode) in /etc/nvidia-container-runtime/config.toml, keeping the rest."""
     if mode is None:
         path = rooted(Path(root), toolkit.TOOLKIT_CONFIG)
         raw = read_optional(path)

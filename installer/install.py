@@ -17,10 +17,10 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from configure.changes import Journal, apply_changes, read_optional, revert, unified_diff
 from configure.engine import ConfigPlan
-from configure.validate import existing_root
+from configure.validate import SERVICE_ENGINES, existing_root
 from installer import preflight
 from installer.backend import PackageBackend
-from installer.env import CDI_SPEC, SERVICE_UNITS, NodeEnv
+from installer.env import CDI_SPEC, NodeEnv, engine_unit
 from installer.plan import InstallOptions, InstallPlan, plan_install, runtime_options
 from installer.rollback import RunLog, record
 from installer.state import save_state
@@ -122,9 +122,10 @@ def _execute(plan: InstallPlan, options: InstallOptions, env: NodeEnv) -> Instal
             raise instead from exc
         raise
     # Engines an earlier run left unrestarted are retried with this run's changes.
-    due = sorted({*changed, *plan.pending_before})
+    # podman and LXC read their files for each new container: nothing to restart.
+    due = sorted({*(name for name in changed if name in SERVICE_ENGINES), *plan.pending_before})
     kept = restart_engines(due, options, journal, env, result)
-    changed = [name for name in changed if name in kept]
+    changed = [name for name in changed if name in kept or name not in SERVICE_ENGINES]
     result.restart_pending = _left_pending(due, options)
     restarted = bool(plan.pending_before) and _may_restart(options)
     check, old_state = plan.preflight, plan.old_state
@@ -227,6 +228,9 @@ def _register(
         if apply_changes(name, config.changes, journal, dict(config.notes)):
             changed.append(name)
             result.engines[name] = f"registered runtime {options.runtime_name!r}"
+        elif config.notes.get("restart_needed"):
+            changed.append(name)
+            result.engines[name] = f"{config.notes['distro']} registers runtime {options.runtime_name!r} itself when it restarts"
         else:
             result.engines[name] = f"runtime {options.runtime_name!r} already registered"
     return changed
@@ -247,7 +251,11 @@ def restart_engines(changed: List[str], options: InstallOptions, journal: Journa
         return changed
     kept: List[str] = []
     for name in changed:
-        unit = SERVICE_UNITS.get(name, name)
+        unit = engine_unit(env.services, name, options.root, options.distro)
+        if not unit:  # k0s reloads containerd when its drop-in changes
+            result.engines[name] += ", reloaded by k0s"
+            kept.append(name)
+            continue
         if env.services.is_stopped(unit):
             # Starting an engine the admin stopped is not ours to do; it reads the new file when started.
             result.engines[name] += ", not restarted: it was stopped, it uses the runtime once started"
@@ -255,7 +263,7 @@ def restart_engines(changed: List[str], options: InstallOptions, journal: Journa
             continue
         env.services.restart(unit)
         if env.services.is_active(unit):
-            result.engines[name] += ", restarted"
+            result.engines[name] += f", restarted {unit}"
             kept.append(name)
             continue
         # Put back what gpu-airgap changed (nothing is recorded once its change was reverted already).

@@ -172,3 +172,17 @@ class ProblemsFound(ToolError):
         self.summary = summary
         self.problems = list(problems)
         super().__init__(f"{summary}: " + "; ".join(self.problems))
+
+
+class ManagedByOperator(ToolError):
+    """Someone else (the NVIDIA GPU Operator) manages the runtime's registration on this node."""
+
+    exit_code = ExitCode.CONFIG
+
+    def __init__(self, owner: str, evidence: str) -> None:
+        self.owner = owner
+        self.evidence = evidence
+        super().__init__(
+            f"the NVIDIA runtime on this node is managed by {owner} ({evidence}); change it through {owner}, "
+            "or pass --force to take the configuration over"
+        )

@@ -93,7 +93,7 @@ def test_install_restarts_containerd_through_systemd_and_it_serves_the_nvidia_ha
     installed = _install(node)
     assert installed.returncode == 0, installed.stderr
     result = json.loads(installed.stdout)
-    assert result["engines"]["containerd"] == "registered runtime 'nvidia', restarted"
+    assert result["engines"]["containerd"] == "registered runtime 'nvidia', restarted containerd"
     assert result["restart_pending"] == []
     after = node.main_pid("containerd")
     assert after not in (0, before) and node.active_state("containerd") == "active"
@@ -140,7 +140,7 @@ def test_install_no_restart_leaves_containerd_running_and_restart_brings_the_han
 
     restarted = _tool(node, "restart", "--json")
     assert restarted.returncode == 0, restarted.stderr
-    assert json.loads(restarted.stdout)["engines"]["containerd"].endswith("restarted")
+    assert json.loads(restarted.stdout)["engines"]["containerd"].endswith("restarted containerd")
     assert node.main_pid("containerd") not in (0, before)
     assert "nvidia" in _handlers(node, tmp_path)
     again = json.loads(_tool(node, "restart", "--json").stdout)
