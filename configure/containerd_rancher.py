@@ -134,6 +134,8 @@ def plan(distro: Distro, options: RuntimeOptions, plan_: ConfigPlan) -> ConfigPl
                        runtime_path=options.runtime_path, set_as_default=options.set_as_default,
                        previous_default=str(((cri_now.get("containerd") or {}).get("default_runtime_name")) or "runc"))  # fmt: skip
     plan_.facts = report(root, distro, options.runtime_name)
+    # Only a restart makes the agent regenerate its config with the runtime (or with our files).
+    plan_.notes["restart_needed"] = plan_.changed or plan_.facts.get("RUNTIME") != options.runtime_name
     return plan_
 
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
+from configure import distros
 from configure.changes import read_optional
 from plumbing.arch import normalize_arch
 from plumbing.errors import ToolError
@@ -139,9 +140,14 @@ def detect_arch(package_format: Optional[str], runner: Runner) -> str:
 
 
 def detect_engines(root: Path) -> Tuple[str, ...]:
-    """Names of the container engines with a config file or binary under ``root``."""
+    """Names of the container engines with a config file or binary under ``root``.
+
+    The containerd of k3s, RKE2, MicroK8s or k0s counts as containerd (:mod:`configure.distros`).
+    """
     return tuple(
-        name for name, markers in ENGINE_MARKERS.items() if any(rooted(root, m).exists() for m in markers)
+        name
+        for name, markers in ENGINE_MARKERS.items()
+        if any(rooted(root, m).exists() for m in markers) or (name == "containerd" and distros.detect(root))
     )
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional, Protocol, Sequence
 
-from configure import cdi
+from configure import cdi, distros
 from configure.engine import ConfigPlan, Engine
 from configure.nodefacts import NodeFacts, detect_node, proc_runner
 from configure.validate import ENGINES
@@ -55,6 +55,20 @@ class Systemd:
     def is_active(self, unit: str) -> bool:
         """``systemctl is-active --quiet UNIT``."""
         return proc.run(["systemctl", "is-active", "--quiet", unit], check=False, timeout=30).returncode == 0
+
+
+def engine_unit(services: ServiceManager, name: str, root: Path, distro: Optional[str] = None) -> str:
+    """The unit to restart for engine ``name``; "" when nothing needs a restart (k0s reloads by itself).
+
+    containerd's is its distribution's (:func:`configure.distros.choose`): ``k3s``/``k3s-agent``,
+    ``rke2-server``/``rke2-agent``, MicroK8s's snap service or ``containerd``; of two candidates the
+    one that runs.
+    """
+    if name != "containerd":
+        return SERVICE_UNITS.get(name, name)
+    units = distros.choose(root, distro).units
+    active = [unit for unit in units if services.is_active(unit)]
+    return (active or list(units) or [""])[0]
 
 
 def default_engine(name: str) -> Engine:

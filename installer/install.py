@@ -20,7 +20,7 @@ from configure.engine import ConfigPlan
 from configure.validate import SERVICE_ENGINES, existing_root
 from installer import preflight
 from installer.backend import PackageBackend
-from installer.env import CDI_SPEC, SERVICE_UNITS, NodeEnv
+from installer.env import CDI_SPEC, NodeEnv, engine_unit
 from installer.plan import InstallOptions, InstallPlan, plan_install, runtime_options
 from installer.rollback import RunLog, record
 from installer.state import save_state
@@ -226,6 +226,9 @@ def _register(
         if apply_changes(name, config.changes, journal, dict(config.notes)):
             changed.append(name)
             result.engines[name] = f"registered runtime {options.runtime_name!r}"
+        elif config.notes.get("restart_needed"):
+            changed.append(name)
+            result.engines[name] = f"{config.notes['distro']} registers runtime {options.runtime_name!r} itself when it restarts"
         else:
             result.engines[name] = f"runtime {options.runtime_name!r} already registered"
         if config.next_step:  # podman and LXC have no runtime entry: say what was done or what to run
@@ -248,10 +251,14 @@ def restart_engines(changed: List[str], options: InstallOptions, journal: Journa
         return changed
     kept: List[str] = []
     for name in changed:
-        unit = SERVICE_UNITS.get(name, name)
+        unit = engine_unit(env.services, name, options.root, options.distro)
+        if not unit:  # k0s reloads containerd when its drop-in changes
+            result.engines[name] += ", reloaded by k0s"
+            kept.append(name)
+            continue
         env.services.restart(unit)
         if env.services.is_active(unit):
-            result.engines[name] += ", restarted"
+            result.engines[name] += f", restarted {unit}"
             kept.append(name)
             continue
         # Put back what gpu-airgap changed (nothing is recorded once its change was reverted already).

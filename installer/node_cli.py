@@ -15,6 +15,7 @@ from typing import Any, Dict, List, Optional
 import click
 import typer
 
+from configure.distros import NAMES as DISTROS
 from configure.validate import CDI_CHOICES, RUNTIME_CHOICES, SERVICE_ENGINES, existing_root
 from installer import oci_cli
 from plumbing.errors import ExitCode
@@ -47,6 +48,10 @@ _UNINSTALL_DRY_RUN = typer.Option(False, "--dry-run", help="Print what would be 
 _ENGINE = typer.Option(
     [], "--engine", click_type=click.Choice(sorted(SERVICE_ENGINES)), help="Restart this engine instead of the pending ones; repeat."
 )
+_DISTRO = typer.Option(
+    None, "--distro", click_type=click.Choice(DISTROS), help="Which containerd the kubelet uses (default: detected)."
+)
+_TAKE_OVER = typer.Option(False, "--force", help="Take the runtime configuration over from the NVIDIA GPU Operator.")
 _STATUS_RUNTIME_NAME = typer.Option("nvidia", "--runtime-name", help="Runtime to look for when nothing was recorded.")
 
 
@@ -75,6 +80,8 @@ def install_command(
     password_stdin: bool = oci_cli.PASSWORD_STDIN,
     ca_file: Optional[str] = oci_cli.CA_FILE,
     plain_http: bool = oci_cli.PLAIN_HTTP,
+    distro: Optional[str] = _DISTRO,
+    force: bool = _TAKE_OVER,
 ) -> None:
     """Verify a bundle (a file or an oci:// artifact), check the node, install the toolkit and register the runtime."""
     # The library loads only when a command runs, so --help stays fast.
@@ -92,6 +99,8 @@ def install_command(
         allow_downgrade=allow_downgrade,
         no_restart=no_restart,
         dry_run=dry_run,
+        distro=distro,
+        force=force,
     )
     with oci_cli.local_bundle(bundle, keyring, username, password_stdin, ca_file, plain_http) as local:
         result = install_lib.install(local, Path(keyring), options, NodeEnv(log=_progress))
@@ -187,7 +196,10 @@ def _status_lines(report: Dict[str, Any]) -> List[str]:
     for engine, facts in report["engines"].items():
         runtime = facts.get("RUNTIME") or "not registered"
         pending = " (restart pending: `gpu-airgap restart`)" if engine in report.get("restart_pending", []) else ""
-        lines.append(f"  {engine}: runtime {runtime}" + (f", default {facts['DEFAULT']}" if facts.get("DEFAULT") else "") + pending)
+        of = f" of {facts['DISTRO']}" if facts.get("DISTRO") not in (None, "containerd") else ""
+        lines.append(f"  {engine}{of}: runtime {runtime}" + (f", default {facts['DEFAULT']}" if facts.get("DEFAULT") else "") + pending)
+        if facts.get("OWNER"):
+            lines.append(f"  {engine}: the runtime configuration is managed by {facts['OWNER']}")
     cdi = report["cdi"]
     lines.append(f"  CDI {cdi['path']}: " + ("valid" if cdi["valid"] else "invalid" if cdi["present"] else "absent"))
     lines += [f"problem: {p}" for p in report["problems"]] or ["no drift from the recorded install"]

@@ -42,6 +42,8 @@ class InstallOptions:
     allow_downgrade: bool = False
     no_restart: bool = False
     dry_run: bool = False
+    distro: Optional[str] = None  #: which containerd (``--distro``); detected when None
+    force: bool = False  #: take the runtime configuration over from the GPU Operator
 
     def validate(self) -> None:
         """:raises UsageError: for values the command cannot use."""
@@ -78,7 +80,8 @@ class InstallPlan:
     @property
     def engines_changing(self) -> List[str]:
         """The engines whose configuration this run changes."""
-        return [name for name, config in self.engines.items() if config.changed]
+        # k3s/RKE2 register the runtime themselves: a restart is their change, with no file written.
+        return [name for name, config in self.engines.items() if config.changed or config.notes.get("restart_needed")]
 
     @property
     def restart_due(self) -> List[str]:
@@ -148,7 +151,8 @@ def files_written(plan: InstallPlan, root: Path) -> List[Path]:
 def runtime_options(options: InstallOptions, cdi: bool) -> RuntimeOptions:
     """The engines' options for this install; ``cdi`` when the CDI spec is (or will be) written."""
     return RuntimeOptions(
-        root=options.root, runtime_name=options.runtime_name, set_as_default=options.set_as_default, cdi=cdi
+        root=options.root, runtime_name=options.runtime_name, set_as_default=options.set_as_default, cdi=cdi,
+        distro=options.distro, force=options.force,
     )
 
 
