@@ -33,6 +33,8 @@ class RuntimeOptions:
     hooks_dir: Optional[str] = None  #: podman: the hooks directory to write the hook to (node path)
     container: Optional[str] = None  #: lxc: the container whose config gets the nvidia hook
     lxcpath: Optional[str] = None  #: lxc: the containers' directory (lxc-start -P; default /var/lib/lxc)
+    devices: Optional[str] = None  #: lxc: NVIDIA_VISIBLE_DEVICES for the container (default all)
+    capabilities: Optional[str] = None  #: lxc: NVIDIA_DRIVER_CAPABILITIES (default compute,utility)
     distro: Optional[str] = None  #: containerd: which one (``--distro``); detected when None
     force: bool = False  #: take the configuration over from the GPU Operator
 

@@ -14,6 +14,7 @@ from typing import Callable, Optional, Protocol, Sequence
 from configure import cdi, distros
 from configure.engine import ConfigPlan, Engine
 from configure.nodefacts import NodeFacts, detect_node, proc_runner
+from configure.validate import ENGINES
 from installer.backend import PackageBackend, make_backend
 from installer.target import StagedBundle
 from plumbing import proc
@@ -21,7 +22,7 @@ from plumbing.errors import CommandError
 
 #: Where the CDI spec goes (node path) and the engines the installer knows, in detection order.
 CDI_SPEC = cdi.CDI_SPEC
-ENGINE_NAMES = ("containerd", "docker", "crio")
+ENGINE_NAMES = ENGINES
 SERVICE_UNITS = {"containerd": "containerd", "docker": "docker", "crio": "crio"}
 
 

@@ -233,6 +233,8 @@ def _register(
             result.engines[name] = f"{config.notes['distro']} registers runtime {options.runtime_name!r} itself when it restarts"
         else:
             result.engines[name] = f"runtime {options.runtime_name!r} already registered"
+        if config.next_step:  # podman and LXC have no runtime entry: say what was done or what to run
+            result.engines[name] = f"{'configured' if name in changed else 'nothing written'}: {config.next_step}"
     return changed
 
 
@@ -306,6 +308,8 @@ def _render_dry_run(plan: InstallPlan, options: InstallOptions) -> InstallResult
         result.messages.append("would hold " + ", ".join(p.name for p in plan.target.packages))
     for name, config in plan.engines.items():
         result.engines[name] = "would register" if config.changed else "already registered"
+        if config.next_step:
+            result.engines[name] = f"{'would configure' if config.changed else 'nothing to write'}: {config.next_step}"
     result.restart_pending = _left_pending(plan.restart_due, options)
     result.diff = "".join(unified_diff(config.changes) for config in plan.engines.values())
     # A valid existing CDI spec is kept by a real run, so only a missing one would be written.
