@@ -26,7 +26,7 @@ from installer.rollback import RunLog, record
 from installer.state import save_state
 from installer.target import install_order
 from installer.workspace import node_lock, staging
-from plumbing.errors import CommandError, ToolError, UsageError
+from plumbing.errors import CommandError, ExitCode, ToolError, UsageError
 from plumbing.fsutil import is_live_root, rooted
 from plumbing.gpg import check_key_file
 
@@ -61,6 +61,8 @@ class InstallFailed(ToolError):
 
 class EngineRestartFailed(ToolError):
     """An engine did not come back with the new runtime; its previous configuration was put back."""
+
+    exit_code = ExitCode.ENGINE_RESTORED
 
     def __init__(self, engines: Sequence[str]) -> None:
         self.engines = list(engines)
@@ -254,6 +256,11 @@ def restart_engines(changed: List[str], options: InstallOptions, journal: Journa
         unit = engine_unit(env.services, name, options.root, options.distro)
         if not unit:  # k0s reloads containerd when its drop-in changes
             result.engines[name] += ", reloaded by k0s"
+            kept.append(name)
+            continue
+        if env.services.is_stopped(unit):
+            # Starting an engine the admin stopped is not ours to do; it reads the new file when started.
+            result.engines[name] += ", not restarted: it was stopped, it uses the runtime once started"
             kept.append(name)
             continue
         env.services.restart(unit)

@@ -50,6 +50,9 @@ class Services:
         self.calls.append(("is-active", unit))
         return self.healthy
 
+    def is_stopped(self, unit: str) -> bool:
+        return False
+
 
 @pytest.fixture(scope="session")
 def targets(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, StagedTarget]:
