@@ -11,7 +11,9 @@ restore the state before gpu-airgap's first change, byte for byte, including fil
 exist (they are removed again, with their new directories). A revert checks everything first
 (:func:`plan_revert`: every engine has entries, every backup is there, no file was edited since)
 and only then changes anything (:func:`apply_revert`); with ``force`` an edited file is kept beside
-the original as ``FILE.gpu-airgap-old``. An install run that fails rolls back only its own writes
+the original as ``FILE.gpu-airgap-old``. A file gpu-airgap only appended lines to
+(:mod:`configure.lineedits`, LXC configs) is not refused when edited since: exactly its lines are
+taken out and the edit stays. An install run that fails rolls back only its own writes
 (:meth:`Journal.mark` and :meth:`Journal.undo_since`).
 """
 
@@ -28,6 +30,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
+from configure import lineedits
 from plumbing.errors import ConfigFormatError, FileWriteError, ProblemsFound, ToolError
 from plumbing.fsutil import atomic_write, rooted, why_unwritable
 
@@ -304,10 +307,12 @@ def _restores(entries: Sequence[JournalEntry], engines: Optional[Sequence[str]])
     """
     first: Dict[str, JournalEntry] = {}
     last: Dict[str, JournalEntry] = {}
+    notes: Dict[str, List[Dict[str, Any]]] = {}
     for entry in entries:
         if engines is None or entry.engine in engines:
             first.setdefault(entry.path, entry)
             last[entry.path] = entry
+            notes.setdefault(entry.path, []).append(entry.notes)
     restores: List[Restore] = []
     for path, entry in first.items():
         data: Optional[bytes] = None
@@ -317,6 +322,10 @@ def _restores(entries: Sequence[JournalEntry], engines: Optional[Sequence[str]])
                 raise ToolError(f"the backup {entry.backup} of {path} is missing; cannot restore it")
         current = read_optional(Path(path))
         edited = current if current is not None and hashlib.sha256(current).hexdigest() != last[path].sha256 else None
+        owned = lineedits.owned_lines(notes[path])
+        if edited is not None and owned is not None:
+            # A line edit (LXC config): take out exactly our lines and keep whatever else changed.
+            data, edited = lineedits.remove_lines(edited.decode("utf-8", "surrogateescape"), owned).encode("utf-8", "surrogateescape"), None
         restores.append(Restore(entry.engine, Path(path), data, entry.mode, tuple(entry.created), edited))
     return restores
 
