@@ -71,6 +71,7 @@ class FileChange:
     old: Optional[bytes]
     new: bytes
     mode: Optional[int] = None  #: permission bits for a new file
+    owner: Optional[Tuple[int, int]] = None  #: (uid, gid) of a new file and the directories made for it (a user's ~/.config)
 
     @property
     def changed(self) -> bool:
@@ -164,11 +165,7 @@ class Journal:
             target = self.backups / f"{stamp}-{n:04d}-{change.path.name}"
             write_config(target, change.old, mode=0o600)
             backup = str(target)
-        created: List[str] = []
-        directory = change.path.parent
-        while not os.path.lexists(directory):
-            created.append(str(directory))
-            directory = directory.parent
+        created = [str(directory) for directory in _missing_dirs(change.path.parent)]
         entry = JournalEntry(
             engine=engine,
             path=str(change.path),
@@ -206,6 +203,7 @@ class Journal:
                 _put_back(restore)
             except ToolError as exc:
                 failed[restore.path] = exc
+        _remove_created(restores)
         kept = [entry for entry in recent if Path(entry.path) in failed]
         for entry in recent:
             if entry.backup is not None and entry not in kept:
@@ -250,15 +248,28 @@ def apply_changes(
         for change in changes:
             if not change.changed:
                 continue
+            made = _missing_dirs(change.path.parent) if change.owner is not None and change.old is None else []
             journal.record(engine, change, notes)
             write_config(change.path, change.new, mode=change.mode)
             written.append(change.path)
+            if change.owner is not None and change.old is None:  # a user's new file, in directories made for it
+                for path in (*made, change.path):
+                    os.chown(path, *change.owner)
     except BaseException:
         # All or nothing: a write that fails takes back this call's earlier writes and journal entries.
         with contextlib.suppress(ToolError, OSError):
             journal.undo_since(mark)
         raise
     return written
+
+
+def _missing_dirs(directory: Path) -> List[Path]:
+    """``directory`` and its parents that do not exist yet, deepest first."""
+    missing: List[Path] = []
+    while not os.path.lexists(directory):
+        missing.append(directory)
+        directory = directory.parent
+    return missing
 
 
 @dataclass(frozen=True)
@@ -357,8 +368,16 @@ def apply_revert(journal: Journal, plan: RevertPlan, *, force: bool = False) -> 
             outcome.kept[str(restore.path)] = str(_keep_aside(restore.path, restore.edited))
         _put_back(restore)
         (outcome.deleted if restore.data is None else outcome.restored).append(restore.path)
+    _remove_created(plan.restores)
     journal.forget(plan.engines)
     return outcome
+
+
+def _remove_created(restores: Sequence[Restore]) -> None:
+    """Directories made for several files (a user's ~/.config tree) go once all of them are gone, deepest first."""
+    for directory in sorted({d for r in restores if r.data is None for d in r.created}, key=lambda d: -d.count("/")):
+        with contextlib.suppress(OSError):
+            Path(directory).rmdir()
 
 
 def revert(engine: str, journal: Journal, *, force: bool = False) -> List[Path]:

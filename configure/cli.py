@@ -154,10 +154,14 @@ _HOOKS_DIR = typer.Option(
 )
 
 
+_USER = typer.Option(None, "--user", metavar="NAME", help="Rootless: configure NAME's podman (their ~/.config/containers).")
+
+
 def podman_command(
     root: Path = _ROOT,
     hook: bool = _PODMAN_HOOK,
     hooks_dir: Optional[str] = _HOOKS_DIR,
+    user: Optional[str] = _USER,
     runtime_path: str = _RUNTIME_PATH,
     dry_run: bool = _DRY_RUN,
     as_json: bool = _JSON,
@@ -165,7 +169,7 @@ def podman_command(
     """Give podman the GPUs: the CDI spec it loads (written when none is valid), or NVIDIA's OCI hook."""
     if hooks_dir is not None and not hook:
         raise UsageError("--hooks-dir belongs to --hook")
-    options = RuntimeOptions(root=root, runtime_path=runtime_path, cdi=True, hook=hook, hooks_dir=hooks_dir)
+    options = RuntimeOptions(root=root, runtime_path=runtime_path, cdi=True, hook=hook, hooks_dir=hooks_dir, user=user)
     _configure("podman", options, dry_run, as_json)
 
 
