@@ -28,8 +28,8 @@ from debian import deb822  # noqa: E402
 
 from mirror.apt_index import parse_packages, parse_release  # noqa: E402
 from mirror.model import PackageFormat  # noqa: E402
+from mirror.selectors import VersionSelector  # noqa: E402
 from mirror.sync.resolve import resolve  # noqa: E402
-from mirror.sync.selectors import VersionSelector  # noqa: E402
 from mirror.trust import default_keyring_path, open_keyring  # noqa: E402
 
 REAL = ROOT / "tests" / "data" / "real-upstream" / "stable" / "deb" / "amd64"
@@ -112,7 +112,7 @@ sys.path.insert(0, sys.argv[1])
 from plumbing.gpg import Keyring
 from mirror.repo import FakeFetcher, load_apt_repo
 from mirror.sync.resolve import resolve
-from mirror.sync.selectors import VersionSelector
+from mirror.selectors import VersionSelector
 from pathlib import Path
 work = Path(sys.argv[2])
 mode = sys.argv[3]

@@ -16,8 +16,8 @@ from typing import Any, ClassVar, Dict, Optional, Tuple
 
 import click
 import typer
-from typer.core import TyperGroup
 
+from plumbing.clikit import Group
 from plumbing.errors import ExitCode, ToolError
 from plumbing.version import VERSION
 
@@ -32,7 +32,7 @@ LAZY_GROUPS: Dict[str, Tuple[str, str, str]] = {
     "configure": (
         "configure.cli",
         "app",
-        "Register the NVIDIA runtime with containerd, Docker or CRI-O; write CDI specs and RuntimeClasses.",
+        "Register the NVIDIA runtime with containerd, Docker or CRI-O; give Podman and LXC the GPUs; write CDI specs and RuntimeClasses.",
     ),
 }
 
@@ -57,7 +57,7 @@ class _LazyGroup(click.Group):
         return self.load().make_context(info_name, args, parent=parent, **extra)
 
 
-class _RootGroup(TyperGroup):
+class _RootGroup(Group):
     """The root group: typer's, plus the :data:`LAZY_GROUPS` (and ``more_lazy``) stand-ins listed last."""
 
     more_lazy: ClassVar[Mapping[str, Tuple[str, str, str]]] = {}  #: set per app by :func:`make_app`
@@ -88,12 +88,16 @@ def _root_callback(
     logging.getLogger("gnupg").setLevel(logging.DEBUG if debug else logging.CRITICAL)
 
 
-def make_bundle_app() -> typer.Typer:
+#: the node tool's ``bundle`` help names only the commands it has; ``mirror.cli`` adds ``build`` and says so
+NODE_BUNDLE_HELP = "Inspect, verify, push and pull signed offline bundles."
+
+
+def make_bundle_app(help_text: str = NODE_BUNDLE_HELP) -> typer.Typer:
     """The ``bundle`` group with the node-side commands; ``mirror.cli`` adds ``build``."""
     from installer.bundle_cli import add_bundle_commands
     from installer.oci_cli import add_oci_commands
 
-    bundle_app = typer.Typer(help="Build, inspect, verify, push and pull signed offline bundles.", no_args_is_help=True)
+    bundle_app = typer.Typer(cls=Group, help=help_text, no_args_is_help=True)
     add_bundle_commands(bundle_app)
     add_oci_commands(bundle_app)
     return bundle_app

@@ -29,7 +29,7 @@ CONNECTED_GROUPS: Dict[str, Tuple[str, str, str]] = {
 
 def make_app() -> typer.Typer:
     """The root app with every group, connected side included."""
-    bundle_app = node_cli.make_bundle_app()
+    bundle_app = node_cli.make_bundle_app("Build, inspect, verify, push and pull signed offline bundles.")
     bundle_cli.add_build_command(bundle_app)
     return node_cli.make_app(bundle_app=bundle_app, lazy_groups=CONNECTED_GROUPS)
 

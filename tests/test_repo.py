@@ -20,8 +20,8 @@ from mirror.repo import (
     repo_url,
 )
 from mirror.rpm_index import parse_repomd
+from mirror.selectors import VersionSelector
 from mirror.sync.resolve import resolve
-from mirror.sync.selectors import VersionSelector
 from mirror.trust import NVIDIA_FINGERPRINT
 from plumbing.arch import known_arch, normalize_arch
 from plumbing.errors import ChecksumMismatch, SignatureError, UnsafePathError, UsageError

@@ -7,8 +7,8 @@ import pytest
 from mirror.apt_index import parse_packages, parse_relations
 from mirror.errors import UnresolvableDependency
 from mirror.model import Package, PackageFormat, Relation
+from mirror.selectors import VersionSelector
 from mirror.sync.resolve import resolve
-from mirror.sync.selectors import VersionSelector
 from mirror.versions import satisfies, sort_key
 from plumbing.errors import ExitCode
 from tests.gpgkeys import REAL

@@ -63,6 +63,27 @@ class BuildResult:
     payload_bytes: int  #: uncompressed size of all members
 
 
+#: the file name endings a bundle's compression implies (``tar -xf`` and people read the name)
+SUFFIXES = ((".tar.zst", "zstd"), (".tzst", "zstd"), (".tar.xz", "xz"), (".txz", "xz"),
+            (".tar.gz", "gzip"), (".tgz", "gzip"), (".tar", "none"))  # fmt: skip
+
+
+def compression_for(output: Path, compression: str | None) -> str:
+    """The compression to write ``output`` with: ``compression``, else what its name implies, else zstd.
+
+    :raises UsageError: when ``compression`` and the name disagree (an ``.tar.zst`` file of xz).
+    """
+    implied = next((name for suffix, name in SUFFIXES if output.name.endswith(suffix)), None)
+    if compression is None:
+        return implied or "zstd"
+    if implied is not None and implied != compression:
+        raise UsageError(
+            f"--compression {compression} does not match the output name {output.name}, which says {implied}; "
+            "rename the output or leave out --compression"
+        )
+    return compression
+
+
 def parse_size(text: str) -> int:
     """``650M`` / ``4G`` / ``1048576`` -> bytes (binary units)."""
     units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}

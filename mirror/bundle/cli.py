@@ -13,16 +13,23 @@ import typer
 
 from mirror.model import CHANNELS, COMPRESSIONS
 from plumbing import output
+from plumbing.clikit import refuse_with
 from plumbing.errors import UsageError
 
 _MIRROR = typer.Option(..., "--mirror", help="The mirror directory (from `gpu-airgap mirror sync`).")
-_VERSION = typer.Option("latest", "--version", help="Toolkit release: latest, 1.17.8 or 1.17.8-1.")
+_VERSION = typer.Option(
+    None, "--version", show_default=False,
+    help="Toolkit release, as for mirror sync: latest (default), 1.17.8, 1.17.8-1, '1.17.*' or '>=1.17,<1.18'.",
+)  # fmt: skip
 _CHANNEL = typer.Option(None, "--channel", click_type=click.Choice(CHANNELS), help="stable or experimental (default: the mirror's).")
 _TARGET = typer.Option([], "--target", help="deb/amd64, rpm/x86_64, …; repeat for several.")
 _SIGN_KEY = typer.Option(..., "--sign-key", help="The operator's secret key (fingerprint or key id).")
 _GNUPGHOME = typer.Option(None, "--gnupghome", help="gpg home holding the secret key.")
 _OUTPUT_FILE = typer.Option(..., "--output", help="The bundle file to write.")
-_COMPRESSION = typer.Option("zstd", "--compression", click_type=click.Choice(COMPRESSIONS), help="zstd, xz, gzip or none (nodes without zstd: xz).")
+_COMPRESSION = typer.Option(
+    None, "--compression", click_type=click.Choice(COMPRESSIONS), show_default=False,
+    help="zstd, xz, gzip or none (nodes without zstd: xz); default: what --output's name says, else zstd.",
+)  # fmt: skip
 _SPLIT = typer.Option(None, "--split", help="Write parts of at most this size (650M, 4G) plus a signed checksum list.")
 _LOCKED = typer.Option(None, "--locked", help="Take exactly the set in this lockfile (gpu-airgap.lock).")
 _JSON_OUTPUT = typer.Option(False, "--json", help="Print one JSON object.")
@@ -34,34 +41,38 @@ def add_build_command(app: typer.Typer) -> None:
 
 
 def build_command(
+    ctx: typer.Context,
     mirror: Path = _MIRROR,
-    version: str = _VERSION,
+    version: Optional[str] = _VERSION,
     channel: Optional[str] = _CHANNEL,
     target: List[str] = _TARGET,
     sign_key: str = _SIGN_KEY,
     gnupghome: Optional[Path] = _GNUPGHOME,
     output_file: Path = _OUTPUT_FILE,
-    compression: str = _COMPRESSION,
+    compression: Optional[str] = _COMPRESSION,
     split: Optional[str] = _SPLIT,
     locked: Optional[Path] = _LOCKED,
     json_output: bool = _JSON_OUTPUT,
 ) -> None:
     """Build one signed offline bundle from a mirror."""
-    from mirror.bundle.build import build_bundle, parse_size
+    from mirror.bundle.build import build_bundle, compression_for, parse_size
     from mirror.bundle.source import parse_target
     from mirror.lockfile import Lockfile
+    from mirror.selectors import VersionSelector
 
-    if compression not in COMPRESSIONS:
+    if compression is not None and compression not in COMPRESSIONS:
         raise UsageError(f"unknown --compression {compression!r}; use one of {', '.join(COMPRESSIONS)}")
+    refuse_with(ctx, "locked", ["version", "channel", "target"], "the lockfile names the release and the targets")
+    VersionSelector.parse(version or "latest")  # a bad --version is a usage error before the mirror is read
     result = build_bundle(
         mirror,
-        version=version,
+        version=version or "latest",
         channel=channel,
         targets=[parse_target(t) for t in target],
         sign_key=sign_key,
         gnupghome=gnupghome,
         output=output_file,
-        compression=compression,
+        compression=compression_for(output_file, compression),
         split=parse_size(split) if split else None,
         locked=Lockfile.load(locked) if locked is not None else None,
     )

@@ -14,9 +14,11 @@ from pathlib import Path
 
 from installer.manifest import Provenance, SignedFile
 from installer.target import Requirement
+from mirror.errors import SelectorError
 from mirror.index_entries import signed_entries
 from mirror.lockfile import LockedPackage, LockedTarget, Lockfile
-from mirror.model import Package, SourcePackage
+from mirror.model import Package, PackageFormat, SourcePackage
+from mirror.selectors import VersionSelector
 from mirror.store import MirrorState, Release, RepoRecord, StoredPackage
 from plumbing.arch import normalize_arch
 from plumbing.errors import ChecksumMismatch, ToolError, UsageError
@@ -98,7 +100,7 @@ def select_from_mirror(
     channel: str | None,
     locked: Lockfile | None = None,
 ) -> MirrorSelection:
-    """Pick ``version`` (``latest``, ``1.17.8`` or ``1.17.8-1``) for each target from the mirror at ``mirror``.
+    """Pick ``version`` (any ``--version`` selector of ``mirror sync`` but ``all``) for each target from the mirror at ``mirror``.
 
     With ``locked``, take exactly the lockfile's targets and packages (name, version, arch and
     checksums must match what the mirror holds) instead of ``version``/``targets``.
@@ -168,15 +170,18 @@ def _source_package(mirror: Path, pkg: StoredPackage, entries: dict[str, Package
 
 
 def _pick_release(repo: RepoRecord, version: str) -> Release:
+    """The newest release of ``repo`` that the ``--version`` selector accepts, as ``mirror sync`` chooses."""
     if not repo.releases:
         raise SourceError(f"the mirror's {repo.key} repository holds no toolkit release")
-    if version == "latest":
-        return repo.releases[-1]  # the state lists releases oldest first
-    for release in repo.releases:
-        if version in (release.toolkit_version, upstream_version(release.toolkit_version)):
-            return release
+    selector = VersionSelector.parse(version)
+    if selector.kind == "all":
+        raise SelectorError(version, "a bundle carries one release; use latest, a version, a wildcard or a range")
+    fmt = PackageFormat(repo.format)
+    chosen = selector.choose([r.toolkit_version for r in repo.releases], fmt)
+    if chosen is not None:
+        return next(r for r in repo.releases if r.toolkit_version == chosen)
     have = ", ".join(r.toolkit_version for r in repo.releases)
-    raise SourceError(f"the mirror's {repo.key} repository has no toolkit {version} (it has {have}); sync it first")
+    raise SourceError(f"the mirror's {repo.key} repository has no toolkit {selector} (it has {have}); sync it first")
 
 
 def _locked_release(repo: RepoRecord, target: LockedTarget) -> Release:

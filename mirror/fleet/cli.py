@@ -14,12 +14,13 @@ import typer
 
 from configure.validate import CDI_CHOICES
 from mirror.fleet import k8s as fleet_k8s
+from plumbing.clikit import Group
 from plumbing.errors import UsageError
 from plumbing.fsutil import atomic_write
 from plumbing.gpg import check_key_file
 from plumbing.output import emit_lines
 
-fleet_app = typer.Typer(help="Roll the toolkit out to many nodes: Kubernetes manifests (Ansible: deploy/ansible).", no_args_is_help=True)
+fleet_app = typer.Typer(cls=Group, help="Roll the toolkit out to many nodes: Kubernetes manifests (Ansible: deploy/ansible).", no_args_is_help=True)
 
 
 def pod_script() -> str:

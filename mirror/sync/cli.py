@@ -16,6 +16,7 @@ from mirror.lockfile import Lockfile
 from mirror.model import CHANNELS, PackageFormat
 from mirror.versions import sort_key
 from plumbing import output
+from plumbing.clikit import refuse_with
 from plumbing.errors import ProblemsFound, UsageError
 
 # The mirror commands import their libraries (requests, rich progress, …) when they run, so
@@ -47,8 +48,9 @@ _CHANNEL = typer.Option("stable", "--channel", click_type=click.Choice(CHANNELS)
 _FORMAT = typer.Option("deb,rpm", "--format", help="Package formats, comma-separated: deb, rpm.")
 _ARCH = typer.Option(["amd64"], "--arch", help="Architectures (amd64/x86_64, arm64/aarch64, ppc64el); repeat or comma-separate.")
 _VERSION = typer.Option(
-    "latest", "--version", help="latest, all (every package: a full mirror), 1.17.8, 1.17.8-1, '>=1.17,<1.18' or '1.17.*'."
-)
+    None, "--version", show_default=False,
+    help="latest (default), all (every package: a full mirror), 1.17.8, 1.17.8-1, '>=1.17,<1.18' or '1.17.*'.",
+)  # fmt: skip
 _KEYRING = typer.Option(None, "--keyring", help="Trust this key file instead of NVIDIA's pinned key.")
 _JOBS = typer.Option(4, "--jobs", min=1, max=64, help="Parallel downloads.")
 _JSON = typer.Option(False, "--json", help="Print one JSON object.")
@@ -57,10 +59,14 @@ _LOCKED = typer.Option(None, "--locked", help="Take exactly the set in this lock
 _WRITE_LOCK = typer.Option(None, "--write-lock", help="Record the synced set in this lockfile.")
 
 
-def _options(upstream: str, channel: str, fmt: str, arch: list[str], version: str, locked: Optional[Path]) -> sync_lib.SyncOptions:
+def _options(
+    ctx: typer.Context, upstream: str, channel: str, fmt: str, arch: list[str], version: Optional[str], locked: Optional[Path]
+) -> sync_lib.SyncOptions:
+    from mirror.selectors import VersionSelector
     from mirror.sync import core as sync_lib
-    from mirror.sync.selectors import VersionSelector
 
+    refuse_with(ctx, "locked", ["version", "channel", "fmt", "arch"], "the lockfile names the release and the targets")
+    version = version or "latest"
     if channel not in CHANNELS:
         raise UsageError(f"unknown --channel {channel!r}; use stable or experimental")
     VersionSelector.parse(version)  # a bad --version is a usage error before anything is fetched
@@ -116,12 +122,13 @@ def _target_lines(item: sync_lib.PlannedTarget) -> list[str]:
 
 
 def sync_command(
+    ctx: typer.Context,
     dest: Path = _DEST,
     upstream: str = _UPSTREAM,
     channel: str = _CHANNEL,
     fmt: str = _FORMAT,
     arch: List[str] = _ARCH,
-    version: str = _VERSION,
+    version: Optional[str] = _VERSION,
     keyring: Optional[Path] = _KEYRING,
     jobs: int = _JOBS,
     json_output: bool = _JSON,
@@ -135,7 +142,7 @@ def sync_command(
     from mirror.sync.http import Downloader
     from mirror.trust import open_keyring
 
-    options = _options(upstream, channel, fmt, arch, version, locked)
+    options = _options(ctx, upstream, channel, fmt, arch, version, locked)
     _warn_channel(options, quiet)  # on stderr, so --json still prints one object on stdout
     progress = progress_lib.choose(quiet=quiet, json_output=json_output)
     try:
@@ -166,11 +173,12 @@ def sync_command(
 
 
 def plan_command(
+    ctx: typer.Context,
     upstream: str = _UPSTREAM,
     channel: str = _CHANNEL,
     fmt: str = _FORMAT,
     arch: List[str] = _ARCH,
-    version: str = _VERSION,
+    version: Optional[str] = _VERSION,
     keyring: Optional[Path] = _KEYRING,
     json_output: bool = _JSON,
     locked: Optional[Path] = _LOCKED,
@@ -180,7 +188,7 @@ def plan_command(
     from mirror.sync.http import Downloader
     from mirror.trust import open_keyring
 
-    options = _options(upstream, channel, fmt, arch, version, locked)
+    options = _options(ctx, upstream, channel, fmt, arch, version, locked)
     _warn_channel(options, quiet=False)
     with open_keyring([keyring] if keyring else None) as ring, Downloader() as downloader:
         planned = sync_lib.plan(options, fetcher=downloader.fetcher(), loader=sync_lib.make_loader(ring))

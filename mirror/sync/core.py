@@ -27,9 +27,9 @@ from mirror.lockfile import LockedTarget, Lockfile
 from mirror.model import Package, PackageFormat
 from mirror.pkgheader import check_agrees, read_header
 from mirror.repo import Fetcher, clean_relative
+from mirror.selectors import VersionSelector
 from mirror.sync.http import Downloader, DownloadRequest
 from mirror.sync.resolve import resolve, resolve_each
-from mirror.sync.selectors import VersionSelector
 from mirror.sync.targets import (
     DEFAULT_UPSTREAM,
     PlannedTarget,

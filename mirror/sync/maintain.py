@@ -15,9 +15,9 @@ from pathlib import Path
 from mirror import store, switch
 from mirror.model import PackageFormat
 from mirror.repo import Fetcher
+from mirror.selectors import VersionSelector
 from mirror.sync.core import RepoLoader
 from mirror.sync.resolve import resolve
-from mirror.sync.selectors import VersionSelector
 from mirror.sync.transaction import CachedResponse, read_cache
 from plumbing.errors import UsageError
 

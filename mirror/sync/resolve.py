@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from mirror.errors import UnresolvableDependency
 from mirror.model import Package, PackageFormat, Relation
-from mirror.sync.selectors import VersionSelector
+from mirror.selectors import VersionSelector
 from mirror.versions import satisfies, sort_key, upstream_version
 
 DEFAULT_ROOT = "nvidia-container-toolkit"

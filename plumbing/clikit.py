@@ -1,0 +1,105 @@
+"""What every gpu-airgap command line shares: the group class, option checks and deprecated spellings.
+
+:class:`Group` is the click group of the root and of every sub-group (``mirror``, ``bundle``,
+``configure``, ``fleet``). It accepts ``-h`` beside ``--help`` (child contexts inherit the help
+option names), lifts ``--debug`` to the root wherever it is written, and refuses a single-value
+option given twice instead of letting the last one silently win.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Dict, List, Optional, Tuple
+
+import click
+from click.core import ParameterSource
+from typer.core import TyperGroup
+
+from plumbing.errors import UsageError
+
+HELP_OPTIONS = ["-h", "--help"]
+#: flags of the root that may be written after the subcommand too
+GLOBAL_FLAGS = ("--debug",)
+
+
+def hoist_global_flags(args: Sequence[str]) -> List[str]:
+    """``args`` with every :data:`GLOBAL_FLAGS` token before ``--`` moved to the front, so the root parses it."""
+    args = list(args)
+    end = args.index("--") if "--" in args else len(args)
+    flags = [a for a in args[:end] if a in GLOBAL_FLAGS]
+    rest = [a for a in args[:end] if a not in GLOBAL_FLAGS]
+    return flags + rest + args[end:]
+
+
+def repeated_option(command: click.Command, args: Sequence[str]) -> Optional[Tuple[str, List[str]]]:
+    """The first single-value option of ``command`` that ``args`` gives more than once, with its values."""
+    takes_value: Dict[str, click.Option] = {}
+    for param in command.params:
+        if isinstance(param, click.Option) and not param.is_flag and not param.multiple and not param.count:
+            for name in (*param.opts, *param.secondary_opts):
+                takes_value[name] = param
+    seen: Dict[str, List[str]] = {}
+    i = 0
+    while i < len(args) and args[i] != "--":
+        token = args[i]
+        name, eq, value = token.partition("=") if token.startswith("--") else (token, "", "")
+        option = takes_value.get(name)
+        if option is not None:
+            if not eq and i + 1 < len(args):
+                value = args[i + 1]
+                i += 1
+            values = seen.setdefault(option.name or name, [])
+            values.append(value)
+            if len(values) > 1:
+                return option.opts[0], values
+        i += 1
+    return None
+
+
+class Group(TyperGroup):
+    """The click group of every gpu-airgap group (see the module docstring)."""
+
+    def __init__(self, **attrs: Any) -> None:
+        settings = dict(attrs.pop("context_settings", None) or {})
+        settings.setdefault("help_option_names", HELP_OPTIONS)
+        super().__init__(context_settings=settings, **attrs)
+
+    def parse_args(self, ctx: click.Context, args: List[str]) -> List[str]:
+        """The root (the group with ``--debug``) takes its global flags from anywhere on the line."""
+        if any(isinstance(p, click.Option) and "--debug" in p.opts for p in self.params):
+            args = hoist_global_flags(args)
+        return super().parse_args(ctx, args)
+
+    def resolve_command(
+        self, ctx: click.Context, args: List[str]
+    ) -> Tuple[Optional[str], Optional[click.Command], List[str]]:
+        """Find the subcommand; a leaf command given the same single-value option twice is a usage error."""
+        name, command, rest = super().resolve_command(ctx, args)
+        if command is not None and not isinstance(command, click.Group):
+            repeated = repeated_option(command, rest)
+            if repeated is not None:
+                option, values = repeated
+                raise UsageError(f"{option} was given more than once ({', '.join(values)}); give it once")
+        return name, command, rest
+
+
+def given(ctx: click.Context, name: str) -> bool:
+    """Whether the parameter ``name`` (its Python name) was written on the command line."""
+    return ctx.get_parameter_source(name) in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
+
+
+def option_name(ctx: click.Context, name: str) -> str:
+    """The spelling of the parameter ``name`` users write (``fmt`` -> ``--format``)."""
+    for param in ctx.command.params:
+        if param.name == name and isinstance(param, click.Option):
+            return param.opts[0]
+    return name
+
+
+def refuse_with(ctx: click.Context, name: str, others: Sequence[str], why: str) -> None:
+    """:raises UsageError: when the parameter ``name`` and any of ``others`` were both given."""
+    if not given(ctx, name):
+        return
+    clashing = [option_name(ctx, other) for other in others if given(ctx, other)]
+    if clashing:
+        raise UsageError(f"{option_name(ctx, name)} cannot be combined with {', '.join(clashing)}: {why}")
