@@ -26,7 +26,7 @@ from installer.rollback import RunLog, record
 from installer.state import save_state
 from installer.target import install_order
 from installer.workspace import node_lock, staging
-from plumbing.errors import CommandError, ToolError, UsageError
+from plumbing.errors import CommandError, ExitCode, ToolError, UsageError
 from plumbing.fsutil import is_live_root, rooted
 from plumbing.gpg import check_key_file
 
@@ -63,6 +63,8 @@ class InstallFailed(ToolError):
 
 class EngineRestartFailed(ToolError):
     """An engine did not come back with the new runtime; its previous configuration was put back."""
+
+    exit_code = ExitCode.ENGINE_RESTORED
 
     def __init__(self, engines: Sequence[str]) -> None:
         self.engines = list(engines)
@@ -233,6 +235,8 @@ def _register(
             result.engines[name] = f"{config.notes['distro']} registers runtime {options.runtime_name!r} itself when it restarts"
         else:
             result.engines[name] = f"runtime {options.runtime_name!r} already registered"
+        if config.next_step:  # podman and LXC have no runtime entry: say what was done or what to run
+            result.engines[name] = f"{'configured' if name in changed else 'nothing written'}: {config.next_step}"
     _note_units(result, changed, options)
     return changed
 
@@ -260,6 +264,11 @@ def restart_engines(changed: List[str], options: InstallOptions, journal: Journa
         unit = engine_unit(env.services, name, options.root, options.distro)
         if not unit:  # k0s reloads containerd when its drop-in changes
             result.engines[name] += ", reloaded by k0s"
+            kept.append(name)
+            continue
+        if env.services.is_stopped(unit):
+            # Starting an engine the admin stopped is not ours to do; it reads the new file when started.
+            result.engines[name] += ", not restarted: it was stopped, it uses the runtime once started"
             kept.append(name)
             continue
         env.services.restart(unit)
@@ -307,6 +316,8 @@ def _render_dry_run(plan: InstallPlan, options: InstallOptions) -> InstallResult
         result.messages.append("would hold " + ", ".join(p.name for p in plan.target.packages))
     for name, config in plan.engines.items():
         result.engines[name] = "would register" if config.changed else "already registered"
+        if config.next_step:
+            result.engines[name] = f"{'would configure' if config.changed else 'nothing to write'}: {config.next_step}"
     result.restart_pending = _left_pending(plan.restart_due, options)
     result.diff = "".join(unified_diff(config.changes) for config in plan.engines.values())
     # A valid existing CDI spec is kept by a real run, so only a missing one would be written.

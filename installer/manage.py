@@ -117,7 +117,8 @@ def uninstall(
         if is_live_root(root):
             for engine in state.engines:
                 unit = engine_unit(env.services, engine, root, state.distro) if engine in SERVICE_UNITS else ""
-                if unit:
+                # an engine the admin stopped stays stopped: it reads the restored file when started
+                if unit and not env.services.is_stopped(unit):
                     env.services.restart(unit)
                     if not env.services.is_active(unit):
                         result.failed_engines.append(engine)

@@ -33,6 +33,12 @@ class Services:
     def is_active(self, unit: str) -> bool:
         return unit in self.active
 
+    def is_stopped(self, unit: str) -> bool:
+        return False
+
+    def is_stopped(self, unit: str) -> bool:
+        return False  # no admin stopped an engine here (tests/live/test_systemd_node.py has that case)
+
 
 @pytest.fixture(scope="module")
 def target(tmp_path_factory: pytest.TempPathFactory) -> StagedTarget:
