@@ -34,9 +34,6 @@ class Services:
         return unit in self.active
 
     def is_stopped(self, unit: str) -> bool:
-        return False
-
-    def is_stopped(self, unit: str) -> bool:
         return False  # no admin stopped an engine here (tests/live/test_systemd_node.py has that case)
 
 
