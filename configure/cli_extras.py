@@ -119,6 +119,10 @@ def runtimeclass_command(
     """Write a RuntimeClass manifest (stdout without --output) and record its handler for verify."""
     plan = runtimeclass.plan_runtimeclass(Path(root), name, handler, output)
     result = apply_plan(plan, Path(root), dry_run=dry_run)
+    if plan.facts.get("EMIT") == "false":
+        for message in plan.warnings:
+            warn(message)
+        return
     if output is None:
         # stdout carries only the manifest, so it can be piped into kubectl apply -f -
         emit_lines([runtimeclass.render_manifest(name, handler).rstrip("\n")])

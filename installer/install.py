@@ -22,7 +22,7 @@ from configure.engine import ConfigPlan
 from configure.validate import SERVICE_ENGINES, existing_root
 from installer import preflight
 from installer.backend import PackageBackend
-from installer.env import CDI_SPEC, NodeEnv, engine_unit
+from installer.env import CDI_SPEC, NodeEnv, engine_unit, engine_units
 from installer.plan import InstallOptions, InstallPlan, plan_install, runtime_options
 from installer.rollback import RunLog, record
 from installer.state import save_state
@@ -52,6 +52,8 @@ class InstallResult:
     failed_engines: List[str] = field(default_factory=list)  #: engines that did not come back; config restored
     #: engines still to restart (``--no-restart``, or under another root): ``gpu-airgap restart`` does it
     restart_pending: List[str] = field(default_factory=list)
+    #: engine -> the units that may run it (k3s/k3s-agent, ...; empty: k0s reloads by itself), for a restart elsewhere
+    restart_units: Dict[str, List[str]] = field(default_factory=dict)
     #: whether the node changed (dry-run: would change); what automation such as Ansible reports
     changed: bool = False
 
@@ -265,7 +267,13 @@ def _register(
             result.engines[name] = f"runtime {options.runtime_name!r} already registered"
         if config.next_step:  # podman and LXC have no runtime entry: say what was done or what to run
             result.engines[name] = f"{'configured' if name in changed else 'nothing written'}: {config.next_step}"
+    _note_units(result, changed, options)
     return changed
+
+
+def _note_units(result: InstallResult, changed: List[str], options: InstallOptions) -> None:
+    for name in changed:
+        result.restart_units[name] = list(engine_units(name, options.root, options.distro))
 
 
 def _still_current(config: ConfigPlan) -> bool:

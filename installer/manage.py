@@ -145,7 +145,7 @@ def _explain(state: NodeState, result: UninstallResult, keep_packages: bool) -> 
         )
 
 
-def restart_pending(root: Path, env: NodeEnv, engines: Optional[List[str]] = None) -> InstallResult:
+def restart_pending(root: Path, env: NodeEnv, engines: Optional[List[str]] = None, distro: Optional[str] = None) -> InstallResult:
     """Restart the engines the recorded install changed but did not restart (``install --no-restart``).
 
     What ``install`` does after registering the runtime, run later (an Ansible handler, the
@@ -171,7 +171,7 @@ def restart_pending(root: Path, env: NodeEnv, engines: Optional[List[str]] = Non
             return result
         journal = Journal(root)
         result.engines = {name: "configuration changed" for name in due}
-        restart_engines(due, InstallOptions(root=root, distro=state.distro if state else None), journal, env, result)
+        restart_engines(due, InstallOptions(root=root, distro=distro or (state.distro if state else None)), journal, env, result)
         if state is not None:
             state.engines = [e for e in state.engines if e not in result.failed_engines]
             state.files = changed_files(journal, state.engines)

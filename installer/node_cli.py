@@ -155,13 +155,14 @@ def restart_command(
     root: str = _ROOT,
     engine: List[str] = _ENGINE,
     as_json: bool = _JSON,
+    distro: Optional[str] = _DISTRO,
 ) -> None:
     """Restart the engines an `install --no-restart` changed; put back the config of any that stays down."""
     from installer import install as install_lib
     from installer import manage
     from installer.env import NodeEnv
 
-    result = manage.restart_pending(Path(root), NodeEnv(log=_progress), engine or None)
+    result = manage.restart_pending(Path(root), NodeEnv(log=_progress), engine or None, distro)
     if as_json:
         emit_json(result.to_dict())
     else:
