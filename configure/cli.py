@@ -16,7 +16,7 @@ import click
 import typer
 
 from configure import cdi as cdi_spec
-from configure import commands, live, runtimeclass, toolkit
+from configure import cdi_node, commands, live, runtimeclass, toolkit
 from configure.cli_extras import register_extras
 from configure.distros import NAMES as DISTROS
 from configure.engine import RuntimeOptions
@@ -69,6 +69,7 @@ def add_configure_commands(group: typer.Typer) -> None:
     group.command("docker")(docker_command)
     group.command("crio")(crio_command)
     group.command("podman")(podman_command)
+    group.command("lxc")(lxc_command)
     group.command("report")(report_command)
     group.command("verify")(verify_command)
     group.command("revert")(revert_command)
@@ -153,10 +154,14 @@ _HOOKS_DIR = typer.Option(
 )
 
 
+_USER = typer.Option(None, "--user", metavar="NAME", help="Rootless: configure NAME's podman (their ~/.config/containers).")
+
+
 def podman_command(
     root: Path = _ROOT,
     hook: bool = _PODMAN_HOOK,
     hooks_dir: Optional[str] = _HOOKS_DIR,
+    user: Optional[str] = _USER,
     runtime_path: str = _RUNTIME_PATH,
     dry_run: bool = _DRY_RUN,
     as_json: bool = _JSON,
@@ -164,8 +169,30 @@ def podman_command(
     """Give podman the GPUs: the CDI spec it loads (written when none is valid), or NVIDIA's OCI hook."""
     if hooks_dir is not None and not hook:
         raise UsageError("--hooks-dir belongs to --hook")
-    options = RuntimeOptions(root=root, runtime_path=runtime_path, cdi=True, hook=hook, hooks_dir=hooks_dir)
+    options = RuntimeOptions(root=root, runtime_path=runtime_path, cdi=True, hook=hook, hooks_dir=hooks_dir, user=user)
     _configure("podman", options, dry_run, as_json)
+
+
+_CONTAINER = typer.Option(..., "--container", metavar="NAME", help="The LXC container (unprivileged) to give the GPUs.")
+_LXCPATH = typer.Option(None, "--lxcpath", metavar="DIR", help="Where the containers are (lxc-start -P; default /var/lib/lxc).")
+_DEVICES = typer.Option("all", "--visible-devices", metavar="DEVICES", help="NVIDIA_VISIBLE_DEVICES: all, or 0,1,...")
+_CAPABILITIES = typer.Option("compute,utility", "--capabilities", help="NVIDIA_DRIVER_CAPABILITIES.")
+
+
+def lxc_command(
+    container: str = _CONTAINER,
+    root: Path = _ROOT,
+    lxcpath: Optional[str] = _LXCPATH,
+    devices: str = _DEVICES,
+    capabilities: str = _CAPABILITIES,
+    dry_run: bool = _DRY_RUN,
+    as_json: bool = _JSON,
+) -> None:
+    """Add LXC's nvidia mount hook and its environment to an unprivileged container's config (revert removes them)."""
+    options = RuntimeOptions(
+        root=root, container=container, lxcpath=lxcpath, devices=devices, capabilities=capabilities
+    )  # fmt: skip
+    _configure("lxc", options, dry_run, as_json)
 
 
 def _configure(engine_name: str, options: RuntimeOptions, dry_run: bool, as_json: bool) -> None:
@@ -269,7 +296,7 @@ def verify_command(
     """
     if not live_run and (address or image or visible_devices):
         raise UsageError("--address, --image and --visible-devices belong to --live")
-    result: Dict[str, Any] = {"ok": True, "passed": [], "problems": []}
+    result: Dict[str, Any] = {"ok": True, "passed": [], "problems": [], "cdi": cdi_node.cdi_report(root).to_dict()}
     try:
         result["passed"] = commands.verify(root, runtime or None, distro)
     except ProblemsFound as exc:

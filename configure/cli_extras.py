@@ -1,4 +1,4 @@
-"""``gpu-airgap configure toolkit|cdi|runtimeclass``: thin commands over the configure library.
+"""``gpu-airgap configure toolkit|cdi|runtimeclass|lxd|incus``: thin commands over the configure library.
 
 Each command builds a :class:`~configure.engine.ConfigPlan` with the library, then either prints
 its diff (``--dry-run``) or applies it through the journal, and renders the outcome (``--json``:
@@ -9,15 +9,16 @@ one object). Errors are :class:`~plumbing.errors.ToolError` and are printed by `
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import click
 import typer
 
-from configure import cdi, commands, runtimeclass, toolkit
+from configure import cdi, cdi_node, commands, lxd, runtimeclass, toolkit
 from configure.changes import read_optional, unified_diff
 from configure.engine import ConfigPlan
 from configure.validate import existing_root
+from plumbing import proc
 from plumbing.fsutil import rooted
 from plumbing.output import emit_json, emit_lines, warn
 from plumbing.textio import decode_utf8
@@ -75,10 +76,12 @@ _RC_OUTPUT = typer.Option(None, "--output", metavar="FILE", help="Write here ins
 
 
 def register_extras(app: typer.Typer) -> None:
-    """Add the ``toolkit``, ``cdi`` and ``runtimeclass`` commands to the ``configure`` group."""
+    """Add the ``toolkit``, ``cdi``, ``runtimeclass``, ``lxd`` and ``incus`` commands to the ``configure`` group."""
     app.command("toolkit")(toolkit_command)
     app.command("cdi")(cdi_command)
     app.command("runtimeclass")(runtimeclass_command)
+    app.command("lxd")(lxd_command)
+    app.command("incus")(incus_command)
 
 
 def toolkit_command(
@@ -98,8 +101,11 @@ def toolkit_command(
 def cdi_command(
     root: str = _ROOT, output: str = _CDI_OUTPUT, force: bool = _FORCE, dry_run: bool = _DRY_RUN, as_json: bool = _JSON
 ) -> None:
-    """Write a CDI spec for the GPUs (nvidia-ctk on /, else from /dev/nvidia* nodes); validate an existing one."""
-    plan = cdi.plan_spec(Path(root), output, force=force)
+    """Write a CDI spec for the GPUs (nvidia-ctk on /, else from /dev/nvidia* nodes); validate an existing one.
+
+    Refused (exit 5) when nvidia-cdi-refresh is enabled or another spec defines nvidia.com/gpu: one spec per kind.
+    """
+    plan = cdi_node.plan_static_spec(Path(root), output, force=force)
     render_result(apply_plan(plan, Path(root), dry_run=dry_run), as_json)
 
 
@@ -113,8 +119,45 @@ def runtimeclass_command(
     """Write a RuntimeClass manifest (stdout without --output) and record its handler for verify."""
     plan = runtimeclass.plan_runtimeclass(Path(root), name, handler, output)
     result = apply_plan(plan, Path(root), dry_run=dry_run)
+    if plan.facts.get("EMIT") == "false":
+        for message in plan.warnings:
+            warn(message)
+        return
     if output is None:
         # stdout carries only the manifest, so it can be piped into kubectl apply -f -
         emit_lines([runtimeclass.render_manifest(name, handler).rstrip("\n")])
         return
     render_result(result, as_json=False)
+
+
+_PROFILE = typer.Option("default", "--profile", help="The profile to give the GPUs.")
+_CAPABILITIES = typer.Option("compute,utility", "--capabilities", help="nvidia.driver.capabilities.")
+_APPLY = typer.Option(False, "--apply", help="Run the commands with the daemon's client instead of printing them.")
+_UNDO = typer.Option(False, "--undo", help="Take the settings out of the profile again.")
+
+
+def lxd_command(profile: str = _PROFILE, capabilities: str = _CAPABILITIES, apply: bool = _APPLY, undo: bool = _UNDO) -> None:
+    """Print (or --apply, through the lxc client) the LXD profile settings for the GPUs: nvidia.runtime, a gpu device."""
+    _profile("lxd", profile, capabilities, apply, undo)
+
+
+def incus_command(profile: str = _PROFILE, capabilities: str = _CAPABILITIES, apply: bool = _APPLY, undo: bool = _UNDO) -> None:
+    """Print (or --apply, through the incus client) the Incus profile settings for the GPUs: nvidia.runtime, a gpu device."""
+    _profile("incus", profile, capabilities, apply, undo)
+
+
+def _profile(daemon: str, profile: str, capabilities: str, apply: bool, undo: bool) -> None:
+    """The daemon's own client changes its database; we never touch it."""
+    if not apply:
+        commands = lxd.undo_commands(daemon, profile) if undo else lxd.setup_commands(daemon, profile, capabilities)
+        emit_lines(lxd.render(commands))
+        return
+    current = lxd.current_profile(daemon, profile, _client_runner)
+    commands = lxd.undo_commands(daemon, profile, current) if undo else lxd.setup_commands(daemon, profile, capabilities, current)
+    done = lxd.apply(commands, _client_runner)
+    emit_lines([f"ran {line}" for line in done] or [f"{daemon}: the profile {profile} is already {'without' if undo else 'set up for'} the GPUs"])
+
+
+def _client_runner(argv: Sequence[str]) -> Tuple[int, str, str]:
+    result = proc.run(argv, check=False, timeout=120)
+    return result.returncode, result.stdout.decode("utf-8", "replace"), result.stderr.decode("utf-8", "replace")

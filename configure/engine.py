@@ -31,8 +31,11 @@ class RuntimeOptions:
     systemd_cgroup: str = "auto"  #: auto | true | false
     hook: bool = False  #: CRI-O/podman: write the OCI hook instead of a runtime entry
     hooks_dir: Optional[str] = None  #: podman: the hooks directory to write the hook to (node path)
+    user: Optional[str] = None  #: podman: configure this user's rootless podman (their ~/.config)
     container: Optional[str] = None  #: lxc: the container whose config gets the nvidia hook
     lxcpath: Optional[str] = None  #: lxc: the containers' directory (lxc-start -P; default /var/lib/lxc)
+    devices: Optional[str] = None  #: lxc: NVIDIA_VISIBLE_DEVICES for the container (default all)
+    capabilities: Optional[str] = None  #: lxc: NVIDIA_DRIVER_CAPABILITIES (default compute,utility)
     distro: Optional[str] = None  #: containerd: which one (``--distro``); detected when None
     force: bool = False  #: take the configuration over from the GPU Operator
 

@@ -11,6 +11,7 @@ from configure.containerd_distro import DistroContainerdEngine
 from configure.crio import CrioEngine
 from configure.docker import DockerEngine
 from configure.engine import Engine
+from configure.lxc import LxcEngine
 from configure.podman import PodmanEngine
 from configure.validate import ENGINES
 from plumbing.errors import UsageError
@@ -22,6 +23,7 @@ _FACTORIES: Dict[str, EngineFactory] = {
     "docker": DockerEngine,
     "crio": CrioEngine,
     "podman": PodmanEngine,
+    "lxc": LxcEngine,
 }
 
 #: every engine the command line offers, whether or not this build has it yet

@@ -44,6 +44,8 @@ ENGINE_MARKERS: Dict[str, Tuple[str, ...]] = {
     "docker": ("/etc/docker/daemon.json", "/usr/bin/dockerd", "/usr/local/bin/dockerd"),
     "crio": ("/etc/crio/crio.conf", "/etc/crio/crio.conf.d", "/usr/bin/crio", "/usr/local/bin/crio"),
     "podman": ("/usr/bin/podman", "/usr/local/bin/podman"),
+    # LXC is configured per container (``configure lxc --container``); install says what to run
+    "lxc": ("/usr/bin/lxc-start", "/usr/share/lxc/hooks/nvidia"),
 }
 
 #: ``runner(argv) -> stdout`` or None when the command is missing or fails.

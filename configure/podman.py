@@ -13,7 +13,7 @@ Podman has no runtime entry to register and no daemon to restart; what it reads 
   whatever podman(1) says of ``/etc/containers/oci/hooks.d``), or the last (strongest) directory of
   a ``hooks_dir`` that containers.conf sets. ``--hooks-dir`` names the directory outright; one
   podman does not read is written with a warning and fails ``verify``.
-* **Rootless** (``--user NAME``): see :mod:`configure.podman_user`.
+* **Rootless** (``--user NAME``): that user's ``~/.config``, see :mod:`configure.podman_user`.
 """
 
 from __future__ import annotations
@@ -23,12 +23,15 @@ import posixpath
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from configure import cdi, tomledit
+from configure import cdi, podman_user, tomledit
+from configure.cdi_node import plan_static_spec
+from configure.cdi_refresh import detect_refresh
 from configure.cdi_specs import driver_version, find_specs, stale_reasons
-from configure.changes import FileChange, read_optional
+from configure.changes import read_optional
 from configure.crio import HOOK_BINARY, hook_config, hook_problems
 from configure.engine import ConfigPlan, Engine, RuntimeOptions
 from configure.nodefacts import VersionProbe, podman_version
+from configure.podman_user import User, json_change, lookup_user, user_conf_files
 from plumbing.errors import UsageError
 from plumbing.fsutil import rooted
 from plumbing.textio import decode_utf8
@@ -63,9 +66,9 @@ def containers_conf(root: Path, files: Sequence[str] = CONTAINERS_CONFS) -> Dict
     return merged
 
 
-def hooks_dirs(root: Path) -> Tuple[str, ...]:
-    """The hooks directories root's podman reads, weakest first."""
-    configured = containers_conf(root).get("engine", {}).get("hooks_dir")
+def hooks_dirs(root: Path, user: Optional[User] = None) -> Tuple[str, ...]:
+    """The hooks directories root's podman (or ``user``'s) reads, weakest first."""
+    configured = containers_conf(root, user_conf_files(CONTAINERS_CONFS, user)).get("engine", {}).get("hooks_dir")
     if isinstance(configured, list) and configured and all(isinstance(d, str) for d in configured):
         return tuple(configured)
     return DEFAULT_HOOKS_DIRS
@@ -110,6 +113,9 @@ class PodmanEngine:
         writes the spec; without it (``install`` on a node without a driver) the hook is used.
         """
         plan = ConfigPlan(engine=self.name)
+        if options.user is not None:
+            user = lookup_user(options.root, options.user)
+            plan.notes["user"] = user.name
         if options.set_as_default:
             plan.warnings.append("--set-as-default has no meaning for podman: it has no default runtime to change")
         version = self._version(options.root)
@@ -129,7 +135,13 @@ class PodmanEngine:
             plan.facts["CDI_SPEC"] = found
             plan.warnings.extend(f"ignored: {p}" for p in problems)
             return plan
-        spec = cdi.plan_spec(options.root, cdi.CDI_SPEC, generator=self._generator)
+        refresh = detect_refresh(options.root)
+        if refresh.active:
+            # toolkit 1.18+: the refresh units write the spec (at boot, with a driver); a static one would be a second
+            plan.facts["CDI_SPEC"] = refresh.output
+            plan.warnings.append(f"no static spec written: {refresh.describe()}")
+            return plan
+        spec = plan_static_spec(options.root, cdi.CDI_SPEC, generator=self._generator)
         plan.changes.extend(spec.changes)
         plan.warnings.extend(spec.warnings)
         plan.facts.update({"CDI_SPEC": cdi.CDI_SPEC, "DEVICES": spec.facts.get("DEVICES", "")})
@@ -138,6 +150,9 @@ class PodmanEngine:
     def _plan_hook(self, options: RuntimeOptions, plan: ConfigPlan) -> ConfigPlan:
         if options.hooks_dir is not None and not options.hooks_dir.startswith("/"):
             raise UsageError(f"--hooks-dir must be an absolute directory, not {options.hooks_dir!r}")
+        hook_path = posixpath.join(posixpath.dirname(options.runtime_path), HOOK_BINARY)
+        if options.user is not None:
+            return self._plan_user_hook(options, options.user, hook_path, plan)
         directories = hooks_dirs(options.root)
         directory = options.hooks_dir or directories[-1]
         if directory not in directories:
@@ -145,11 +160,21 @@ class PodmanEngine:
                 f"podman reads hooks from {', '.join(directories)}; {directory} is read only with --hooks-dir {directory}"
             )
         hook_file = posixpath.join(directory, HOOK_NAME)
-        hook_path = posixpath.join(posixpath.dirname(options.runtime_path), HOOK_BINARY)
-        plan.changes.append(_json_change(rooted(options.root, hook_file), hook_config(hook_path)))
+        plan.changes.append(json_change(rooted(options.root, hook_file), hook_config(hook_path)))
         plan.notes.update({"mode": "hook", "hook_file": hook_file, "hook_path": hook_path})
         plan.facts.update({"MODE": "hook", "HOOK": hook_file, "HOOK_PATH": hook_path})
         plan.next_step = "podman containers started with NVIDIA_VISIBLE_DEVICES=all (or 0, 1, ...) get the GPUs"
+        return plan
+
+    def _plan_user_hook(self, options: RuntimeOptions, name: str, hook_path: str, plan: ConfigPlan) -> ConfigPlan:
+        if options.hooks_dir is not None:
+            raise UsageError("--hooks-dir and --user do not go together: a user's hook goes to ~/.config/containers/oci/hooks.d")
+        user = lookup_user(options.root, name)
+        changes, hook_file = podman_user.plan_hook(options.root, user, hook_config(hook_path), hooks_dirs(options.root, user))
+        plan.changes.extend(changes)
+        plan.notes.update({"mode": "hook", "hook_file": hook_file, "hook_path": hook_path})
+        plan.facts.update({"MODE": "hook", "USER": user.name, "HOOK": hook_file, "HOOK_PATH": hook_path})
+        plan.next_step = f"{user.name}'s podman containers started with NVIDIA_VISIBLE_DEVICES=all (or 0, 1, ...) get the GPUs"
         return plan
 
     def report(self, root: Path, runtime_name: str, config: Optional[str] = None) -> Dict[str, str]:
@@ -171,16 +196,40 @@ class PodmanEngine:
 
     def check(self, root: Path, notes: Dict[str, Any]) -> Tuple[List[str], List[str]]:
         """What ``verify`` checks for podman: the spec in effect, or the hook file and its binary."""
+        user = lookup_user(root, str(notes["user"])) if notes.get("user") else None
         if notes.get("mode") == "hook":
             hook_file = str(notes.get("hook_file", ""))
-            return _hook_checks(root, hook_file, str(notes.get("hook_path", "")))
+            return _hook_checks(root, hook_file, str(notes.get("hook_path", "")), user)
         found, problems = spec_in_effect(root)
         if found is None:
             return [], [f"podman: no usable {cdi.KIND} CDI spec in {' or '.join(SPEC_DIRS)}", *(f"podman: {p}" for p in problems)]
-        return [f"podman: CDI devices {cdi.KIND}=... come from {found}"], []
+        passed = [f"podman: CDI devices {cdi.KIND}=... come from {found}"]
+        if user is None:
+            return passed, []
+        wrong = [f"podman: {p}" for p in _user_cdi_problems(root, user, found)]
+        return (passed if wrong else [*passed, f"podman: {user.name} can use them"]), wrong
 
 
-def _hook_checks(root: Path, hook_file: str, hook_path: str) -> Tuple[List[str], List[str]]:
+def _user_cdi_problems(root: Path, user: User, spec: str) -> List[str]:
+    """What keeps ``user``'s podman from the devices of ``spec``: their own cdi_spec_dirs, device node modes."""
+    problems: List[str] = []
+    dirs = containers_conf(root, user_conf_files(CONTAINERS_CONFS, user)).get("engine", {}).get("cdi_spec_dirs")
+    if isinstance(dirs, list) and posixpath.dirname(spec) not in dirs:
+        problems.append(f"{user.path(podman_user.USER_CONF)} sets cdi_spec_dirs without {posixpath.dirname(spec)}")
+    data, _ = cdi.parse_spec(read_optional(rooted(root, spec)) or b"")
+    nodes = [n.get("hostPath") or n.get("path") for e in _edits(data) for n in e.get("deviceNodes") or []]
+    problems.extend(podman_user.device_problems(root, user, [str(n) for n in dict.fromkeys(nodes) if n]))
+    return problems
+
+
+def _edits(data: Any) -> List[Dict[str, Any]]:
+    if not isinstance(data, dict):
+        return []
+    edits = [data.get("containerEdits") or {}, *((d.get("containerEdits") or {}) for d in data.get("devices") or [] if isinstance(d, dict))]
+    return [e for e in edits if isinstance(e, dict)]
+
+
+def _hook_checks(root: Path, hook_file: str, hook_path: str, user: Optional[User] = None) -> Tuple[List[str], List[str]]:
     raw = read_optional(rooted(root, hook_file)) if hook_file else None
     if raw is None:
         return [], [f"podman: the OCI hook {hook_file or '(none)'} does not exist"]
@@ -192,7 +241,7 @@ def _hook_checks(root: Path, hook_file: str, hook_path: str) -> Tuple[List[str],
         problems.append(f"podman: the hook binary {hook_path or '(none)'} does not exist under {root}")
     else:
         passed.append(f"podman: {hook_path} exists")
-    if posixpath.dirname(hook_file) not in hooks_dirs(root):
+    if posixpath.dirname(hook_file) not in hooks_dirs(root, user):
         problems.append(f"podman: {posixpath.dirname(hook_file)} is not a hooks directory podman reads")
     return passed, problems
 
@@ -204,19 +253,6 @@ def _hook_binary(raw: bytes) -> str:
         return ""
     hook = data.get("hook") if isinstance(data, dict) else None
     return str(hook.get("path", "")) if isinstance(hook, dict) else ""
-
-
-def _json_change(path: Path, data: Dict[str, Any]) -> FileChange:
-    """The change that makes ``path`` hold ``data``; an equal file (other formatting) is left alone."""
-    old = read_optional(path)
-    new = (json.dumps(data, indent=2) + "\n").encode()
-    if old is not None:
-        try:
-            if json.loads(old) == data:
-                new = old
-        except ValueError:
-            pass
-    return FileChange(path, old, new, mode=0o644)
 
 
 _: Engine = PodmanEngine()

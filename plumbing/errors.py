@@ -28,6 +28,7 @@ class ExitCode(IntEnum):
     BUSY = 8  #: another gpu-airgap process holds the lock
     PROBLEMS_FOUND = 9  #: a check (verify, status) found problems and listed them
     NO_SPACE = 10  #: the disk (or its inodes, or the user's quota) ran out; nothing was changed
+    ENGINE_RESTORED = 11  #: an engine did not come back after the change; its previous configuration was put back
 
 
 class ToolError(Exception):

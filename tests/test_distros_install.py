@@ -33,6 +33,9 @@ class Services:
     def is_active(self, unit: str) -> bool:
         return unit in self.active
 
+    def is_stopped(self, unit: str) -> bool:
+        return False  # no admin stopped an engine here (tests/live/test_systemd_node.py has that case)
+
 
 @pytest.fixture(scope="module")
 def target(tmp_path_factory: pytest.TempPathFactory) -> StagedTarget:
@@ -58,6 +61,7 @@ def test_install_on_k3s_writes_no_containerd_file_and_restarts_the_running_k3s_u
     monkeypatch.setattr(install_mod, "is_live_root", lambda root: True)  # restart as on a real node
     result = install(bundle, test_key.public, InstallOptions(root=root), NodeEnv(services=services))
     assert ("restart", "k3s-agent") in services.calls and ("restart", "containerd") not in services.calls
+    assert result.restart_units == {"containerd": ["k3s", "k3s-agent"]}  # what the DaemonSet's --tools image restarts
     assert "k3s registers runtime 'nvidia' itself" in result.engines["containerd"]
     assert (root / K3S.lstrip("/") / "config.toml").read_bytes() == generated
     assert not list((root / K3S.lstrip("/")).glob("*.tmpl")) and not (root / "etc/containerd").exists()
@@ -81,3 +85,24 @@ def test_install_on_a_gpu_operator_node_is_refused_before_any_package(
     forced = install(bundle, test_key.public, InstallOptions(root=root, force=True), NodeEnv(services=Services(())))
     assert forced.outcome == "installed"
     assert any("taking the runtime configuration over" in m for m in forced.messages)
+
+
+def test_install_and_uninstall_on_microk8s_edit_the_template_and_restore_it_byte_for_byte(
+    tmp_path: Path, target: StagedTarget, test_key: TestKey, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = _node(tmp_path, "microk8s")
+    template = root / "var/snap/microk8s/current/args/containerd-template.toml"
+    before = template.read_bytes()
+    bundle = write_signed_bundle(tmp_path / "b.tar", [target], test_key.home, test_key.fingerprint)
+    services = Services(active=("snap.microk8s.daemon-containerd",))
+    monkeypatch.setattr(install_mod, "is_live_root", lambda root: True)
+    monkeypatch.setattr(manage_mod, "is_live_root", lambda root: True)
+    install(bundle, test_key.public, InstallOptions(root=root), NodeEnv(services=services))
+    assert b"runtimes.nvidia]" in template.read_bytes()
+    assert ("restart", "snap.microk8s.daemon-containerd") in services.calls
+    status = manage_mod.status(root, NodeEnv(services=services))
+    assert (status["engines"]["containerd"]["DISTRO"], status["engines"]["containerd"]["RUNTIME"]) == ("microk8s", "nvidia")
+    services.calls.clear()
+    manage_mod.uninstall(root, NodeEnv(services=services))
+    assert template.read_bytes() == before
+    assert services.calls == [("restart", "snap.microk8s.daemon-containerd")]

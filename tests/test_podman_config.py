@@ -108,3 +108,62 @@ def test_verify_cdi_fails_when_the_spec_names_a_device_that_is_gone(tmp_path: Pa
     with pytest.raises(ProblemsFound) as caught:
         verify(tmp_path, ["podman"])
     assert caught.value.problems[0] == "podman: no usable nvidia.com/gpu CDI spec in /etc/cdi or /var/run/cdi"
+
+
+def _account(root: Path, name: str = "ana") -> Path:
+    """An account whose ids are this process's own (chown to them works without root), with a home."""
+    (root / "etc").mkdir(parents=True, exist_ok=True)
+    (root / "etc/passwd").write_text(f"root:x:0:0::/root:/bin/sh\n{name}:x:{os.getuid()}:{os.getgid()}::/home/{name}:/bin/sh\n")
+    home = root / "home" / name
+    home.mkdir(parents=True)
+    return home
+
+
+def test_rootless_hook_goes_to_the_users_config_with_no_cgroups_and_revert_leaves_the_home_as_it_was(tmp_path: Path) -> None:
+    home = _account(tmp_path)
+    conf = home / ".config/containers/containers.conf"
+    result = run_cli("configure", "podman", "--hook", "--user", "ana", "--root", str(tmp_path))
+    assert result.exit_code == 0, result.stderr
+    assert 'hooks_dir = ["/usr/share/containers/oci/hooks.d", "/home/ana/.config/containers/oci/hooks.d"]' in conf.read_text()
+    assert "no-cgroups = true" in (home / ".config/nvidia-container-runtime/config.toml").read_text()
+    hook = json.loads((home / ".config/containers/oci/hooks.d/oci-nvidia-hook.json").read_text())
+    assert hook["hook"]["args"] == [
+        "nvidia-container-runtime-hook", "-config=/home/ana/.config/nvidia-container-runtime/config.toml", "prestart"]  # fmt: skip
+    assert all(p.stat().st_uid == os.getuid() for p in [home / ".config", *(home / ".config").rglob("*")])
+    assert "already configured" in run_cli("configure", "podman", "--hook", "--user", "ana", "--root", str(tmp_path)).stdout
+    assert run_cli("configure", "revert", "--root", str(tmp_path)).exit_code == 0
+    assert list(home.iterdir()) == []
+
+
+def test_rootless_hook_keeps_the_users_own_containers_conf_and_hooks_dirs(tmp_path: Path) -> None:
+    home = _account(tmp_path)
+    conf = home / ".config/containers/containers.conf"
+    conf.parent.mkdir(parents=True)
+    conf.write_text('# mine\n[containers]\nlog_size_max = 10\n\n[engine]\nhooks_dir = ["/opt/hooks"]\n')
+    plan = _engine().plan(RuntimeOptions(root=tmp_path, hook=True, user="ana"))
+    new = plan.changes[0].new.decode()
+    assert new.startswith("# mine\n[containers]\nlog_size_max = 10\n")
+    assert 'hooks_dir = ["/opt/hooks", "/home/ana/.config/containers/oci/hooks.d"]' in new
+
+
+def test_rootless_cdi_needs_device_nodes_the_user_can_open_and_the_spec_dir_in_its_cdi_spec_dirs(tmp_path: Path) -> None:
+    home = _account(tmp_path, "bob")
+    _gpu(tmp_path)
+    if os.geteuid() == 0:
+        os.chown(tmp_path / "dev/nvidia0", os.getuid() + 1, os.getgid() + 1)
+    (tmp_path / "dev/nvidia0").chmod(0o660)
+    (tmp_path / "dev/nvidiactl").chmod(0o666)
+    plan = _engine().plan(RuntimeOptions(root=tmp_path, cdi=True, user="bob"))
+    apply_changes("podman", plan.changes, Journal(tmp_path), dict(plan.notes))
+    if os.geteuid() == 0:  # only root can give the node to someone else
+        with pytest.raises(ProblemsFound) as caught:
+            verify(tmp_path, ["podman"])
+        assert caught.value.problems == ["podman: /dev/nvidia0 (mode 660) cannot be opened by bob"]
+    (tmp_path / "dev/nvidia0").chmod(0o666)
+    assert "podman: bob can use them" in verify(tmp_path, ["podman"])
+    conf = home / ".config/containers/containers.conf"
+    conf.parent.mkdir(parents=True)
+    conf.write_text('[engine]\ncdi_spec_dirs = ["/srv/cdi"]\n')
+    with pytest.raises(ProblemsFound) as caught:
+        verify(tmp_path, ["podman"])
+    assert caught.value.problems == ["podman: /home/bob/.config/containers/containers.conf sets cdi_spec_dirs without /etc/cdi"]

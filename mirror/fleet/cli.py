@@ -16,6 +16,7 @@ from typing import List, Optional, Tuple
 import click
 import typer
 
+from configure.distros import NAMES as DISTROS
 from configure.validate import CDI_CHOICES
 from mirror.fleet import image as fleet_image
 from mirror.fleet import k8s as fleet_k8s
@@ -23,7 +24,7 @@ from plumbing.clikit import Group
 from plumbing.errors import UsageError
 from plumbing.fsutil import atomic_write
 from plumbing.gpg import check_key_file
-from plumbing.output import emit_lines
+from plumbing.output import emit_lines, warn
 from plumbing.proc import run
 from plumbing.version import VERSION
 
@@ -47,9 +48,6 @@ _MAX_UNAVAILABLE = typer.Option(
 _ON_DELETE = typer.Option(False, "--on-delete", help="updateStrategy OnDelete: only deleted pods get the new bundle (the canary step).")
 _REGISTRY_SECRET = typer.Option(
     None, "--registry-secret", metavar="NAME", help="A kubernetes.io/dockerconfigjson Secret: the pod's registry credentials and imagePullSecret."
-)
-_DISTRO = typer.Option(
-    None, "--distro", click_type=click.Choice(fleet_k8s.DISTROS), help="Which containerd the kubelet uses (default: detected on each node)."
 )
 _TAKE_OVER = typer.Option(False, "--take-over", help="Take the runtime configuration over from the NVIDIA GPU Operator (install --force).")
 _REGISTRY_PLAIN_HTTP = typer.Option(False, "--registry-plain-http", help="The nodes speak plain http to the registry.")
@@ -82,6 +80,10 @@ _SET_AS_DEFAULT = typer.Option(False, "--set-as-default", help="Make it the engi
 _CDI = typer.Option("auto", "--cdi", click_type=click.Choice(CDI_CHOICES), help="auto (when a driver is present) | on | off")
 _HOLD = typer.Option(False, "--hold", help="Keep the nodes on this release.")
 _NO_RUNTIMECLASS = typer.Option(False, "--no-runtimeclass", help="Leave the RuntimeClass out.")
+_DISTRO = typer.Option(
+    None, "--distro", click_type=click.Choice(DISTROS),
+    help="The nodes' Kubernetes distribution (default: each node detects it); k3s: no RuntimeClass of k3s's own name.",
+)  # fmt: skip
 _OUT = typer.Option("-", "--out", metavar="FILE|-", help="Write the manifests here (- is stdout).")
 
 
@@ -95,7 +97,6 @@ def k8s_command(
     on_delete: bool = _ON_DELETE,
     registry_secret: Optional[str] = _REGISTRY_SECRET,
     registry_plain_http: bool = _REGISTRY_PLAIN_HTTP,
-    distro: Optional[str] = _DISTRO,
     take_over: bool = _TAKE_OVER,
     keyring: Optional[Path] = _KEYRING,
     keyring_configmap: Optional[str] = _KEYRING_CONFIGMAP,
@@ -112,19 +113,23 @@ def k8s_command(
     hold: bool = _HOLD,
     no_runtimeclass: bool = _NO_RUNTIMECLASS,
     out: str = _OUT,
+    distro: Optional[str] = _DISTRO,
 ) -> None:
     """Write a DaemonSet (plus RuntimeClass) that installs the bundle on every GPU node: kubectl apply -f it."""
     ref, digest = _bundle_identity(bundle, bundle_file, bundle_sha256, registry_plain_http)
     options = fleet_k8s.K8sOptions(
         bundle_url=bundle_url, bundle_configmap=bundle_configmap, bundle_ref=ref, bundle_digest=digest,
         max_unavailable=max_unavailable, on_delete=on_delete, registry_secret=registry_secret,
-        registry_plain_http=registry_plain_http, distro=distro, take_over=take_over, keyring_configmap=keyring_configmap, image=image, tools=tools,
+        registry_plain_http=registry_plain_http, take_over=take_over, keyring_configmap=keyring_configmap, image=image, tools=tools,
         namespace=namespace, name=name, node_selector=tuple(node_selector), tolerations=tuple(toleration),
         runtime=runtime, runtime_name=runtime_name, set_as_default=set_as_default, cdi=cdi, hold=hold,
-        runtimeclass=not no_runtimeclass,
+        runtimeclass=not no_runtimeclass, distro=distro,
     )  # fmt: skip
     keyring_text = _read_key(keyring) if keyring is not None else None
     text = fleet_k8s.render(options, pod_script(), keyring_text)
+    note = fleet_k8s.runtimeclass_note(options)
+    if note is not None:
+        warn(note)
     if out == "-":
         emit_lines([text.rstrip("\n")])
     else:

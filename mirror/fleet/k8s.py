@@ -41,7 +41,7 @@ from urllib.parse import urlparse
 import yaml
 
 from configure import runtimeclass
-from configure.distros import NAMES
+from configure.distros import NAMES as DISTROS
 from configure.validate import CDI_CHOICES, RUNTIME_CHOICES
 from plumbing.errors import UsageError
 from plumbing.version import VERSION
@@ -56,7 +56,6 @@ KEYRING_KEY = "operator.asc"  #: the key's name in the keyring ConfigMap
 BUNDLE_KEY = "bundle"  #: the bundle's name in the bundle ConfigMap (binaryData)
 HOST_ROOT = "/host"
 RUNTIMES = RUNTIME_CHOICES
-DISTROS = NAMES  #: --distro choices (install --distro)
 DEFAULT_MAX_UNAVAILABLE = "10%"  #: how many nodes an update takes down at once (README "Rolling a new bundle")
 DIGEST_ANNOTATION = "gpu-airgap.io/bundle-digest"  #: in the pod template: a new bundle is a new template, so it rolls
 REGISTRY_CONFIG = "/etc/gpu-airgap/registry/.dockerconfigjson"  #: where the --registry-secret is mounted
@@ -80,7 +79,6 @@ class K8sOptions:
     on_delete: bool = False  #: updateStrategy OnDelete: the canary step (README "Rolling a new bundle")
     registry_secret: Optional[str] = None  #: a kubernetes.io/dockerconfigjson Secret for the registry
     registry_plain_http: bool = False
-    distro: Optional[str] = None  #: install --distro (None: detected on each node)
     take_over: bool = False  #: install --force: take over from the GPU Operator
     keyring_configmap: Optional[str] = None  #: None: a ConfigMap is rendered from the key text
     image: Optional[str] = None  #: None: IMAGE_FOR_TOOLS[tools]
@@ -95,6 +93,7 @@ class K8sOptions:
     cdi: str = "auto"
     hold: bool = False
     runtimeclass: bool = True
+    distro: Optional[str] = None  #: the nodes' containerd (``--distro``, passed to install); None: each node detects
 
     def validate(self) -> None:
         """:raises UsageError: naming the first bad option."""
@@ -106,8 +105,6 @@ class K8sOptions:
         if self.bundle_ref is not None and not self.bundle_ref.endswith("@" + self.bundle_digest):
             raise UsageError(f"--bundle {self.bundle_ref!r} must be pinned to its digest (oci://HOST/REPO@sha256:…)")
         parse_max_unavailable(self.max_unavailable)
-        if self.distro is not None and self.distro not in DISTROS:
-            raise UsageError(f"--distro must be one of {', '.join(DISTROS)}, not {self.distro!r}")
         if self.registry_secret is not None and (len(self.registry_secret) > 253 or not _DNS_SUBDOMAIN.match(self.registry_secret)):
             raise UsageError(f"--registry-secret {self.registry_secret!r} must be the name of a Secret such as registry-pull")
         if self.bundle_url is not None and urlparse(self.bundle_url).scheme not in ("http", "https"):
@@ -128,6 +125,19 @@ class K8sOptions:
         for toleration in self.tolerations:
             parse_toleration(toleration)
         runtimeclass.manifest(self.runtime_name, self.runtime_name)  # the handler must be a DNS label
+        if self.distro is not None and self.distro not in DISTROS:
+            raise UsageError(f"--distro must be one of {', '.join(DISTROS)}, not {self.distro!r}")
+        runtimeclass_note(self)
+
+
+def runtimeclass_note(options: K8sOptions) -> Optional[str]:
+    """Why no RuntimeClass is emitted although one was asked for (k3s deploys its own), else None.
+
+    :raises UsageError: when k3s's own RuntimeClass of that name has another handler.
+    """
+    if not options.runtimeclass or options.runtime == "none" or options.distro != "k3s":
+        return None
+    return runtimeclass.k3s_clash(options.runtime_name, options.runtime_name)
 
 
 def parse_node_selector(items: Tuple[str, ...]) -> Dict[str, str]:
@@ -192,7 +202,7 @@ def documents(options: K8sOptions, script: str, keyring_text: Optional[str]) -> 
     if keyring_text is not None:
         docs.append({"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta(keyring_map), "data": {KEYRING_KEY: keyring_text}})
     docs.append(_daemonset(options, meta, keyring_map))
-    if options.runtimeclass and options.runtime != "none":
+    if options.runtimeclass and options.runtime != "none" and runtimeclass_note(options) is None:
         runtime_class = runtimeclass.manifest(options.runtime_name, options.runtime_name)
         # pods asking for the runtime land only on the nodes this DaemonSet installs it on
         runtime_class["scheduling"] = {"nodeSelector": parse_node_selector(options.node_selector)}
@@ -239,7 +249,7 @@ if [ -n "${{GPU_AIRGAP_BUNDLE_URL:-}}" ]; then
 elif [ -e /etc/gpu-airgap/bundle/{BUNDLE_KEY} ]; then
   cp /etc/gpu-airgap/bundle/{BUNDLE_KEY} "$cache/bundle.configmap"
 fi
-exec chroot "$GPU_AIRGAP_HOST_MOUNT" python3 -I "$GPU_AIRGAP_CACHE/k8s-node.py"
+exec chroot "$GPU_AIRGAP_HOST_MOUNT" python3 -I -S "$GPU_AIRGAP_CACHE/k8s-node.py"
 """
 
 
@@ -255,7 +265,7 @@ def _env(options: K8sOptions) -> List[Dict[str, str]]:
         "GPU_AIRGAP_HOLD": str(options.hold).lower(),
         "GPU_AIRGAP_TAKE_OVER": str(options.take_over).lower(),
     }
-    if options.distro is not None:
+    if options.distro is not None:  # the same detection as on the node, overridden the same way
         values["GPU_AIRGAP_DISTRO"] = options.distro
     if on_host:
         values.update(GPU_AIRGAP_HOST_MOUNT=HOST_ROOT, GPU_AIRGAP_CACHE=HOST_CACHE, GPU_AIRGAP_READY_FILE=f"{HOST_CACHE}/ready")
@@ -275,7 +285,7 @@ def _env(options: K8sOptions) -> List[Dict[str, str]]:
 def _commands(options: K8sOptions) -> Tuple[List[str], List[str]]:
     """The container's command and its readiness probe's."""
     if options.tools == "host":
-        program = ["python3", "-I", f"{HOST_CACHE}/k8s-node.py"]
+        program = ["python3", "-I", "-S", f"{HOST_CACHE}/k8s-node.py"]
         return ["/bin/sh", "-c", HOST_WRAPPER], ["chroot", HOST_ROOT, *program, "ready"]
     script = ["python3", "/etc/gpu-airgap/script/k8s-node.py"]
     return script, [*script, "ready"]

@@ -100,12 +100,13 @@ options:
     default: []
   distro:
     description:
-      - state=present - which containerd the kubelet uses (install's --distro); default detected on the node.
+      - Which containerd the kubelet uses (install's, configure's and restart's --distro); auto detects it on the node.
     type: str
-    choices: [containerd, k3s, rke2, microk8s, k0s]
+    choices: [auto, containerd, k3s, rke2, microk8s, k0s]
+    default: auto
   take_over:
     description:
-      - state=present - take the runtime configuration over from the NVIDIA GPU Operator (install's --force).
+      - Take the runtime configuration over from the NVIDIA GPU Operator (install's --force).
     type: bool
     default: false
   plain_http:
@@ -172,7 +173,7 @@ def main() -> None:
             "hold": {"type": "bool", "default": False},
             "force": {"type": "bool", "default": False},
             "engines": {"type": "list", "elements": "str", "default": []},
-            "distro": {"choices": ["containerd", "k3s", "rke2", "microk8s", "k0s"]},
+            "distro": {"choices": ["auto", "containerd", "k3s", "rke2", "microk8s", "k0s"], "default": "auto"},
             "take_over": {"type": "bool", "default": False},
             "plain_http": {"type": "bool", "default": False},
             "ca_file": {"type": "path"},
@@ -194,9 +195,9 @@ def main() -> None:
 
 
 def _tool(module: AnsibleModule, *args: str, ok_codes: tuple = (0,)) -> dict:
-    """Run ``python3 -I gpu-airgap-node.pyz ARGS... --json`` and return its JSON object (fail the task otherwise)."""
+    """Run ``python3 -I -S gpu-airgap-node.pyz ARGS... --json`` and return its JSON object (fail the task otherwise)."""
     p = module.params
-    argv = [p["python"], "-I", p["zipapp"], *args, "--json"]
+    argv = [p["python"], "-I", "-S", p["zipapp"], *args, "--json"]
     proc = subprocess.run(argv, capture_output=True, text=True, check=False)
     if proc.returncode not in ok_codes:
         # The tool's last stderr line is its one-sentence error ("gpu-airgap: error: ...").
@@ -219,14 +220,16 @@ def _install_args(p: dict) -> list:
         args.append("--set-as-default")
     if p["hold"]:
         args.append("--hold")
-    if p["distro"]:
-        args += ["--distro", p["distro"]]
-    if p["take_over"]:
-        args.append("--force")  # install's --force: take the runtime configuration over from the GPU Operator
     if p["bundle"].startswith(OCI):
         args += ["--plain-http"] if p["plain_http"] else []
         args += ["--ca-file", p["ca_file"]] if p["ca_file"] else []
-    return args
+    return args + _distro_args(p)
+
+
+def _distro_args(p: dict) -> list:
+    """``--distro`` (the same detection as the node tool's, overridden the same way) and ``--force`` to take over."""
+    args = ["--distro", p["distro"]] if p["distro"] != "auto" else []
+    return args + (["--force"] if p["take_over"] else [])
 
 
 def _diff(text: str) -> dict:
@@ -260,7 +263,8 @@ def _restarted(module: AnsibleModule) -> None:
     if module.check_mode:
         pending = p["engines"] or _tool(module, "status", "--root", p["root"], ok_codes=(0, 9))["restart_pending"]
         module.exit_json(changed=bool(pending), engines_changed=pending)
-    result = _tool(module, "restart", "--root", p["root"], *(arg for e in p["engines"] for arg in ("--engine", e)))
+    distro = ["--distro", p["distro"]] if p["distro"] != "auto" else []
+    result = _tool(module, "restart", "--root", p["root"], *distro, *(arg for e in p["engines"] for arg in ("--engine", e)))
     module.exit_json(changed=result["changed"], result=result, engines_changed=list(result["engines"]))
 
 
@@ -273,14 +277,22 @@ def _configured(module: AnsibleModule) -> None:
         args.append("--set-as-default")
     if p["cdi"] == "on":
         args.append("--cdi")
+    if p["runtime"] == "containerd":
+        args += _distro_args(p)
     planned = _tool(module, *args, "--dry-run") if module.check_mode or module._diff else None
     if module.check_mode:
-        changed = not planned["already_configured"]
+        changed = _needs_change(planned, p["runtime_name"])
         module.exit_json(changed=changed, result=planned, engines_changed=[p["runtime"]] if changed else [], diff=_diff(planned["diff"]))
     result = _tool(module, *args)
-    changed = not result["already_configured"]
+    changed = _needs_change(result, p["runtime_name"])
     diff = _diff(planned["diff"]) if planned is not None and changed else {}
     module.exit_json(changed=changed, result=result, engines_changed=[p["runtime"]] if changed else [], diff=diff)
+
+
+def _needs_change(result: dict, runtime_name: str) -> bool:
+    """A file changed, or k3s/RKE2 still has to restart to register the runtime itself (it writes no file)."""
+    facts = result.get("facts") or {}
+    return not result["already_configured"] or (facts.get("DISTRO") in ("k3s", "rke2") and facts.get("RUNTIME") != runtime_name)
 
 
 def _absent(module: AnsibleModule) -> None:
@@ -328,7 +340,7 @@ def _unconfigured(module: AnsibleModule) -> None:
         module.exit_json(changed=False, msg=f"gpu-airgap has not changed the {engine} configuration here", engines_changed=[])
     if module.check_mode:
         module.exit_json(changed=True, msg=f"would restore {', '.join(files)}", files=files, engines_changed=[engine])
-    argv = [p["python"], "-I", p["zipapp"], "configure", "revert", "--root", p["root"], "--runtime", engine]
+    argv = [p["python"], "-I", "-S", p["zipapp"], "configure", "revert", "--root", p["root"], "--runtime", engine]
     argv += ["--force"] if p["force"] else []
     proc = subprocess.run(argv, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
