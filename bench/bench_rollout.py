@@ -20,6 +20,7 @@ Run: ``make bench`` or ``sudo .venv/bin/python bench/bench_rollout.py [--runs N]
 from __future__ import annotations
 
 import json
+import os
 import re
 import statistics
 import sys
@@ -132,6 +133,8 @@ ANSIBLE = (("copy, serial [1, 25%], forks 5 (Ansible's default)", ["1", "25%"], 
 
 
 def report(cost: model.NodeCost, installs: List[float], pulls: Dict[str, float]) -> None:
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(f"({os.cpu_count()} CPUs, load average {load} at the end)")
     print(f"measured: install {statistics.median(installs):.2f} s (median of {', '.join(f'{t:.2f}' for t in installs)}), "
           f"bundle {cost.bundle_bytes / 1e6:.1f} MB, {pulls['requests_per_pull']:.0f} requests per pull, "
           f"through a pull-through cache the first pull costs the central registry {pulls['first_through_cache']:.0f} requests and "
