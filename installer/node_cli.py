@@ -111,6 +111,8 @@ def install_command(
         lines += [f"  {m}" for m in result.messages]
         lines += [f"  {name}: {what}" for name, what in result.engines.items()]
         lines.append(f"  CDI: {result.cdi}")
+        if result.cdi_report:
+            lines.append(f"  CDI source: {result.cdi_source}: {result.cdi_report['summary']}")
         emit_lines(lines)
         if result.diff:
             sys.stdout.write(result.diff)
@@ -203,5 +205,6 @@ def _status_lines(report: Dict[str, Any]) -> List[str]:
             lines.append(f"  {engine}: the runtime configuration is managed by {facts['OWNER']}")
     cdi = report["cdi"]
     lines.append(f"  CDI {cdi['path']}: " + ("valid" if cdi["valid"] else "invalid" if cdi["present"] else "absent"))
+    lines.append(f"  CDI source: {cdi['source']}: {cdi['summary']}")
     lines += [f"problem: {p}" for p in report["problems"]] or ["no drift from the recorded install"]
     return lines
