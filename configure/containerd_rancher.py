@@ -159,7 +159,8 @@ def _containerd_change(
             cri["containerd"] = {"runtimes": {options.runtime_name: entry}}
         tomledit.merge(doc, {"plugins": {plugin: cri}}, path=path)
         plan_.notes["drop_in"] = f"{directory}/{DROP_IN_NAME}"
-        return FileChange(path, read_optional(path), tomledit.render(doc), mode=0o644)
+        old = read_optional(path)
+        return FileChange(path, old, tomledit.render_over(old, doc), mode=0o644)
     if need_cdi:
         raise UsageError(
             f"{distro.name} renders the CRI table that holds enable_cdi itself and this version imports no drop-in "
