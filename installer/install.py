@@ -271,6 +271,26 @@ def _register(
     return changed
 
 
+def _confirm_regenerated(name: str, options: InstallOptions, env: NodeEnv, result: InstallResult) -> None:
+    """k3s/RKE2 write containerd's config at start: read it back and say whether it has the handler."""
+    if name != "containerd":
+        return
+    try:
+        facts = env.engine(name).report(options.root, options.runtime_name)
+    except ToolError as exc:
+        result.messages.append(f"{name}: cannot read the regenerated config back: {exc}")
+        return
+    if facts.get("DISTRO") not in ("k3s", "rke2"):
+        return
+    if facts.get("RUNTIME") == options.runtime_name:
+        result.engines[name] += f"; its regenerated config has the {options.runtime_name} handler"
+    else:
+        result.messages.append(
+            f"{name}: {facts['DISTRO']} restarted but its regenerated config has no {options.runtime_name} handler "
+            "(is nvidia-container-runtime on its PATH?); `gpu-airgap configure verify` says more"
+        )
+
+
 def _note_units(result: InstallResult, changed: List[str], options: InstallOptions) -> None:
     for name in changed:
         result.restart_units[name] = list(engine_units(name, options.root, options.distro))
@@ -305,6 +325,7 @@ def restart_engines(changed: List[str], options: InstallOptions, journal: Journa
         if env.services.is_active(unit):
             result.engines[name] += f", restarted {unit}"
             kept.append(name)
+            _confirm_regenerated(name, options, env, result)
             continue
         # Put back what gpu-airgap changed (nothing is recorded once its change was reverted already).
         restored = any(entry.engine == name for entry in journal.entries())

@@ -124,7 +124,7 @@ def test_several_containerds_are_listed_and_the_user_chooses(tmp_path: Path) -> 
     assert "Traceback" not in done.stderr and tree(root) == before
     chosen = configure(root, "--distro", "k3s")
     assert chosen.exit_code == 0, chosen.stderr
-    assert "containerd of k3s" in chosen.stderr
+    assert "using the containerd of k3s (config /var/lib/rancher/k3s/agent/etc/containerd/config.toml" in chosen.stderr
     assert report(root, "--distro", "k3s")["DISTRO"] == "k3s"
 
 
@@ -349,3 +349,16 @@ def test_fleet_k8s_for_k3s_leaves_k3s_own_runtimeclass_alone_and_passes_the_dist
     plain = [d for d in yaml.safe_load_all(run_cli(*args).stdout) if d]
     assert "RuntimeClass" in [d["kind"] for d in plain]
     assert run_cli(*args, "--distro", "k3s", "--runtime-name", "nvidia-experimental").exit_code == 0
+
+
+def test_the_gpu_operators_drop_in_is_recognised_as_its_registration(tmp_path: Path) -> None:
+    root = node(tmp_path, "gpu-operator", toolkit=False)
+    shutil.rmtree(root / "var")
+    operator_config = root / "etc/containerd/config.toml"
+    (root / "etc/containerd/conf.d").mkdir()
+    operator_config.rename(root / "etc/containerd/conf.d/99-nvidia.toml")  # gpu-operator >= 25.10 writes a drop-in
+    operator_config.write_text('version = 2\nimports = ["/etc/containerd/conf.d/*.toml"]\n')
+    before = tree(root)
+    done = configure(root)
+    assert done.exit_code == 5 and "/etc/containerd/conf.d/99-nvidia.toml registers runtime nvidia" in done.stderr
+    assert tree(root) == before
