@@ -130,7 +130,7 @@ def plan(distro: Distro, options: RuntimeOptions, plan_: ConfigPlan) -> ConfigPl
         )
         if options.runtime_name not in auto_found(root):
             plan_.warnings.append(f"{options.runtime_path} is not installed yet; install the toolkit before the restart")
-    plan_.notes.update(config=distro.config, config_version=version, runtime_name=options.runtime_name,
+    plan_.notes.update(config=distro.config, config_version=version, agent_registers=auto, runtime_name=options.runtime_name,
                        runtime_path=options.runtime_path, set_as_default=options.set_as_default,
                        previous_default=str(((cri_now.get("containerd") or {}).get("default_runtime_name")) or "runc"))  # fmt: skip
     plan_.facts = report(root, distro, options.runtime_name)

@@ -135,15 +135,19 @@ def _execute(plan: InstallPlan, options: InstallOptions, env: NodeEnv) -> Instal
     changed = [name for name in changed if name in kept or name not in SERVICE_ENGINES]
     result.restart_pending = _left_pending(due, options)
     restarted = bool(plan.pending_before) and _may_restart(options)
+    retired = _retire_static_spec(options, journal, result)
+    _report_cdi(options, result)
     check, old_state = plan.preflight, plan.old_state
-    nothing = check.nothing_to_do and not changed and "written" not in result.cdi and not plan.hold and not restarted
+    nothing = check.nothing_to_do and not changed and "written" not in result.cdi and not plan.hold and not restarted and not retired
     if nothing and plan.recorded:
         result.outcome = "up-to-date"
         result.changed = False
         result.messages.insert(0, "already installed: this bundle is on the node and nothing changed")
         return result
-    touched = sorted({*(old_state.engines if old_state else []), *changed, *(["cdi"] if "written" in result.cdi else [])})
-    state = record(plan, options, journal, engines=touched, restart_pending=result.restart_pending, cdi=result.cdi, complete=True)
+    touched = {*(old_state.engines if old_state else []), *changed, *(["cdi"] if "written" in result.cdi else [])}
+    if retired:
+        touched.discard("cdi")
+    state = record(plan, options, journal, engines=sorted(touched), restart_pending=result.restart_pending, cdi=result.cdi, complete=True)
     result.messages.append(f"recorded the install in {save_state(options.root, state)}")
     return result
 
@@ -170,10 +174,6 @@ def _change_node(
         backend.hold([p.name for p in target.packages])
         result.messages.append("held " + ", ".join(p.name for p in target.packages) + " at this release")
     cdi_on, result.cdi = _cdi(plan, options, journal, env, run)
-    report = cdi_report(options.root)
-    result.cdi_report = report.to_dict()
-    result.cdi_source = "off" if options.cdi == "off" and report.source != SOURCE_REFRESH else report.source
-    result.messages.extend(f"CDI problem: {p}" for p in report.problems)
     return _register(plan, cdi_on, options, journal, env, result, run)
 
 
@@ -242,6 +242,35 @@ def _cdi(plan: InstallPlan, options: InstallOptions, journal: Journal, env: Node
     written = apply_changes("cdi", spec.changes, journal, dict(spec.notes))
     source = spec.facts.get("SOURCE", "nvidia-ctk")
     return True, (f"written to {CDI_SPEC} (from {source})" if written else f"{CDI_SPEC} is already current")
+
+
+def _retire_static_spec(options: InstallOptions, journal: Journal, result: InstallResult) -> bool:
+    """Put back what was at the static spec's place when enabled refresh units now own the spec: one spec per kind.
+
+    Only a spec gpu-airgap wrote (``install`` or ``configure cdi`` on an older toolkit) and nobody
+    edited since; it runs after the engines are back, so a rollback of this run never needs it.
+    """
+    if options.cdi == "off" or not detect_refresh(options.root).active:
+        return False
+    if not any(entry.engine == "cdi" for entry in journal.entries()):
+        return False
+    try:
+        paths = revert("cdi", journal)
+    except ToolError as exc:  # edited since: it is the admin's file now, verify will name the duplicate
+        result.messages.append(f"kept the static CDI spec gpu-airgap wrote earlier: {exc}")
+        return False
+    result.messages.append(
+        f"removed the static CDI spec gpu-airgap wrote earlier ({', '.join(map(str, paths))}): nvidia-cdi-refresh owns the spec now"
+    )
+    return True
+
+
+def _report_cdi(options: InstallOptions, result: InstallResult) -> None:
+    """Where the node's spec comes from after the run, and what is wrong with its specs."""
+    report = cdi_report(options.root)
+    result.cdi_report = report.to_dict()
+    result.cdi_source = "off" if options.cdi == "off" and report.source != SOURCE_REFRESH else report.source
+    result.messages.extend(f"CDI problem: {p}" for p in report.problems)
 
 
 def _register(
