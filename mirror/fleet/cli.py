@@ -14,7 +14,7 @@ import typer
 
 from configure.validate import CDI_CHOICES
 from mirror.fleet import k8s as fleet_k8s
-from plumbing.clikit import Group
+from plumbing.clikit import Group, legacy_spellings
 from plumbing.errors import UsageError
 from plumbing.fsutil import atomic_write
 from plumbing.gpg import check_key_file
@@ -57,7 +57,7 @@ _SET_AS_DEFAULT = typer.Option(False, "--set-as-default", help="Make it the engi
 _CDI = typer.Option("auto", "--cdi", click_type=click.Choice(CDI_CHOICES), help="auto (when a driver is present) | on | off")
 _HOLD = typer.Option(False, "--hold", help="Keep the nodes on this release.")
 _NO_RUNTIMECLASS = typer.Option(False, "--no-runtimeclass", help="Leave the RuntimeClass out.")
-_OUT = typer.Option("-", "--out", metavar="FILE|-", help="Write the manifests here (- is stdout).")
+_OUTPUT = typer.Option("-", "--output", metavar="FILE|-", help="Write the manifests here (- is stdout).")
 
 
 def k8s_command(
@@ -77,7 +77,7 @@ def k8s_command(
     cdi: str = _CDI,
     hold: bool = _HOLD,
     no_runtimeclass: bool = _NO_RUNTIMECLASS,
-    out: str = _OUT,
+    out: str = _OUTPUT,
 ) -> None:
     """Write a DaemonSet (plus RuntimeClass) that installs the bundle on every GPU node: kubectl apply -f it."""
     options = fleet_k8s.K8sOptions(
@@ -105,4 +105,4 @@ def _read_key(path: Path) -> str:
     return data.decode("ascii", errors="replace")
 
 
-fleet_app.command("k8s")(k8s_command)
+fleet_app.command("k8s", cls=legacy_spellings({"--out": "--output"}))(k8s_command)

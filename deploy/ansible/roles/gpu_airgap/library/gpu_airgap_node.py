@@ -155,8 +155,7 @@ def _configured(module: AnsibleModule) -> None:
     args = ["configure", p["runtime"], "--root", p["root"], "--runtime-name", p["runtime_name"]]
     if p["set_as_default"]:
         args.append("--set-as-default")
-    if p["cdi"] == "on":
-        args.append("--cdi")
+    args += ["--cdi", p["cdi"]]  # the same auto | on | off as install
     planned = _tool(module, *args, "--dry-run") if module.check_mode or module._diff else None
     if module.check_mode:
         changed = not planned["already_configured"]
