@@ -44,6 +44,9 @@ class NoServices:
     def is_active(self, unit: str) -> bool:
         return True
 
+    def is_stopped(self, unit: str) -> bool:
+        return False
+
 
 def measure_overhead(work: Path) -> Dict[str, Any]:
     key = make_key(work / "gpg", "bench <bench@example.invalid>")

@@ -5,7 +5,7 @@ source, stand-in ``libnvidia-container1``/``-tools`` with the real fields) into 
 cached minimal Debian root (``tests/test_node_debootstrap.py``), which also has a containerd config:
 
 - ``dpkg``: ``dpkg --root=ROOT -i`` of the four files, what installing them at all costs (the floor);
-- ``gpu-airgap``: ``python3 -I gpu-airgap-node.pyz install BUNDLE --keyring KEY --root ROOT --runtime
+- ``gpu-airgap``: ``python3 -I -S gpu-airgap-node.pyz install BUNDLE --keyring KEY --root ROOT --runtime
   containerd``, what install.sh runs on a node (warm zipapp cache): bundle signature and digests,
   extraction, preflight, dpkg, containerd registration, state; also through the venv's console script;
 - ``apt-get``: ``chroot ROOT apt-get install`` of the four names from a local file repo (``[trusted=yes]``,
@@ -104,7 +104,7 @@ def run_dpkg(inputs: Dict[str, Any], root: Path) -> float:
 def run_zipapp(inputs: Dict[str, Any], root: Path) -> float:
     key: TestKey = inputs["key"]
     env = {"PATH": NODE_PATH, "HOME": "/root", "LANG": "C.UTF-8", "GPU_AIRGAP_NODE_CACHE": str(inputs["pyz"].parent / "node-cache")}
-    return timed(["/usr/bin/python3", "-I", str(inputs["pyz"]), "install", str(inputs["bundle"]), "--keyring", str(key.public),
+    return timed(["/usr/bin/python3", "-I", "-S", str(inputs["pyz"]), "install", str(inputs["bundle"]), "--keyring", str(key.public),
                   "--root", str(root), "--runtime", "containerd"], env)  # fmt: skip
 
 
@@ -140,7 +140,7 @@ METHODS: Dict[str, Callable[[Dict[str, Any], Path], float]] = {
 def compare(inputs: Dict[str, Any], work: Path) -> Dict[str, List[float]]:
     """Wall seconds per method (``NAME``) and CPU seconds (``NAME cpu``), ``RUNS`` rounds."""
     times: Dict[str, List[float]] = defaultdict(list)
-    subprocess.run(["/usr/bin/python3", "-I", str(inputs["pyz"]), "--help"], capture_output=True, check=True,
+    subprocess.run(["/usr/bin/python3", "-I", "-S", str(inputs["pyz"]), "--help"], capture_output=True, check=True,
                    env={"PATH": NODE_PATH, "GPU_AIRGAP_NODE_CACHE": str(inputs["pyz"].parent / "node-cache")})  # warm cache
     for _ in range(RUNS):
         for name, method in METHODS.items():
@@ -201,7 +201,7 @@ def breakdown(inputs: Dict[str, Any], work: Path) -> Dict[str, float]:
         for restore in undo:
             restore()
         shutil.rmtree(root, ignore_errors=True)
-    start_times = [timed(["/usr/bin/python3", "-I", str(inputs["pyz"]), "--help"],
+    start_times = [timed(["/usr/bin/python3", "-I", "-S", str(inputs["pyz"]), "--help"],
                          {"PATH": NODE_PATH, "GPU_AIRGAP_NODE_CACHE": str(inputs["pyz"].parent / "node-cache")}) for _ in range(5)]  # fmt: skip
     phases["python start-up (zipapp --help, warm)"] = statistics.median(start_times)
     phases.update({f"calls {k}": float(v) for k, v in calls.items()})

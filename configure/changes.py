@@ -11,7 +11,9 @@ restore the state before gpu-airgap's first change, byte for byte, including fil
 exist (they are removed again, with their new directories). A revert checks everything first
 (:func:`plan_revert`: every engine has entries, every backup is there, no file was edited since)
 and only then changes anything (:func:`apply_revert`); with ``force`` an edited file is kept beside
-the original as ``FILE.gpu-airgap-old``. An install run that fails rolls back only its own writes
+the original as ``FILE.gpu-airgap-old``. A file gpu-airgap only appended lines to
+(:mod:`configure.lineedits`, LXC configs) is not refused when edited since: exactly its lines are
+taken out and the edit stays. An install run that fails rolls back only its own writes
 (:meth:`Journal.mark` and :meth:`Journal.undo_since`).
 """
 
@@ -28,6 +30,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
+from configure import lineedits
 from plumbing.errors import ConfigFormatError, FileWriteError, ProblemsFound, ToolError
 from plumbing.fsutil import atomic_write, rooted, why_unwritable
 
@@ -68,6 +71,7 @@ class FileChange:
     old: Optional[bytes]
     new: bytes
     mode: Optional[int] = None  #: permission bits for a new file
+    owner: Optional[Tuple[int, int]] = None  #: (uid, gid) of a new file and the directories made for it (a user's ~/.config)
 
     @property
     def changed(self) -> bool:
@@ -161,11 +165,7 @@ class Journal:
             target = self.backups / f"{stamp}-{n:04d}-{change.path.name}"
             write_config(target, change.old, mode=0o600)
             backup = str(target)
-        created: List[str] = []
-        directory = change.path.parent
-        while not os.path.lexists(directory):
-            created.append(str(directory))
-            directory = directory.parent
+        created = [str(directory) for directory in _missing_dirs(change.path.parent)]
         entry = JournalEntry(
             engine=engine,
             path=str(change.path),
@@ -203,6 +203,7 @@ class Journal:
                 _put_back(restore)
             except ToolError as exc:
                 failed[restore.path] = exc
+        _remove_created(restores)
         kept = [entry for entry in recent if Path(entry.path) in failed]
         for entry in recent:
             if entry.backup is not None and entry not in kept:
@@ -247,15 +248,28 @@ def apply_changes(
         for change in changes:
             if not change.changed:
                 continue
+            made = _missing_dirs(change.path.parent) if change.owner is not None and change.old is None else []
             journal.record(engine, change, notes)
             write_config(change.path, change.new, mode=change.mode)
             written.append(change.path)
+            if change.owner is not None and change.old is None:  # a user's new file, in directories made for it
+                for path in (*made, change.path):
+                    os.chown(path, *change.owner)
     except BaseException:
         # All or nothing: a write that fails takes back this call's earlier writes and journal entries.
         with contextlib.suppress(ToolError, OSError):
             journal.undo_since(mark)
         raise
     return written
+
+
+def _missing_dirs(directory: Path) -> List[Path]:
+    """``directory`` and its parents that do not exist yet, deepest first."""
+    missing: List[Path] = []
+    while not os.path.lexists(directory):
+        missing.append(directory)
+        directory = directory.parent
+    return missing
 
 
 @dataclass(frozen=True)
@@ -304,10 +318,12 @@ def _restores(entries: Sequence[JournalEntry], engines: Optional[Sequence[str]])
     """
     first: Dict[str, JournalEntry] = {}
     last: Dict[str, JournalEntry] = {}
+    notes: Dict[str, List[Dict[str, Any]]] = {}
     for entry in entries:
         if engines is None or entry.engine in engines:
             first.setdefault(entry.path, entry)
             last[entry.path] = entry
+            notes.setdefault(entry.path, []).append(entry.notes)
     restores: List[Restore] = []
     for path, entry in first.items():
         data: Optional[bytes] = None
@@ -317,6 +333,10 @@ def _restores(entries: Sequence[JournalEntry], engines: Optional[Sequence[str]])
                 raise ToolError(f"the backup {entry.backup} of {path} is missing; cannot restore it")
         current = read_optional(Path(path))
         edited = current if current is not None and hashlib.sha256(current).hexdigest() != last[path].sha256 else None
+        owned = lineedits.owned_lines(notes[path])
+        if edited is not None and owned is not None:
+            # A line edit (LXC config): take out exactly our lines and keep whatever else changed.
+            data, edited = lineedits.remove_lines(edited.decode("utf-8", "surrogateescape"), owned).encode("utf-8", "surrogateescape"), None
         restores.append(Restore(entry.engine, Path(path), data, entry.mode, tuple(entry.created), edited))
     return restores
 
@@ -348,8 +368,16 @@ def apply_revert(journal: Journal, plan: RevertPlan, *, force: bool = False) -> 
             outcome.kept[str(restore.path)] = str(_keep_aside(restore.path, restore.edited))
         _put_back(restore)
         (outcome.deleted if restore.data is None else outcome.restored).append(restore.path)
+    _remove_created(plan.restores)
     journal.forget(plan.engines)
     return outcome
+
+
+def _remove_created(restores: Sequence[Restore]) -> None:
+    """Directories made for several files (a user's ~/.config tree) go once all of them are gone, deepest first."""
+    for directory in sorted({d for r in restores if r.data is None for d in r.created}, key=lambda d: -d.count("/")):
+        with contextlib.suppress(OSError):
+            Path(directory).rmdir()
 
 
 def revert(engine: str, journal: Journal, *, force: bool = False) -> List[Path]:

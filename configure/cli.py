@@ -18,6 +18,7 @@ import typer
 from configure import cdi as cdi_spec
 from configure import commands, live, runtimeclass, toolkit
 from configure.cli_extras import register_extras
+from configure.distros import NAMES as DISTROS
 from configure.engine import RuntimeOptions
 from configure.engines import KNOWN, get_engine
 from configure.validate import CDI_CHOICES, existing_root
@@ -27,7 +28,7 @@ from plumbing.output import emit_json, emit_lines, warn
 
 app = typer.Typer(
     cls=Group,
-    help="Register the NVIDIA runtime with containerd, Docker or CRI-O; write CDI specs and RuntimeClasses.",
+    help="Register the NVIDIA runtime with containerd, Docker or CRI-O; give Podman and LXC the GPUs; write CDI specs and RuntimeClasses.",
     no_args_is_help=True,
     pretty_exceptions_show_locals=False,
 )
@@ -59,6 +60,11 @@ _SYSTEMD_CGROUP = typer.Option(SystemdCgroup.auto, "--systemd-cgroup", help="Sys
 _DRY_RUN = typer.Option(False, "--dry-run", help="Print the diff of every file; write nothing.")
 _JSON = typer.Option(False, "--json", help="Print one JSON object.")
 _HOOK = typer.Option(False, "--hook", help="CRI-O/podman: write the OCI hook instead.")
+_DISTRO = typer.Option(
+    None, "--distro", click_type=click.Choice(DISTROS),
+    help="Which containerd the kubelet uses (default: detected from the files under --root).",
+)  # fmt: skip
+_TAKE_OVER = typer.Option(False, "--force", help="Take the runtime configuration over from the NVIDIA GPU Operator.")
 
 
 def add_configure_commands(group: typer.Typer) -> None:
@@ -68,6 +74,8 @@ def add_configure_commands(group: typer.Typer) -> None:
     group.command("containerd", cls=legacy)(containerd_command)
     group.command("docker", cls=legacy)(docker_command)
     group.command("crio", cls=legacy)(crio_command)
+    group.command("podman")(podman_command)
+    group.command("lxc")(lxc_command)
     group.command("report")(report_command)
     group.command("verify")(verify_command)
     group.command("revert")(revert_command)
@@ -87,11 +95,17 @@ def containerd_command(
     systemd_cgroup: SystemdCgroup = _SYSTEMD_CGROUP,
     dry_run: bool = _DRY_RUN,
     as_json: bool = _JSON,
+    distro: Optional[str] = _DISTRO,
+    force: bool = _TAKE_OVER,
 ) -> None:
-    """Register the NVIDIA runtime with containerd (backups kept; `configure revert` undoes it)."""
+    """Register the NVIDIA runtime with containerd (backups kept; `configure revert` undoes it).
+
+    On k3s, RKE2, MicroK8s and k0s it writes where that distribution reads (see README).
+    """
     options = RuntimeOptions(
         root=root, config=config, drop_in=drop_in, no_drop_in=no_drop_in, runtime_name=runtime_name,
-        runtime_path=runtime_path, set_as_default=set_as_default, cdi=commands.cdi_in_engine(cdi, root), systemd_cgroup=systemd_cgroup.value,
+        runtime_path=runtime_path, set_as_default=set_as_default, cdi=commands.cdi_in_engine(cdi, root),
+        systemd_cgroup=systemd_cgroup.value, distro=distro, force=force,
     )  # fmt: skip
     _configure("containerd", options, dry_run, as_json)
 
@@ -140,6 +154,53 @@ def crio_command(
     _configure("crio", options, dry_run, as_json)
 
 
+_PODMAN_HOOK = typer.Option(False, "--hook", help="Write the OCI hook instead of using CDI (podman before 4.1 always does).")
+_HOOKS_DIR = typer.Option(
+    None, "--hooks-dir", metavar="DIR", help="--hook: write it here (default: the strongest directory podman reads)."
+)
+
+
+_USER = typer.Option(None, "--user", metavar="NAME", help="Rootless: configure NAME's podman (their ~/.config/containers).")
+
+
+def podman_command(
+    root: Path = _ROOT,
+    hook: bool = _PODMAN_HOOK,
+    hooks_dir: Optional[str] = _HOOKS_DIR,
+    user: Optional[str] = _USER,
+    runtime_path: str = _RUNTIME_PATH,
+    dry_run: bool = _DRY_RUN,
+    as_json: bool = _JSON,
+) -> None:
+    """Give podman the GPUs: the CDI spec it loads (written when none is valid), or NVIDIA's OCI hook."""
+    if hooks_dir is not None and not hook:
+        raise UsageError("--hooks-dir belongs to --hook")
+    options = RuntimeOptions(root=root, runtime_path=runtime_path, cdi=True, hook=hook, hooks_dir=hooks_dir, user=user)
+    _configure("podman", options, dry_run, as_json)
+
+
+_CONTAINER = typer.Option(..., "--container", metavar="NAME", help="The LXC container (unprivileged) to give the GPUs.")
+_LXCPATH = typer.Option(None, "--lxcpath", metavar="DIR", help="Where the containers are (lxc-start -P; default /var/lib/lxc).")
+_DEVICES = typer.Option("all", "--visible-devices", metavar="DEVICES", help="NVIDIA_VISIBLE_DEVICES: all, or 0,1,...")
+_CAPABILITIES = typer.Option("compute,utility", "--capabilities", help="NVIDIA_DRIVER_CAPABILITIES.")
+
+
+def lxc_command(
+    container: str = _CONTAINER,
+    root: Path = _ROOT,
+    lxcpath: Optional[str] = _LXCPATH,
+    devices: str = _DEVICES,
+    capabilities: str = _CAPABILITIES,
+    dry_run: bool = _DRY_RUN,
+    as_json: bool = _JSON,
+) -> None:
+    """Add LXC's nvidia mount hook and its environment to an unprivileged container's config (revert removes them)."""
+    options = RuntimeOptions(
+        root=root, container=container, lxcpath=lxcpath, devices=devices, capabilities=capabilities
+    )  # fmt: skip
+    _configure("lxc", options, dry_run, as_json)
+
+
 def _configure(engine_name: str, options: RuntimeOptions, dry_run: bool, as_json: bool) -> None:
     """The one implementation behind ``configure containerd|docker|crio``."""
     result = commands.configure_engine(get_engine(engine_name), options, dry_run=dry_run)
@@ -160,15 +221,20 @@ def _configure(engine_name: str, options: RuntimeOptions, dry_run: bool, as_json
         return
     for message in plan.warnings:
         warn(message)
-    if result.already_configured:
-        emit_lines(
-            [f"already configured: {engine_name} has the {options.runtime_name} runtime; nothing written"]
-        )
+    if result.already_configured and plan.facts.get("DISTRO") in commands.RANCHER:
+        emit_lines([f"nothing written: {plan.facts['DISTRO']} registers the runtime itself; {plan.facts['RESTART']}"])
+    elif result.already_configured:
+        what = plan.next_step or f"{engine_name} has the {options.runtime_name} runtime"
+        emit_lines([f"already configured: {what}; nothing written"])
     elif dry_run:
         emit_lines([result.diff.rstrip("\n"), f"dry run: nothing written ({engine_name})"])
     else:
         lines = [f"wrote {path}" for path in result.written]
-        lines.append(f"configured {engine_name}: restart it to use the {options.runtime_name} runtime")
+        if plan.next_step:
+            lines.append(f"configured {engine_name}: {plan.next_step}")
+        else:
+            restart = plan.facts.get("RESTART", "restart it")
+            lines.append(f"configured {engine_name} for the {options.runtime_name} runtime: {restart}")
         emit_lines(lines)
 
 
@@ -176,7 +242,7 @@ def _configure(engine_name: str, options: RuntimeOptions, dry_run: bool, as_json
 REVERTIBLE = (*KNOWN, cdi_spec.ENGINE, toolkit.ENGINE, runtimeclass.ENGINE)
 
 _REPORT_RUNTIME = typer.Option(
-    "containerd", "--runtime", click_type=click.Choice(KNOWN), help="Engine to read back: containerd, docker or crio."
+    "containerd", "--runtime", click_type=click.Choice(KNOWN), help="Engine to read back: containerd, docker, crio, podman or lxc."
 )
 _REPORT_RUNTIME_NAME = typer.Option(None, "--runtime-name", help="Runtime to describe (default: as configured).")
 _REPORT_CONFIG = typer.Option(
@@ -200,9 +266,10 @@ def report_command(
     runtime_name: Optional[str] = _REPORT_RUNTIME_NAME,
     config: Optional[str] = _REPORT_CONFIG,
     as_json: bool = _JSON,
+    distro: Optional[str] = _DISTRO,
 ) -> None:
     """Print the runtime configuration read back from the files on disk, as KEY=value lines."""
-    facts = commands.report(get_engine(runtime), root, runtime_name, config)
+    facts = commands.report(commands.engine_for(runtime, distro), root, runtime_name, config)
     if as_json:
         emit_json(facts)
     else:
@@ -227,6 +294,7 @@ def verify_command(
     image: Optional[str] = _IMAGE,
     visible_devices: Optional[str] = _VISIBLE_DEVICES,
     timeout: float = _TIMEOUT,
+    distro: Optional[str] = _DISTRO,
 ) -> None:
     """Check the handler, the runtime binary, the default runtime and the CDI spec; list every problem.
 
@@ -236,7 +304,7 @@ def verify_command(
         raise UsageError("--address, --image and --visible-devices belong to --live")
     result: Dict[str, Any] = {"ok": True, "passed": [], "problems": []}
     try:
-        result["passed"] = commands.verify(root, runtime or None)
+        result["passed"] = commands.verify(root, runtime or None, distro)
     except ProblemsFound as exc:
         result.update(ok=False, problems=exc.problems)
         if as_json:

@@ -1,4 +1,4 @@
-"""``gpu-airgap configure toolkit|cdi|runtimeclass``: thin commands over the configure library.
+"""``gpu-airgap configure toolkit|cdi|runtimeclass|lxd|incus``: thin commands over the configure library.
 
 Each command builds a :class:`~configure.engine.ConfigPlan` with the library, then either prints
 its diff (``--dry-run``) or applies it through the journal, and renders the outcome (``--json``:
@@ -9,15 +9,16 @@ one object). Errors are :class:`~plumbing.errors.ToolError` and are printed by `
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import click
 import typer
 
-from configure import cdi, commands, runtimeclass, toolkit
+from configure import cdi, commands, lxd, runtimeclass, toolkit
 from configure.changes import read_optional, unified_diff
 from configure.engine import ConfigPlan
 from configure.validate import existing_root
+from plumbing import proc
 from plumbing.fsutil import rooted
 from plumbing.output import emit_json, emit_lines, warn
 from plumbing.textio import decode_utf8
@@ -75,10 +76,12 @@ _RC_OUTPUT = typer.Option(None, "--output", metavar="FILE", help="Write here ins
 
 
 def register_extras(app: typer.Typer) -> None:
-    """Add the ``toolkit``, ``cdi`` and ``runtimeclass`` commands to the ``configure`` group."""
+    """Add the ``toolkit``, ``cdi``, ``runtimeclass``, ``lxd`` and ``incus`` commands to the ``configure`` group."""
     app.command("toolkit")(toolkit_command)
     app.command("cdi")(cdi_command)
     app.command("runtimeclass")(runtimeclass_command)
+    app.command("lxd")(lxd_command)
+    app.command("incus")(incus_command)
 
 
 def toolkit_command(
@@ -118,3 +121,36 @@ def runtimeclass_command(
         emit_lines([runtimeclass.render_manifest(name, handler).rstrip("\n")])
         return
     render_result(result, as_json=False)
+
+
+_PROFILE = typer.Option("default", "--profile", help="The profile to give the GPUs.")
+_CAPABILITIES = typer.Option("compute,utility", "--capabilities", help="nvidia.driver.capabilities.")
+_APPLY = typer.Option(False, "--apply", help="Run the commands with the daemon's client instead of printing them.")
+_UNDO = typer.Option(False, "--undo", help="Take the settings out of the profile again.")
+
+
+def lxd_command(profile: str = _PROFILE, capabilities: str = _CAPABILITIES, apply: bool = _APPLY, undo: bool = _UNDO) -> None:
+    """Print (or --apply, through the lxc client) the LXD profile settings for the GPUs: nvidia.runtime, a gpu device."""
+    _profile("lxd", profile, capabilities, apply, undo)
+
+
+def incus_command(profile: str = _PROFILE, capabilities: str = _CAPABILITIES, apply: bool = _APPLY, undo: bool = _UNDO) -> None:
+    """Print (or --apply, through the incus client) the Incus profile settings for the GPUs: nvidia.runtime, a gpu device."""
+    _profile("incus", profile, capabilities, apply, undo)
+
+
+def _profile(daemon: str, profile: str, capabilities: str, apply: bool, undo: bool) -> None:
+    """The daemon's own client changes its database; we never touch it."""
+    if not apply:
+        commands = lxd.undo_commands(daemon, profile) if undo else lxd.setup_commands(daemon, profile, capabilities)
+        emit_lines(lxd.render(commands))
+        return
+    current = lxd.current_profile(daemon, profile, _client_runner)
+    commands = lxd.undo_commands(daemon, profile, current) if undo else lxd.setup_commands(daemon, profile, capabilities, current)
+    done = lxd.apply(commands, _client_runner)
+    emit_lines([f"ran {line}" for line in done] or [f"{daemon}: the profile {profile} is already {'without' if undo else 'set up for'} the GPUs"])
+
+
+def _client_runner(argv: Sequence[str]) -> Tuple[int, str, str]:
+    result = proc.run(argv, check=False, timeout=120)
+    return result.returncode, result.stdout.decode("utf-8", "replace"), result.stderr.decode("utf-8", "replace")

@@ -32,8 +32,9 @@ from configure.changes import (
     read_optional,
     unified_diff,
 )
+from configure.containerd_distro import DistroContainerdEngine
 from configure.crio import OCI_HOOK, hook_problems
-from configure.engine import ConfigPlan, Engine, RuntimeOptions
+from configure.engine import ConfigPlan, Engine, RuntimeOptions, SelfChecking
 from configure.engines import engine_names, get_engine
 from configure.nodefacts import driver_present
 from configure.runtimeclass import read_record
@@ -43,6 +44,8 @@ from plumbing.fsutil import rooted
 
 #: where a bare runtime path (docker's ``nvidia-container-runtime``) is looked for under the root
 SEARCH_PATH = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
+#: distributions whose agent regenerates containerd's config at start
+RANCHER = ("k3s", "rke2")
 #: the order ``report`` prints its facts in; anything else an engine reports follows
 REPORT_ORDER = (
     "CONFIG_VERSION",
@@ -150,6 +153,13 @@ def recorded_config(notes: Dict[str, Any]) -> Optional[str]:
     return str(config) if config else None
 
 
+def engine_for(name: str, distro: Optional[str] = None) -> Engine:
+    """The engine ``name``; for containerd, the one of ``distro`` (``--distro``) when given."""
+    if name == "containerd" and distro is not None:
+        return DistroContainerdEngine(distro)
+    return get_engine(name)
+
+
 def report(
     engine: Engine, root: Path, runtime_name: Optional[str] = None, config: Optional[str] = None
 ) -> Dict[str, str]:
@@ -161,6 +171,8 @@ def report(
     notes = engine_notes(Journal(root), engine.name)
     name = runtime_name or str(notes.get("runtime_name", "nvidia"))
     facts = dict(engine.report(root, name, config or recorded_config(notes)))
+    if isinstance(engine, SelfChecking):  # no runtime entry: no handler, no default runtime
+        return facts
     facts["HANDLER"] = runtimeclass_handler(root) or name
     previous = notes.get("previous_default")
     facts["DEFAULT_UNCHANGED"] = str(previous is None or facts.get("DEFAULT") == previous).lower()
@@ -175,7 +187,7 @@ def verify_engines(root: Path, engines: Optional[Sequence[str]] = None) -> List[
     return list(engines or recorded or ["containerd"])
 
 
-def verify(root: Path, engines: Optional[Sequence[str]] = None) -> List[str]:
+def verify(root: Path, engines: Optional[Sequence[str]] = None, distro: Optional[str] = None) -> List[str]:
     """Check what the node will actually use; return the checks that passed.
 
     :raises ProblemsFound: listing every problem found (handler, binary, default, CDI spec).
@@ -186,16 +198,23 @@ def verify(root: Path, engines: Optional[Sequence[str]] = None) -> List[str]:
     passed: List[str] = []
     problems: List[str] = []
     for name in names:
-        engine = get_engine(name)
         notes = engine_notes(journal, name)
+        engine = engine_for(name, distro or (str(notes["distro"]) if notes.get("distro") else None))
         runtime = str(notes.get("runtime_name", "nvidia"))
         config = recorded_config(notes)
+        if isinstance(engine, SelfChecking):
+            ok, wrong = engine.check(root, notes)
+            passed.extend(ok)
+            problems.extend(wrong)
+            continue
         if notes.get("mode") == "hook":
             problems.extend(_hook_problems(root, name, str(notes.get("hook_path", "")), passed))
             continue
         facts = engine.report(root, runtime, config)
+        problems.extend(f"{name}: {p}" for p in facts.get("TEMPLATE_PROBLEMS", "").split("; ") if p)
         if not facts.get("RUNTIME"):
-            problems.append(f"{name}: the runtime {runtime!r} is not registered")
+            restart = f" ({facts['RESTART']} so {facts['DISTRO']} regenerates its config)" if facts.get("DISTRO") in RANCHER else ""
+            problems.append(f"{name}: the runtime {runtime!r} is not registered{restart}")
             continue
         passed.append(f"{name}: runtime {runtime} is registered")
         wanted = handler or runtime

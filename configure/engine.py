@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional, Protocol
+from typing import Any, Dict, List, Optional, Protocol, Tuple, runtime_checkable
 
 from configure.changes import FileChange
 from configure.validate import check_runtime_name, check_runtime_path, existing_root
@@ -30,6 +30,14 @@ class RuntimeOptions:
     cdi: bool = False
     systemd_cgroup: str = "auto"  #: auto | true | false
     hook: bool = False  #: CRI-O/podman: write the OCI hook instead of a runtime entry
+    hooks_dir: Optional[str] = None  #: podman: the hooks directory to write the hook to (node path)
+    user: Optional[str] = None  #: podman: configure this user's rootless podman (their ~/.config)
+    container: Optional[str] = None  #: lxc: the container whose config gets the nvidia hook
+    lxcpath: Optional[str] = None  #: lxc: the containers' directory (lxc-start -P; default /var/lib/lxc)
+    devices: Optional[str] = None  #: lxc: NVIDIA_VISIBLE_DEVICES for the container (default all)
+    capabilities: Optional[str] = None  #: lxc: NVIDIA_DRIVER_CAPABILITIES (default compute,utility)
+    distro: Optional[str] = None  #: containerd: which one (``--distro``); detected when None
+    force: bool = False  #: take the configuration over from the GPU Operator
 
     def validate(self) -> None:
         """:raises UsageError: for a runtime name or path no engine can use, or a root that is not a directory."""
@@ -49,6 +57,8 @@ class ConfigPlan:
     facts: Dict[str, str] = field(default_factory=dict)
     #: recorded with each write so revert and verify know the operator's choice and the old default
     notes: Dict[str, object] = field(default_factory=dict)
+    #: what the operator does next, when it is not "restart the engine" (podman, lxc)
+    next_step: str = ""
 
     @property
     def changed(self) -> bool:
@@ -57,7 +67,7 @@ class ConfigPlan:
 
 
 class Engine(Protocol):
-    """One container engine's configuration (containerd, docker, crio)."""
+    """One container engine's configuration (containerd, docker, crio, podman, lxc)."""
 
     name: str
 
@@ -71,4 +81,13 @@ class Engine(Protocol):
         :param config: node path of the main config (``--config`` of the configure run); the engine's
             default when None.
         """
+        ...
+
+
+@runtime_checkable
+class SelfChecking(Protocol):
+    """An engine without a runtime entry (podman, lxc): ``verify`` asks it what to check."""
+
+    def check(self, root: Path, notes: Dict[str, Any]) -> Tuple[List[str], List[str]]:
+        """``(checks that passed, problems)`` for what the journal ``notes`` say was configured."""
         ...

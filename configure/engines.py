@@ -7,19 +7,23 @@ from __future__ import annotations
 
 from typing import Callable, Dict, List
 
-from configure.containerd import ContainerdEngine
+from configure.containerd_distro import DistroContainerdEngine
 from configure.crio import CrioEngine
 from configure.docker import DockerEngine
 from configure.engine import Engine
+from configure.lxc import LxcEngine
+from configure.podman import PodmanEngine
 from configure.validate import ENGINES
 from plumbing.errors import UsageError
 
 EngineFactory = Callable[[], Engine]
 
 _FACTORIES: Dict[str, EngineFactory] = {
-    "containerd": ContainerdEngine,
+    "containerd": DistroContainerdEngine,
     "docker": DockerEngine,
     "crio": CrioEngine,
+    "podman": PodmanEngine,
+    "lxc": LxcEngine,
 }
 
 #: every engine the command line offers, whether or not this build has it yet

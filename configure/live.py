@@ -9,6 +9,8 @@ Then, per engine that gpu-airgap configured (or ``--runtime``):
 - docker: the docker CLI (``--address`` or its own default: ``DOCKER_HOST``, the current context).
 - crio: in OCI hook mode podman with the hook; otherwise crictl on ``/var/run/crio/crio.sock``,
   else podman with the runtime binary.
+- podman: ``podman create --device nvidia.com/gpu=all`` (or the devices ``--visible-devices`` names)
+  when it uses CDI; with the hooks directory we wrote to when it uses the OCI hook.
 
 An engine that is not running, a missing client or no usable local image is reported as "cannot
 run" (nothing was tried); a runtime that refuses or breaks the container is a problem (exit 9).
@@ -21,8 +23,9 @@ from __future__ import annotations
 import posixpath
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Union
+from typing import Any, Dict, List, Optional, Sequence, Union
 
+from configure.cdi import KIND
 from configure.changes import Journal
 from configure.commands import engine_notes, recorded_config, runtimeclass_handler, verify_engines
 from configure.crio import OCI_HOOK
@@ -110,6 +113,8 @@ def check_engine(engine: str, root: Path, options: LiveOptions, runner: Runner) 
     notes = engine_notes(Journal(root), engine)
     runtime = str(notes.get("runtime_name", "nvidia"))
     env = {"NVIDIA_VISIBLE_DEVICES": options.visible_devices} if options.visible_devices else {}
+    if engine == "podman":
+        return _podman(_podman_probe(root, notes, options, env), runner)
     if engine == "crio" and notes.get("mode") == "hook":
         hooks_dir = "" if is_live_root(root) else str(rooted(root, posixpath.dirname(OCI_HOOK)))
         probe = Probe(engine, image=options.image, hooks_dir=hooks_dir, env=env, timeout=options.timeout)
@@ -137,6 +142,17 @@ def check_engine(engine: str, root: Path, options: LiveOptions, runner: Runner) 
         return _podman(probe, runner)
     clients = "crictl nor ctr" if engine == "containerd" else "crictl nor podman"
     return LiveResult(engine, Outcome.CANNOT_RUN, f"neither {clients} is installed")
+
+
+def _podman_probe(root: Path, notes: Dict[str, Any], options: LiveOptions, env: Dict[str, str]) -> Probe:
+    """podman with the hooks directory we wrote to, or asking for the CDI devices (all, unless named)."""
+    if notes.get("mode") == "hook":
+        hook_dir = posixpath.dirname(str(notes.get("hook_file", "")))
+        hooks_dir = "" if is_live_root(root) else str(rooted(root, hook_dir))
+        return Probe("podman", image=options.image, hooks_dir=hooks_dir, env=env, timeout=options.timeout)
+    wanted = options.visible_devices or "all"
+    device = wanted if "=" in wanted else f"{KIND}={wanted}"
+    return Probe("podman", image=options.image, devices=(device,), timeout=options.timeout)
 
 
 def _podman(probe: Probe, runner: Runner) -> LiveResult:

@@ -101,6 +101,7 @@ class Probe:
     image: Optional[str] = None  #: --image; None: pick an image already on the node
     sandbox_image: str = ""  #: containerd's configured sandbox image, when the config sets one
     hooks_dir: str = ""  #: podman --hooks-dir (CRI-O hook mode under another root)
+    devices: Tuple[str, ...] = ()  #: podman --device (CDI device names)
     env: Dict[str, str] = field(default_factory=dict)
     timeout: float = 60.0
 
@@ -396,11 +397,14 @@ class PodmanClient(EngineCliClient):
         return self.call(probe, "image", "exists", image).ok
 
     def create_options(self, probe: Probe) -> List[str]:
-        """``--runtime BINARY`` when checking a runtime entry; nothing for the hook."""
-        return ["--runtime", probe.binary] if probe.binary else []
+        """``--runtime BINARY`` when checking a runtime entry, ``--device NAME`` for CDI; nothing for the hook."""
+        devices = [arg for device in probe.devices for arg in ("--device", device)]
+        return [*(["--runtime", probe.binary] if probe.binary else []), *devices]
 
     def via(self, probe: Probe) -> str:
-        """Through the hook or the binary."""
+        """Through the hook, the CDI devices or the binary."""
+        if probe.devices:
+            return f"with the CDI device {', '.join(probe.devices)}"
         return f"with --runtime {probe.binary}" if probe.binary else "with the OCI hook"
 
 

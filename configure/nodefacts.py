@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
+from configure import distros
 from configure.changes import read_optional
 from plumbing.arch import normalize_arch
 from plumbing.errors import ToolError
@@ -42,6 +43,9 @@ ENGINE_MARKERS: Dict[str, Tuple[str, ...]] = {
     "containerd": ("/etc/containerd/config.toml", "/usr/bin/containerd", "/usr/local/bin/containerd"),
     "docker": ("/etc/docker/daemon.json", "/usr/bin/dockerd", "/usr/local/bin/dockerd"),
     "crio": ("/etc/crio/crio.conf", "/etc/crio/crio.conf.d", "/usr/bin/crio", "/usr/local/bin/crio"),
+    "podman": ("/usr/bin/podman", "/usr/local/bin/podman"),
+    # LXC is configured per container (``configure lxc --container``); install says what to run
+    "lxc": ("/usr/bin/lxc-start", "/usr/share/lxc/hooks/nvidia"),
 }
 
 #: ``runner(argv) -> stdout`` or None when the command is missing or fails.
@@ -136,9 +140,14 @@ def detect_arch(package_format: Optional[str], runner: Runner) -> str:
 
 
 def detect_engines(root: Path) -> Tuple[str, ...]:
-    """Names of the container engines with a config file or binary under ``root``."""
+    """Names of the container engines with a config file or binary under ``root``.
+
+    The containerd of k3s, RKE2, MicroK8s or k0s counts as containerd (:mod:`configure.distros`).
+    """
     return tuple(
-        name for name, markers in ENGINE_MARKERS.items() if any(rooted(root, m).exists() for m in markers)
+        name
+        for name, markers in ENGINE_MARKERS.items()
+        if any(rooted(root, m).exists() for m in markers) or (name == "containerd" and distros.detect(root))
     )
 
 
@@ -210,31 +219,39 @@ def parse_containerd_version(text: str) -> Optional[ContainerdVersion]:
     return (int(match.group(1)), int(match.group(2))) if match else None
 
 
-def dpkg_containerd_version(status: str) -> Optional[ContainerdVersion]:
-    """Find the installed containerd package in the text of a dpkg status file."""
+def dpkg_containerd_version(status: str, packages: Sequence[str] = _CONTAINERD_PACKAGES) -> Optional[ContainerdVersion]:
+    """Find the installed package among ``packages`` (containerd's by default) in the text of a dpkg status file."""
     for stanza in re.split(r"\n\s*\n", status):
         fields = dict(re.findall(r"^([A-Za-z-]+):[ \t]*(.*)$", stanza, flags=re.MULTILINE))
-        if fields.get("Package") in _CONTAINERD_PACKAGES and fields.get("Status", "").endswith(" installed"):
+        if fields.get("Package") in packages and fields.get("Status", "").endswith(" installed"):
             # Drop an epoch ("1:2.0.0-1") so the regex sees the upstream version first.
             return parse_containerd_version(" " + fields.get("Version", "").split(":")[-1])
     return None
 
 
-def containerd_version(root: Path) -> Optional[ContainerdVersion]:
-    """The (major, minor) version of the containerd installed under ``root``, or None when unknown."""
+def tool_version(root: Path, command: str, packages: Sequence[str]) -> Optional[ContainerdVersion]:
+    """(major, minor) of ``command`` under ``root``: ``COMMAND --version`` on ``/``, else dpkg's record; None: unknown."""
     if is_live_root(root):
-        binary = which("containerd")
+        binary = which(command)
         if binary is not None:
             try:
-                found = parse_containerd_version(
-                    run([binary, "--version"], check=False, timeout=20).stdout.decode()
-                )
+                found = parse_containerd_version(run([binary, "--version"], check=False, timeout=20).stdout.decode())
             except ToolError:
                 found = None
             if found is not None:
                 return found
     raw = read_optional(rooted(root, DPKG_STATUS))
-    return dpkg_containerd_version(raw.decode("utf-8", "replace")) if raw is not None else None
+    return dpkg_containerd_version(raw.decode("utf-8", "replace"), packages) if raw is not None else None
+
+
+def containerd_version(root: Path) -> Optional[ContainerdVersion]:
+    """The (major, minor) version of the containerd installed under ``root``, or None when unknown."""
+    return tool_version(root, "containerd", _CONTAINERD_PACKAGES)
+
+
+def podman_version(root: Path) -> Optional[ContainerdVersion]:
+    """The (major, minor) version of the podman installed under ``root``, or None when unknown."""
+    return tool_version(root, "podman", ("podman",))
 
 
 def kubelet_cgroup_driver(root: Path) -> Optional[str]:

@@ -13,7 +13,9 @@ from typing import Union
 from plumbing.errors import UsageError
 
 #: the container engines the node side configures, and what ``--runtime`` / ``--cdi`` of install take
-ENGINES = ("containerd", "docker", "crio")
+ENGINES = ("containerd", "docker", "crio", "podman", "lxc")
+#: the engines that run as a service, restarted after a change (podman and LXC read their files per container)
+SERVICE_ENGINES = frozenset({"containerd", "docker", "crio"})
 RUNTIME_CHOICES = ("auto", *ENGINES, "none")
 CDI_CHOICES = ("auto", "on", "off")
 #: a runtime name is a TOML key, a JSON key, a CRI handler and a RuntimeClass handler all at once

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Protocol, Sequence, Tuple
 
 from configure.changes import write_config
+from installer import debversion
 from installer.preflight import satisfies
 from installer.target import Requirement
 from plumbing import proc
@@ -234,11 +235,8 @@ class DpkgBackend:
         return f"{version} ({phrase})"
 
     def compare_versions(self, a: str, b: str) -> int:
-        """See :meth:`PackageBackend.compare_versions` (asks ``dpkg --compare-versions``)."""
-        a, b = _check_version(a), _check_version(b)
-        if proc.run(["dpkg", "--compare-versions", a, "eq", b], check=False).returncode == 0:
-            return 0
-        return -1 if proc.run(["dpkg", "--compare-versions", a, "lt", b], check=False).returncode == 0 else 1
+        """See :meth:`PackageBackend.compare_versions` (dpkg's algorithm in process: :mod:`installer.debversion`)."""
+        return debversion.compare(_check_version(a), _check_version(b))
 
     def provides(self, requirement: Requirement) -> bool:
         """See :meth:`PackageBackend.provides`."""
@@ -247,9 +245,7 @@ class DpkgBackend:
             return False
         if not requirement.op or not requirement.version:
             return True
-        op = {"<<": "lt", "<=": "le", "=": "eq", ">=": "ge", ">>": "gt"}[requirement.op]
-        argv = ["dpkg", "--compare-versions", _check_version(version), op, _check_version(requirement.version)]
-        return proc.run(argv, check=False).returncode == 0
+        return debversion.satisfied(_check_version(version), requirement.op, _check_version(requirement.version))
 
     def install(self, files: Sequence[Path], *, allow_downgrade: bool = False) -> None:
         """``dpkg -i`` all files at once, so dpkg orders the configuration itself (downgrades are allowed by dpkg).

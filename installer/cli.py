@@ -32,7 +32,7 @@ LAZY_GROUPS: Dict[str, Tuple[str, str, str]] = {
     "configure": (
         "configure.cli",
         "app",
-        "Register the NVIDIA runtime with containerd, Docker or CRI-O; write CDI specs and RuntimeClasses.",
+        "Register the NVIDIA runtime with containerd, Docker or CRI-O; give Podman and LXC the GPUs; write CDI specs and RuntimeClasses.",
     ),
 }
 

@@ -11,16 +11,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional, Protocol, Sequence
 
-from configure import cdi
+from configure import cdi, distros
 from configure.engine import ConfigPlan, Engine
 from configure.nodefacts import NodeFacts, detect_node, proc_runner
+from configure.validate import ENGINES
 from installer.backend import PackageBackend, make_backend
 from installer.target import StagedBundle
 from plumbing import proc
+from plumbing.errors import CommandError
 
 #: Where the CDI spec goes (node path) and the engines the installer knows, in detection order.
 CDI_SPEC = cdi.CDI_SPEC
-ENGINE_NAMES = ("containerd", "docker", "crio")
+ENGINE_NAMES = ENGINES
 SERVICE_UNITS = {"containerd": "containerd", "docker": "docker", "crio": "crio"}
 
 
@@ -43,17 +45,53 @@ class ServiceManager(Protocol):
         """True when ``unit`` runs."""
         ...
 
+    def is_stopped(self, unit: str) -> bool:
+        """True when ``unit`` is not running and has not failed: someone stopped it (or it never ran)."""
+        ...
+
+
+#: how long one ``systemctl restart`` may take (containerd and dockerd stop their containers first);
+#: a restart that takes longer counts as an engine that did not come back
+RESTART_TIMEOUT = 300.0
+
 
 class Systemd:
     """:class:`ServiceManager` over ``systemctl``."""
 
     def restart(self, unit: str) -> None:
-        """``systemctl restart UNIT`` (a failure is seen by :meth:`is_active`)."""
-        proc.run(["systemctl", "restart", unit], check=False, timeout=120)
+        """``systemctl restart UNIT``; a failure or a timeout is seen by :meth:`is_active`.
+
+        ``reset-failed`` first: a unit that failed to start a few times in a row (our own failed
+        restart, then the restore) would otherwise hit its start limit and refuse the restart.
+        """
+        proc.run(["systemctl", "reset-failed", unit], check=False, timeout=30)
+        try:
+            proc.run(["systemctl", "restart", unit], check=False, timeout=RESTART_TIMEOUT)
+        except CommandError:
+            return  # timed out: still not active, which the caller treats as did not come back
 
     def is_active(self, unit: str) -> bool:
         """``systemctl is-active --quiet UNIT``."""
         return proc.run(["systemctl", "is-active", "--quiet", unit], check=False, timeout=30).returncode == 0
+
+    def is_stopped(self, unit: str) -> bool:
+        """``systemctl is-active UNIT`` says ``inactive`` (``failed`` or ``activating`` are not stopped)."""
+        state = proc.run(["systemctl", "is-active", unit], check=False, timeout=30).stdout
+        return state.decode("utf-8", "replace").strip() == "inactive"
+
+
+def engine_unit(services: ServiceManager, name: str, root: Path, distro: Optional[str] = None) -> str:
+    """The unit to restart for engine ``name``; "" when nothing needs a restart (k0s reloads by itself).
+
+    containerd's is its distribution's (:func:`configure.distros.choose`): ``k3s``/``k3s-agent``,
+    ``rke2-server``/``rke2-agent``, MicroK8s's snap service or ``containerd``; of two candidates the
+    one that runs.
+    """
+    if name != "containerd":
+        return SERVICE_UNITS.get(name, name)
+    units = distros.choose(root, distro).units
+    active = [unit for unit in units if services.is_active(unit)]
+    return (active or list(units) or [""])[0]
 
 
 def default_engine(name: str) -> Engine:

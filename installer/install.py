@@ -17,16 +17,16 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from configure.changes import Journal, apply_changes, read_optional, revert, unified_diff
 from configure.engine import ConfigPlan
-from configure.validate import existing_root
+from configure.validate import SERVICE_ENGINES, existing_root
 from installer import preflight
 from installer.backend import PackageBackend
-from installer.env import CDI_SPEC, SERVICE_UNITS, NodeEnv
+from installer.env import CDI_SPEC, NodeEnv, engine_unit
 from installer.plan import InstallOptions, InstallPlan, plan_install, runtime_options
 from installer.rollback import RunLog, record
 from installer.state import save_state
 from installer.target import install_order
 from installer.workspace import node_lock, staging
-from plumbing.errors import CommandError, ToolError, UsageError
+from plumbing.errors import CommandError, ExitCode, ToolError, UsageError
 from plumbing.fsutil import is_live_root, rooted
 from plumbing.gpg import check_key_file
 
@@ -61,6 +61,8 @@ class InstallFailed(ToolError):
 
 class EngineRestartFailed(ToolError):
     """An engine did not come back with the new runtime; its previous configuration was put back."""
+
+    exit_code = ExitCode.ENGINE_RESTORED
 
     def __init__(self, engines: Sequence[str]) -> None:
         self.engines = list(engines)
@@ -120,9 +122,10 @@ def _execute(plan: InstallPlan, options: InstallOptions, env: NodeEnv) -> Instal
             raise instead from exc
         raise
     # Engines an earlier run left unrestarted are retried with this run's changes.
-    due = sorted({*changed, *plan.pending_before})
+    # podman and LXC read their files for each new container: nothing to restart.
+    due = sorted({*(name for name in changed if name in SERVICE_ENGINES), *plan.pending_before})
     kept = restart_engines(due, options, journal, env, result)
-    changed = [name for name in changed if name in kept]
+    changed = [name for name in changed if name in kept or name not in SERVICE_ENGINES]
     result.restart_pending = _left_pending(due, options)
     restarted = bool(plan.pending_before) and _may_restart(options)
     check, old_state = plan.preflight, plan.old_state
@@ -225,8 +228,13 @@ def _register(
         if apply_changes(name, config.changes, journal, dict(config.notes)):
             changed.append(name)
             result.engines[name] = f"registered runtime {options.runtime_name!r}"
+        elif config.notes.get("restart_needed"):
+            changed.append(name)
+            result.engines[name] = f"{config.notes['distro']} registers runtime {options.runtime_name!r} itself when it restarts"
         else:
             result.engines[name] = f"runtime {options.runtime_name!r} already registered"
+        if config.next_step:  # podman and LXC have no runtime entry: say what was done or what to run
+            result.engines[name] = f"{'configured' if name in changed else 'nothing written'}: {config.next_step}"
     return changed
 
 
@@ -245,10 +253,19 @@ def restart_engines(changed: List[str], options: InstallOptions, journal: Journa
         return changed
     kept: List[str] = []
     for name in changed:
-        unit = SERVICE_UNITS.get(name, name)
+        unit = engine_unit(env.services, name, options.root, options.distro)
+        if not unit:  # k0s reloads containerd when its drop-in changes
+            result.engines[name] += ", reloaded by k0s"
+            kept.append(name)
+            continue
+        if env.services.is_stopped(unit):
+            # Starting an engine the admin stopped is not ours to do; it reads the new file when started.
+            result.engines[name] += ", not restarted: it was stopped, it uses the runtime once started"
+            kept.append(name)
+            continue
         env.services.restart(unit)
         if env.services.is_active(unit):
-            result.engines[name] += ", restarted"
+            result.engines[name] += f", restarted {unit}"
             kept.append(name)
             continue
         # Put back what gpu-airgap changed (nothing is recorded once its change was reverted already).
@@ -291,6 +308,8 @@ def _render_dry_run(plan: InstallPlan, options: InstallOptions) -> InstallResult
         result.messages.append("would hold " + ", ".join(p.name for p in plan.target.packages))
     for name, config in plan.engines.items():
         result.engines[name] = "would register" if config.changed else "already registered"
+        if config.next_step:
+            result.engines[name] = f"{'would configure' if config.changed else 'nothing to write'}: {config.next_step}"
     result.restart_pending = _left_pending(plan.restart_due, options)
     result.diff = "".join(unified_diff(config.changes) for config in plan.engines.values())
     # A valid existing CDI spec is kept by a real run, so only a missing one would be written.

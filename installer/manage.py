@@ -17,7 +17,7 @@ from typing import Any, Dict, List, Optional
 from configure import cdi as cdi_spec
 from configure.changes import Journal, RevertPlan, apply_revert, kept_name, plan_revert, read_optional
 from configure.validate import existing_root
-from installer.env import CDI_SPEC, SERVICE_UNITS, NodeEnv
+from installer.env import CDI_SPEC, SERVICE_UNITS, NodeEnv, engine_unit
 from installer.install import InstallResult, restart_engines
 from installer.plan import InstallOptions
 from installer.rollback import is_present
@@ -116,9 +116,11 @@ def uninstall(
         result.kept = apply_revert(journal, plan, force=force).kept
         if is_live_root(root):
             for engine in state.engines:
-                if engine in SERVICE_UNITS:
-                    env.services.restart(SERVICE_UNITS[engine])
-                    if not env.services.is_active(SERVICE_UNITS[engine]):
+                unit = engine_unit(env.services, engine, root, state.distro) if engine in SERVICE_UNITS else ""
+                # an engine the admin stopped stays stopped: it reads the restored file when started
+                if unit and not env.services.is_stopped(unit):
+                    env.services.restart(unit)
+                    if not env.services.is_active(unit):
                         result.failed_engines.append(engine)
         if backend is not None:
             if state.held:
@@ -169,7 +171,7 @@ def restart_pending(root: Path, env: NodeEnv, engines: Optional[List[str]] = Non
             return result
         journal = Journal(root)
         result.engines = {name: "configuration changed" for name in due}
-        restart_engines(due, InstallOptions(root=root), journal, env, result)
+        restart_engines(due, InstallOptions(root=root, distro=state.distro if state else None), journal, env, result)
         if state is not None:
             state.engines = [e for e in state.engines if e not in result.failed_engines]
             state.files = changed_files(journal, state.engines)
@@ -228,6 +230,8 @@ def status(root: Path, env: NodeEnv, runtime_name: str = "nvidia") -> Dict[str, 
         "restart_pending": state.restart_pending if state else [],
         "packages": packages,
         "engines": engines,
+        #: who manages the runtime's registration when it is not gpu-airgap or the admin (the GPU Operator)
+        "owner": next((f["OWNER"] for f in engines.values() if f.get("OWNER")), None),
         "cdi": cdi,
         "problems": problems,
     }

@@ -15,7 +15,8 @@ from typing import Any, Dict, List, Optional
 import click
 import typer
 
-from configure.validate import CDI_CHOICES, ENGINES, RUNTIME_CHOICES, existing_root
+from configure.distros import NAMES as DISTROS
+from configure.validate import CDI_CHOICES, RUNTIME_CHOICES, SERVICE_ENGINES, existing_root
 from installer import oci_cli
 from plumbing.errors import ExitCode
 from plumbing.output import emit_json, emit_lines
@@ -30,7 +31,7 @@ def _progress(line: str) -> None:
 _BUNDLE = typer.Argument(..., help="The signed bundle (.tar, .tar.zst, the first of its parts, or oci://HOST/REPO:TAG|@sha256:…).")
 _KEYRING = typer.Option(..., "--keyring", help="The operator's public key file; nothing else is trusted.")
 _ROOT = typer.Option("/", "--root", metavar="DIR", help=ROOT_HELP, callback=existing_root)
-_RUNTIME = typer.Option("auto", "--runtime", click_type=click.Choice(RUNTIME_CHOICES), help="auto | containerd | docker | crio | none")
+_RUNTIME = typer.Option("auto", "--runtime", click_type=click.Choice(RUNTIME_CHOICES), help="auto | containerd | docker | crio | podman | lxc | none")
 _RUNTIME_NAME = typer.Option("nvidia", "--runtime-name", help="Name of the runtime entry.")
 _SET_AS_DEFAULT = typer.Option(False, "--set-as-default", help="Make it the engine's default runtime.")
 _CDI = typer.Option("auto", "--cdi", click_type=click.Choice(CDI_CHOICES), help="auto (when a driver is present) | on | off")
@@ -45,8 +46,12 @@ _FORCE = typer.Option(
 )
 _UNINSTALL_DRY_RUN = typer.Option(False, "--dry-run", help="Print what would be restored, deleted and removed; change nothing.")
 _ENGINE = typer.Option(
-    [], "--engine", click_type=click.Choice(ENGINES), help="Restart this engine instead of the pending ones; repeat."
+    [], "--engine", click_type=click.Choice(sorted(SERVICE_ENGINES)), help="Restart this engine instead of the pending ones; repeat."
 )
+_DISTRO = typer.Option(
+    None, "--distro", click_type=click.Choice(DISTROS), help="Which containerd the kubelet uses (default: detected)."
+)
+_TAKE_OVER = typer.Option(False, "--force", help="Take the runtime configuration over from the NVIDIA GPU Operator.")
 _STATUS_RUNTIME_NAME = typer.Option("nvidia", "--runtime-name", help="Runtime to look for when nothing was recorded.")
 
 
@@ -75,6 +80,8 @@ def install_command(
     password_stdin: bool = oci_cli.PASSWORD_STDIN,
     ca_file: Optional[str] = oci_cli.CA_FILE,
     plain_http: bool = oci_cli.PLAIN_HTTP,
+    distro: Optional[str] = _DISTRO,
+    force: bool = _TAKE_OVER,
 ) -> None:
     """Verify a bundle (a file or an oci:// artifact), check the node, install the toolkit and register the runtime."""
     # The library loads only when a command runs, so --help stays fast.
@@ -92,6 +99,8 @@ def install_command(
         allow_downgrade=allow_downgrade,
         no_restart=no_restart,
         dry_run=dry_run,
+        distro=distro,
+        force=force,
     )
     with oci_cli.local_bundle(bundle, keyring, username, password_stdin, ca_file, plain_http) as local:
         result = install_lib.install(local, Path(keyring), options, NodeEnv(log=_progress))
@@ -187,7 +196,10 @@ def _status_lines(report: Dict[str, Any]) -> List[str]:
     for engine, facts in report["engines"].items():
         runtime = facts.get("RUNTIME") or "not registered"
         pending = " (restart pending: `gpu-airgap restart`)" if engine in report.get("restart_pending", []) else ""
-        lines.append(f"  {engine}: runtime {runtime}" + (f", default {facts['DEFAULT']}" if facts.get("DEFAULT") else "") + pending)
+        of = f" of {facts['DISTRO']}" if facts.get("DISTRO") not in (None, "containerd") else ""
+        lines.append(f"  {engine}{of}: runtime {runtime}" + (f", default {facts['DEFAULT']}" if facts.get("DEFAULT") else "") + pending)
+        if facts.get("OWNER"):
+            lines.append(f"  {engine}: the runtime configuration is managed by {facts['OWNER']}")
     cdi = report["cdi"]
     lines.append(f"  CDI {cdi['path']}: " + ("valid" if cdi["valid"] else "invalid" if cdi["present"] else "absent"))
     lines += [f"problem: {p}" for p in report["problems"]] or ["no drift from the recorded install"]

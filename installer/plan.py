@@ -19,7 +19,7 @@ from configure.cdi import CDI_SPEC, check_spec
 from configure.changes import Journal, check_writable, read_optional
 from configure.engine import ConfigPlan, RuntimeOptions
 from configure.nodefacts import NodeFacts
-from configure.validate import CDI_CHOICES, RUNTIME_CHOICES, check_runtime_name
+from configure.validate import CDI_CHOICES, RUNTIME_CHOICES, SERVICE_ENGINES, check_runtime_name
 from installer import preflight
 from installer.backend import VERSIONLOCK, PackageBackend
 from installer.env import NodeEnv
@@ -42,6 +42,8 @@ class InstallOptions:
     allow_downgrade: bool = False
     no_restart: bool = False
     dry_run: bool = False
+    distro: Optional[str] = None  #: which containerd (``--distro``); detected when None
+    force: bool = False  #: take the runtime configuration over from the GPU Operator
 
     def validate(self) -> None:
         """:raises UsageError: for values the command cannot use."""
@@ -78,12 +80,13 @@ class InstallPlan:
     @property
     def engines_changing(self) -> List[str]:
         """The engines whose configuration this run changes."""
-        return [name for name, config in self.engines.items() if config.changed]
+        # k3s/RKE2 register the runtime themselves: a restart is their change, with no file written.
+        return [name for name, config in self.engines.items() if config.changed or config.notes.get("restart_needed")]
 
     @property
     def restart_due(self) -> List[str]:
         """The engines to restart after the run (or to leave pending): those it changes and those still pending."""
-        return sorted({*self.engines_changing, *self.pending_before})
+        return sorted({*(name for name in self.engines_changing if name in SERVICE_ENGINES), *self.pending_before})
 
 
 def plan_install(bundle: StagedBundle, options: InstallOptions, env: NodeEnv) -> InstallPlan:
@@ -148,7 +151,8 @@ def files_written(plan: InstallPlan, root: Path) -> List[Path]:
 def runtime_options(options: InstallOptions, cdi: bool) -> RuntimeOptions:
     """The engines' options for this install; ``cdi`` when the CDI spec is (or will be) written."""
     return RuntimeOptions(
-        root=options.root, runtime_name=options.runtime_name, set_as_default=options.set_as_default, cdi=cdi
+        root=options.root, runtime_name=options.runtime_name, set_as_default=options.set_as_default, cdi=cdi,
+        distro=options.distro, force=options.force,
     )
 
 

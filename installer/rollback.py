@@ -56,6 +56,7 @@ def record(
         removed={**(old.removed if old else {}), **{n: v for n, v, _ in plan.preflight.remove_first}},
         held=options.hold or bool(old and old.held),
         runtime_name=options.runtime_name,
+        distro=options.distro,
         engines=list(engines),
         restart_pending=list(restart_pending),
         cdi=cdi,

@@ -57,6 +57,7 @@ class NodeState:
     schema: int = SCHEMA
     #: False while an install is under way (or after one that was killed or could not be undone)
     complete: bool = True
+    distro: Optional[str] = None  #: the containerd chosen with ``--distro`` (None: detected)
 
     def unfinished(self) -> Optional[str]:
         """The problem to report when this record is of an install that did not finish, else None."""

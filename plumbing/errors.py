@@ -28,6 +28,7 @@ class ExitCode(IntEnum):
     BUSY = 8  #: another gpu-airgap process holds the lock
     PROBLEMS_FOUND = 9  #: a check (verify, status) found problems and listed them
     NO_SPACE = 10  #: the disk (or its inodes, or the user's quota) ran out; nothing was changed
+    ENGINE_RESTORED = 11  #: an engine did not come back after the change; its previous configuration was put back
 
 
 class ToolError(Exception):
@@ -171,3 +172,17 @@ class ProblemsFound(ToolError):
         self.summary = summary
         self.problems = list(problems)
         super().__init__(f"{summary}: " + "; ".join(self.problems))
+
+
+class ManagedByOperator(ToolError):
+    """Someone else (the NVIDIA GPU Operator) manages the runtime's registration on this node."""
+
+    exit_code = ExitCode.CONFIG
+
+    def __init__(self, owner: str, evidence: str) -> None:
+        self.owner = owner
+        self.evidence = evidence
+        super().__init__(
+            f"the NVIDIA runtime on this node is managed by {owner} ({evidence}); change it through {owner}, "
+            "or pass --force to take the configuration over"
+        )

@@ -125,6 +125,7 @@ class Keyring:
             # Public-key work needs no gpg-agent or dirmngr; without this, importing starts an
             # agent that outlives the temporary home.
             gpg = _new_gpg(home, ["--no-autostart"])
+            imported: set[str] = set()
             for path in paths:
                 check_key_file(path)
                 try:
@@ -134,7 +135,9 @@ class Keyring:
                 result = gpg.import_keys(data)
                 if not result.fingerprints:
                     raise SignatureError(f"keyring {path} contains no OpenPGP public key")
-            fingerprints = frozenset(str(key["fingerprint"]).upper() for key in gpg.list_keys())
+                # IMPORT_OK names each primary key imported, so no second gpg run lists the home
+                imported.update(str(fpr).upper() for fpr in result.fingerprints)
+            fingerprints = frozenset(imported)
             if pinned_fingerprint is not None:
                 pinned = _normalise_fpr(pinned_fingerprint)
                 if fingerprints != {pinned}:

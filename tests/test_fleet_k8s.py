@@ -113,7 +113,7 @@ def test_daemonset_runs_the_installer_on_gpu_nodes_with_the_host_root_mounted(ur
     assert container["image"] == "busybox:1.36" and container["command"] == ["/bin/sh", "-c", fleet_k8s.HOST_WRAPPER]
     assert (env["GPU_AIRGAP_HOST_MOUNT"], env["GPU_AIRGAP_HOST_ROOT"], env["GPU_AIRGAP_CACHE"]) == ("/host", "/", fleet_k8s.HOST_CACHE)
     assert env["GPU_AIRGAP_KEYRING"] == f"{fleet_k8s.HOST_CACHE}/operator.asc"
-    assert container["readinessProbe"]["exec"]["command"] == ["chroot", "/host", "python3", "-I", f"{fleet_k8s.HOST_CACHE}/k8s-node.py", "ready"]
+    assert container["readinessProbe"]["exec"]["command"] == ["chroot", "/host", "python3", "-I", "-S", f"{fleet_k8s.HOST_CACHE}/k8s-node.py", "ready"]
     # the pod's program and the operator key travel in ConfigMaps in the same namespace
     assert docs["ConfigMap/gpu-airgap-node-script"]["data"]["k8s-node.py"] == pod_script()
     assert docs["ConfigMap/gpu-airgap-node-keyring"]["data"]["operator.asc"] == operator_key.public.read_text()
@@ -284,7 +284,7 @@ class HostPod:
         return subprocess.run(["/bin/sh", "-c", self.wrapper], env=self.env, capture_output=True, text=True, timeout=180, check=False)
 
     def ready(self) -> bool:
-        probe = ["chroot", "/", "python3", "-I", str(self.cache / "k8s-node.py"), "ready"]
+        probe = ["chroot", "/", "python3", "-I", "-S", str(self.cache / "k8s-node.py"), "ready"]
         return subprocess.run(probe, env=self.env, check=False).returncode == 0
 
 

@@ -174,3 +174,23 @@ def test_install_sh_checks_with_gpg_where_the_node_has_no_gpgv(node: Path, bundl
     # With the operator key the check passes and the tool runs: it refuses the missing root itself.
     right = _install_sh(node, env, str(bundle), "--keyring", str(operator_key.public), "--root", str(tmp_path / "none"))
     assert right.returncode == 2 and "is not a directory" in right.stderr and "install.sh:" not in right.stderr, right.stderr
+
+
+def test_install_sh_runs_the_node_tool_without_the_nodes_site_packages_start_up_code(
+    node: Path, bundle: Path, operator_key: TestKey, tmp_path: Path
+) -> None:
+    # A .pth file in the node's site-packages is code that `python3 -I` would still run, as root, before
+    # the verified zipapp: install.sh passes -S so none of it runs.
+    venv = tmp_path / "venv"
+    subprocess.run([str(node_python()), "-m", "venv", "--without-pip", str(venv)], check=True)
+    marker = tmp_path / "pth-ran"
+    (site,) = venv.glob("lib/python3*/site-packages")
+    (site / "zz-node.pth").write_text(f"import os; open({str(marker)!r}, 'w').close()\n")
+    subprocess.run([str(venv / "bin/python3"), "-I", "-c", "pass"], check=True)
+    assert marker.exists()  # the .pth is live for a plain isolated start
+    marker.unlink()
+
+    env = _env(f"{venv / 'bin'}:{NODE_PATH}", tmp_path)
+    done = _install_sh(node, env, str(bundle), "--keyring", str(operator_key.public), "--root", str(tmp_path / "none"))
+    assert done.returncode == 2 and "is not a directory" in done.stderr, done.stderr  # the tool itself ran
+    assert not marker.exists()

@@ -50,6 +50,9 @@ class Services:
         self.calls.append(("is-active", unit))
         return self.healthy
 
+    def is_stopped(self, unit: str) -> bool:
+        return False
+
 
 @pytest.fixture(scope="session")
 def targets(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, StagedTarget]:
@@ -110,6 +113,33 @@ class TestDpkgRoot:
         assert services.calls == []  # --root is not /: never restart the host's engines
         assert "skipped: no NVIDIA driver" in result.cdi
         assert not list((deb_root / "var/lib/gpu-airgap").glob("staging-*"))
+
+    def test_install_auto_configures_podman_and_says_what_to_run_for_each_lxc_container(
+        self, tmp_path: Path, deb_root: Path, targets: Dict[str, StagedTarget]
+    ) -> None:
+        for marker in ("usr/bin/podman", "usr/bin/lxc-start"):
+            (deb_root / marker).parent.mkdir(parents=True, exist_ok=True)
+            (deb_root / marker).write_text("")
+        for name in ("web", "gpu1"):
+            (deb_root / "var/lib/lxc" / name).mkdir(parents=True)
+            (deb_root / "var/lib/lxc" / name / "config").write_text(f"lxc.uts.name = {name}\n")
+        bundle, key, env, services = _setup(tmp_path, targets["deb-1.17.8"])
+        dry = install(bundle, key, InstallOptions(root=deb_root, dry_run=True), env)
+        assert dry.engines["podman"].startswith("would configure: podman containers started with NVIDIA_VISIBLE_DEVICES")
+        result = install(bundle, key, InstallOptions(root=deb_root), env)
+        hook = deb_root / "usr/share/containers/oci/hooks.d/oci-nvidia-hook.json"
+        assert hook.is_file()  # no driver, so no CDI spec: podman gets the hook
+        assert result.engines["podman"].startswith("configured: ")
+        assert result.engines["lxc"] == (
+            "nothing written: LXC is configured per container; for each that should see the GPUs run: "
+            "gpu-airgap configure lxc --container gpu1; gpu-airgap configure lxc --container web"
+        )
+        state = load_state(deb_root)
+        assert state is not None and "podman" in state.engines and "lxc" not in state.engines
+        assert services.calls == []
+        assert {"podman", "lxc"} <= set(status(deb_root, env)["engines"])
+        uninstall(deb_root, env, keep_packages=True)
+        assert not hook.exists()
 
     def test_second_install_is_a_noop_that_says_so(self, tmp_path: Path, deb_root: Path, targets: Dict[str, StagedTarget]) -> None:
         bundle, key, env, _ = _setup(tmp_path, targets["deb-1.17.8"])

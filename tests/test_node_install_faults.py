@@ -80,6 +80,9 @@ class Services:
     def is_active(self, unit: str) -> bool:
         raise AssertionError(unit)
 
+    def is_stopped(self, unit: str) -> bool:
+        raise AssertionError(unit)
+
 
 def _cli_install(bundle: Path, key: TestKey, root: Path, *extra: str) -> Tuple[int, List[str]]:
     result = run_cli("install", str(bundle), "--keyring", str(key.public), "--root", str(root), *extra)

@@ -249,6 +249,9 @@ class TestOrchestration:
             def is_active(self, unit: str) -> bool:
                 return len(self.calls) > 1  # down after our change, up after the restore
 
+            def is_stopped(self, unit: str) -> bool:
+                return False
+
         services = Broken()
         result = InstallResult("installed", "n", "t", "id", engines={"containerd": "registered"})
         options = InstallOptions(root=tmp_path)
@@ -261,6 +264,35 @@ class TestOrchestration:
         assert result.failed_engines == ["containerd"]  # the CLI turns this into a non-zero exit
         assert "previous configuration was restored" in str(install_mod.EngineRestartFailed(result.failed_engines))
 
+
+
+def test_an_engine_the_admin_stopped_is_neither_restarted_nor_rolled_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = tmp_path / "etc/containerd/config.toml"
+    config.parent.mkdir(parents=True)
+    config.write_bytes(b"version = 2\n")
+    journal = Journal(tmp_path)
+    apply_changes("containerd", [FileChange(config, b"version = 2\n", b"version = 2\n# nvidia\n")], journal)
+
+    class Stopped:
+        def __init__(self) -> None:
+            self.calls: List[str] = []
+
+        def restart(self, unit: str) -> None:
+            self.calls.append("restart " + unit)
+
+        def is_active(self, unit: str) -> bool:
+            return False
+
+        def is_stopped(self, unit: str) -> bool:
+            return True
+
+    services = Stopped()
+    result = InstallResult("installed", "n", "t", "id", engines={"containerd": "registered"})
+    monkeypatch.setattr(install_mod, "_may_restart", lambda options: True)
+    kept = install_mod.restart_engines(["containerd"], InstallOptions(root=tmp_path), journal, NodeEnv(services=services), result)
+    assert kept == ["containerd"] and services.calls == [] and result.failed_engines == []
+    assert config.read_bytes() == b"version = 2\n# nvidia\n"  # the change stays for its next start
+    assert "it was stopped" in result.engines["containerd"]
 
 def test_package_manager_runs_get_the_sbin_directories_dpkg_needs(monkeypatch: pytest.MonkeyPatch) -> None:
     from installer.backend import package_manager_env

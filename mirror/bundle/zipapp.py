@@ -3,7 +3,7 @@
 The zipapp holds ``plumbing/``, ``configure/`` and ``installer/`` from this source tree plus the Python files of
 the wheels pinned in ``mirror/bundle/data/node-wheels.txt`` (resolved for python3.9). Compiled modules
 (``*.so``, e.g. PyYAML's optional ``_yaml``) are left out, so it runs on any node arch with
-``python3 -I gpu-airgap-node.pyz`` — no site-packages, no pip, no network. Its ``__main__.py`` is
+``python3 -I -S gpu-airgap-node.pyz`` — no site-packages, no pip, no network. Its ``__main__.py`` is
 :mod:`installer.zipapp_main`, which extracts the zip once into a private cache so Python can keep
 bytecode (a zip cannot hold ``__pycache__``), and runs from there.
 

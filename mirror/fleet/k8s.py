@@ -185,7 +185,7 @@ if [ -n "${{GPU_AIRGAP_BUNDLE_URL:-}}" ]; then
 elif [ -e /etc/gpu-airgap/bundle/{BUNDLE_KEY} ]; then
   cp /etc/gpu-airgap/bundle/{BUNDLE_KEY} "$cache/bundle.configmap"
 fi
-exec chroot "$GPU_AIRGAP_HOST_MOUNT" python3 -I "$GPU_AIRGAP_CACHE/k8s-node.py"
+exec chroot "$GPU_AIRGAP_HOST_MOUNT" python3 -I -S "$GPU_AIRGAP_CACHE/k8s-node.py"
 """
 
 
@@ -212,7 +212,7 @@ def _env(options: K8sOptions) -> List[Dict[str, str]]:
 def _commands(options: K8sOptions) -> Tuple[List[str], List[str]]:
     """The container's command and its readiness probe's."""
     if options.tools == "host":
-        program = ["python3", "-I", f"{HOST_CACHE}/k8s-node.py"]
+        program = ["python3", "-I", "-S", f"{HOST_CACHE}/k8s-node.py"]
         return ["/bin/sh", "-c", HOST_WRAPPER], ["chroot", HOST_ROOT, *program, "ready"]
     script = ["python3", "/etc/gpu-airgap/script/k8s-node.py"]
     return script, [*script, "ready"]

@@ -15,6 +15,7 @@ network namespace (``NamespaceOption.network = NODE``), so no CNI plugin is need
 from __future__ import annotations
 
 import importlib
+import json
 import subprocess
 import sys
 import tarfile
@@ -212,6 +213,12 @@ class CriClient:
         log_file = Path(pod_config.log_directory) / config.log_path
         log = log_file.read_text() if log_file.exists() else ""
         return ContainerRun(container_id, pb.ContainerState.Name(status.state), status.exit_code, _log_lines(log))
+
+    def runtime_handlers(self) -> set[str]:
+        """The runtime handlers the running daemon's CRI plugin loaded (``Status`` with ``verbose``)."""
+        reply = self._call("Status", self.pb.StatusRequest(verbose=True))
+        config = json.loads(reply.info["config"])
+        return set(config["containerd"]["runtimes"])
 
     def pod_state(self, pod_id: str) -> str:
         """The pod's CRI state name (``SANDBOX_READY``...)."""

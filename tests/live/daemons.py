@@ -327,8 +327,9 @@ class PodmanView:
     ``sleep`` holds the namespace; calls enter it with ``nsenter --mount``.
     """
 
-    def __init__(self, node: Path) -> None:
+    def __init__(self, node: Path, layers: Sequence[str] = ()) -> None:
         self.node = node
+        self.layers = (*DEFAULT_LAYERS, "/var/lib", *layers)  #: e.g. /usr/share/containers for its hooks.d
         self.dir = short_dir("podman")
         self.env = dict(os.environ, **podman_config(self.dir))
         self.cgroup_parent = unique_cgroup()
@@ -347,7 +348,7 @@ class PodmanView:
             raise
 
     def _start(self, timeout: float) -> None:
-        argv = node_view_argv(self.node, self.dir / "view", ["sleep", "infinity"], (*DEFAULT_LAYERS, "/var/lib"))
+        argv = node_view_argv(self.node, self.dir / "view", ["sleep", "infinity"], self.layers)
         self.holder = subprocess.Popen(argv, start_new_session=True, stderr=subprocess.PIPE)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

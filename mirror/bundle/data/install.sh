@@ -24,7 +24,7 @@ if ! command -v python3 >/dev/null 2>&1; then
   echo "install.sh: python3 (>= 3.9) is required on the node; install it from the OS media" >&2
   exit 7
 fi
-if ! python3 -c 'import sys; sys.exit(0 if sys.version_info >= (3, 9) else 1)'; then
+if ! python3 -I -S -c 'import sys; sys.exit(0 if sys.version_info >= (3, 9) else 1)'; then
   echo "install.sh: python3 is $(python3 -V 2>&1 | cut -d' ' -f2); gpu-airgap needs python3 >= 3.9" >&2
   exit 7
 fi
@@ -79,4 +79,4 @@ if ! (cd "$here" && sha256sum --quiet -c NODE-SHA256SUMS >/dev/null 2>&1); then
   echo "install.sh: install.sh or gpu-airgap-node.pyz does not match the signed NODE-SHA256SUMS; refusing to run the node tool" >&2
   exit 3
 fi
-exec python3 -I "$here/gpu-airgap-node.pyz" install "$BUNDLE" "$@"
+exec python3 -I -S "$here/gpu-airgap-node.pyz" install "$BUNDLE" "$@"

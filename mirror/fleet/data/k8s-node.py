@@ -145,7 +145,7 @@ def _on_host() -> bool:
 
 def install_argv(tool: Path, bundle: Path) -> List[str]:
     """The installer's command line from the DaemonSet's environment."""
-    argv = [sys.executable, "-I", str(tool), "install", str(bundle), "--keyring", _env("GPU_AIRGAP_KEYRING"),
+    argv = [sys.executable, "-I", "-S", str(tool), "install", str(bundle), "--keyring", _env("GPU_AIRGAP_KEYRING"),
             "--root", str(_host()), "--runtime", _env("GPU_AIRGAP_RUNTIME", "auto"),
             "--runtime-name", _env("GPU_AIRGAP_RUNTIME_NAME", "nvidia"), "--cdi", _env("GPU_AIRGAP_CDI", "auto"),
             "--json"]  # fmt: skip
@@ -206,7 +206,7 @@ def ready() -> int:
     tool = _cache() / "gpu-airgap-node.pyz"
     name = _env("GPU_AIRGAP_RUNTIME_NAME", "nvidia")
     proc = subprocess.run(
-        [sys.executable, "-I", str(tool), "status", "--root", str(_host()), "--runtime-name", name, "--json"],
+        [sys.executable, "-I", "-S", str(tool), "status", "--root", str(_host()), "--runtime-name", name, "--json"],
         stdout=subprocess.PIPE, check=False,
     )  # fmt: skip
     if proc.returncode not in (0, 9):  # 9: drift, reported but still a status

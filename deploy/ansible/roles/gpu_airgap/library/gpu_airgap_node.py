@@ -86,9 +86,9 @@ def main() -> None:
 
 
 def _tool(module: AnsibleModule, *args: str, ok_codes: tuple = (0,)) -> dict:
-    """Run ``python3 -I gpu-airgap-node.pyz ARGS... --json`` and return its JSON object (fail the task otherwise)."""
+    """Run ``python3 -I -S gpu-airgap-node.pyz ARGS... --json`` and return its JSON object (fail the task otherwise)."""
     p = module.params
-    argv = [p["python"], "-I", p["zipapp"], *args, "--json"]
+    argv = [p["python"], "-I", "-S", p["zipapp"], *args, "--json"]
     proc = subprocess.run(argv, capture_output=True, text=True, check=False)
     if proc.returncode not in ok_codes:
         # The tool's last stderr line is its one-sentence error ("gpu-airgap: error: ...").
@@ -211,7 +211,7 @@ def _unconfigured(module: AnsibleModule) -> None:
         module.exit_json(changed=False, msg=f"gpu-airgap has not changed the {engine} configuration here", engines_changed=[])
     if module.check_mode:
         module.exit_json(changed=True, msg=f"would restore {', '.join(files)}", files=files, engines_changed=[engine])
-    argv = [p["python"], "-I", p["zipapp"], "configure", "revert", "--root", p["root"], "--runtime", engine]
+    argv = [p["python"], "-I", "-S", p["zipapp"], "configure", "revert", "--root", p["root"], "--runtime", engine]
     argv += ["--force"] if p["force"] else []
     proc = subprocess.run(argv, capture_output=True, text=True, check=False)
     if proc.returncode != 0:

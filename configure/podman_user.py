@@ -1,0 +1,126 @@
+"""Rootless podman (``configure podman --user NAME``): what that user's podman reads from ``~/.config``.
+
+A user's podman reads the system's containers.conf files and then its own
+``~/.config/containers/containers.conf``, whose keys win. So:
+
+* **CDI**: the spec stays system-wide (``/etc/cdi``, ``/var/run/cdi``); nothing is written for the
+  user. ``verify`` checks what would still keep the devices from them: a ``cdi_spec_dirs`` of
+  their own that leaves out the spec's directory, and GPU device nodes they may not open.
+* **Hook**: without a ``hooks_dir`` of its own a rootless podman reads only the system default,
+  and NVIDIA's hook needs other settings for an unprivileged caller (no cgroups). So we write,
+  owned by the user: the hook to ``~/.config/containers/oci/hooks.d``, that directory added to
+  ``hooks_dir`` in their containers.conf (after the directories they read now), and
+  ``~/.config/nvidia-container-runtime/config.toml`` with ``no-cgroups = true``, which the hook
+  reads through its ``-config`` flag (the system's config stays as root's containers need it).
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from configure import tomledit
+from configure.changes import FileChange, read_optional
+from plumbing.errors import UsageError
+from plumbing.fsutil import rooted
+from plumbing.textio import decode_utf8
+
+USER_CONF = ".config/containers/containers.conf"
+USER_HOOKS_DIR = ".config/containers/oci/hooks.d"
+USER_TOOLKIT_CONF = ".config/nvidia-container-runtime/config.toml"
+
+
+@dataclass(frozen=True)
+class User:
+    """An account from the node's ``/etc/passwd``."""
+
+    name: str
+    uid: int
+    gid: int
+    home: str  #: node path
+
+    def path(self, relative: str) -> str:
+        """A node path under the home directory."""
+        return posixpath.join(self.home, relative)
+
+
+def lookup_user(root: Path, name: str) -> User:
+    """``name`` in ``<root>/etc/passwd``.
+
+    :raises UsageError: when there is no such account (or it has no absolute home).
+    """
+    raw = read_optional(rooted(root, "/etc/passwd")) or b""
+    for line in raw.decode("utf-8", "replace").splitlines():
+        fields = line.split(":")
+        if len(fields) >= 6 and fields[0] == name and fields[2].isdigit() and fields[3].isdigit():
+            if not fields[5].startswith("/"):
+                break
+            return User(name, int(fields[2]), int(fields[3]), fields[5])
+    raise UsageError(f"--user {name}: no such account with a home directory in {root}/etc/passwd")
+
+
+def user_conf_files(system: Sequence[str], user: Optional[User]) -> Tuple[str, ...]:
+    """The containers.conf files ``user``'s podman reads (root's when None), weakest first."""
+    return (*system, user.path(USER_CONF)) if user else tuple(system)
+
+
+def plan_hook(root: Path, user: User, hook: Dict[str, Any], system_dirs: Sequence[str]) -> Tuple[List[FileChange], str]:
+    """The user's hook file, containers.conf and toolkit config; returns ``(changes, hook file node path)``.
+
+    :param hook: the hook JSON as root's podman gets it; its ``-config`` flag is added here.
+    :param system_dirs: the hooks directories the user's podman reads now.
+    """
+    owner = (user.uid, user.gid)
+    hooks_dir = user.path(USER_HOOKS_DIR)
+    hook_file = posixpath.join(hooks_dir, "oci-nvidia-hook.json")
+    args = list(hook["hook"]["args"])
+    hook = {**hook, "hook": {**hook["hook"], "args": [args[0], f"-config={user.path(USER_TOOLKIT_CONF)}", *args[1:]]}}
+    changes = [
+        _toml_change(root, user.path(USER_CONF), {"engine": {"hooks_dir": [*dict.fromkeys([*system_dirs, hooks_dir])]}}, owner),
+        _toml_change(root, user.path(USER_TOOLKIT_CONF), {"nvidia-container-cli": {"no-cgroups": True}}, owner),
+        json_change(rooted(root, hook_file), hook, owner),
+    ]
+    return changes, hook_file
+
+
+def device_problems(root: Path, user: User, nodes: Sequence[str]) -> List[str]:
+    """GPU device nodes ``user`` may not open for reading and writing (by mode, owner and group)."""
+    problems: List[str] = []
+    for node in nodes:
+        try:
+            info = rooted(root, node).stat()
+        except OSError:
+            continue  # a missing node is the spec check's to report
+        if info.st_uid == user.uid:
+            ok = info.st_mode & 0o600 == 0o600
+        elif info.st_gid == user.gid:
+            ok = info.st_mode & 0o060 == 0o060
+        else:
+            ok = info.st_mode & 0o006 == 0o006
+        if not ok:
+            problems.append(f"{node} (mode {info.st_mode & 0o777:o}) cannot be opened by {user.name}")
+    return problems
+
+
+def _toml_change(root: Path, node_path: str, desired: Dict[str, Any], owner: Tuple[int, int]) -> FileChange:
+    path = rooted(root, node_path)
+    old = read_optional(path)
+    doc = tomledit.parse_text("" if old is None else decode_utf8(old, path), path)
+    tomledit.merge(doc, desired, path=path)
+    return FileChange(path, old, tomledit.render(doc), mode=0o644, owner=owner)
+
+
+def json_change(path: Path, data: Dict[str, Any], owner: Optional[Tuple[int, int]] = None) -> FileChange:
+    """The change that makes ``path`` hold ``data``; an equal file (other formatting) is left alone."""
+    old = read_optional(path)
+    new = (json.dumps(data, indent=2) + "\n").encode()
+    if old is not None:
+        try:
+            if json.loads(old) == data:
+                new = old
+        except ValueError:
+            pass
+    return FileChange(path, old, new, mode=0o644, owner=owner)
