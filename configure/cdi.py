@@ -42,8 +42,6 @@ from plumbing.errors import ConfigFormatError, ToolError, UsageError
 from plumbing.fsutil import is_live_root, rooted
 
 CDI_SPEC = "/etc/cdi/nvidia.yaml"
-#: where nvidia-cdi-refresh.service (toolkit >= 1.18) writes its own spec
-CDI_REFRESH_SPEC = "/var/run/cdi/nvidia.yaml"
 KIND = "nvidia.com/gpu"
 ENGINE = "cdi"
 #: cdiVersion values the container-device-interface library accepts
@@ -299,11 +297,6 @@ def plan_spec(
     if generator is None and use_installed:
         generator, warnings = find_generator(root)
         plan.warnings.extend(warnings)
-    refresh = rooted(root, CDI_REFRESH_SPEC)
-    if output != CDI_REFRESH_SPEC and refresh.is_file():
-        plan.warnings.append(
-            f"{CDI_REFRESH_SPEC} also exists (nvidia-cdi-refresh); two specs naming the same {KIND} devices conflict"
-        )
     old = read_optional(path)
     existing_problems: List[str] = []
     if old is not None:

@@ -101,8 +101,8 @@ def find_specs(root: Path, kind: str = KIND, spec_dirs: Sequence[str] = SPEC_DIR
     for priority, directory in enumerate(spec_dirs):
         for spec in _load_dir(root, directory, priority):
             if spec.kind != kind:
-                looks_like = spec.kind is None and PurePosixPath(spec.path).name.startswith(vendor)
-                if spec.problems and (looks_like or spec.kind == kind):
+                # a broken file named like the vendor's is most likely the kind's spec, and the registry skips it
+                if spec.problems and PurePosixPath(spec.path).name.startswith(vendor):
                     invalid.append(spec)
                 continue
             if spec.problems:
@@ -173,8 +173,8 @@ def _load_dir(root: Path, directory: str, priority: int) -> List[SpecFile]:
         devices = tuple(
             str(d.get("name")) for d in (data.get("devices") or []) if isinstance(d, dict)
         ) if isinstance(data, dict) and isinstance(data.get("devices"), list) else ()  # fmt: skip
-        # check_spec judges NVIDIA specs; a valid spec of another kind only differs from ours by kind.
-        if kind is not None and kind != KIND:
+        # check_spec judges NVIDIA specs; another vendor's spec is only judged on the rest.
+        if kind is not None and kind != KIND and not entry.name.startswith("nvidia"):
             problems = [p for p in problems if not p.startswith("kind is ")]
         specs.append(SpecFile(node_path, priority, kind, devices, tuple(problems), data))
     return specs

@@ -16,7 +16,7 @@ import click
 import typer
 
 from configure import cdi as cdi_spec
-from configure import commands, live, runtimeclass, toolkit
+from configure import cdi_node, commands, live, runtimeclass, toolkit
 from configure.cli_extras import register_extras
 from configure.distros import NAMES as DISTROS
 from configure.engine import RuntimeOptions
@@ -302,7 +302,7 @@ def verify_command(
     """
     if not live_run and (address or image or visible_devices):
         raise UsageError("--address, --image and --visible-devices belong to --live")
-    result: Dict[str, Any] = {"ok": True, "passed": [], "problems": []}
+    result: Dict[str, Any] = {"ok": True, "passed": [], "problems": [], "cdi": cdi_node.cdi_report(root).to_dict()}
     try:
         result["passed"] = commands.verify(root, runtime or None, distro)
     except ProblemsFound as exc:

@@ -14,7 +14,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import click
 import typer
 
-from configure import cdi, commands, lxd, runtimeclass, toolkit
+from configure import cdi, cdi_node, commands, lxd, runtimeclass, toolkit
 from configure.changes import read_optional, unified_diff
 from configure.engine import ConfigPlan
 from configure.validate import existing_root
@@ -101,8 +101,11 @@ def toolkit_command(
 def cdi_command(
     root: str = _ROOT, output: str = _CDI_OUTPUT, force: bool = _FORCE, dry_run: bool = _DRY_RUN, as_json: bool = _JSON
 ) -> None:
-    """Write a CDI spec for the GPUs (nvidia-ctk on /, else from /dev/nvidia* nodes); validate an existing one."""
-    plan = cdi.plan_spec(Path(root), output, force=force)
+    """Write a CDI spec for the GPUs (nvidia-ctk on /, else from /dev/nvidia* nodes); validate an existing one.
+
+    Refused (exit 5) when nvidia-cdi-refresh is enabled or another spec defines nvidia.com/gpu: one spec per kind.
+    """
+    plan = cdi_node.plan_static_spec(Path(root), output, force=force)
     render_result(apply_plan(plan, Path(root), dry_run=dry_run), as_json)
 
 
@@ -116,6 +119,10 @@ def runtimeclass_command(
     """Write a RuntimeClass manifest (stdout without --output) and record its handler for verify."""
     plan = runtimeclass.plan_runtimeclass(Path(root), name, handler, output)
     result = apply_plan(plan, Path(root), dry_run=dry_run)
+    if plan.facts.get("EMIT") == "false":
+        for message in plan.warnings:
+            warn(message)
+        return
     if output is None:
         # stdout carries only the manifest, so it can be piped into kubectl apply -f -
         emit_lines([runtimeclass.render_manifest(name, handler).rstrip("\n")])

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
-from configure.cdi import CDI_SPEC, check_spec, missing_host_paths
+from configure.cdi_node import cdi_report
 from configure.changes import (
     Journal,
     RevertOutcome,
@@ -305,14 +305,7 @@ def _hook_problems(root: Path, engine: str, hook_path: str, passed: List[str]) -
 
 
 def _cdi_problems(root: Path, passed: List[str]) -> List[str]:
-    """Problems with the CDI spec (none when there is no spec: CDI is optional)."""
-    raw = read_optional(rooted(root, CDI_SPEC))
-    if raw is None:
-        return []
-    data, problems = check_spec(raw)
-    if not problems:
-        passed.append(f"{CDI_SPEC} is a valid CDI spec")
-        problems = missing_host_paths(root, data)
-        if not problems:
-            passed.append(f"{CDI_SPEC}: every device node and mount it names exists")
-    return [f"{CDI_SPEC}: {p}" for p in problems]
+    """Problems with the CDI specs for nvidia.com/gpu: invalid, duplicate, stale (:mod:`configure.cdi_node`)."""
+    report = cdi_report(root)
+    passed.extend(report.passed)
+    return report.problems

@@ -24,6 +24,8 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from configure import cdi, podman_user, tomledit
+from configure.cdi_node import plan_static_spec
+from configure.cdi_refresh import detect_refresh
 from configure.cdi_specs import driver_version, find_specs, stale_reasons
 from configure.changes import read_optional
 from configure.crio import HOOK_BINARY, hook_config, hook_problems
@@ -133,7 +135,13 @@ class PodmanEngine:
             plan.facts["CDI_SPEC"] = found
             plan.warnings.extend(f"ignored: {p}" for p in problems)
             return plan
-        spec = cdi.plan_spec(options.root, cdi.CDI_SPEC, generator=self._generator)
+        refresh = detect_refresh(options.root)
+        if refresh.active:
+            # toolkit 1.18+: the refresh units write the spec (at boot, with a driver); a static one would be a second
+            plan.facts["CDI_SPEC"] = refresh.output
+            plan.warnings.append(f"no static spec written: {refresh.describe()}")
+            return plan
+        spec = plan_static_spec(options.root, cdi.CDI_SPEC, generator=self._generator)
         plan.changes.extend(spec.changes)
         plan.warnings.extend(spec.warnings)
         plan.facts.update({"CDI_SPEC": cdi.CDI_SPEC, "DEVICES": spec.facts.get("DEVICES", "")})

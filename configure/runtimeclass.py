@@ -22,6 +22,7 @@ from typing import Any, Dict, Optional
 
 import yaml
 
+from configure import distros
 from configure.changes import STATE_DIR, FileChange, read_optional
 from configure.engine import ConfigPlan
 from plumbing.errors import ConfigFormatError, UsageError
@@ -51,6 +52,29 @@ def manifest(name: str = "nvidia", handler: str = "nvidia") -> Dict[str, Any]:
     }
 
 
+#: the RuntimeClasses k3s deploys itself (its packaged manifests/runtimes.yaml): name -> handler
+K3S_RUNTIMECLASSES = {"nvidia": "nvidia", "nvidia-experimental": "nvidia-experimental"}
+
+
+def k3s_clash(name: str, handler: str) -> Optional[str]:
+    """What to say when k3s deploys a RuntimeClass called ``name`` itself; None when it does not.
+
+    The same object (name and handler) is already there: we emit none and say so. Another handler
+    under k3s's name would be replaced by k3s's own again: refused.
+
+    :raises UsageError: for k3s's name with another handler.
+    """
+    ours = K3S_RUNTIMECLASSES.get(name)
+    if ours is None:
+        return None
+    if ours != handler:
+        raise UsageError(
+            f"k3s deploys its own RuntimeClass {name} (handler {ours}) and puts it back over another one of that name; "
+            "choose another RuntimeClass name"
+        )
+    return f"k3s already deploys RuntimeClass {name} with handler {handler}; no RuntimeClass emitted (it would clash)"
+
+
 def render_manifest(name: str = "nvidia", handler: str = "nvidia") -> str:
     """The RuntimeClass as YAML."""
     return yaml.safe_dump(manifest(name, handler), sort_keys=False, default_flow_style=False)
@@ -78,11 +102,18 @@ def read_record(root: Path) -> Optional[Dict[str, Any]]:
 def plan_runtimeclass(
     root: Path, name: str = "nvidia", handler: str = "nvidia", output: Optional[str] = None
 ) -> ConfigPlan:
-    """Plan the manifest (when ``output`` is set) and the record; never writes."""
+    """Plan the manifest (when ``output`` is set and k3s does not deploy it already) and the record; never writes.
+
+    Facts: ``RUNTIMECLASS``, ``HANDLER``, and ``EMIT`` (``false`` when k3s already deploys it).
+    """
     text = render_manifest(name, handler)
     plan = ConfigPlan(engine=ENGINE)
+    clash = k3s_clash(name, handler) if distros.candidates(root)["k3s"].evidence else None
+    if clash is not None:
+        plan.warnings.append(clash)
+    plan.facts["EMIT"] = str(clash is None).lower()
     node_output: Optional[str] = None
-    if output is not None:
+    if output is not None and clash is None:
         node_output = output if output.startswith("/") else os.path.abspath(output)
         path = rooted(root, output) if output.startswith("/") else Path(node_output)
         plan.changes.append(FileChange(path, read_optional(path), text.encode(), mode=0o644))

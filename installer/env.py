@@ -9,7 +9,7 @@ from __future__ import annotations
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional, Protocol, Sequence
+from typing import Callable, Optional, Protocol, Sequence, Tuple
 
 from configure import cdi, distros
 from configure.engine import ConfigPlan, Engine
@@ -80,6 +80,13 @@ class Systemd:
         return state.decode("utf-8", "replace").strip() == "inactive"
 
 
+def engine_units(name: str, root: Path, distro: Optional[str] = None) -> Tuple[str, ...]:
+    """The units that may run engine ``name`` (containerd: its distribution's; none for k0s, which reloads)."""
+    if name != "containerd":
+        return (SERVICE_UNITS.get(name, name),)
+    return distros.choose(root, distro).units
+
+
 def engine_unit(services: ServiceManager, name: str, root: Path, distro: Optional[str] = None) -> str:
     """The unit to restart for engine ``name``; "" when nothing needs a restart (k0s reloads by itself).
 
@@ -87,9 +94,9 @@ def engine_unit(services: ServiceManager, name: str, root: Path, distro: Optiona
     ``rke2-server``/``rke2-agent``, MicroK8s's snap service or ``containerd``; of two candidates the
     one that runs.
     """
-    if name != "containerd":
-        return SERVICE_UNITS.get(name, name)
-    units = distros.choose(root, distro).units
+    units = engine_units(name, root, distro)
+    if len(units) < 2:
+        return (*units, "")[0]
     active = [unit for unit in units if services.is_active(unit)]
     return (active or list(units) or [""])[0]
 

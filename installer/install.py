@@ -15,12 +15,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from configure.cdi_node import SOURCE_REFRESH, SOURCE_STATIC, SpecConflict, cdi_report, static_spec_conflict
+from configure.cdi_refresh import detect_refresh
 from configure.changes import Journal, apply_changes, read_optional, revert, unified_diff
 from configure.engine import ConfigPlan
 from configure.validate import SERVICE_ENGINES, existing_root
 from installer import preflight
 from installer.backend import PackageBackend
-from installer.env import CDI_SPEC, NodeEnv, engine_unit
+from installer.env import CDI_SPEC, NodeEnv, engine_unit, engine_units
 from installer.plan import InstallOptions, InstallPlan, plan_install, runtime_options
 from installer.rollback import RunLog, record
 from installer.state import save_state
@@ -42,11 +44,16 @@ class InstallResult:
     packages: Dict[str, str] = field(default_factory=dict)  #: name -> version now (or planned)
     messages: List[str] = field(default_factory=list)
     engines: Dict[str, str] = field(default_factory=dict)  #: engine -> what happened
-    cdi: str = ""
+    cdi: str = ""  #: what happened to CDI, in words
+    #: where the node's nvidia.com/gpu spec comes from: nvidia-cdi-refresh | static | none | off
+    cdi_source: str = ""
+    cdi_report: Dict[str, Any] = field(default_factory=dict)  #: configure.cdi_node's report after the run
     diff: str = ""  #: configuration diff (dry-run)
     failed_engines: List[str] = field(default_factory=list)  #: engines that did not come back; config restored
     #: engines still to restart (``--no-restart``, or under another root): ``gpu-airgap restart`` does it
     restart_pending: List[str] = field(default_factory=list)
+    #: engine -> the units that may run it (k3s/k3s-agent, ...; empty: k0s reloads by itself), for a restart elsewhere
+    restart_units: Dict[str, List[str]] = field(default_factory=dict)
     #: whether the node changed (dry-run: would change); what automation such as Ansible reports
     changed: bool = False
 
@@ -163,6 +170,10 @@ def _change_node(
         backend.hold([p.name for p in target.packages])
         result.messages.append("held " + ", ".join(p.name for p in target.packages) + " at this release")
     cdi_on, result.cdi = _cdi(plan, options, journal, env, run)
+    report = cdi_report(options.root)
+    result.cdi_report = report.to_dict()
+    result.cdi_source = "off" if options.cdi == "off" and report.source != SOURCE_REFRESH else report.source
+    result.messages.extend(f"CDI problem: {p}" for p in report.problems)
     return _register(plan, cdi_on, options, journal, env, result, run)
 
 
@@ -196,9 +207,30 @@ def _install_packages(
 
 
 def _cdi(plan: InstallPlan, options: InstallOptions, journal: Journal, env: NodeEnv, run: RunLog) -> Tuple[bool, str]:
-    """Write the CDI spec when the plan says so; it is planned only now, with the installed ``nvidia-ctk``."""
+    """Write the static CDI spec when the plan says so; it is planned only now, with the installed ``nvidia-ctk``.
+
+    Enabled nvidia-cdi-refresh units own the spec (toolkit 1.18+): then nothing is written, CDI is
+    on, and that is what the run reports. A static spec that would be a second one for the kind is
+    skipped (refused with ``--cdi on``).
+    """
+    refresh = detect_refresh(options.root)
+    if options.cdi == "off":
+        still = f"; nvidia-cdi-refresh still writes {refresh.output} (disable its units to stop it)" if refresh.active else ""
+        return False, plan.cdi_skipped + still
+    if refresh.active:
+        return True, f"from nvidia-cdi-refresh, which writes {refresh.output} at boot and when the driver changes; gpu-airgap writes no static spec"
+    if plan.cdi_refresh:
+        return False, (
+            f"skipped: the packages ship nvidia-cdi-refresh but it will not run under {options.root} ({refresh.describe()}); "
+            "`gpu-airgap configure cdi` writes a static spec"
+        )
     if not plan.cdi:
         return False, plan.cdi_skipped
+    conflict = static_spec_conflict(options.root, CDI_SPEC)
+    if conflict is not None:
+        if options.cdi == "on":
+            raise SpecConflict(conflict)
+        return False, f"skipped: {conflict}"
     try:
         spec = env.cdi(options.root)
     except ToolError as exc:
@@ -235,7 +267,33 @@ def _register(
             result.engines[name] = f"runtime {options.runtime_name!r} already registered"
         if config.next_step:  # podman and LXC have no runtime entry: say what was done or what to run
             result.engines[name] = f"{'configured' if name in changed else 'nothing written'}: {config.next_step}"
+    _note_units(result, changed, options)
     return changed
+
+
+def _confirm_regenerated(name: str, options: InstallOptions, env: NodeEnv, result: InstallResult) -> None:
+    """k3s/RKE2 write containerd's config at start: read it back and say whether it has the handler."""
+    if name != "containerd":
+        return
+    try:
+        facts = env.engine(name).report(options.root, options.runtime_name)
+    except ToolError as exc:
+        result.messages.append(f"{name}: cannot read the regenerated config back: {exc}")
+        return
+    if facts.get("DISTRO") not in ("k3s", "rke2"):
+        return
+    if facts.get("RUNTIME") == options.runtime_name:
+        result.engines[name] += f"; its regenerated config has the {options.runtime_name} handler"
+    else:
+        result.messages.append(
+            f"{name}: {facts['DISTRO']} restarted but its regenerated config has no {options.runtime_name} handler "
+            "(is nvidia-container-runtime on its PATH?); `gpu-airgap configure verify` says more"
+        )
+
+
+def _note_units(result: InstallResult, changed: List[str], options: InstallOptions) -> None:
+    for name in changed:
+        result.restart_units[name] = list(engine_units(name, options.root, options.distro))
 
 
 def _still_current(config: ConfigPlan) -> bool:
@@ -267,6 +325,7 @@ def restart_engines(changed: List[str], options: InstallOptions, journal: Journa
         if env.services.is_active(unit):
             result.engines[name] += f", restarted {unit}"
             kept.append(name)
+            _confirm_regenerated(name, options, env, result)
             continue
         # Put back what gpu-airgap changed (nothing is recorded once its change was reverted already).
         restored = any(entry.engine == name for entry in journal.entries())
@@ -319,6 +378,13 @@ def _render_dry_run(plan: InstallPlan, options: InstallOptions) -> InstallResult
         check.to_install or check.remove_first or plan.hold or plan.engines_changing or cdi_change or not plan.recorded
         or (plan.pending_before and _may_restart(options))
     )
-    result.cdi = "off" if options.cdi == "off" else ("would generate" if plan.cdi else "skipped: no NVIDIA driver found")
+    if options.cdi == "off":
+        result.cdi, result.cdi_source = "off", "off"
+    elif plan.cdi_refresh:
+        result.cdi = "from nvidia-cdi-refresh: the packages' units write the spec at boot and when the driver changes"
+        result.cdi_source = SOURCE_REFRESH
+    else:
+        result.cdi = "would generate" if plan.cdi else plan.cdi_skipped
+        result.cdi_source = SOURCE_STATIC if plan.cdi else "none"
     result.messages.append("dry run: nothing was changed")
     return result

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from configure import cdi as cdi_spec
+from configure.cdi_node import cdi_report
 from configure.changes import Journal, RevertPlan, apply_revert, kept_name, plan_revert, read_optional
 from configure.validate import existing_root
 from installer.env import CDI_SPEC, SERVICE_UNITS, NodeEnv, engine_unit
@@ -145,7 +145,7 @@ def _explain(state: NodeState, result: UninstallResult, keep_packages: bool) -> 
         )
 
 
-def restart_pending(root: Path, env: NodeEnv, engines: Optional[List[str]] = None) -> InstallResult:
+def restart_pending(root: Path, env: NodeEnv, engines: Optional[List[str]] = None, distro: Optional[str] = None) -> InstallResult:
     """Restart the engines the recorded install changed but did not restart (``install --no-restart``).
 
     What ``install`` does after registering the runtime, run later (an Ansible handler, the
@@ -171,7 +171,7 @@ def restart_pending(root: Path, env: NodeEnv, engines: Optional[List[str]] = Non
             return result
         journal = Journal(root)
         result.engines = {name: "configuration changed" for name in due}
-        restart_engines(due, InstallOptions(root=root, distro=state.distro if state else None), journal, env, result)
+        restart_engines(due, InstallOptions(root=root, distro=distro or (state.distro if state else None)), journal, env, result)
         if state is not None:
             state.engines = [e for e in state.engines if e not in result.failed_engines]
             state.files = changed_files(journal, state.engines)
@@ -206,13 +206,12 @@ def status(root: Path, env: NodeEnv, runtime_name: str = "nvidia") -> Dict[str, 
             engines[engine_name] = env.engine(engine_name).report(root, name)
         except ToolError as exc:
             engines[engine_name] = {"error": str(exc)}
-    cdi_path = rooted(root, CDI_SPEC)
-    cdi: Dict[str, Any] = {"path": CDI_SPEC, "present": cdi_path.is_file(), "valid": False}
-    if cdi["present"]:
-        data, spec_problems = cdi_spec.parse_spec(cdi_path.read_bytes())
-        spec_problems = spec_problems or cdi_spec.validate_spec(data)
-        cdi["valid"] = not spec_problems
-        problems.extend(f"{CDI_SPEC}: {p}" for p in spec_problems)
+    # the static spec's own fields, then where the node's spec comes from and what is wrong with the specs
+    report = cdi_report(root)
+    cdi: Dict[str, Any] = {"path": CDI_SPEC, "present": rooted(root, CDI_SPEC).is_file()}
+    cdi["valid"] = cdi["present"] and not any(bad.path == CDI_SPEC for bad in report.specs.invalid)
+    cdi.update(report.to_dict())
+    problems.extend(report.problems)
     if state is not None:
         for pkg, version in state.packages.items():
             now = packages.get(pkg)

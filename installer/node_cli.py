@@ -111,6 +111,8 @@ def install_command(
         lines += [f"  {m}" for m in result.messages]
         lines += [f"  {name}: {what}" for name, what in result.engines.items()]
         lines.append(f"  CDI: {result.cdi}")
+        if result.cdi_report:
+            lines.append(f"  CDI source: {result.cdi_source}: {result.cdi_report['summary']}")
         emit_lines(lines)
         if result.diff:
             sys.stdout.write(result.diff)
@@ -153,13 +155,14 @@ def restart_command(
     root: str = _ROOT,
     engine: List[str] = _ENGINE,
     as_json: bool = _JSON,
+    distro: Optional[str] = _DISTRO,
 ) -> None:
     """Restart the engines an `install --no-restart` changed; put back the config of any that stays down."""
     from installer import install as install_lib
     from installer import manage
     from installer.env import NodeEnv
 
-    result = manage.restart_pending(Path(root), NodeEnv(log=_progress), engine or None)
+    result = manage.restart_pending(Path(root), NodeEnv(log=_progress), engine or None, distro)
     if as_json:
         emit_json(result.to_dict())
     else:
@@ -202,5 +205,6 @@ def _status_lines(report: Dict[str, Any]) -> List[str]:
             lines.append(f"  {engine}: the runtime configuration is managed by {facts['OWNER']}")
     cdi = report["cdi"]
     lines.append(f"  CDI {cdi['path']}: " + ("valid" if cdi["valid"] else "invalid" if cdi["present"] else "absent"))
+    lines.append(f"  CDI source: {cdi['source']}: {cdi['summary']}")
     lines += [f"problem: {p}" for p in report["problems"]] or ["no drift from the recorded install"]
     return lines

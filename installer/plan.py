@@ -16,9 +16,11 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 from configure.cdi import CDI_SPEC, check_spec
+from configure.cdi_refresh import detect_refresh
 from configure.changes import Journal, check_writable, read_optional
 from configure.engine import ConfigPlan, RuntimeOptions
 from configure.nodefacts import NodeFacts
+from configure.releases import release_for
 from configure.validate import CDI_CHOICES, RUNTIME_CHOICES, SERVICE_ENGINES, check_runtime_name
 from installer import preflight
 from installer.backend import VERSIONLOCK, PackageBackend
@@ -68,6 +70,8 @@ class InstallPlan:
     hold: bool  #: hold the packages in this run (asked for, and not already held at this release)
     cdi: bool  #: generate the CDI spec after the packages are in (a driver is there and --cdi is not off)
     cdi_skipped: str  #: why the CDI spec is not generated, when ``cdi`` is False
+    #: nvidia-cdi-refresh will write the spec after the packages are in (so no static spec, but CDI on)
+    cdi_refresh: bool
     runtime: RuntimeOptions  #: what the engines are registered with
     engines: Dict[str, ConfigPlan]  #: every engine to register with and its configuration change, in order
     pending_before: Tuple[str, ...]  #: engines an earlier run changed but did not restart
@@ -107,9 +111,10 @@ def plan_install(bundle: StagedBundle, options: InstallOptions, env: NodeEnv) ->
     known = backend.installed_versions([*names, *(r.name for r in target.requirements)])
     installed = {name: known[name] for name in names}
     check = _preflight(target, facts, backend, installed, options, env)
-    cdi, cdi_skipped = _cdi_intent(options, facts)
+    cdi_refresh = options.cdi != "off" and refresh_expected(target, root)
+    cdi, cdi_skipped = (False, "") if cdi_refresh else _cdi_intent(options, facts)
     # The engines enable CDI when the spec is (or will be) written, so their plans say so too.
-    runtime = runtime_options(options, cdi)
+    runtime = runtime_options(options, cdi or cdi_refresh)
     plan = InstallPlan(
         bundle=bundle,
         facts=facts,
@@ -121,6 +126,7 @@ def plan_install(bundle: StagedBundle, options: InstallOptions, env: NodeEnv) ->
         hold=options.hold and not (old_state is not None and old_state.held and not check.to_install),
         cdi=cdi,
         cdi_skipped=cdi_skipped,
+        cdi_refresh=cdi_refresh,
         runtime=runtime,
         engines={name: env.engine(name).plan(runtime) for name in _engines_for(options.runtime, facts)},
         pending_before=tuple(old_state.restart_pending) if old_state else (),
@@ -146,6 +152,21 @@ def files_written(plan: InstallPlan, root: Path) -> List[Path]:
     if plan.hold and plan.backend.name == "rpm":
         paths.append(rooted(root, VERSIONLOCK))
     return paths
+
+
+def refresh_expected(target: StagedTarget, root: Path) -> bool:
+    """Whether nvidia-cdi-refresh will be the spec's source once the target's packages are in.
+
+    Units already on the root keep their enablement through an upgrade (debhelper and rpm
+    re-enable only what was enabled), so their state now decides; otherwise the release table
+    says whether the packages ship units that their maintainer scripts enable.
+    """
+    current = detect_refresh(root)
+    if current.present:
+        return current.active
+    base = next((p for p in target.packages if p.name == "nvidia-container-toolkit-base"), None)
+    release = release_for(base.version) if base is not None else None
+    return release is not None and release.has_refresh_units
 
 
 def runtime_options(options: InstallOptions, cdi: bool) -> RuntimeOptions:

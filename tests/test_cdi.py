@@ -281,10 +281,20 @@ def test_cli_writes_once_then_says_already_configured(tmp_path: Path) -> None:
     assert "DEVICES=0,all" in first.stdout and "KIND=nvidia.com/gpu" in first.stdout
     second = run_cli("configure", "cdi", "--root", str(root))
     assert second.exit_code == 0 and "already configured" in second.stdout
-    custom = run_cli(
-        "configure", "cdi", "--root", str(root), "--output", "/var/run/cdi/nvidia.yaml", "--dry-run"
+    # a second spec for the kind elsewhere is refused, even as a dry run: one spec per kind
+    second_spec = run_cli("configure", "cdi", "--root", str(root), "--output", "/var/run/cdi/nvidia.yaml", "--dry-run")
+    assert second_spec.exit_code == ExitCode.CONFIG and second_spec.stdout == ""
+    assert second_spec.stderr == (
+        "gpu-airgap: error: /etc/cdi/nvidia.yaml already defines nvidia.com/gpu, so a spec at /var/run/cdi/nvidia.yaml "
+        "would be a second one for the same devices; remove it, or replace it with --output /etc/cdi/nvidia.yaml --force\n"
     )
-    assert "+kind: nvidia.com/gpu" in custom.stdout
+    assert not rooted(root, "/var/run/cdi/nvidia.yaml").exists()
+
+
+def test_a_custom_output_path_works_where_no_other_spec_defines_the_kind(tmp_path: Path) -> None:
+    root = _devices(tmp_path, "nvidia0", "nvidiactl")
+    custom = run_cli("configure", "cdi", "--root", str(root), "--output", "/var/run/cdi/nvidia.yaml", "--dry-run")
+    assert custom.exit_code == 0 and "+kind: nvidia.com/gpu" in custom.stdout
     assert not rooted(root, "/var/run/cdi/nvidia.yaml").exists()
 
 

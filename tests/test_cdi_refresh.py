@@ -16,6 +16,8 @@ from typing import Dict
 import pytest
 
 from configure.cdi_refresh import detect_refresh
+from configure.engine import RuntimeOptions
+from configure.podman import PodmanEngine
 from configure.releases import (
     REFRESH_OUTPUT,
     REFRESH_PATH_UNIT,
@@ -145,3 +147,16 @@ def test_units_in_etc_systemd_system_as_118_and_119_ship_them_are_found_there(de
     assert refresh.unit(REFRESH_PATH_UNIT).path == "/etc/systemd/system/nvidia-cdi-refresh.path"
     assert refresh.active
     assert release_for("1.19.1-1").refresh_unit_dirs == ("/etc/systemd/system",)  # type: ignore[union-attr]
+
+
+@needs_systemctl
+def test_podman_writes_no_static_spec_where_the_refresh_units_own_it(deb_root: Path) -> None:
+    (deb_root / "dev").mkdir()
+    for name in ("nvidia0", "nvidiactl"):
+        (deb_root / "dev" / name).touch()  # a driver: without the units podman's plan would write /etc/cdi/nvidia.yaml
+    without = PodmanEngine(version=lambda root: (5, 0)).plan(RuntimeOptions(root=deb_root, cdi=True))
+    assert [c.path.name for c in without.changes] == ["nvidia.yaml"]
+    systemctl(deb_root, "enable", REFRESH_PATH_UNIT)
+    plan = PodmanEngine(version=lambda root: (5, 0)).plan(RuntimeOptions(root=deb_root, cdi=True))
+    assert plan.changes == [] and plan.facts["CDI_SPEC"] == REFRESH_OUTPUT
+    assert plan.warnings[-1].startswith(f"no static spec written: nvidia-cdi-refresh writes {REFRESH_OUTPUT}")

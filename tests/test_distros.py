@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Dict, Optional
 
 import pytest
+import yaml
 
 from configure.containerd_distro import microk8s_render
 from configure.distros import choose, detect
@@ -123,7 +124,7 @@ def test_several_containerds_are_listed_and_the_user_chooses(tmp_path: Path) -> 
     assert "Traceback" not in done.stderr and tree(root) == before
     chosen = configure(root, "--distro", "k3s")
     assert chosen.exit_code == 0, chosen.stderr
-    assert "containerd of k3s" in chosen.stderr
+    assert "using the containerd of k3s (config /var/lib/rancher/k3s/agent/etc/containerd/config.toml" in chosen.stderr
     assert report(root, "--distro", "k3s")["DISTRO"] == "k3s"
 
 
@@ -317,3 +318,47 @@ def test_a_gpu_operator_node_is_refused_in_one_sentence_and_force_takes_over(tmp
     forced = configure(root, "--force")
     assert forced.exit_code == 0, forced.stderr
     assert "taking the runtime configuration over from the NVIDIA GPU Operator" in forced.stderr
+
+
+# -- RuntimeClass: k3s deploys its own -------------------------------------------------------------
+
+
+def test_configure_runtimeclass_on_k3s_emits_no_clashing_object_and_says_so(tmp_path: Path) -> None:
+    root = node(tmp_path, "k3s-v3")
+    done = run_cli("configure", "runtimeclass", "--root", str(root), "--output", "/etc/rc.yaml")
+    assert done.exit_code == 0, done.stderr
+    assert "k3s already deploys RuntimeClass nvidia" in done.stderr
+    assert not (root / "etc/rc.yaml").exists() and done.stdout == ""
+    other = run_cli("configure", "runtimeclass", "--root", str(root), "--name", "nvidia", "--handler", "nvidia-gpu")
+    assert other.exit_code == 2 and "k3s deploys its own RuntimeClass nvidia" in other.stderr
+    own = run_cli("configure", "runtimeclass", "--root", str(root), "--name", "gpu", "--handler", "nvidia")
+    assert own.exit_code == 0 and "kind: RuntimeClass" in own.stdout
+    plain = node(tmp_path / "plain", "microk8s")
+    assert "kind: RuntimeClass" in run_cli("configure", "runtimeclass", "--root", str(plain)).stdout
+
+
+def test_fleet_k8s_for_k3s_leaves_k3s_own_runtimeclass_alone_and_passes_the_distro(tmp_path: Path) -> None:
+    args = ("fleet", "k8s", "--bundle-url", "http://127.0.0.1:1/b", "--keyring-configmap", "k")
+    done = run_cli(*args, "--distro", "k3s")
+    assert done.exit_code == 0, done.stderr
+    docs = [d for d in yaml.safe_load_all(done.stdout) if d]
+    assert "RuntimeClass" not in [d["kind"] for d in docs]
+    assert "k3s already deploys RuntimeClass nvidia" in done.stderr
+    env = {e["name"]: e["value"] for d in docs if d["kind"] == "DaemonSet" for e in d["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["GPU_AIRGAP_DISTRO"] == "k3s"
+    plain = [d for d in yaml.safe_load_all(run_cli(*args).stdout) if d]
+    assert "RuntimeClass" in [d["kind"] for d in plain]
+    assert run_cli(*args, "--distro", "k3s", "--runtime-name", "nvidia-experimental").exit_code == 0
+
+
+def test_the_gpu_operators_drop_in_is_recognised_as_its_registration(tmp_path: Path) -> None:
+    root = node(tmp_path, "gpu-operator", toolkit=False)
+    shutil.rmtree(root / "var")
+    operator_config = root / "etc/containerd/config.toml"
+    (root / "etc/containerd/conf.d").mkdir()
+    operator_config.rename(root / "etc/containerd/conf.d/99-nvidia.toml")  # gpu-operator >= 25.10 writes a drop-in
+    operator_config.write_text('version = 2\nimports = ["/etc/containerd/conf.d/*.toml"]\n')
+    before = tree(root)
+    done = configure(root)
+    assert done.exit_code == 5 and "/etc/containerd/conf.d/99-nvidia.toml registers runtime nvidia" in done.stderr
+    assert tree(root) == before

@@ -229,7 +229,11 @@ def effective(case: Case, root: Path) -> Effective:
 
 def ours(case: Case, root: Path, flags: List[str]) -> Optional[str]:
     """Run ``gpu-airgap configure``; return its error sentence when it refuses."""
-    done = run_cli("configure", case.engine, "--root", str(root), "--config", case.config, *flags)
+    # A distro node's file is compared as plain containerd would edit it: --distro containerd overrides
+    # the detection that would otherwise leave k3s's generated config alone (tests/test_distros.py covers
+    # what each distribution gets), and --force takes the GPU Operator's node over.
+    distro = ["--distro", "containerd", "--force"] if case.id.startswith("distros/") else []
+    done = run_cli("configure", case.engine, "--root", str(root), "--config", case.config, *distro, *flags)
     return None if done.exit_code == 0 else done.stderr.strip()
 
 

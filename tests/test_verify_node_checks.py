@@ -38,7 +38,7 @@ def test_verify_names_a_device_node_the_spec_lists_but_the_node_lacks(tmp_path: 
     result = run_cli("configure", "verify", "--root", str(tmp_path), "--runtime", "docker")
     assert result.exit_code == 9
     problems = [line for line in result.stdout.splitlines() if line.startswith("PROBLEM: /etc/cdi")]
-    assert "PROBLEM: /etc/cdi/nvidia.yaml: devices[1] (1).deviceNodes: /dev/nvidia1 does not exist on the node" in problems
+    assert "PROBLEM: /etc/cdi/nvidia.yaml is stale: devices[1] (1).deviceNodes: /dev/nvidia1 does not exist on the node" in problems
     assert any("mounts: /usr/lib/libcuda.so.1 does not exist" in p for p in problems)
 
 

@@ -12,13 +12,14 @@ from typing import List, Optional
 import click
 import typer
 
+from configure.distros import NAMES as DISTROS
 from configure.validate import CDI_CHOICES
 from mirror.fleet import k8s as fleet_k8s
 from plumbing.clikit import Group, legacy_spellings
 from plumbing.errors import UsageError
 from plumbing.fsutil import atomic_write
 from plumbing.gpg import check_key_file
-from plumbing.output import emit_lines
+from plumbing.output import emit_lines, warn
 
 fleet_app = typer.Typer(cls=Group, help="Roll the toolkit out to many nodes: Kubernetes manifests (Ansible: deploy/ansible).", no_args_is_help=True)
 
@@ -57,6 +58,10 @@ _SET_AS_DEFAULT = typer.Option(False, "--set-as-default", help="Make it the engi
 _CDI = typer.Option("auto", "--cdi", click_type=click.Choice(CDI_CHOICES), help="auto (when a driver is present) | on | off")
 _HOLD = typer.Option(False, "--hold", help="Keep the nodes on this release.")
 _NO_RUNTIMECLASS = typer.Option(False, "--no-runtimeclass", help="Leave the RuntimeClass out.")
+_DISTRO = typer.Option(
+    None, "--distro", click_type=click.Choice(DISTROS),
+    help="The nodes' Kubernetes distribution (default: each node detects it); k3s: no RuntimeClass of k3s's own name.",
+)  # fmt: skip
 _OUTPUT = typer.Option("-", "--output", metavar="FILE|-", help="Write the manifests here (- is stdout).")
 
 
@@ -78,16 +83,20 @@ def k8s_command(
     hold: bool = _HOLD,
     no_runtimeclass: bool = _NO_RUNTIMECLASS,
     out: str = _OUTPUT,
+    distro: Optional[str] = _DISTRO,
 ) -> None:
     """Write a DaemonSet (plus RuntimeClass) that installs the bundle on every GPU node: kubectl apply -f it."""
     options = fleet_k8s.K8sOptions(
         bundle_url=bundle_url, bundle_configmap=bundle_configmap, keyring_configmap=keyring_configmap, image=image, tools=tools,
         namespace=namespace, name=name, node_selector=tuple(node_selector), tolerations=tuple(toleration),
         runtime=runtime, runtime_name=runtime_name, set_as_default=set_as_default, cdi=cdi, hold=hold,
-        runtimeclass=not no_runtimeclass,
+        runtimeclass=not no_runtimeclass, distro=distro,
     )  # fmt: skip
     keyring_text = _read_key(keyring) if keyring is not None else None
     text = fleet_k8s.render(options, pod_script(), keyring_text)
+    note = fleet_k8s.runtimeclass_note(options)
+    if note is not None:
+        warn(note)
     if out == "-":
         emit_lines([text.rstrip("\n")])
     else:

@@ -30,6 +30,7 @@ from urllib.parse import urlparse
 import yaml
 
 from configure import runtimeclass
+from configure.distros import NAMES as DISTROS
 from configure.validate import CDI_CHOICES, RUNTIME_CHOICES
 from plumbing.errors import UsageError
 from plumbing.version import VERSION
@@ -69,6 +70,7 @@ class K8sOptions:
     cdi: str = "auto"
     hold: bool = False
     runtimeclass: bool = True
+    distro: Optional[str] = None  #: the nodes' containerd (``--distro``, passed to install); None: each node detects
 
     def validate(self) -> None:
         """:raises UsageError: naming the first bad option."""
@@ -92,6 +94,19 @@ class K8sOptions:
         for toleration in self.tolerations:
             parse_toleration(toleration)
         runtimeclass.manifest(self.runtime_name, self.runtime_name)  # the handler must be a DNS label
+        if self.distro is not None and self.distro not in DISTROS:
+            raise UsageError(f"--distro must be one of {', '.join(DISTROS)}, not {self.distro!r}")
+        runtimeclass_note(self)
+
+
+def runtimeclass_note(options: K8sOptions) -> Optional[str]:
+    """Why no RuntimeClass is emitted although one was asked for (k3s deploys its own), else None.
+
+    :raises UsageError: when k3s's own RuntimeClass of that name has another handler.
+    """
+    if not options.runtimeclass or options.runtime == "none" or options.distro != "k3s":
+        return None
+    return runtimeclass.k3s_clash(options.runtime_name, options.runtime_name)
 
 
 def parse_node_selector(items: Tuple[str, ...]) -> Dict[str, str]:
@@ -144,7 +159,7 @@ def documents(options: K8sOptions, script: str, keyring_text: Optional[str]) -> 
     if keyring_text is not None:
         docs.append({"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta(keyring_map), "data": {KEYRING_KEY: keyring_text}})
     docs.append(_daemonset(options, meta, keyring_map))
-    if options.runtimeclass and options.runtime != "none":
+    if options.runtimeclass and options.runtime != "none" and runtimeclass_note(options) is None:
         docs.append(runtimeclass.manifest(options.runtime_name, options.runtime_name))
     return docs
 
@@ -200,6 +215,8 @@ def _env(options: K8sOptions) -> List[Dict[str, str]]:
         "GPU_AIRGAP_CDI": options.cdi,
         "GPU_AIRGAP_HOLD": str(options.hold).lower(),
     }
+    if options.distro is not None:  # the same detection as on the node, overridden the same way
+        values["GPU_AIRGAP_DISTRO"] = options.distro
     if on_host:
         values.update(GPU_AIRGAP_HOST_MOUNT=HOST_ROOT, GPU_AIRGAP_CACHE=HOST_CACHE, GPU_AIRGAP_READY_FILE=f"{HOST_CACHE}/ready")
     if options.bundle_url is not None:

@@ -26,7 +26,9 @@ import time
 from pathlib import Path
 from typing import Optional
 
+from installer.nodecheck import HEAD
 from tests.live.cache import cached_dir, digest
+from tests.live.cri import CriClient
 from tests.upstream import UpstreamServer
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -37,8 +39,16 @@ CGROUP_ROOT = Path("/sys/fs/cgroup")
 #: the hierarchies nspawn makes its payload/supervisor cgroups in when the host has no systemd
 NSPAWN_HIERARCHIES = ("systemd", "unified")
 NODE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+#: where the admin put the bundle, the operator's key and the node files taken out of the bundle
+NODE_DIR = "/root/node"
+CONTAINERD_SOCKET = "/run/containerd/containerd.sock"
+GATE = "/etc/systemd/system/containerd.service.d/site-gate.conf"
+GATE_UNIT = """[Service]
+# site policy: containerd does not start with NVIDIA's runtime in its config
+ExecStartPre=/bin/sh -c '! grep -q nvidia-container-runtime /etc/containerd/config.toml'
+"""
 #: bump when the root's own set-up (``_prepare_root``) changes, so cached roots are rebuilt
-RECIPE = "2"
+RECIPE = "3"
 
 
 def node_packages() -> str:
@@ -69,9 +79,12 @@ def _prepare_root(root: Path) -> None:
     """What a node has that minbase lacks: a hostname and /etc/hosts; no sshd listening on the network."""
     (root / "etc/hostname").write_text("gpu-node\n")
     (root / "etc/hosts").write_text("127.0.0.1 localhost\n127.0.1.1 gpu-node\n::1 localhost\n")
-    # sshd runs per connection (sshd -i through nsenter), never as a listening service
+    # sshd runs per connection (sshd -i through nsenter), never as a listening service; its
+    # privilege separation directory is made at boot, as ssh.service would have made it
     (root / "etc/systemd/system/multi-user.target.wants/ssh.service").unlink(missing_ok=True)
     (root / "etc/systemd/system/sshd.service").unlink(missing_ok=True)
+    (root / "etc/tmpfiles.d").mkdir(exist_ok=True)
+    (root / "etc/tmpfiles.d/sshd.conf").write_text("d /run/sshd 0755 root root -\n")
 
 
 def _build_tarball(scratch: Path) -> None:
@@ -97,7 +110,18 @@ def node_tarball() -> Path:
     debootstrap = subprocess.run(["dpkg-query", "-W", "-f=${Version}", "debootstrap"], capture_output=True, text=True, check=False)
     release = (NODE_REPO / "dists" / _suite() / "Release").read_bytes()
     key = digest(RECIPE, debootstrap.stdout, release)
-    return cached_dir("booted-node", key, _build_tarball) / "root.tar.zst"
+    tarball = cached_dir("booted-node", key, _build_tarball) / "root.tar.zst"
+    _prune(tarball.parent)
+    return tarball
+
+
+def _prune(current: Path, unused_for: float = 2 * 24 * 3600) -> None:
+    """Remove roots of other keys not touched for ``unused_for`` seconds (another checkout may still use a recent one)."""
+    os.utime(current)
+    for other in current.parent.iterdir():
+        if other.is_dir() and other != current and time.time() - other.stat().st_mtime > unused_for:
+            shutil.rmtree(other, ignore_errors=True)
+            other.with_name(other.name + ".lock").unlink(missing_ok=True)
 
 
 def _children(pid: int) -> list[int]:
@@ -245,6 +269,53 @@ class BootedNode:
         """``systemctl is-active UNIT``'s word (active, failed, activating, inactive, ...)."""
         return self.run("systemctl", "is-active", unit, check=False).stdout.strip()
 
+    def authorize(self, public_key: Path) -> None:
+        """Let ssh log in as root with ``public_key``."""
+        ssh = self.path("/root/.ssh")
+        ssh.mkdir(mode=0o700, exist_ok=True)
+        (ssh / "authorized_keys").write_bytes(public_key.read_bytes())
+        (ssh / "authorized_keys").chmod(0o600)
+
+    def ssh_proxy(self) -> str:
+        """An ssh ``ProxyCommand`` that is the node's own sshd, serving one connection on stdin/stdout.
+
+        The node has no network the host can reach (``--private-network``), so ssh does not connect
+        to a port: each connection is a fresh ``sshd -i`` (inetd mode) in the node's namespaces.
+        """
+        return f"nsenter -t {self.pid1} -a env -i PATH={NODE_PATH} /usr/sbin/sshd -i"
+
     def socket(self, node_path: str) -> Path:
         """A unix socket of the node (in its own /run), reachable from the host through /proc."""
         return Path(f"/proc/{self.pid1}/root") / node_path.lstrip("/")
+
+
+def hand_over(node: BootedNode, bundle: Path, operator_key: Path) -> None:
+    """What the admin copies to the node: the bundle, the operator's key, and the node files from the bundle."""
+    work = node.path(NODE_DIR)
+    work.mkdir()
+    subprocess.run(["tar", "--occurrence", "-xf", str(bundle), *HEAD], cwd=work, check=True)
+    (work / "bundle.tar.zst").write_bytes(bundle.read_bytes())
+    (work / "operator.asc").write_bytes(operator_key.read_bytes())
+    assert node.active_state("containerd") == "active"
+
+
+def runtime_handlers(node: BootedNode, log_dir: Path) -> set[str]:
+    """The runtime handlers the node's running containerd loaded, asked over its CRI socket."""
+    client = CriClient(node.socket(CONTAINERD_SOCKET), log_dir, "")
+    try:
+        return client.runtime_handlers()
+    finally:
+        client.close()
+
+
+def gate_containerd(node: BootedNode) -> None:
+    """From now on containerd does not start while its config names NVIDIA's runtime (:data:`GATE_UNIT`)."""
+    node.path(GATE).parent.mkdir(parents=True, exist_ok=True)
+    node.path(GATE).write_text(GATE_UNIT)
+    node.run("systemctl", "daemon-reload")
+
+
+def ungate_containerd(node: BootedNode) -> None:
+    """Take :func:`gate_containerd`'s drop-in away again."""
+    node.path(GATE).unlink()
+    node.run("systemctl", "daemon-reload")

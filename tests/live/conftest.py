@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.live import nvidia
+from tests.live import booted, nvidia
 from tests.live.cri import cri_modules
 from tests.live.image import LocalImage, busybox_image
 
@@ -39,3 +39,12 @@ def cri() -> None:
     """Generate (or load) the CRI stubs once, before the first test times itself."""
     cri_modules()
 
+
+
+@pytest.fixture(scope="session")
+def booted_tarball() -> Path:
+    """The root of a node booted with systemd (:mod:`tests.live.booted`), debootstrapped once and cached."""
+    reason = booted.missing_reason()
+    if reason:
+        pytest.skip(reason)
+    return booted.node_tarball()

@@ -20,42 +20,22 @@ from pathlib import Path
 
 import pytest
 
-from installer.nodecheck import HEAD, NODE_TOOL
+from installer.nodecheck import NODE_TOOL
 from plumbing.errors import ExitCode
 from tests.gpgkeys import TestKey
 from tests.live import booted
-from tests.live.cri import CriClient
 
 pytestmark = pytest.mark.slow
 
-NODE_DIR = "/root/node"
+NODE_DIR = booted.NODE_DIR
 CONFIG = "/etc/containerd/config.toml"
-SOCKET = "/run/containerd/containerd.sock"
-GATE = "/etc/systemd/system/containerd.service.d/site-gate.conf"
-GATE_UNIT = """[Service]
-# site policy: containerd does not start with NVIDIA's runtime in its config
-ExecStartPre=/bin/sh -c '! grep -q nvidia-container-runtime /etc/containerd/config.toml'
-"""
-
-
-@pytest.fixture(scope="module")
-def tarball() -> Path:
-    reason = booted.missing_reason()
-    if reason:
-        pytest.skip(reason)
-    return booted.node_tarball()
 
 
 @pytest.fixture
-def node(tarball: Path, tmp_path: Path, deb_bundle: Path, operator_key: TestKey) -> Iterator[booted.BootedNode]:
+def node(booted_tarball: Path, tmp_path: Path, deb_bundle: Path, operator_key: TestKey) -> Iterator[booted.BootedNode]:
     """A booted node with the bundle, the operator's key and the node files in /root/node."""
-    with booted.BootedNode(tmp_path / "node", tarball) as running:
-        work = running.path(NODE_DIR)
-        work.mkdir()
-        subprocess.run(["tar", "--occurrence", "-xf", str(deb_bundle), *HEAD], cwd=work, check=True)
-        (work / "bundle.tar.zst").write_bytes(deb_bundle.read_bytes())
-        (work / "operator.asc").write_bytes(operator_key.public.read_bytes())
-        assert running.active_state("containerd") == "active"
+    with booted.BootedNode(tmp_path / "node", booted_tarball) as running:
+        booted.hand_over(running, deb_bundle, operator_key.public)
         yield running
 
 
@@ -70,18 +50,11 @@ def _install(node: booted.BootedNode, *extra: str) -> subprocess.CompletedProces
 
 
 def _handlers(node: booted.BootedNode, tmp_path: Path) -> set[str]:
-    """The runtime handlers the running containerd loaded, over its CRI socket."""
-    client = CriClient(node.socket(SOCKET), tmp_path / "cri-logs", "")
-    try:
-        return client.runtime_handlers()
-    finally:
-        client.close()
+    return booted.runtime_handlers(node, tmp_path / "cri-logs")
 
 
 def _gate(node: booted.BootedNode) -> None:
-    node.path(GATE).parent.mkdir(parents=True)
-    node.path(GATE).write_text(GATE_UNIT)
-    node.run("systemctl", "daemon-reload")
+    booted.gate_containerd(node)
 
 
 def test_install_restarts_containerd_through_systemd_and_it_serves_the_nvidia_handler(

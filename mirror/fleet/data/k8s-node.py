@@ -155,17 +155,28 @@ def install_argv(tool: Path, bundle: Path) -> List[str]:
         argv.append("--set-as-default")
     if _env("GPU_AIRGAP_HOLD") == "true":
         argv.append("--hold")
+    if _env("GPU_AIRGAP_DISTRO"):  # the nodes' containerd, named in `fleet k8s --distro`
+        argv += ["--distro", _env("GPU_AIRGAP_DISTRO")]
     return argv
 
 
-def restart(engines: List[str]) -> None:
-    """Restart the changed engines on the host and check each came back ($GPU_AIRGAP_RESTART=none: skip)."""
+def restart(units: Dict[str, List[str]]) -> None:
+    """Restart the changed engines' units on the host and check each came back ($GPU_AIRGAP_RESTART=none: skip).
+
+    ``units``: engine -> the units the installer says may run it (k3s or k3s-agent, ...): the one
+    that runs is restarted; none for k0s, which reloads containerd by itself.
+    """
     if _env("GPU_AIRGAP_RESTART", "systemd") == "none":
-        if engines:
-            _say(f"not restarting {', '.join(engines)} (GPU_AIRGAP_RESTART=none)")
+        if units:
+            _say(f"not restarting {', '.join(units)} (GPU_AIRGAP_RESTART=none)")
         return
     enter = ["chroot", str(_host())]  # --tools image: the host's systemctl
-    for unit in engines:
+    for engine, candidates in units.items():
+        if not candidates:
+            _say(f"{engine}: reloads its configuration by itself")
+            continue
+        running = [u for u in candidates if subprocess.run([*enter, "systemctl", "is-active", "--quiet", u], check=False).returncode == 0]
+        unit = (running or candidates)[0]
         subprocess.run([*enter, "systemctl", "restart", unit], check=False)
         active = subprocess.run([*enter, "systemctl", "is-active", "--quiet", unit], check=False)
         if active.returncode != 0:
@@ -194,7 +205,8 @@ def install() -> int:
     engines: Dict[str, str] = result.get("engines") or {}
     _say(f"{result.get('outcome')}: {result.get('target')} on {result.get('node')}")
     if not _on_host():  # --tools host: the installer restarted them (and said so in the result)
-        restart([name for name, what in engines.items() if what.startswith("registered runtime")])
+        units: Dict[str, List[str]] = result.get("restart_units") or {}
+        restart({name: units.get(name, [name]) for name in units or [n for n, what in engines.items() if what.startswith("registered runtime")]})
     _ready_marker().write_text(json.dumps(result) + "\n")
     return 0
 

@@ -42,6 +42,8 @@ options:
   hold: {default: false, type: bool}
   force: {description: uninstall or revert even when recorded files were edited since, default: false, type: bool}
   engines: {description: "restarted: these engines (after state=configured) instead of the install's pending ones", type: list}
+  distro: {description: "which containerd - auto (detected), containerd, k3s, rke2, microk8s or k0s", default: auto}
+  take_over: {description: take the runtime configuration over from the NVIDIA GPU Operator, default: false, type: bool}
 """
 
 RETURN = r"""
@@ -68,6 +70,8 @@ def main() -> None:
             "hold": {"type": "bool", "default": False},
             "force": {"type": "bool", "default": False},
             "engines": {"type": "list", "elements": "str", "default": []},
+            "distro": {"choices": ["auto", "containerd", "k3s", "rke2", "microk8s", "k0s"], "default": "auto"},
+            "take_over": {"type": "bool", "default": False},
         },
         required_if=[("state", "present", ("bundle", "keyring"))],
         supports_check_mode=True,
@@ -111,7 +115,13 @@ def _install_args(p: dict) -> list:
         args.append("--set-as-default")
     if p["hold"]:
         args.append("--hold")
-    return args
+    return args + _distro_args(p)
+
+
+def _distro_args(p: dict) -> list:
+    """``--distro`` (the same detection as the node tool's, overridden the same way) and ``--force`` to take over."""
+    args = ["--distro", p["distro"]] if p["distro"] != "auto" else []
+    return args + (["--force"] if p["take_over"] else [])
 
 
 def _diff(text: str) -> dict:
@@ -144,7 +154,8 @@ def _restarted(module: AnsibleModule) -> None:
     if module.check_mode:
         pending = p["engines"] or _tool(module, "status", "--root", p["root"], ok_codes=(0, 9))["restart_pending"]
         module.exit_json(changed=bool(pending), engines_changed=pending)
-    result = _tool(module, "restart", "--root", p["root"], *(arg for e in p["engines"] for arg in ("--engine", e)))
+    distro = ["--distro", p["distro"]] if p["distro"] != "auto" else []
+    result = _tool(module, "restart", "--root", p["root"], *distro, *(arg for e in p["engines"] for arg in ("--engine", e)))
     module.exit_json(changed=result["changed"], result=result, engines_changed=list(result["engines"]))
 
 
@@ -156,14 +167,22 @@ def _configured(module: AnsibleModule) -> None:
     if p["set_as_default"]:
         args.append("--set-as-default")
     args += ["--cdi", p["cdi"]]  # the same auto | on | off as install
+    if p["runtime"] == "containerd":
+        args += _distro_args(p)
     planned = _tool(module, *args, "--dry-run") if module.check_mode or module._diff else None
     if module.check_mode:
-        changed = not planned["already_configured"]
+        changed = _needs_change(planned, p["runtime_name"])
         module.exit_json(changed=changed, result=planned, engines_changed=[p["runtime"]] if changed else [], diff=_diff(planned["diff"]))
     result = _tool(module, *args)
-    changed = not result["already_configured"]
+    changed = _needs_change(result, p["runtime_name"])
     diff = _diff(planned["diff"]) if planned is not None and changed else {}
     module.exit_json(changed=changed, result=result, engines_changed=[p["runtime"]] if changed else [], diff=diff)
+
+
+def _needs_change(result: dict, runtime_name: str) -> bool:
+    """A file changed, or k3s/RKE2 still has to restart to register the runtime itself (it writes no file)."""
+    facts = result.get("facts") or {}
+    return not result["already_configured"] or (facts.get("DISTRO") in ("k3s", "rke2") and facts.get("RUNTIME") != runtime_name)
 
 
 def _absent(module: AnsibleModule) -> None:
