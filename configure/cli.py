@@ -221,7 +221,7 @@ def _configure(engine_name: str, options: RuntimeOptions, dry_run: bool, as_json
         return
     for message in plan.warnings:
         warn(message)
-    if result.already_configured and plan.facts.get("DISTRO") in commands.RANCHER:
+    if result.already_configured and plan.notes.get("agent_registers"):
         emit_lines([f"nothing written: {plan.facts['DISTRO']} registers the runtime itself; {plan.facts['RESTART']}"])
     elif result.already_configured:
         what = plan.next_step or f"{engine_name} has the {options.runtime_name} runtime"

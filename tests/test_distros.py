@@ -221,6 +221,8 @@ def test_another_runtime_name_goes_to_the_drop_in_dir_or_a_base_template_and_loa
     effective = loads(root, f"{base}/config.toml", tmp_path)
     assert effective.error == "", effective.error
     assert "nvidia-gpu" in effective.runtimes
+    again = configure(root, "--runtime-name", "nvidia-gpu", "--runtime-path", "/opt/nvidia/nvidia-container-runtime")
+    assert again.exit_code == 0 and "already configured" in again.stdout
     (root / "opt/nvidia").mkdir(parents=True)
     (root / "opt/nvidia/nvidia-container-runtime").write_text("#!/bin/sh\n")
     facts = report(root)

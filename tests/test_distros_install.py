@@ -16,6 +16,7 @@ from installer.install import install
 from installer.plan import InstallOptions
 from installer.target import StagedTarget
 from plumbing.errors import ManagedByOperator
+from tests.cli_runner import run_cli
 from tests.gpgkeys import TestKey
 from tests.node_fixtures import build_target, seed_dpkg_root, tree_digest, write_signed_bundle
 from tests.test_distros import FIXTURES, K3S
@@ -126,3 +127,15 @@ def test_a_k3s_restart_whose_config_lacks_the_handler_is_reported(
     monkeypatch.setattr(install_mod, "is_live_root", lambda root: True)
     result = install(bundle, test_key.public, InstallOptions(root=root), NodeEnv(services=Services(active=("k3s",))))
     assert any("k3s restarted but its regenerated config has no nvidia handler" in m for m in result.messages)
+
+
+def test_status_with_distro_reads_the_chosen_containerd_on_a_node_with_two(tmp_path: Path) -> None:
+    root = _node(tmp_path, "k3s-v3")
+    (root / "etc/containerd").mkdir(parents=True)
+    (root / "etc/containerd/config.toml").write_text('version = 2\ndisabled_plugins = ["cri"]\n')
+    ambiguous = manage_mod.status(root, NodeEnv(services=Services(())))
+    assert "several containerd instances" in ambiguous["engines"]["containerd"]["error"]
+    chosen = manage_mod.status(root, NodeEnv(services=Services(())), distro="k3s")
+    assert (chosen["engines"]["containerd"]["DISTRO"], chosen["engines"]["containerd"]["RUNTIME"]) == ("k3s", "nvidia")
+    cli = run_cli("status", "--root", str(root), "--distro", "k3s")
+    assert "containerd of k3s: runtime nvidia" in cli.stdout, cli.stdout + cli.stderr
