@@ -13,14 +13,13 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence
 
-from configure.cdi_node import SOURCE_REFRESH, SOURCE_STATIC, SpecConflict, cdi_report, static_spec_conflict
-from configure.cdi_refresh import detect_refresh
+from configure.cdi_node import SOURCE_REFRESH, SOURCE_STATIC
 from configure.changes import Journal, apply_changes, read_optional, revert, unified_diff
 from configure.engine import ConfigPlan
 from configure.validate import SERVICE_ENGINES, existing_root
-from installer import preflight
+from installer import cdi_step, preflight
 from installer.backend import PackageBackend
 from installer.env import CDI_SPEC, NodeEnv, engine_unit, engine_units
 from installer.plan import InstallOptions, InstallPlan, plan_install, runtime_options
@@ -135,8 +134,10 @@ def _execute(plan: InstallPlan, options: InstallOptions, env: NodeEnv) -> Instal
     changed = [name for name in changed if name in kept or name not in SERVICE_ENGINES]
     result.restart_pending = _left_pending(due, options)
     restarted = bool(plan.pending_before) and _may_restart(options)
-    retired = _retire_static_spec(options, journal, result)
-    _report_cdi(options, result)
+    retired, retire_message = cdi_step.retire_static_spec(options, journal)
+    result.messages.extend([retire_message] if retire_message else [])
+    result.cdi_report, result.cdi_source, problems = cdi_step.outcome(options)
+    result.messages.extend(f"CDI problem: {p}" for p in problems)
     check, old_state = plan.preflight, plan.old_state
     nothing = check.nothing_to_do and not changed and "written" not in result.cdi and not plan.hold and not restarted and not retired
     if nothing and plan.recorded:
@@ -173,7 +174,7 @@ def _change_node(
         run.held = True
         backend.hold([p.name for p in target.packages])
         result.messages.append("held " + ", ".join(p.name for p in target.packages) + " at this release")
-    cdi_on, result.cdi = _cdi(plan, options, journal, env, run)
+    cdi_on, result.cdi = cdi_step.write_or_skip(plan, options, journal, env, run)
     return _register(plan, cdi_on, options, journal, env, result, run)
 
 
@@ -204,73 +205,6 @@ def _install_packages(
         states = "; ".join(f"{p.name}: {backend.package_state(p.name)}" for p in ordered)
         what = (undone[0] + "; " if undone else "") + f"the node now has {states}"
         raise InstallFailed(f"{backend.name} failed: {exc}; {what}") from exc
-
-
-def _cdi(plan: InstallPlan, options: InstallOptions, journal: Journal, env: NodeEnv, run: RunLog) -> Tuple[bool, str]:
-    """Write the static CDI spec when the plan says so; it is planned only now, with the installed ``nvidia-ctk``.
-
-    Enabled nvidia-cdi-refresh units own the spec (toolkit 1.18+): then nothing is written, CDI is
-    on, and that is what the run reports. A static spec that would be a second one for the kind is
-    skipped (refused with ``--cdi on``).
-    """
-    refresh = detect_refresh(options.root)
-    if options.cdi == "off":
-        still = f"; nvidia-cdi-refresh still writes {refresh.output} (disable its units to stop it)" if refresh.active else ""
-        return False, plan.cdi_skipped + still
-    if refresh.active:
-        return True, f"from nvidia-cdi-refresh, which writes {refresh.output} at boot and when the driver changes; gpu-airgap writes no static spec"
-    if plan.cdi_refresh:
-        return False, (
-            f"skipped: the packages ship nvidia-cdi-refresh but it will not run under {options.root} ({refresh.describe()}); "
-            "`gpu-airgap configure cdi` writes a static spec"
-        )
-    if not plan.cdi:
-        return False, plan.cdi_skipped
-    conflict = static_spec_conflict(options.root, CDI_SPEC)
-    if conflict is not None:
-        if options.cdi == "on":
-            raise SpecConflict(conflict)
-        return False, f"skipped: {conflict}"
-    try:
-        spec = env.cdi(options.root)
-    except ToolError as exc:
-        if options.cdi == "on":
-            raise
-        return False, f"skipped: {exc}"
-    if spec.changed:
-        run.begin()
-    written = apply_changes("cdi", spec.changes, journal, dict(spec.notes))
-    source = spec.facts.get("SOURCE", "nvidia-ctk")
-    return True, (f"written to {CDI_SPEC} (from {source})" if written else f"{CDI_SPEC} is already current")
-
-
-def _retire_static_spec(options: InstallOptions, journal: Journal, result: InstallResult) -> bool:
-    """Put back what was at the static spec's place when enabled refresh units now own the spec: one spec per kind.
-
-    Only a spec gpu-airgap wrote (``install`` or ``configure cdi`` on an older toolkit) and nobody
-    edited since; it runs after the engines are back, so a rollback of this run never needs it.
-    """
-    if options.cdi == "off" or not detect_refresh(options.root).active:
-        return False
-    if not any(entry.engine == "cdi" for entry in journal.entries()):
-        return False
-    try:
-        paths = revert("cdi", journal)
-    except ToolError as exc:  # edited since: it is the admin's file now, verify will name the duplicate
-        result.messages.append(f"kept the static CDI spec gpu-airgap wrote earlier: {exc}")
-        return False
-    result.messages.append(
-        f"removed the static CDI spec gpu-airgap wrote earlier ({', '.join(map(str, paths))}): nvidia-cdi-refresh owns the spec now"
-    )
-    return True
-
-
-def _report_cdi(options: InstallOptions, result: InstallResult) -> None:
-    """Where the node's spec comes from after the run, and what is wrong with its specs."""
-    report = cdi_report(options.root)
-    result.cdi_report = report.to_dict()
-    result.cdi_source = "off" if options.cdi == "off" and report.source != SOURCE_REFRESH else report.source
-    result.messages.extend(f"CDI problem: {p}" for p in report.problems)
 
 
 def _register(

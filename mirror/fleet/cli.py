@@ -52,7 +52,7 @@ _NODE_SELECTOR = typer.Option(
 _TOLERATION = typer.Option(
     list(fleet_k8s.DEFAULT_TOLERATIONS), "--toleration", metavar="KEY[=VALUE][:EFFECT]", help="Repeat for several."
 )
-_RUNTIME = typer.Option("auto", "--runtime", click_type=click.Choice(fleet_k8s.RUNTIMES), help="auto | containerd | docker | crio | none")
+_RUNTIME = typer.Option("auto", "--runtime", click_type=click.Choice(fleet_k8s.RUNTIMES), help="auto | containerd | docker | crio | podman | lxc | none")
 _RUNTIME_NAME = typer.Option("nvidia", "--runtime-name", help="Runtime name, also the RuntimeClass name and handler.")
 _SET_AS_DEFAULT = typer.Option(False, "--set-as-default", help="Make it the engine's default runtime (not advised).")
 _CDI = typer.Option("auto", "--cdi", click_type=click.Choice(CDI_CHOICES), help="auto (when a driver is present) | on | off")

@@ -35,10 +35,10 @@ options:
   keyring: {description: the operator's public key on the node (state=present), type: path}
   bundle_pending: {description: the bundle or tool is not on the node yet (a --check run did not copy it), type: bool}
   root: {description: the node's root (a scratch root in tests), default: /, type: path}
-  runtime: {description: auto, containerd, docker, crio or none (configured needs one engine), default: auto}
+  runtime: {description: "auto, containerd, docker, crio, podman, lxc or none (configured needs one engine; lxc is configured per container, not here)", default: auto}
   runtime_name: {default: nvidia}
   set_as_default: {default: false, type: bool}
-  cdi: {description: auto, on or off (configured - on enables CDI in the engine), default: auto}
+  cdi: {description: "auto, on or off (configured - on enables CDI in the engine; podman - off writes the OCI hook)", default: auto}
   hold: {default: false, type: bool}
   force: {description: uninstall or revert even when recorded files were edited since, default: false, type: bool}
   engines: {description: "restarted: these engines (after state=configured) instead of the install's pending ones", type: list}
@@ -63,7 +63,7 @@ def main() -> None:
             "keyring": {"type": "path"},
             "bundle_pending": {"type": "bool", "default": False},
             "root": {"type": "path", "default": "/"},
-            "runtime": {"choices": ["auto", "containerd", "docker", "crio", "none"], "default": "auto"},
+            "runtime": {"choices": ["auto", "containerd", "docker", "crio", "podman", "lxc", "none"], "default": "auto"},
             "runtime_name": {"type": "str", "default": "nvidia"},
             "set_as_default": {"type": "bool", "default": False},
             "cdi": {"choices": ["auto", "on", "off"], "default": "auto"},
@@ -159,10 +159,13 @@ def _restarted(module: AnsibleModule) -> None:
     module.exit_json(changed=result["changed"], result=result, engines_changed=list(result["engines"]))
 
 
-def _configured(module: AnsibleModule) -> None:
-    p = module.params
-    if p["runtime"] in ("auto", "none"):
-        module.fail_json(msg="state=configured needs one engine in runtime: containerd, docker or crio")
+#: the engines that run as a service (the restart handler's); podman reads its files per container
+SERVICE_ENGINES = ("containerd", "docker", "crio")
+
+
+def _configure_args(p: dict) -> list:
+    if p["runtime"] == "podman":  # no runtime entry to name: CDI (the spec), or the hook with cdi=off
+        return ["configure", "podman", "--root", p["root"], *(["--hook"] if p["cdi"] == "off" else [])]
     args = ["configure", p["runtime"], "--root", p["root"], "--runtime-name", p["runtime_name"]]
     if p["set_as_default"]:
         args.append("--set-as-default")
@@ -170,14 +173,23 @@ def _configured(module: AnsibleModule) -> None:
         args.append("--cdi")
     if p["runtime"] == "containerd":
         args += _distro_args(p)
+    return args
+
+
+def _configured(module: AnsibleModule) -> None:
+    p = module.params
+    if p["runtime"] in ("auto", "none", "lxc"):
+        module.fail_json(msg="state=configured needs one engine in runtime: containerd, docker, crio or podman (LXC is configured per container: gpu-airgap configure lxc --container NAME)")
+    args = _configure_args(p)
+    restart = [p["runtime"]] if p["runtime"] in SERVICE_ENGINES else []
     planned = _tool(module, *args, "--dry-run") if module.check_mode or module._diff else None
     if module.check_mode:
         changed = _needs_change(planned, p["runtime_name"])
-        module.exit_json(changed=changed, result=planned, engines_changed=[p["runtime"]] if changed else [], diff=_diff(planned["diff"]))
+        module.exit_json(changed=changed, result=planned, engines_changed=restart if changed else [], diff=_diff(planned["diff"]))
     result = _tool(module, *args)
     changed = _needs_change(result, p["runtime_name"])
     diff = _diff(planned["diff"]) if planned is not None and changed else {}
-    module.exit_json(changed=changed, result=result, engines_changed=[p["runtime"]] if changed else [], diff=diff)
+    module.exit_json(changed=changed, result=result, engines_changed=restart if changed else [], diff=diff)
 
 
 def _needs_change(result: dict, runtime_name: str) -> bool:
@@ -225,7 +237,7 @@ def _unconfigured(module: AnsibleModule) -> None:
     p = module.params
     engine = p["runtime"]
     if engine in ("auto", "none"):
-        module.fail_json(msg="state=unconfigured needs one engine in runtime: containerd, docker or crio")
+        module.fail_json(msg="state=unconfigured needs one engine in runtime: containerd, docker, crio, podman or lxc")
     files = _journaled(module, engine)
     if not files:
         module.exit_json(changed=False, msg=f"gpu-airgap has not changed the {engine} configuration here", engines_changed=[])
@@ -239,7 +251,7 @@ def _unconfigured(module: AnsibleModule) -> None:
         module.fail_json(msg=lines[-1] if lines else f"{' '.join(argv)} exited with status {proc.returncode}",
                          rc=proc.returncode, cmd=argv, stdout=proc.stdout, stderr=proc.stderr)  # fmt: skip
     # the engine is restarted by the role's handler (live root only), as after configure
-    module.exit_json(changed=True, files=files, restored=proc.stdout.splitlines(), engines_changed=[engine])
+    module.exit_json(changed=True, files=files, restored=proc.stdout.splitlines(), engines_changed=[engine] if engine in SERVICE_ENGINES else [])
 
 
 if __name__ == "__main__":
