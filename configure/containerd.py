@@ -145,8 +145,9 @@ class ContainerdEngine:
 
         if drop_in is not None:
             drop_path = rooted(options.root, drop_in)
-            plan.changes.append(FileChange(drop_path, read_optional(drop_path), tomledit.render(target)))
-        plan.changes.append(FileChange(config_path, raw, tomledit.render(root_doc)))
+            old_drop_in = read_optional(drop_path)
+            plan.changes.append(FileChange(drop_path, old_drop_in, tomledit.render_over(old_drop_in, target)))
+        plan.changes.append(FileChange(config_path, raw, tomledit.render_over(raw, root_doc)))
 
         plan.notes.update(
             config=config_node,

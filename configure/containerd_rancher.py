@@ -130,7 +130,7 @@ def plan(distro: Distro, options: RuntimeOptions, plan_: ConfigPlan) -> ConfigPl
         )
         if options.runtime_name not in auto_found(root):
             plan_.warnings.append(f"{options.runtime_path} is not installed yet; install the toolkit before the restart")
-    plan_.notes.update(config=distro.config, config_version=version, runtime_name=options.runtime_name,
+    plan_.notes.update(config=distro.config, config_version=version, agent_registers=auto, runtime_name=options.runtime_name,
                        runtime_path=options.runtime_path, set_as_default=options.set_as_default,
                        previous_default=str(((cri_now.get("containerd") or {}).get("default_runtime_name")) or "runc"))  # fmt: skip
     plan_.facts = report(root, distro, options.runtime_name)
@@ -159,7 +159,8 @@ def _containerd_change(
             cri["containerd"] = {"runtimes": {options.runtime_name: entry}}
         tomledit.merge(doc, {"plugins": {plugin: cri}}, path=path)
         plan_.notes["drop_in"] = f"{directory}/{DROP_IN_NAME}"
-        return FileChange(path, read_optional(path), tomledit.render(doc), mode=0o644)
+        old = read_optional(path)
+        return FileChange(path, old, tomledit.render_over(old, doc), mode=0o644)
     if need_cdi:
         raise UsageError(
             f"{distro.name} renders the CRI table that holds enable_cdi itself and this version imports no drop-in "

@@ -11,6 +11,7 @@ Then, per engine that gpu-airgap configured (or ``--runtime``):
   else podman with the runtime binary.
 - podman: ``podman create --device nvidia.com/gpu=all`` (or the devices ``--visible-devices`` names)
   when it uses CDI; with the hooks directory we wrote to when it uses the OCI hook.
+- lxc: not started ("cannot run"): restart a configured container to check it.
 
 An engine that is not running, a missing client or no usable local image is reported as "cannot
 run" (nothing was tried); a runtime that refuses or breaks the container is a problem (exit 9).
@@ -115,6 +116,8 @@ def check_engine(engine: str, root: Path, options: LiveOptions, runner: Runner) 
     env = {"NVIDIA_VISIBLE_DEVICES": options.visible_devices} if options.visible_devices else {}
     if engine == "podman":
         return _podman(_podman_probe(root, notes, options, env), runner)
+    if engine == "lxc":  # a throwaway LXC container needs a root filesystem we do not have
+        return LiveResult(engine, Outcome.CANNOT_RUN, "--live does not start LXC containers; restart a configured one (lxc-stop, lxc-start) to check it")
     if engine == "crio" and notes.get("mode") == "hook":
         hooks_dir = "" if is_live_root(root) else str(rooted(root, posixpath.dirname(OCI_HOOK)))
         probe = Probe(engine, image=options.image, hooks_dir=hooks_dir, env=env, timeout=options.timeout)

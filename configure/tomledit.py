@@ -55,6 +55,23 @@ def render(doc: TOMLDocument) -> bytes:
     return tomlkit.dumps(doc).encode("utf-8")
 
 
+def render_over(old: Optional[bytes], doc: TOMLDocument) -> bytes:
+    """``doc`` rendered, or ``old`` itself when it already holds the same values.
+
+    An edit that changes no value can still move whitespace (tomlkit re-lays a table it touched),
+    and a file whose bytes change is a changed config: the engine would be restarted for nothing
+    and a re-run would never report "already registered".
+    """
+    new = render(doc)
+    if old is None or old == new:
+        return new
+    try:
+        same = tomlkit.parse(old.decode("utf-8")).unwrap() == doc.unwrap()
+    except (UnicodeDecodeError, TOMLKitError):
+        same = False
+    return old if same else new
+
+
 def merge(container: Container, desired: Mapping[str, Any], *, path: object, where: str = "") -> None:
     """Make ``container`` hold every value of the nested mapping ``desired``; touch nothing else.
 

@@ -13,14 +13,13 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence
 
-from configure.cdi_node import SOURCE_REFRESH, SOURCE_STATIC, SpecConflict, cdi_report, static_spec_conflict
-from configure.cdi_refresh import detect_refresh
+from configure.cdi_node import SOURCE_REFRESH, SOURCE_STATIC
 from configure.changes import Journal, apply_changes, read_optional, revert, unified_diff
 from configure.engine import ConfigPlan
 from configure.validate import SERVICE_ENGINES, existing_root
-from installer import preflight
+from installer import cdi_step, preflight
 from installer.backend import PackageBackend
 from installer.env import CDI_SPEC, NodeEnv, engine_unit, engine_units
 from installer.plan import InstallOptions, InstallPlan, plan_install, runtime_options
@@ -135,15 +134,21 @@ def _execute(plan: InstallPlan, options: InstallOptions, env: NodeEnv) -> Instal
     changed = [name for name in changed if name in kept or name not in SERVICE_ENGINES]
     result.restart_pending = _left_pending(due, options)
     restarted = bool(plan.pending_before) and _may_restart(options)
+    retired, retire_message = cdi_step.retire_static_spec(options, journal)
+    result.messages.extend([retire_message] if retire_message else [])
+    result.cdi_report, result.cdi_source, problems = cdi_step.outcome(options)
+    result.messages.extend(f"CDI problem: {p}" for p in problems)
     check, old_state = plan.preflight, plan.old_state
-    nothing = check.nothing_to_do and not changed and "written" not in result.cdi and not plan.hold and not restarted
+    nothing = check.nothing_to_do and not changed and "written" not in result.cdi and not plan.hold and not restarted and not retired
     if nothing and plan.recorded:
         result.outcome = "up-to-date"
         result.changed = False
         result.messages.insert(0, "already installed: this bundle is on the node and nothing changed")
         return result
-    touched = sorted({*(old_state.engines if old_state else []), *changed, *(["cdi"] if "written" in result.cdi else [])})
-    state = record(plan, options, journal, engines=touched, restart_pending=result.restart_pending, cdi=result.cdi, complete=True)
+    touched = {*(old_state.engines if old_state else []), *changed, *(["cdi"] if "written" in result.cdi else [])}
+    if retired:
+        touched.discard("cdi")
+    state = record(plan, options, journal, engines=sorted(touched), restart_pending=result.restart_pending, cdi=result.cdi, complete=True)
     result.messages.append(f"recorded the install in {save_state(options.root, state)}")
     return result
 
@@ -169,11 +174,7 @@ def _change_node(
         run.held = True
         backend.hold([p.name for p in target.packages])
         result.messages.append("held " + ", ".join(p.name for p in target.packages) + " at this release")
-    cdi_on, result.cdi = _cdi(plan, options, journal, env, run)
-    report = cdi_report(options.root)
-    result.cdi_report = report.to_dict()
-    result.cdi_source = "off" if options.cdi == "off" and report.source != SOURCE_REFRESH else report.source
-    result.messages.extend(f"CDI problem: {p}" for p in report.problems)
+    cdi_on, result.cdi = cdi_step.write_or_skip(plan, options, journal, env, run)
     return _register(plan, cdi_on, options, journal, env, result, run)
 
 
@@ -206,44 +207,6 @@ def _install_packages(
         raise InstallFailed(f"{backend.name} failed: {exc}; {what}") from exc
 
 
-def _cdi(plan: InstallPlan, options: InstallOptions, journal: Journal, env: NodeEnv, run: RunLog) -> Tuple[bool, str]:
-    """Write the static CDI spec when the plan says so; it is planned only now, with the installed ``nvidia-ctk``.
-
-    Enabled nvidia-cdi-refresh units own the spec (toolkit 1.18+): then nothing is written, CDI is
-    on, and that is what the run reports. A static spec that would be a second one for the kind is
-    skipped (refused with ``--cdi on``).
-    """
-    refresh = detect_refresh(options.root)
-    if options.cdi == "off":
-        still = f"; nvidia-cdi-refresh still writes {refresh.output} (disable its units to stop it)" if refresh.active else ""
-        return False, plan.cdi_skipped + still
-    if refresh.active:
-        return True, f"from nvidia-cdi-refresh, which writes {refresh.output} at boot and when the driver changes; gpu-airgap writes no static spec"
-    if plan.cdi_refresh:
-        return False, (
-            f"skipped: the packages ship nvidia-cdi-refresh but it will not run under {options.root} ({refresh.describe()}); "
-            "`gpu-airgap configure cdi` writes a static spec"
-        )
-    if not plan.cdi:
-        return False, plan.cdi_skipped
-    conflict = static_spec_conflict(options.root, CDI_SPEC)
-    if conflict is not None:
-        if options.cdi == "on":
-            raise SpecConflict(conflict)
-        return False, f"skipped: {conflict}"
-    try:
-        spec = env.cdi(options.root)
-    except ToolError as exc:
-        if options.cdi == "on":
-            raise
-        return False, f"skipped: {exc}"
-    if spec.changed:
-        run.begin()
-    written = apply_changes("cdi", spec.changes, journal, dict(spec.notes))
-    source = spec.facts.get("SOURCE", "nvidia-ctk")
-    return True, (f"written to {CDI_SPEC} (from {source})" if written else f"{CDI_SPEC} is already current")
-
-
 def _register(
     plan: InstallPlan, cdi_on: bool, options: InstallOptions, journal: Journal, env: NodeEnv, result: InstallResult, run: RunLog
 ) -> List[str]:
@@ -269,6 +232,26 @@ def _register(
             result.engines[name] = f"{'configured' if name in changed else 'nothing written'}: {config.next_step}"
     _note_units(result, changed, options)
     return changed
+
+
+def _confirm_regenerated(name: str, options: InstallOptions, env: NodeEnv, result: InstallResult) -> None:
+    """k3s/RKE2 write containerd's config at start: read it back and say whether it has the handler."""
+    if name != "containerd":
+        return
+    try:
+        facts = env.engine(name).report(options.root, options.runtime_name)
+    except ToolError as exc:
+        result.messages.append(f"{name}: cannot read the regenerated config back: {exc}")
+        return
+    if facts.get("DISTRO") not in ("k3s", "rke2"):
+        return
+    if facts.get("RUNTIME") == options.runtime_name:
+        result.engines[name] += f"; its regenerated config has the {options.runtime_name} handler"
+    else:
+        result.messages.append(
+            f"{name}: {facts['DISTRO']} restarted but its regenerated config has no {options.runtime_name} handler "
+            "(is nvidia-container-runtime on its PATH?); `gpu-airgap configure verify` says more"
+        )
 
 
 def _note_units(result: InstallResult, changed: List[str], options: InstallOptions) -> None:
@@ -305,6 +288,7 @@ def restart_engines(changed: List[str], options: InstallOptions, journal: Journa
         if env.services.is_active(unit):
             result.engines[name] += f", restarted {unit}"
             kept.append(name)
+            _confirm_regenerated(name, options, env, result)
             continue
         # Put back what gpu-airgap changed (nothing is recorded once its change was reverted already).
         restored = any(entry.engine == name for entry in journal.entries())

@@ -16,6 +16,7 @@ from typing import Any, Dict, List, Optional
 
 from configure.cdi_node import cdi_report
 from configure.changes import Journal, RevertPlan, apply_revert, kept_name, plan_revert, read_optional
+from configure.commands import engine_for
 from configure.validate import existing_root
 from installer.env import CDI_SPEC, SERVICE_UNITS, NodeEnv, engine_unit
 from installer.install import InstallResult, restart_engines
@@ -114,6 +115,11 @@ def uninstall(
             result.kept = {str(r.path): str(kept_name(r.path)) for r in plan.restores if r.edited is not None}
             return result
         result.kept = apply_revert(journal, plan, force=force).kept
+        if backend is not None:
+            if state.held:
+                backend.unhold(names)
+            backend.remove(names)
+        # After the packages are gone: k3s/RKE2 register whatever runtime binary they find at start.
         if is_live_root(root):
             for engine in state.engines:
                 unit = engine_unit(env.services, engine, root, state.distro) if engine in SERVICE_UNITS else ""
@@ -122,10 +128,6 @@ def uninstall(
                     env.services.restart(unit)
                     if not env.services.is_active(unit):
                         result.failed_engines.append(engine)
-        if backend is not None:
-            if state.held:
-                backend.unhold(names)
-            backend.remove(names)
         state_path(root).unlink()
     return result
 
@@ -181,7 +183,7 @@ def restart_pending(root: Path, env: NodeEnv, engines: Optional[List[str]] = Non
     return result
 
 
-def status(root: Path, env: NodeEnv, runtime_name: str = "nvidia") -> Dict[str, Any]:
+def status(root: Path, env: NodeEnv, runtime_name: str = "nvidia", distro: Optional[str] = None) -> Dict[str, Any]:
     """Report packages, engine registration, the CDI spec and drift from ``state.json``.
 
     The returned dict has ``problems`` (a list): empty means the node matches its record.
@@ -203,7 +205,10 @@ def status(root: Path, env: NodeEnv, runtime_name: str = "nvidia") -> Dict[str, 
         if engine_name not in facts.engines and not (state and engine_name in state.engines):
             continue
         try:
-            engines[engine_name] = env.engine(engine_name).report(root, name)
+            engine = env.engine(engine_name)
+            if distro is not None or (state is not None and state.distro):
+                engine = engine_for(engine_name, distro or (state.distro if state else None))
+            engines[engine_name] = engine.report(root, name)
         except ToolError as exc:
             engines[engine_name] = {"error": str(exc)}
     # the static spec's own fields, then where the node's spec comes from and what is wrong with the specs

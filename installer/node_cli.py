@@ -175,12 +175,13 @@ def status_command(
     root: str = _ROOT,
     runtime_name: str = _STATUS_RUNTIME_NAME,
     as_json: bool = _JSON,
+    distro: Optional[str] = _DISTRO,
 ) -> int:
     """Show the installed toolkit, registered runtimes and drift from the last install (exit 9 on drift)."""
     from installer import manage
     from installer.env import NodeEnv
 
-    report = manage.status(Path(root), NodeEnv(), runtime_name)
+    report = manage.status(Path(root), NodeEnv(), runtime_name, distro)
     if as_json:
         emit_json(report)
     else:

@@ -24,6 +24,7 @@ import json
 import os
 import shutil
 import subprocess
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
@@ -51,15 +52,30 @@ class Effective:
     runtimes: Tuple[str, ...] = field(default=())
 
 
+_CACHE_LOCK = threading.Lock()
+
+
 def _cached(name: str, source: Path, make: Any) -> Path:
+    """``make`` a directory once into the cache; threads of one process take turns, other processes race safely.
+
+    Each maker works in its own partial directory (process and thread in the name), so nobody ever
+    runs a binary another is still writing ("Text file busy"); the first rename wins and a later
+    one's copy is thrown away.
+    """
     digest = hashlib.sha256(source.read_bytes()).hexdigest()[:16]
     final = CACHE / name / digest
-    if not final.exists():
-        partial = CACHE / name / f"{digest}.partial-{os.getpid()}"
-        shutil.rmtree(partial, ignore_errors=True)
-        partial.mkdir(parents=True)
-        make(partial)
-        os.replace(partial, final)  # atomic: another process may do the same; both results are equal
+    with _CACHE_LOCK:
+        if not final.exists():
+            partial = CACHE / name / f"{digest}.partial-{os.getpid()}-{threading.get_ident()}"
+            shutil.rmtree(partial, ignore_errors=True)
+            partial.mkdir(parents=True)
+            make(partial)
+            try:
+                os.rename(partial, final)  # atomic; fails when another process got there first
+            except OSError:
+                if not final.exists():
+                    raise
+                shutil.rmtree(partial, ignore_errors=True)
     return final
 
 

@@ -338,3 +338,26 @@ def test_a_value_where_the_runtime_table_goes_names_the_file_that_holds_it(
     with pytest.raises(ConfigFormatError, match="is a value, not a table") as caught:
         configure_engine(engine(), RuntimeOptions(root=tmp_path))
     assert str(caught.value).startswith(f"{tmp_path / culprit}: plugins.io.containerd.grpc.v1.cri.containerd")
+
+
+#: the config.toml Debian 12's containerd package installs (no runtimes table: runc is added too)
+DEBIAN_PACKAGED = """version = 2
+
+[plugins]
+  [plugins."io.containerd.grpc.v1.cri"]
+    [plugins."io.containerd.grpc.v1.cri".cni]
+      bin_dir = "/usr/lib/cni"
+      conf_dir = "/etc/cni/net.d"
+  [plugins."io.containerd.internal.v1.opt"]
+    path = "/var/lib/containerd/opt"
+"""
+
+
+def test_a_second_configure_of_debians_packaged_config_keeps_its_bytes_and_reports_no_change(tmp_path: Path) -> None:
+    config = make_root(tmp_path, text=DEBIAN_PACKAGED)
+    first = engine().plan(RuntimeOptions(root=tmp_path))
+    assert first.changed
+    config.write_bytes(first.changes[-1].new)
+    second = engine().plan(RuntimeOptions(root=tmp_path))
+    # tomlkit re-lays the runc table it merged into; the values are the same, so the bytes stay
+    assert not second.changed and second.changes[-1].new == first.changes[-1].new

@@ -124,7 +124,7 @@ def test_several_containerds_are_listed_and_the_user_chooses(tmp_path: Path) -> 
     assert "Traceback" not in done.stderr and tree(root) == before
     chosen = configure(root, "--distro", "k3s")
     assert chosen.exit_code == 0, chosen.stderr
-    assert "containerd of k3s" in chosen.stderr
+    assert "using the containerd of k3s (config /var/lib/rancher/k3s/agent/etc/containerd/config.toml" in chosen.stderr
     assert report(root, "--distro", "k3s")["DISTRO"] == "k3s"
 
 
@@ -221,6 +221,8 @@ def test_another_runtime_name_goes_to_the_drop_in_dir_or_a_base_template_and_loa
     effective = loads(root, f"{base}/config.toml", tmp_path)
     assert effective.error == "", effective.error
     assert "nvidia-gpu" in effective.runtimes
+    again = configure(root, "--runtime-name", "nvidia-gpu", "--runtime-path", "/opt/nvidia/nvidia-container-runtime")
+    assert again.exit_code == 0 and "already configured" in again.stdout
     (root / "opt/nvidia").mkdir(parents=True)
     (root / "opt/nvidia/nvidia-container-runtime").write_text("#!/bin/sh\n")
     facts = report(root)
@@ -235,7 +237,7 @@ def test_another_runtime_name_goes_to_the_drop_in_dir_or_a_base_template_and_loa
 def test_cdi_on_a_v2_k3s_without_a_drop_in_dir_is_refused_in_one_sentence(tmp_path: Path) -> None:
     root = node(tmp_path, "k3s-v2", state="_before-toolkit", drop=(f"{K3S}/config.toml.tmpl",))
     before = tree(root)
-    done = configure(root, "--cdi")
+    done = configure(root, "--cdi", "on")
     assert done.exit_code == 2 and "CDI cannot be enabled" in done.stderr and tree(root) == before
 
 
@@ -349,3 +351,16 @@ def test_fleet_k8s_for_k3s_leaves_k3s_own_runtimeclass_alone_and_passes_the_dist
     plain = [d for d in yaml.safe_load_all(run_cli(*args).stdout) if d]
     assert "RuntimeClass" in [d["kind"] for d in plain]
     assert run_cli(*args, "--distro", "k3s", "--runtime-name", "nvidia-experimental").exit_code == 0
+
+
+def test_the_gpu_operators_drop_in_is_recognised_as_its_registration(tmp_path: Path) -> None:
+    root = node(tmp_path, "gpu-operator", toolkit=False)
+    shutil.rmtree(root / "var")
+    operator_config = root / "etc/containerd/config.toml"
+    (root / "etc/containerd/conf.d").mkdir()
+    operator_config.rename(root / "etc/containerd/conf.d/99-nvidia.toml")  # gpu-operator >= 25.10 writes a drop-in
+    operator_config.write_text('version = 2\nimports = ["/etc/containerd/conf.d/*.toml"]\n')
+    before = tree(root)
+    done = configure(root)
+    assert done.exit_code == 5 and "/etc/containerd/conf.d/99-nvidia.toml registers runtime nvidia" in done.stderr
+    assert tree(root) == before

@@ -294,6 +294,22 @@ def test_an_engine_the_admin_stopped_is_neither_restarted_nor_rolled_back(tmp_pa
     assert config.read_bytes() == b"version = 2\n# nvidia\n"  # the change stays for its next start
     assert "it was stopped" in result.engines["containerd"]
 
+
+def test_systemd_restart_clears_the_start_limit_first_and_a_restart_that_hangs_is_not_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    from installer import env as env_mod
+    from plumbing.errors import CommandError
+
+    calls: List[Tuple[str, ...]] = []
+
+    def run(argv: Sequence[str], **kwargs: object) -> None:
+        calls.append((*argv, str(kwargs.get("timeout"))))
+        if argv[1] == "restart":
+            raise CommandError(argv, -1, f"timed out after {kwargs.get('timeout')} s")
+
+    monkeypatch.setattr(env_mod.proc, "run", run)
+    env_mod.Systemd().restart("containerd")  # the caller's is_active check sees it did not come back
+    assert calls == [("systemctl", "reset-failed", "containerd", "30"), ("systemctl", "restart", "containerd", "300.0")]
+
 def test_package_manager_runs_get_the_sbin_directories_dpkg_needs(monkeypatch: pytest.MonkeyPatch) -> None:
     from installer.backend import package_manager_env
 

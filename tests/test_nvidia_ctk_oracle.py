@@ -131,8 +131,8 @@ FLAGSETS: Dict[str, Tuple[List[str], List[str]]] = {
     "defaults": ([], []),
     "in-place": (["--no-drop-in"], ["--drop-in-config="]),
     "set-as-default": (["--set-as-default"], ["--set-as-default"]),
-    "cdi": (["--cdi"], ["--cdi.enabled"]),
-    "in-place+set-as-default+cdi": (["--no-drop-in", "--set-as-default", "--cdi"], ["--drop-in-config=", "--set-as-default", "--enable-cdi"]),
+    "cdi": (["--cdi", "on"], ["--cdi.enabled"]),
+    "in-place+set-as-default+cdi": (["--no-drop-in", "--set-as-default", "--cdi", "on"], ["--drop-in-config=", "--set-as-default", "--enable-cdi"]),
 }
 
 
@@ -229,7 +229,11 @@ def effective(case: Case, root: Path) -> Effective:
 
 def ours(case: Case, root: Path, flags: List[str]) -> Optional[str]:
     """Run ``gpu-airgap configure``; return its error sentence when it refuses."""
-    done = run_cli("configure", case.engine, "--root", str(root), "--config", case.config, *flags)
+    # A distro node's file is compared as plain containerd would edit it: --distro containerd overrides
+    # the detection that would otherwise leave k3s's generated config alone (tests/test_distros.py covers
+    # what each distribution gets), and --force takes the GPU Operator's node over.
+    distro = ["--distro", "containerd", "--force"] if case.id.startswith("distros/") else []
+    done = run_cli("configure", case.engine, "--root", str(root), "--config", case.config, *distro, *flags)
     return None if done.exit_code == 0 else done.stderr.strip()
 
 

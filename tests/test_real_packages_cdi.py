@@ -184,3 +184,51 @@ def test_on_an_rpm_node_the_units_wait_for_the_preset_and_then_own_the_spec(
     monkeypatch.chdir(rpm_root.parent)
     status = json.loads(run_cli("status", "--root", rpm_root.name, "--json").stdout)
     assert status["cdi"]["source"] == "nvidia-cdi-refresh" and status["problems"] == []
+
+
+def test_a_dry_run_foresees_the_refresh_units_and_cdi_off_still_names_them(
+    debian_root: Path,  # noqa: F811
+    deb_bundle: Path,  # noqa: F811
+    operator_key: TestKey,
+) -> None:
+    with_containerd(debian_root)
+    dry = run_cli("install", str(deb_bundle), "--keyring", str(operator_key.public), "--root", str(debian_root),
+                  "--runtime", "containerd", "--dry-run", "--json")  # fmt: skip
+    assert dry.exit_code == 0, dry.stderr
+    planned = json.loads(dry.stdout)
+    # the packages are not in yet: the release table says 1.20.0's -base ships and enables the units
+    assert planned["cdi_source"] == "nvidia-cdi-refresh" and planned["cdi"].startswith("from nvidia-cdi-refresh")
+    assert any(line.startswith("+") and "enable_cdi = true" in line for line in planned["diff"].splitlines())
+    assert not (debian_root / "usr/bin/nvidia-ctk").exists()
+
+    off = run_cli("install", str(deb_bundle), "--keyring", str(operator_key.public), "--root", str(debian_root),
+                  "--runtime", "containerd", "--cdi", "off", "--json")  # fmt: skip
+    assert off.exit_code == 0, off.stderr
+    result = json.loads(off.stdout)
+    assert result["cdi"] == (
+        f"skipped: disabled with --cdi off; nvidia-cdi-refresh still writes {REFRESH_SPEC} (disable its units to stop it)"
+    )
+    assert result["cdi_source"] == "nvidia-cdi-refresh"  # what the node will really do
+    assert ContainerdEngine().report(debian_root, "nvidia")["CDI"] == "false"
+
+
+def test_the_static_spec_an_older_toolkit_got_from_us_is_retired_when_the_refresh_units_take_over(
+    debian_root: Path,  # noqa: F811
+    deb_bundle: Path,  # noqa: F811
+    operator_key: TestKey,
+) -> None:
+    before = with_containerd(debian_root)
+    stand_in_driver(debian_root)
+    assert run_cli("configure", "cdi", "--root", str(debian_root)).exit_code == 0  # a 1.17 node's static spec
+    static = rooted(debian_root, STATIC_SPEC)
+    assert static.is_file()
+
+    installed = install(deb_bundle, operator_key, debian_root)
+    assert installed.exit_code == 0, installed.stderr
+    result = json.loads(installed.stdout)
+    assert f"removed the static CDI spec gpu-airgap wrote earlier ({static}): nvidia-cdi-refresh owns the spec now" in result["messages"]
+    assert not static.exists() and result["cdi_report"]["problems"] == [] and result["cdi_source"] == "nvidia-cdi-refresh"
+    nvidia_ctk_generate(debian_root, REFRESH_SPEC)
+    assert verify_json(debian_root)["exit_code"] == 0  # one spec for the kind
+    assert run_cli("uninstall", "--root", str(debian_root)).exit_code == 0
+    assert (debian_root / "etc/containerd/config.toml").read_bytes() == before

@@ -20,7 +20,7 @@ from configure.distros import NAMES as DISTROS
 from configure.validate import CDI_CHOICES
 from mirror.fleet import image as fleet_image
 from mirror.fleet import k8s as fleet_k8s
-from plumbing.clikit import Group
+from plumbing.clikit import Group, legacy_spellings
 from plumbing.errors import UsageError
 from plumbing.fsutil import atomic_write
 from plumbing.gpg import check_key_file
@@ -74,7 +74,7 @@ _NODE_SELECTOR = typer.Option(
 _TOLERATION = typer.Option(
     list(fleet_k8s.DEFAULT_TOLERATIONS), "--toleration", metavar="KEY[=VALUE][:EFFECT]", help="Repeat for several."
 )
-_RUNTIME = typer.Option("auto", "--runtime", click_type=click.Choice(fleet_k8s.RUNTIMES), help="auto | containerd | docker | crio | none")
+_RUNTIME = typer.Option("auto", "--runtime", click_type=click.Choice(fleet_k8s.RUNTIMES), help="auto | containerd | docker | crio | podman | lxc | none")
 _RUNTIME_NAME = typer.Option("nvidia", "--runtime-name", help="Runtime name, also the RuntimeClass name and handler.")
 _SET_AS_DEFAULT = typer.Option(False, "--set-as-default", help="Make it the engine's default runtime (not advised).")
 _CDI = typer.Option("auto", "--cdi", click_type=click.Choice(CDI_CHOICES), help="auto (when a driver is present) | on | off")
@@ -84,7 +84,7 @@ _DISTRO = typer.Option(
     None, "--distro", click_type=click.Choice(DISTROS),
     help="The nodes' Kubernetes distribution (default: each node detects it); k3s: no RuntimeClass of k3s's own name.",
 )  # fmt: skip
-_OUT = typer.Option("-", "--out", metavar="FILE|-", help="Write the manifests here (- is stdout).")
+_OUTPUT = typer.Option("-", "--output", metavar="FILE|-", help="Write the manifests here (- is stdout).")
 
 
 def k8s_command(
@@ -112,7 +112,7 @@ def k8s_command(
     cdi: str = _CDI,
     hold: bool = _HOLD,
     no_runtimeclass: bool = _NO_RUNTIMECLASS,
-    out: str = _OUT,
+    out: str = _OUTPUT,
     distro: Optional[str] = _DISTRO,
 ) -> None:
     """Write a DaemonSet (plus RuntimeClass) that installs the bundle on every GPU node: kubectl apply -f it."""
@@ -262,5 +262,5 @@ def _read_key(path: Path) -> str:
     return data.decode("ascii", errors="replace")
 
 
-fleet_app.command("k8s")(k8s_command)
+fleet_app.command("k8s", cls=legacy_spellings({"--out": "--output"}))(k8s_command)
 fleet_app.command("image")(image_command)

@@ -57,7 +57,7 @@ def _gate(node: booted.BootedNode) -> None:
     booted.gate_containerd(node)
 
 
-def test_install_restarts_containerd_through_systemd_and_it_serves_the_nvidia_handler(
+def test_install_restarts_containerd_through_systemd_and_it_serves_the_nvidia_handler_and_a_rerun_leaves_it_be(
     node: booted.BootedNode, tmp_path: Path, cri: None
 ) -> None:
     before = node.main_pid("containerd")
@@ -71,6 +71,13 @@ def test_install_restarts_containerd_through_systemd_and_it_serves_the_nvidia_ha
     after = node.main_pid("containerd")
     assert after not in (0, before) and node.active_state("containerd") == "active"
     assert "nvidia" in _handlers(node, tmp_path)
+
+    # the same install again changes nothing: the file keeps its bytes and containerd is not restarted
+    written = node.path(CONFIG).read_bytes()
+    again = _install(node)
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["engines"]["containerd"] == "runtime 'nvidia' already registered"
+    assert node.path(CONFIG).read_bytes() == written and node.main_pid("containerd") == after
 
 
 @pytest.mark.parametrize("how", ["install", "install --no-restart, then restart"])

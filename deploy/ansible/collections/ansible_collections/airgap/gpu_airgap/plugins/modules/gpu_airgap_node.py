@@ -68,9 +68,11 @@ options:
     type: path
     default: /
   runtime:
-    description: The engine to register the runtime with (configured needs one engine).
+    description:
+      - The engine to register the runtime with (configured needs one engine; lxc is configured per
+        container, not here).
     type: str
-    choices: [auto, containerd, docker, crio, none]
+    choices: [auto, containerd, docker, crio, podman, lxc, none]
     default: auto
   runtime_name:
     description: The runtime's name in the engine's configuration.
@@ -81,7 +83,7 @@ options:
     type: bool
     default: false
   cdi:
-    description: CDI - auto, on or off (configured - on enables CDI in the engine).
+    description: CDI - auto, on or off (configured - on enables CDI in the engine; podman - off writes the OCI hook).
     type: str
     choices: [auto, "on", "off"]
     default: auto
@@ -166,7 +168,7 @@ def main() -> None:
             "keyring": {"type": "path"},
             "bundle_pending": {"type": "bool", "default": False},
             "root": {"type": "path", "default": "/"},
-            "runtime": {"choices": ["auto", "containerd", "docker", "crio", "none"], "default": "auto"},
+            "runtime": {"choices": ["auto", "containerd", "docker", "crio", "podman", "lxc", "none"], "default": "auto"},
             "runtime_name": {"type": "str", "default": "nvidia"},
             "set_as_default": {"type": "bool", "default": False},
             "cdi": {"choices": ["auto", "on", "off"], "default": "auto"},
@@ -268,25 +270,36 @@ def _restarted(module: AnsibleModule) -> None:
     module.exit_json(changed=result["changed"], result=result, engines_changed=list(result["engines"]))
 
 
-def _configured(module: AnsibleModule) -> None:
-    p = module.params
-    if p["runtime"] in ("auto", "none"):
-        module.fail_json(msg="state=configured needs one engine in runtime: containerd, docker or crio")
+#: the engines that run as a service (the restart handler's); podman reads its files per container
+SERVICE_ENGINES = ("containerd", "docker", "crio")
+
+
+def _configure_args(p: dict) -> list:
+    if p["runtime"] == "podman":  # no runtime entry to name: CDI (the spec), or the hook with cdi=off
+        return ["configure", "podman", "--root", p["root"], *(["--hook"] if p["cdi"] == "off" else [])]
     args = ["configure", p["runtime"], "--root", p["root"], "--runtime-name", p["runtime_name"]]
     if p["set_as_default"]:
         args.append("--set-as-default")
-    if p["cdi"] == "on":
-        args.append("--cdi")
+    args += ["--cdi", p["cdi"]]  # the same auto | on | off as install
     if p["runtime"] == "containerd":
         args += _distro_args(p)
+    return args
+
+
+def _configured(module: AnsibleModule) -> None:
+    p = module.params
+    if p["runtime"] in ("auto", "none", "lxc"):
+        module.fail_json(msg="state=configured needs one engine in runtime: containerd, docker, crio or podman (LXC is configured per container: gpu-airgap configure lxc --container NAME)")
+    args = _configure_args(p)
+    restart = [p["runtime"]] if p["runtime"] in SERVICE_ENGINES else []
     planned = _tool(module, *args, "--dry-run") if module.check_mode or module._diff else None
     if module.check_mode:
         changed = _needs_change(planned, p["runtime_name"])
-        module.exit_json(changed=changed, result=planned, engines_changed=[p["runtime"]] if changed else [], diff=_diff(planned["diff"]))
+        module.exit_json(changed=changed, result=planned, engines_changed=restart if changed else [], diff=_diff(planned["diff"]))
     result = _tool(module, *args)
     changed = _needs_change(result, p["runtime_name"])
     diff = _diff(planned["diff"]) if planned is not None and changed else {}
-    module.exit_json(changed=changed, result=result, engines_changed=[p["runtime"]] if changed else [], diff=diff)
+    module.exit_json(changed=changed, result=result, engines_changed=restart if changed else [], diff=diff)
 
 
 def _needs_change(result: dict, runtime_name: str) -> bool:
@@ -334,7 +347,7 @@ def _unconfigured(module: AnsibleModule) -> None:
     p = module.params
     engine = p["runtime"]
     if engine in ("auto", "none"):
-        module.fail_json(msg="state=unconfigured needs one engine in runtime: containerd, docker or crio")
+        module.fail_json(msg="state=unconfigured needs one engine in runtime: containerd, docker, crio, podman or lxc")
     files = _journaled(module, engine)
     if not files:
         module.exit_json(changed=False, msg=f"gpu-airgap has not changed the {engine} configuration here", engines_changed=[])
@@ -348,7 +361,7 @@ def _unconfigured(module: AnsibleModule) -> None:
         module.fail_json(msg=lines[-1] if lines else f"{' '.join(argv)} exited with status {proc.returncode}",
                          rc=proc.returncode, cmd=argv, stdout=proc.stdout, stderr=proc.stderr)  # fmt: skip
     # the engine is restarted by the role's handler (live root only), as after configure
-    module.exit_json(changed=True, files=files, restored=proc.stdout.splitlines(), engines_changed=[engine])
+    module.exit_json(changed=True, files=files, restored=proc.stdout.splitlines(), engines_changed=[engine] if engine in SERVICE_ENGINES else [])
 
 
 if __name__ == "__main__":
