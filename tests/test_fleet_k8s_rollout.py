@@ -39,6 +39,7 @@ from tests.node_fixtures import (
     tree_digest,
 )
 from tests.oci_registry import DockerConfig, Registry, basic_entry, htpasswd_file
+from tests.test_fleet_k8s import HostPod
 
 K8S_VERSIONS = ("1.29", "1.32", "1.37")
 
@@ -272,3 +273,24 @@ def test_distro_and_take_over_reach_the_installer_on_every_node(monkeypatch: pyt
     monkeypatch.setenv("GPU_AIRGAP_TAKE_OVER", "false")
     argv = program.install_argv(Path("/tool.pyz"), Path("/bundle"))
     assert "--distro" not in argv and "--force" not in argv
+
+
+@pytest.mark.slow
+def test_host_tools_wrapper_hands_the_registry_secret_to_the_pull_inside_the_node(
+    deb_bundle: Path, operator_key: TestKey, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    users = htpasswd_file(tmp_path / "htpasswd", {"ops": "s3cret"})
+    with Registry(tmp_path / "registry", auth={"htpasswd": {"realm": "gpu-airgap-test", "path": str(users)}}) as registry:
+        config = DockerConfig.write(tmp_path / "docker", registry.host, basic_entry("ops", "s3cret"))
+        monkeypatch.setenv("DOCKER_CONFIG", str(config.directory))
+        digest = _push(deb_bundle, registry.ref("k8s/host:1"), operator_key)
+        pod = HostPod(tmp_path / "pod", operator_key.public, None)
+        secret = pod.mounts / "registry/.dockerconfigjson"  # the --registry-secret volume
+        secret.parent.mkdir(parents=True)
+        secret.write_bytes((config.directory / "config.json").read_bytes())
+        pod.env.update(GPU_AIRGAP_BUNDLE_REF=registry.ref(f"k8s/host@{digest}"), GPU_AIRGAP_BUNDLE_DIGEST=digest,
+                       GPU_AIRGAP_REGISTRY_PLAIN_HTTP="true", GPU_AIRGAP_REGISTRY_CONFIG=str(pod.cache / "registry.json"))  # fmt: skip
+        done = pod.run()
+    assert done.returncode == 0, done.stderr
+    assert (pod.cache / "registry.json").stat().st_mode & 0o077 == 0, "the credentials copy is readable by others"
+    assert json.loads((pod.cache / "ready").read_text())["bundle_digest"] == digest and pod.ready()
