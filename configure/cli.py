@@ -24,7 +24,7 @@ from configure.engines import KNOWN, get_engine
 from configure.validate import CDI_CHOICES, existing_root
 from plumbing.clikit import Group, legacy_spellings
 from plumbing.errors import ProblemsFound, UsageError
-from plumbing.output import emit_json, emit_lines, warn
+from plumbing.output import emit_json, emit_lines, json_facts, warn
 
 app = typer.Typer(
     cls=Group,
@@ -214,7 +214,7 @@ def _configure(engine_name: str, options: RuntimeOptions, dry_run: bool, as_json
                 "changed": [str(c.path) for c in plan.changes if c.changed],
                 "written": [str(p) for p in result.written],
                 "warnings": plan.warnings,
-                "facts": plan.facts,
+                "facts": json_facts(plan.facts),
                 "diff": result.diff if dry_run else "",
             }
         )
@@ -271,7 +271,7 @@ def report_command(
     """Print the runtime configuration read back from the files on disk, as KEY=value lines."""
     facts = commands.report(commands.engine_for(runtime, distro), root, runtime_name, config)
     if as_json:
-        emit_json(facts)
+        emit_json(json_facts(facts))
     else:
         emit_lines(f"{key}={value}" for key, value in facts.items())
 

@@ -44,7 +44,7 @@ from installer.manifest import (
 )
 from installer.nodecheck import MAX_SUMS_SIZE, NODE_SUMS, NODE_SUMS_SIGNATURE, has_node_check
 from installer.nodecheck import check as check_node
-from plumbing.errors import ToolError, VerificationError
+from plumbing.errors import ToolError, UsageError, VerificationError
 from plumbing.fsutil import safe_join
 
 #: End-of-archive padding we accept after the last member; more than this is refused.
@@ -310,11 +310,19 @@ def _is_zstd_failure(exc: ToolError) -> bool:
     return argv[0] == "zstd"
 
 
+def require_bundle(path: PathLike) -> None:
+    """:raises UsageError: when the bundle file named on the command line does not exist (exit 2, like install)."""
+    if not os.path.lexists(path):
+        raise UsageError(f"the bundle {path} does not exist")
+
+
 def inspect(path: PathLike) -> Manifest:
     """Read a bundle's manifest without checking its signature (``bundle inspect``; no key needed).
 
+    :raises UsageError: when ``path`` does not exist.
     :raises VerificationError: when the archive has no readable manifest.
     """
+    require_bundle(path)
     report = _Scan(Path(path), None, sink=None, stop_early=True).run(manifest_only=True)
     if report.manifest is None:
         problems = report.problems or [Problem(MANIFEST_NAME, "is missing from the archive")]
@@ -327,7 +335,10 @@ def verify(path: PathLike, keyring: SignatureCheck) -> BundleVerifyReport:
 
     Returns a report listing every problem in archive order (``report.first_bad`` names the first
     bad member); call :meth:`BundleVerifyReport.raise_for_problems` to turn a failure into an error.
+
+    :raises UsageError: when ``path`` does not exist.
     """
+    require_bundle(path)
     return _Scan(Path(path), keyring, sink=None, stop_early=False).run()
 
 

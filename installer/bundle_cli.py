@@ -47,6 +47,7 @@ def verify_command(file: Path = _FILE, keyring: Path = _KEYRING, json_output: bo
     from installer import bundle as bundle_lib
     from plumbing.gpg import Keyring
 
+    bundle_lib.require_bundle(file)  # the file named first: its absence is the mistake to report
     with Keyring.open([keyring]) as keys:
         report = bundle_lib.verify(file, keys)
     if json_output:

@@ -19,7 +19,7 @@ from configure.distros import NAMES as DISTROS
 from configure.validate import CDI_CHOICES, RUNTIME_CHOICES, SERVICE_ENGINES, existing_root
 from installer import oci_cli
 from plumbing.errors import ExitCode
-from plumbing.output import emit_json, emit_lines
+from plumbing.output import emit_json, emit_lines, json_facts
 
 ROOT_HELP = "Treat DIR as the node's / (configs, dpkg/rpm database, state), like dpkg --root."
 
@@ -183,7 +183,7 @@ def status_command(
 
     report = manage.status(Path(root), NodeEnv(), runtime_name, distro)
     if as_json:
-        emit_json(report)
+        emit_json({**report, "engines": {name: json_facts(facts) for name, facts in report["engines"].items()}})
     else:
         emit_lines(_status_lines(report))
     return int(ExitCode.PROBLEMS_FOUND if report["problems"] else ExitCode.OK)
