@@ -75,7 +75,7 @@ def test_install_on_k3s_writes_no_containerd_file_and_restarts_the_running_k3s_u
     assert not [e for e in Journal(root).entries() if e.engine == "containerd"]  # config.toml written by the "agent" only
     assert not list((root / K3S.lstrip("/")).glob("*.tmpl")) and not (root / "etc/containerd").exists()
     status = manage_mod.status(root, NodeEnv(services=services))
-    assert status["engines"]["containerd"]["distro"] == "k3s" and status["owner"] is None
+    assert status["engines"]["containerd"]["DISTRO"] == "k3s" and status["owner"] is None
 
 
 def test_install_on_a_gpu_operator_node_is_refused_before_any_package(
@@ -110,7 +110,7 @@ def test_install_and_uninstall_on_microk8s_edit_the_template_and_restore_it_byte
     assert b"runtimes.nvidia]" in template.read_bytes()
     assert ("restart", "snap.microk8s.daemon-containerd") in services.calls
     status = manage_mod.status(root, NodeEnv(services=services))
-    assert (status["engines"]["containerd"]["distro"], status["engines"]["containerd"]["runtime"]) == ("microk8s", "nvidia")
+    assert (status["engines"]["containerd"]["DISTRO"], status["engines"]["containerd"]["RUNTIME"]) == ("microk8s", "nvidia")
     services.calls.clear()
     manage_mod.uninstall(root, NodeEnv(services=services))
     assert template.read_bytes() == before
@@ -136,6 +136,6 @@ def test_status_with_distro_reads_the_chosen_containerd_on_a_node_with_two(tmp_p
     ambiguous = manage_mod.status(root, NodeEnv(services=Services(())))
     assert "several containerd instances" in ambiguous["engines"]["containerd"]["error"]
     chosen = manage_mod.status(root, NodeEnv(services=Services(())), distro="k3s")
-    assert (chosen["engines"]["containerd"]["distro"], chosen["engines"]["containerd"]["runtime"]) == ("k3s", "nvidia")
+    assert (chosen["engines"]["containerd"]["DISTRO"], chosen["engines"]["containerd"]["RUNTIME"]) == ("k3s", "nvidia")
     cli = run_cli("status", "--root", str(root), "--distro", "k3s")
     assert "containerd of k3s: runtime nvidia" in cli.stdout, cli.stdout + cli.stderr

@@ -366,7 +366,7 @@ class TestDpkgRoot:
         report = status(deb_root, env)
         assert report["problems"] == []
         assert report["packages"] == dict.fromkeys(TOOLKIT, "1.17.8-1")
-        assert report["engines"]["containerd"]["runtime"] == "nvidia"
+        assert report["engines"]["containerd"]["RUNTIME"] == "nvidia"
         json.dumps(report)
         (deb_root / "etc/containerd/config.toml").write_bytes(b"version = 2\n# edited by hand\n")
         drift = status(deb_root, env)["problems"]
