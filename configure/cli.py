@@ -21,8 +21,8 @@ from configure.cli_extras import register_extras
 from configure.distros import NAMES as DISTROS
 from configure.engine import RuntimeOptions
 from configure.engines import KNOWN, get_engine
-from configure.validate import existing_root
-from plumbing.clikit import Group
+from configure.validate import CDI_CHOICES, existing_root
+from plumbing.clikit import Group, legacy_spellings
 from plumbing.errors import ProblemsFound, UsageError
 from plumbing.output import emit_json, emit_lines, warn
 
@@ -51,7 +51,11 @@ _NO_DROP_IN = typer.Option(False, "--no-drop-in", help="Edit the main config in 
 _RUNTIME_NAME = typer.Option("nvidia", "--runtime-name", help="Name of the runtime (and RuntimeClass handler).")
 _RUNTIME_PATH = typer.Option("/usr/bin/nvidia-container-runtime", "--runtime-path", help="The runtime binary.")
 _SET_AS_DEFAULT = typer.Option(False, "--set-as-default", help="Make it the default runtime (not advised).")
-_CDI = typer.Option(False, "--cdi", help="Enable CDI in the engine.")
+_CDI = typer.Option(
+    "off", "--cdi", click_type=click.Choice(CDI_CHOICES),
+    help="Enable CDI in the engine: on | off | auto (when an NVIDIA driver is present), as for install "
+    "(`configure cdi` writes the spec).",
+)  # fmt: skip
 _SYSTEMD_CGROUP = typer.Option(SystemdCgroup.auto, "--systemd-cgroup", help="SystemdCgroup value.")
 _DRY_RUN = typer.Option(False, "--dry-run", help="Print the diff of every file; write nothing.")
 _JSON = typer.Option(False, "--json", help="Print one JSON object.")
@@ -65,9 +69,11 @@ _TAKE_OVER = typer.Option(False, "--force", help="Take the runtime configuration
 
 def add_configure_commands(group: typer.Typer) -> None:
     """Register the engine commands, ``report``, ``verify``, ``revert`` and the extras on ``group``."""
-    group.command("containerd")(containerd_command)
-    group.command("docker")(docker_command)
-    group.command("crio")(crio_command)
+    # --cdi was a flag; written bare it still means on, for one release
+    legacy = legacy_spellings(bare={"--cdi": ("on", CDI_CHOICES)})
+    group.command("containerd", cls=legacy)(containerd_command)
+    group.command("docker", cls=legacy)(docker_command)
+    group.command("crio", cls=legacy)(crio_command)
     group.command("podman")(podman_command)
     group.command("lxc")(lxc_command)
     group.command("report")(report_command)
@@ -85,7 +91,7 @@ def containerd_command(
     runtime_name: str = _RUNTIME_NAME,
     runtime_path: str = _RUNTIME_PATH,
     set_as_default: bool = _SET_AS_DEFAULT,
-    cdi: bool = _CDI,
+    cdi: str = _CDI,
     systemd_cgroup: SystemdCgroup = _SYSTEMD_CGROUP,
     dry_run: bool = _DRY_RUN,
     as_json: bool = _JSON,
@@ -98,8 +104,8 @@ def containerd_command(
     """
     options = RuntimeOptions(
         root=root, config=config, drop_in=drop_in, no_drop_in=no_drop_in, runtime_name=runtime_name,
-        runtime_path=runtime_path, set_as_default=set_as_default, cdi=cdi, systemd_cgroup=systemd_cgroup.value,
-        distro=distro, force=force,
+        runtime_path=runtime_path, set_as_default=set_as_default, cdi=commands.cdi_in_engine(cdi, root),
+        systemd_cgroup=systemd_cgroup.value, distro=distro, force=force,
     )  # fmt: skip
     _configure("containerd", options, dry_run, as_json)
 
@@ -112,7 +118,7 @@ def docker_command(
     runtime_name: str = _RUNTIME_NAME,
     runtime_path: str = _RUNTIME_PATH,
     set_as_default: bool = _SET_AS_DEFAULT,
-    cdi: bool = _CDI,
+    cdi: str = _CDI,
     systemd_cgroup: SystemdCgroup = _SYSTEMD_CGROUP,
     dry_run: bool = _DRY_RUN,
     as_json: bool = _JSON,
@@ -120,7 +126,7 @@ def docker_command(
     """Register the NVIDIA runtime with docker (backups kept; `configure revert` undoes it)."""
     options = RuntimeOptions(
         root=root, config=config, drop_in=drop_in, no_drop_in=no_drop_in, runtime_name=runtime_name,
-        runtime_path=runtime_path, set_as_default=set_as_default, cdi=cdi, systemd_cgroup=systemd_cgroup.value,
+        runtime_path=runtime_path, set_as_default=set_as_default, cdi=commands.cdi_in_engine(cdi, root), systemd_cgroup=systemd_cgroup.value,
     )  # fmt: skip
     _configure("docker", options, dry_run, as_json)
 
@@ -133,7 +139,7 @@ def crio_command(
     runtime_name: str = _RUNTIME_NAME,
     runtime_path: str = _RUNTIME_PATH,
     set_as_default: bool = _SET_AS_DEFAULT,
-    cdi: bool = _CDI,
+    cdi: str = _CDI,
     systemd_cgroup: SystemdCgroup = _SYSTEMD_CGROUP,
     dry_run: bool = _DRY_RUN,
     as_json: bool = _JSON,
@@ -142,7 +148,7 @@ def crio_command(
     """Register the NVIDIA runtime with crio (backups kept; `configure revert` undoes it)."""
     options = RuntimeOptions(
         root=root, config=config, drop_in=drop_in, no_drop_in=no_drop_in, runtime_name=runtime_name,
-        runtime_path=runtime_path, set_as_default=set_as_default, cdi=cdi, systemd_cgroup=systemd_cgroup.value,
+        runtime_path=runtime_path, set_as_default=set_as_default, cdi=commands.cdi_in_engine(cdi, root), systemd_cgroup=systemd_cgroup.value,
         hook=hook,
     )  # fmt: skip
     _configure("crio", options, dry_run, as_json)

@@ -36,7 +36,9 @@ from configure.containerd_distro import DistroContainerdEngine
 from configure.crio import OCI_HOOK, hook_problems
 from configure.engine import ConfigPlan, Engine, RuntimeOptions, SelfChecking
 from configure.engines import engine_names, get_engine
+from configure.nodefacts import driver_present
 from configure.runtimeclass import read_record
+from configure.validate import CDI_CHOICES
 from plumbing.errors import ProblemsFound, ToolError, UsageError
 from plumbing.fsutil import rooted
 
@@ -73,6 +75,16 @@ class ConfigureResult:
     def diff(self) -> str:
         """The unified diff of every file the plan changes."""
         return unified_diff(self.plan.changes)
+
+
+def cdi_in_engine(mode: str, root: Path) -> bool:
+    """Whether ``--cdi MODE`` turns CDI on in the engine: ``on``; ``off``; ``auto`` when an NVIDIA driver is under ``root``.
+
+    The same three words as ``install --cdi``; only the default differs (configure: off).
+    """
+    if mode not in CDI_CHOICES:
+        raise UsageError(f"--cdi must be one of {', '.join(CDI_CHOICES)}, not {mode!r}")
+    return mode == "on" or (mode == "auto" and driver_present(root))
 
 
 def configure_engine(engine: Engine, options: RuntimeOptions, *, dry_run: bool = False) -> ConfigureResult:

@@ -8,14 +8,15 @@ option given twice instead of letting the last one silently win.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, Dict, List, Optional, Tuple
+from collections.abc import Mapping, Sequence
+from typing import Any, Dict, List, Optional, Tuple, Type
 
 import click
 from click.core import ParameterSource
-from typer.core import TyperGroup
+from typer.core import TyperCommand, TyperGroup
 
 from plumbing.errors import UsageError
+from plumbing.output import warn
 
 HELP_OPTIONS = ["-h", "--help"]
 #: flags of the root that may be written after the subcommand too
@@ -103,3 +104,56 @@ def refuse_with(ctx: click.Context, name: str, others: Sequence[str], why: str) 
     clashing = [option_name(ctx, other) for other in others if given(ctx, other)]
     if clashing:
         raise UsageError(f"{option_name(ctx, name)} cannot be combined with {', '.join(clashing)}: {why}")
+
+
+#: what every deprecation warning promises
+REMOVAL = "it will be removed in the next release"
+
+
+def rewrite_legacy(
+    args: Sequence[str], renamed: Mapping[str, str], bare: Mapping[str, Tuple[str, Sequence[str]]]
+) -> Tuple[List[str], List[str]]:
+    """``args`` in today's spellings, and a warning for each old spelling found (before ``--``).
+
+    :param renamed: old option name -> new name (``--out`` -> ``--output``).
+    :param bare: option -> (value, its choices): the option written without one of its choices (an old
+        boolean flag) means ``value``.
+    """
+    out: List[str] = []
+    warnings: List[str] = []
+    i = 0
+    while i < len(args):
+        token = args[i]
+        if token == "--":
+            out.extend(args[i:])
+            break
+        name, eq, value = token.partition("=")
+        if name in renamed:
+            new = renamed[name]
+            warnings.append(f"{name} is deprecated here; use {new} ({REMOVAL})")
+            token = f"{new}={value}" if eq else new
+        out.append(token)
+        if token in bare:
+            meant, choices = bare[token]
+            if i + 1 >= len(args) or args[i + 1] not in choices:
+                warnings.append(f"{token} without a value is deprecated; write {token} {meant} ({REMOVAL})")
+                out.append(meant)
+        i += 1
+    return out, warnings
+
+
+def legacy_spellings(
+    renamed: Optional[Mapping[str, str]] = None, bare: Optional[Mapping[str, Tuple[str, Sequence[str]]]] = None
+) -> Type[TyperCommand]:
+    """A command class that accepts the old spellings of renamed options (see :func:`rewrite_legacy`)."""
+    old_names = dict(renamed or {})
+    old_flags = dict(bare or {})
+
+    class LegacyCommand(TyperCommand):
+        def parse_args(self, ctx: click.Context, args: List[str]) -> List[str]:
+            args, warnings = rewrite_legacy(args, old_names, old_flags)
+            for message in dict.fromkeys(warnings):
+                warn(message)
+            return super().parse_args(ctx, args)
+
+    return LegacyCommand

@@ -163,7 +163,7 @@ def stage_sync(ctx: DemoContext) -> None:
     run([*sync, "--quiet"])
     package_requests = [r for r in ctx.server.log[before:] if r.path.endswith((".deb", ".rpm"))]
     ctx.notes.append(f"re-sync with nothing new upstream: {len(package_requests)} package requests")
-    run([GPU_AIRGAP, "mirror", "verify", "--dest", str(mirror)])
+    run([GPU_AIRGAP, "mirror", "verify", "--mirror", str(mirror)])
 
 
 def stage_bundle(ctx: DemoContext) -> None:

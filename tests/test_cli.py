@@ -73,5 +73,5 @@ def test_a_mirror_command_loads_neither_the_bundle_builder_nor_the_fleet_rendere
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                           env={**os.environ, "TYPER_USE_RICH": "0"}, cwd=Path(__file__).parent.parent)  # fmt: skip
     loaded = set(json.loads(done.stdout.strip().splitlines()[-1]))
-    assert "--dest" in done.stdout and "mirror.sync.cli" in loaded
+    assert "--mirror" in done.stdout and "mirror.sync.cli" in loaded
     assert not loaded & {"mirror.bundle.build", "mirror.fleet.cli", "mirror.fleet.k8s", "yaml", "configure.cli"}

@@ -74,7 +74,7 @@ def _keyring_commands(tmp_path: Path, key: str) -> List[List[str]]:
         ["bundle", "pull", "oci://127.0.0.1:9/nvct:1.17.8", "--keyring", key, "--output", str(tmp_path)],
         ["mirror", "sync", "--dest", str(tmp_path / "m"), "--keyring", key, "--upstream", "http://127.0.0.1:9/"],
         ["mirror", "plan", "--keyring", key, "--upstream", "http://127.0.0.1:9/"],
-        ["mirror", "publish", "--dest", str(tmp_path / "m"), "--out", str(tmp_path / "o"), "--base-url", "http://m/",
+        ["mirror", "publish", "--mirror", str(tmp_path / "m"), "--output", str(tmp_path / "o"), "--base-url", "http://m/",
          "--preserve-upstream", "--keyring", key],
         ["fleet", "k8s", "--bundle-url", "http://m/b.tar", "--keyring", key],
     ]  # fmt: skip

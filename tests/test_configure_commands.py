@@ -36,7 +36,7 @@ def test_dry_run_prints_the_diff_and_writes_nothing(tmp_path: Path) -> None:
 
 def test_json_output_is_one_object_with_the_facts(tmp_path: Path) -> None:
     make_root(tmp_path, "config.toml.base")
-    result = run_cli("configure", "containerd", "--root", str(tmp_path), "--json", "--cdi")
+    result = run_cli("configure", "containerd", "--root", str(tmp_path), "--json", "--cdi", "on")
     data = json.loads(result.stdout)
     assert data["facts"]["RUNTIME"] == "nvidia" and data["facts"]["CDI"] == "true"
     assert data["written"] == [str(tmp_path / CONFIG)]
@@ -215,8 +215,8 @@ def test_configure_and_revert_keep_the_owner_and_mode_and_one_backup_per_change(
     os.chown(config, 65534, 65534)
     config.chmod(0o600)
     assert run_cli("configure", "containerd", "--root", str(tmp_path)).exit_code == 0
-    assert run_cli("configure", "containerd", "--root", str(tmp_path), "--cdi").exit_code == 0
-    assert run_cli("configure", "containerd", "--root", str(tmp_path), "--cdi").exit_code == 0  # no change
+    assert run_cli("configure", "containerd", "--root", str(tmp_path), "--cdi", "on").exit_code == 0
+    assert run_cli("configure", "containerd", "--root", str(tmp_path), "--cdi", "on").exit_code == 0  # no change
     stat = config.stat()
     assert (stat.st_uid, stat.st_gid, stat.st_mode & 0o7777) == (65534, 65534, 0o600)
     backups = sorted((tmp_path / "var/lib/gpu-airgap/configure/backups").iterdir())

@@ -237,7 +237,7 @@ def test_another_runtime_name_goes_to_the_drop_in_dir_or_a_base_template_and_loa
 def test_cdi_on_a_v2_k3s_without_a_drop_in_dir_is_refused_in_one_sentence(tmp_path: Path) -> None:
     root = node(tmp_path, "k3s-v2", state="_before-toolkit", drop=(f"{K3S}/config.toml.tmpl",))
     before = tree(root)
-    done = configure(root, "--cdi")
+    done = configure(root, "--cdi", "on")
     assert done.exit_code == 2 and "CDI cannot be enabled" in done.stderr and tree(root) == before
 
 

@@ -150,7 +150,7 @@ def test_tools_image_runs_the_images_python_against_the_host_root_mounted_at_hos
 def test_out_writes_the_same_manifests_to_a_file(operator_key: TestKey, tmp_path: Path) -> None:
     args = ("--bundle-url", "http://10.0.0.1/b.tar.zst", "--keyring", str(operator_key.public))
     out = tmp_path / "sub" / "gpu-airgap.yaml"
-    assert run_cli("fleet", "k8s", *args, "--out", str(out)).exit_code == 0
+    assert run_cli("fleet", "k8s", *args, "--output", str(out)).exit_code == 0
     assert list(yaml.safe_load_all(out.read_text())) == _render(*args)
 
 
@@ -169,7 +169,7 @@ def test_out_writes_the_same_manifests_to_a_file(operator_key: TestKey, tmp_path
 )
 def test_bad_options_are_one_sentence_usage_errors(args: List[str], message: str, tmp_path: Path) -> None:
     out = tmp_path / "out.yaml"
-    result = run_cli("fleet", "k8s", *args, "--out", str(out))
+    result = run_cli("fleet", "k8s", *args, "--output", str(out))
     assert result.exit_code == 2 and message in result.stderr, result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and not out.exists()
 

@@ -136,13 +136,13 @@ def _sweep(
         assert _mirror_hash(dest) == before, f"{kind}={free}: the failed sync changed the mirror ({result.stderr})"
         assert not (dest / ".gpu-airgap/switch.json").exists()
         if baseline.exists():
-            assert run_cli("mirror", "verify", "--dest", str(dest)).exit_code == 0, f"{kind}={free}"
+            assert run_cli("mirror", "verify", "--mirror", str(dest)).exit_code == 0, f"{kind}={free}"
         phases.add(_phase(dest, new_packages))
         # Free space again: the next sync completes, reusing what the failed one had verified.
         disk.unlimit()
         again = run(dest)
         assert again.exit_code == 0, again.stderr
-        verified = run_cli("mirror", "verify", "--dest", str(dest))
+        verified = run_cli("mirror", "verify", "--mirror", str(dest))
         assert verified.exit_code == 0, verified.stderr
     else:
         pytest.fail(f"the sync never succeeded with up to 80 free {kind}")
@@ -208,7 +208,7 @@ def test_a_sync_that_ran_out_of_space_while_committing_downloads_nothing_again(
     report = json.loads(again.stdout)
     assert (report["downloaded_files"], report["reused_files"]) == (0, 4)
     assert not [r for r in upstream_server.log if r.path.endswith(".deb")]
-    assert run_cli("mirror", "verify", "--dest", str(dest)).exit_code == 0
+    assert run_cli("mirror", "verify", "--mirror", str(dest)).exit_code == 0
 
 
 def test_bundle_build_on_a_full_disk_says_so_and_leaves_no_file(
@@ -235,7 +235,7 @@ def test_publish_on_a_full_disk_says_so_and_leaves_the_published_tree_as_it_was(
 
     def publish() -> CliResult:
         return run_cli(
-            "mirror", "publish", "--dest", str(deb_mirror), "--out", str(out), "--base-url", "http://mirror.internal/nvct",
+            "mirror", "publish", "--mirror", str(deb_mirror), "--output", str(out), "--base-url", "http://mirror.internal/nvct",
             "--sign-key", operator_key.fingerprint, "--gnupghome", str(operator_key.home),
         )  # fmt: skip
 

@@ -26,7 +26,7 @@ def test_resync_downloads_again_the_files_that_no_longer_match_their_recorded_di
     index = next((dest / "stable/rpm/x86_64/repodata").glob("*-filelists.xml.gz"))
     for path in (deb, rpm, index):
         _flip(path)
-    damaged = run_cli("mirror", "verify", "--dest", str(dest), "--json")
+    damaged = run_cli("mirror", "verify", "--mirror", str(dest), "--json")
     assert damaged.exit_code == 9
     assert len(json.loads(damaged.stdout)["problems"]) == 3
 
@@ -42,4 +42,4 @@ def test_resync_downloads_again_the_files_that_no_longer_match_their_recorded_di
     for path in (deb, rpm, index):
         relative = path.relative_to(dest)
         assert path.read_bytes() == (upstream_tree.root / relative).read_bytes()
-    assert run_cli("mirror", "verify", "--dest", str(dest)).exit_code == 0
+    assert run_cli("mirror", "verify", "--mirror", str(dest)).exit_code == 0

@@ -61,11 +61,11 @@ def _stop_switch_after(monkeypatch: pytest.MonkeyPatch, dest: Path, renames: int
 
 
 def _verify(dest: Path, **_: object) -> CliResult:
-    return run_cli("mirror", "verify", "--dest", str(dest))
+    return run_cli("mirror", "verify", "--mirror", str(dest))
 
 
 def _status(dest: Path, **_: object) -> CliResult:
-    return run_cli("mirror", "status", "--dest", str(dest), "--offline", "--json")
+    return run_cli("mirror", "status", "--mirror", str(dest), "--offline", "--json")
 
 
 def _bundle(dest: Path, *, key: TestKey, out: Path, **_: object) -> CliResult:

@@ -130,7 +130,7 @@ def test_sync_pinned_rpm_takes_the_four_packages_of_that_release(site: tuple[Ups
     assert {p.name.split("-")[-1] for p in (dest / "stable/rpm/x86_64/repodata").glob("*.xml.*")} >= {
         "primary.xml.gz", "filelists.xml.gz", "other.xml.gz"
     }
-    assert run_cli("mirror", "verify", "--dest", str(dest)).exit_code == 0
+    assert run_cli("mirror", "verify", "--mirror", str(dest)).exit_code == 0
 
 
 def test_sync_all_mirrors_every_package_of_the_index_and_records_each_release(
@@ -155,7 +155,7 @@ def test_sync_all_mirrors_every_package_of_the_index_and_records_each_release(
             assert {(p.name, p.version) for p in held} == {(n, release.toolkit_version) for n in FOUR}
     report = json.loads(result.stdout)
     assert report["targets"][0]["releases"][-1] == report["targets"][0]["toolkit_version"] == "1.20.1-1"
-    assert run_cli("mirror", "verify", "--dest", str(dest)).exit_code == 0
+    assert run_cli("mirror", "verify", "--mirror", str(dest)).exit_code == 0
 
     # Nothing new upstream: the re-sync fetches no package, and the lockfile reproduces the same mirror.
     server.clear()
@@ -445,7 +445,7 @@ def test_status_shows_held_releases_and_newer_upstream(site: tuple[UpstreamTree,
     dest = tmp_path / "mirror"
     assert _sync(server, tree, dest, "--version", "1.17.8", "--format", "deb").exit_code == 0
     before = _tree_hash(dest)
-    result = run_cli("mirror", "status", "--dest", str(dest), "--keyring", str(tree.public_key), "--json")
+    result = run_cli("mirror", "status", "--mirror", str(dest), "--keyring", str(tree.public_key), "--json")
     assert result.exit_code == 0, result.stderr
     (repo,) = json.loads(result.stdout)["repos"]
     assert repo["releases"] == ["1.17.8-1"] and repo["upstream_latest"] == "1.20.1-1" and repo["newer_upstream"]
@@ -456,15 +456,15 @@ def test_verify_finds_a_changed_file(site: tuple[UpstreamTree, UpstreamServer], 
     tree, server = site
     dest = tmp_path / "mirror"
     assert _sync(server, tree, dest, "--format", "deb").exit_code == 0
-    assert run_cli("mirror", "verify", "--dest", str(dest)).exit_code == 0
+    assert run_cli("mirror", "verify", "--mirror", str(dest)).exit_code == 0
     deb = dest / "stable/deb/amd64/libnvidia-container1_1.20.1-1_amd64.deb"
     data = bytearray(deb.read_bytes())
     data[10] ^= 0xFF
     deb.write_bytes(bytes(data))
-    result = run_cli("mirror", "verify", "--dest", str(dest))
+    result = run_cli("mirror", "verify", "--mirror", str(dest))
     assert result.exit_code == ExitCode.PROBLEMS_FOUND
     assert "libnvidia-container1_1.20.1-1_amd64.deb does not match its recorded sha512" in result.stderr
-    as_json = run_cli("mirror", "verify", "--dest", str(dest), "--json")
+    as_json = run_cli("mirror", "verify", "--mirror", str(dest), "--json")
     assert as_json.exit_code == ExitCode.PROBLEMS_FOUND
     (problem,) = json.loads(as_json.stdout)["problems"]  # stdout is one object, even on failure
     assert "libnvidia-container1_1.20.1-1_amd64.deb does not match" in problem
@@ -475,14 +475,14 @@ def test_prune_keeps_the_newest_releases_and_what_they_need(site: tuple[Upstream
     dest = tmp_path / "mirror"
     for version in ("1.17.8", "1.18.0", "latest"):
         assert _sync(server, tree, dest, "--version", version, "--format", "deb").exit_code == 0
-    result = run_cli("mirror", "prune", "--dest", str(dest), "--keep", "2", "--json")
+    result = run_cli("mirror", "prune", "--mirror", str(dest), "--keep", "2", "--json")
     assert result.exit_code == 0, result.stderr
     assert json.loads(result.stdout)["removed_releases"] == ["stable/deb/amd64 1.17.8-1"]
     repo = store.MirrorState.load(dest).repo("stable/deb/amd64")
     assert repo is not None and [r.toolkit_version for r in repo.releases] == ["1.18.0-1", "1.20.1-1"]
     assert not list((dest / "stable/deb/amd64").glob("*1.17.8-1*"))
     assert len(list((dest / "stable/deb/amd64").glob("*.deb"))) == 8
-    assert run_cli("mirror", "verify", "--dest", str(dest)).exit_code == 0
+    assert run_cli("mirror", "verify", "--mirror", str(dest)).exit_code == 0
 
 
 # -- output modes --------------------------------------------------------------------------------

@@ -62,7 +62,7 @@ def test_a_dropped_metadata_transfer_resumes_where_it_stopped(
         assert records[0].range is None and records[1].range is not None, [r.range for r in records]
         assert all(r.headers.get("if-range") for r in records[1:])  # resumed only onto the same version
         assert sum(r.bytes_sent for r in records) == size  # no byte fetched twice
-    assert run_cli("mirror", "verify", "--dest", str(tmp_path / "mirror")).exit_code == 0
+    assert run_cli("mirror", "verify", "--mirror", str(tmp_path / "mirror")).exit_code == 0
 
 
 @pytest.mark.slow  # five attempts with real backoff: 7.5 s

@@ -131,8 +131,8 @@ FLAGSETS: Dict[str, Tuple[List[str], List[str]]] = {
     "defaults": ([], []),
     "in-place": (["--no-drop-in"], ["--drop-in-config="]),
     "set-as-default": (["--set-as-default"], ["--set-as-default"]),
-    "cdi": (["--cdi"], ["--cdi.enabled"]),
-    "in-place+set-as-default+cdi": (["--no-drop-in", "--set-as-default", "--cdi"], ["--drop-in-config=", "--set-as-default", "--enable-cdi"]),
+    "cdi": (["--cdi", "on"], ["--cdi.enabled"]),
+    "in-place+set-as-default+cdi": (["--no-drop-in", "--set-as-default", "--cdi", "on"], ["--drop-in-config=", "--set-as-default", "--enable-cdi"]),
 }
 
 

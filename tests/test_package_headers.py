@@ -178,7 +178,7 @@ def _forge_older_sync(mirror: Path, tampered: UpstreamTree, repo: str, victim: s
     provenance = dataclasses.replace(record.provenance, signed_files=tuple(signed))
     repos = tuple(dataclasses.replace(r, packages=packages, provenance=provenance) if r is record else r for r in state.repos)
     write_state(mirror, dataclasses.replace(state, repos=repos))
-    assert run_cli("mirror", "verify", "--dest", str(mirror)).exit_code == 0  # every digest checks out
+    assert run_cli("mirror", "verify", "--mirror", str(mirror)).exit_code == 0  # every digest checks out
 
 
 def test_bundle_build_refuses_a_mirror_package_whose_own_header_disagrees_with_its_signed_entry(

@@ -47,7 +47,7 @@ def publish(mirror: Path, out: Path, base_url: str, *extra: str, key: TestKey | 
     if "value" in _EPOCH:  # this module's publishes share one SOURCE_DATE_EPOCH; others use the clock
         os.environ["SOURCE_DATE_EPOCH"] = _EPOCH["value"]
     try:
-        return run_cli("mirror", "publish", "--dest", str(mirror), "--out", str(out), "--base-url", base_url, *signing, *extra)
+        return run_cli("mirror", "publish", "--mirror", str(mirror), "--output", str(out), "--base-url", base_url, *signing, *extra)
     finally:
         os.environ.pop("SOURCE_DATE_EPOCH", None)
 

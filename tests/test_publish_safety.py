@@ -143,12 +143,12 @@ def test_publish_waits_for_no_sync_and_a_sync_cannot_start_under_a_publish(
 def test_json_output_and_usage_errors(deb_mirror: Path, operator_key: TestKey, tmp_path: Path) -> None:
     out = tmp_path / "out"
     cases = {
-        ("--base-url", "ftp://x"): "must be an http:// or https:// URL",
-        ("--keyring-name", "../etc/x"): "--keyring-name '../etc/x' must be a plain file name",
-        ("--keyring", str(operator_key.public)): "--keyring only applies with --preserve-upstream",
+        ("ftp://x",): "must be an http:// or https:// URL",
+        (URL, "--keyring-name", "../etc/x"): "--keyring-name '../etc/x' must be a plain file name",
+        (URL, "--keyring", str(operator_key.public)): "--keyring only applies with --preserve-upstream",
     }
-    for extra, message in cases.items():
-        result = publish(deb_mirror, out, URL, *extra, key=operator_key)
+    for (base_url, *extra), message in cases.items():
+        result = publish(deb_mirror, out, base_url, *extra, key=operator_key)
         assert result.exit_code == 2 and message in result.stderr, result.stderr
     unsigned = publish(deb_mirror, out, URL)
     assert unsigned.exit_code == 2 and "name the operator key with --sign-key" in unsigned.stderr

@@ -15,7 +15,7 @@ import typer
 from configure.distros import NAMES as DISTROS
 from configure.validate import CDI_CHOICES
 from mirror.fleet import k8s as fleet_k8s
-from plumbing.clikit import Group
+from plumbing.clikit import Group, legacy_spellings
 from plumbing.errors import UsageError
 from plumbing.fsutil import atomic_write
 from plumbing.gpg import check_key_file
@@ -62,7 +62,7 @@ _DISTRO = typer.Option(
     None, "--distro", click_type=click.Choice(DISTROS),
     help="The nodes' Kubernetes distribution (default: each node detects it); k3s: no RuntimeClass of k3s's own name.",
 )  # fmt: skip
-_OUT = typer.Option("-", "--out", metavar="FILE|-", help="Write the manifests here (- is stdout).")
+_OUTPUT = typer.Option("-", "--output", metavar="FILE|-", help="Write the manifests here (- is stdout).")
 
 
 def k8s_command(
@@ -82,7 +82,7 @@ def k8s_command(
     cdi: str = _CDI,
     hold: bool = _HOLD,
     no_runtimeclass: bool = _NO_RUNTIMECLASS,
-    out: str = _OUT,
+    out: str = _OUTPUT,
     distro: Optional[str] = _DISTRO,
 ) -> None:
     """Write a DaemonSet (plus RuntimeClass) that installs the bundle on every GPU node: kubectl apply -f it."""
@@ -114,4 +114,4 @@ def _read_key(path: Path) -> str:
     return data.decode("ascii", errors="replace")
 
 
-fleet_app.command("k8s")(k8s_command)
+fleet_app.command("k8s", cls=legacy_spellings({"--out": "--output"}))(k8s_command)

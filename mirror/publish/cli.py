@@ -10,11 +10,12 @@ import typer
 
 from mirror.publish.files import DEFAULT_KEYRING_NAME, valid_keyring_name
 from plumbing import output
+from plumbing.clikit import legacy_spellings
 from plumbing.errors import UsageError
 
-_DEST = typer.Option(..., "--dest", help="The mirror directory (from `gpu-airgap mirror sync`).")
-_OUT = typer.Option(..., "--out", help="The directory to publish into (replaced atomically; served by your web server).")
-_BASE_URL = typer.Option(..., "--base-url", help="The URL nodes reach --out at, e.g. http://mirror.internal/nvct.")
+_MIRROR = typer.Option(..., "--mirror", help="The mirror directory (from `gpu-airgap mirror sync`).")
+_OUTPUT = typer.Option(..., "--output", help="The directory to publish into (replaced atomically; served by your web server).")
+_BASE_URL = typer.Option(..., "--base-url", help="The URL nodes reach --output at, e.g. http://mirror.internal/nvct.")
 _SIGN_KEY = typer.Option(None, "--sign-key", help="The operator's secret key (fingerprint or key id) that signs the indexes.")
 _GNUPGHOME = typer.Option(None, "--gnupghome", help="gpg home holding the secret key.")
 _PRESERVE = typer.Option(
@@ -30,12 +31,13 @@ _QUIET = typer.Option(False, "--quiet", "-q", help="Print nothing but errors.")
 
 def add_publish_command(app: typer.Typer) -> None:
     """Register ``publish`` on the ``mirror`` group."""
-    app.command("publish")(publish_command)
+    # --dest and --out were this command's names for what every other command calls --mirror and --output
+    app.command("publish", cls=legacy_spellings({"--dest": "--mirror", "--out": "--output"}))(publish_command)
 
 
 def publish_command(
-    dest: Path = _DEST,
-    out: Path = _OUT,
+    mirror: Path = _MIRROR,
+    out: Path = _OUTPUT,
     base_url: str = _BASE_URL,
     sign_key: Optional[str] = _SIGN_KEY,
     gnupghome: Optional[Path] = _GNUPGHOME,
@@ -65,23 +67,23 @@ def publish_command(
         raise UsageError("--keyring only applies with --preserve-upstream")
     if keyring is not None:
         check_key_file(keyring)
-    # --out and the mirror are checked before the key is looked up, so their errors are the ones reported.
-    check_target(out, dest)
-    MirrorState.load(dest)
+    # --output and the mirror are checked before the key is looked up, so their errors are the ones reported.
+    check_target(out, mirror)
+    MirrorState.load(mirror)
     epoch = build_epoch()
     with contextlib.ExitStack() as stack:
         if preserve_upstream:
             ring = stack.enter_context(open_keyring([keyring] if keyring else None))
-            result = publish(dest, out, base_url=url, keyring_name=keyring_name, key=None, upstream_keyring=ring, epoch=epoch)
+            result = publish(mirror, out, base_url=url, keyring_name=keyring_name, key=None, upstream_keyring=ring, epoch=epoch)
         else:
             key = OperatorKey.find(str(sign_key), gnupghome)
             result = publish(
-                dest, out, base_url=url, keyring_name=keyring_name, key=key, upstream_keyring=None, epoch=epoch,
+                mirror, out, base_url=url, keyring_name=keyring_name, key=key, upstream_keyring=None, epoch=epoch,
                 info_cache=package_info_cache(),
             )
     if json_output:
         output.emit_json({
-            "out": result.out, "base_url": result.base_url, "signer": result.signer,
+            "output": result.out, "base_url": result.base_url, "signer": result.signer,
             "preserved_upstream": result.preserved_upstream, "files": result.files, "bytes": result.bytes,
             "linked": result.linked, "seconds": round(result.seconds, 3),
             "repos": [r.__dict__ for r in result.repos],

@@ -38,7 +38,7 @@ _RENAME_EXCHANGE: Final = 2
 
 
 class PublishTargetError(UsageError):
-    """``--out`` names a directory a publish must not replace."""
+    """``--output`` names a directory a publish must not replace."""
 
 
 def check_target(out: Path, mirror: Path) -> None:
@@ -48,14 +48,14 @@ def check_target(out: Path, mirror: Path) -> None:
     """
     out_abs, mirror_abs = os.path.realpath(out), os.path.realpath(mirror)
     if _within(out_abs, mirror_abs):
-        raise PublishTargetError(f"--out {out} is inside the mirror {mirror}; publish to a directory outside it")
+        raise PublishTargetError(f"--output {out} is inside the mirror {mirror}; publish to a directory outside it")
     if _within(mirror_abs, out_abs):
-        raise PublishTargetError(f"--out {out} contains the mirror {mirror}; replacing it would delete the mirror")
+        raise PublishTargetError(f"--output {out} contains the mirror {mirror}; replacing it would delete the mirror")
     if out.is_symlink() or (out.exists() and not out.is_dir()):
-        raise PublishTargetError(f"--out {out} exists and is not a directory; name a directory")
+        raise PublishTargetError(f"--output {out} exists and is not a directory; name a directory")
     if out.is_dir() and any(out.iterdir()) and not (out / MARKER).is_file():
         raise PublishTargetError(
-            f"--out {out} is a non-empty directory that no `gpu-airgap mirror publish` wrote; "
+            f"--output {out} is a non-empty directory that no `gpu-airgap mirror publish` wrote; "
             "name a new or empty directory"
         )
 

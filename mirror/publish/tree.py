@@ -14,8 +14,8 @@ is placed (:mod:`mirror.publish.place`). Two ways to make the indexes trusted:
   refused as well: a node trusts one ``gpgkey`` under one keyring name (the fleet contract), and
   two keys behind one name would make either half fail.
 
-Order: check ``--out`` -> shared mirror lock -> build the whole tree beside ``--out`` -> swap it in
-(:mod:`mirror.publish.swap`). Any error leaves ``--out`` as it was.
+Order: check ``--output`` -> shared mirror lock -> build the whole tree beside ``--output`` -> swap it in
+(:mod:`mirror.publish.swap`). Any error leaves ``--output`` as it was.
 """
 
 from __future__ import annotations

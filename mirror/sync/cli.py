@@ -16,7 +16,7 @@ from mirror.lockfile import Lockfile
 from mirror.model import CHANNELS, PackageFormat
 from mirror.versions import sort_key
 from plumbing import output
-from plumbing.clikit import refuse_with
+from plumbing.clikit import legacy_spellings, refuse_with
 from plumbing.errors import ProblemsFound, UsageError
 
 # The mirror commands import their libraries (requests, rich progress, …) when they run, so
@@ -34,15 +34,18 @@ def add_sync_commands(app: typer.Typer) -> None:
     """Register ``sync``, ``plan``, ``status``, ``verify`` and ``prune`` on the ``mirror`` group."""
     app.command("sync")(sync_command)
     app.command("plan")(plan_command)
-    app.command("status")(status_command)
-    app.command("verify")(verify_command)
-    app.command("prune")(prune_command)
+    # the mirror they read is --mirror, as for bundle build and publish; --dest is for sync, which writes it
+    legacy = legacy_spellings({"--dest": "--mirror"})
+    app.command("status", cls=legacy)(status_command)
+    app.command("verify", cls=legacy)(verify_command)
+    app.command("prune", cls=legacy)(prune_command)
 
 
 # -- mirror commands ---------------------------------------------------------------------------
 # Each command builds the collaborators, calls the library, and renders; no decisions here.
 
-_DEST = typer.Option(..., "--dest", help="The mirror directory.")
+_DEST = typer.Option(..., "--dest", help="The mirror directory to write (created if missing).")
+_MIRROR = typer.Option(..., "--mirror", help="The mirror directory (from `gpu-airgap mirror sync`).")
 _UPSTREAM = typer.Option(DEFAULT_UPSTREAM, "--upstream", help="Base URL of NVIDIA's repositories.")
 _CHANNEL = typer.Option("stable", "--channel", click_type=click.Choice(CHANNELS), help="stable or experimental (release candidates).")
 _FORMAT = typer.Option("deb,rpm", "--format", help="Package formats, comma-separated: deb, rpm.")
@@ -201,7 +204,7 @@ def plan_command(
 
 
 def status_command(
-    dest: Path = _DEST,
+    mirror: Path = _MIRROR,
     keyring: Optional[Path] = _KEYRING,
     offline: bool = typer.Option(False, "--offline", help="Do not ask upstream what is newer."),
     json_output: bool = _JSON,
@@ -213,13 +216,13 @@ def status_command(
     from mirror.trust import open_keyring
 
     if offline:
-        repos = maintain.status(dest, fetcher=None, loader=None)
+        repos = maintain.status(mirror, fetcher=None, loader=None)
     else:
         with open_keyring([keyring] if keyring else None) as ring, Downloader() as downloader:
-            fetcher = downloader.fetcher(maintain.ReadOnlyCache(dest))
-            repos = maintain.status(dest, fetcher=fetcher, loader=sync_lib.make_loader(ring))
+            fetcher = downloader.fetcher(maintain.ReadOnlyCache(mirror))
+            repos = maintain.status(mirror, fetcher=fetcher, loader=sync_lib.make_loader(ring))
     if json_output:
-        output.emit_json({"dest": str(dest), "repos": [
+        output.emit_json({"mirror": str(mirror), "repos": [
             {**dataclasses.asdict(r), "newer_upstream": r.newer_upstream} for r in repos
         ]})  # fmt: skip
         return
@@ -234,21 +237,21 @@ def status_command(
         output.emit_lines([line])
 
 
-def verify_command(dest: Path = _DEST, json_output: bool = _JSON) -> None:
+def verify_command(mirror: Path = _MIRROR, json_output: bool = _JSON) -> None:
     """Re-hash every file of the mirror against the checksums recorded from signed metadata."""
     from mirror.sync import maintain
 
-    report = maintain.verify(dest)
+    report = maintain.verify(mirror)
     if json_output:
-        output.emit_json({"dest": str(dest), "files": report.files, "bytes": report.bytes, "problems": report.problems})
+        output.emit_json({"mirror": str(mirror), "files": report.files, "bytes": report.bytes, "problems": report.problems})
     if report.problems:
-        raise ProblemsFound(f"{len(report.problems)} problem(s) in {dest}", report.problems)
+        raise ProblemsFound(f"{len(report.problems)} problem(s) in {mirror}", report.problems)
     if not json_output:
-        output.emit_lines([f"{dest}: {report.files} files, {report.bytes} bytes, all match"])
+        output.emit_lines([f"{mirror}: {report.files} files, {report.bytes} bytes, all match"])
 
 
 def prune_command(
-    dest: Path = _DEST,
+    mirror: Path = _MIRROR,
     keep: int = typer.Option(..., "--keep", help="How many of the newest toolkit releases to keep per repo."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Only show what would be removed."),
     json_output: bool = _JSON,
@@ -256,9 +259,9 @@ def prune_command(
     """Keep the newest N toolkit releases (and what they need); delete the rest."""
     from mirror.sync import maintain
 
-    report = maintain.prune(dest, keep, dry_run=dry_run)
+    report = maintain.prune(mirror, keep, dry_run=dry_run)
     if json_output:
-        output.emit_json({"dest": str(dest), "dry_run": dry_run, **dataclasses.asdict(report)})
+        output.emit_json({"mirror": str(mirror), "dry_run": dry_run, **dataclasses.asdict(report)})
         return
     verb = "would remove" if dry_run else "removed"
     output.emit_lines([f"{verb} release {r}" for r in report.removed_releases])

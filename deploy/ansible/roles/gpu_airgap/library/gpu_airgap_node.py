@@ -169,8 +169,7 @@ def _configure_args(p: dict) -> list:
     args = ["configure", p["runtime"], "--root", p["root"], "--runtime-name", p["runtime_name"]]
     if p["set_as_default"]:
         args.append("--set-as-default")
-    if p["cdi"] == "on":
-        args.append("--cdi")
+    args += ["--cdi", p["cdi"]]  # the same auto | on | off as install
     if p["runtime"] == "containerd":
         args += _distro_args(p)
     return args
