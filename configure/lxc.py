@@ -3,8 +3,8 @@
 LXC ships ``/usr/share/lxc/hooks/nvidia``; as a mount hook it runs ``nvidia-container-cli
 configure`` for the container's root filesystem, with the devices and capabilities it reads from
 the container's environment (``NVIDIA_VISIBLE_DEVICES``, ``NVIDIA_DRIVER_CAPABILITIES``). So
-``configure lxc --container NAME`` appends to ``LXCPATH/NAME/config`` (``/var/lib/lxc`` unless
-``--lxcpath``)::
+``configure lxc --container NAME`` appends to ``LXCPATH/NAME/config`` (``--lxcpath``, else the
+``lxc.lxcpath`` of ``/etc/lxc/lxc.conf``, else ``/var/lib/lxc``)::
 
     lxc.environment = NVIDIA_VISIBLE_DEVICES=all
     lxc.environment = NVIDIA_DRIVER_CAPABILITIES=compute,utility
@@ -33,6 +33,7 @@ from plumbing.textio import decode_utf8
 
 ENGINE = "lxc"
 LXCPATH = "/var/lib/lxc"
+LXC_CONF = "/etc/lxc/lxc.conf"  #: the system config, where ``lxc.lxcpath`` moves the containers
 HOOK = "/usr/share/lxc/hooks/nvidia"
 CLI = "nvidia-container-cli"
 #: where the hook finds nvidia-container-cli (the PATH lxc-start has)
@@ -43,14 +44,21 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _IDMAP_KEYS = ("lxc.idmap", "lxc.id_map")  # lxc.id_map: the pre-3.0 spelling
 
 
-def config_path(lxcpath: Optional[str], container: str) -> str:
+def default_lxcpath(root: Path) -> str:
+    """Where LXC keeps containers on the node: ``lxc.lxcpath`` of ``/etc/lxc/lxc.conf``, else ``/var/lib/lxc``."""
+    raw = read_optional(rooted(root, LXC_CONF))
+    configured = lineedits.values(raw.decode("utf-8", "replace"), "lxc.lxcpath") if raw is not None else []
+    return configured[-1] if configured and configured[-1].startswith("/") else LXCPATH
+
+
+def config_path(root: Path, lxcpath: Optional[str], container: str) -> str:
     """The node path of ``container``'s config.
 
     :raises UsageError: for a name LXC would not take, or a relative ``--lxcpath``.
     """
     if not _NAME.match(container):
         raise UsageError(f"--container {container!r} is not an LXC container name (letters, digits, '.', '-', '_')")
-    directory = lxcpath or LXCPATH
+    directory = lxcpath or default_lxcpath(root)
     if not directory.startswith("/"):
         raise UsageError(f"--lxcpath must be an absolute directory, not {directory!r}")
     return posixpath.join(directory, container, "config")
@@ -118,7 +126,7 @@ class LxcEngine:
         plan = ConfigPlan(engine=self.name)
         if options.container is None:
             return _advice(options, plan)
-        config = config_path(options.lxcpath, options.container)
+        config = config_path(options.root, options.lxcpath, options.container)
         path = rooted(options.root, config)
         old = read_optional(path)
         if old is None:
@@ -147,7 +155,7 @@ class LxcEngine:
         :param config: the container's config (node path), as the last ``configure lxc`` recorded it.
         """
         if config is None:
-            return {"CONTAINERS": ",".join(containers(root, LXCPATH))}
+            return {"CONTAINERS": ",".join(containers(root, default_lxcpath(root)))}
         raw = read_optional(rooted(root, config))
         if raw is None:
             return {"CONFIG": config, "MISSING": "true"}
@@ -199,7 +207,7 @@ def containers(root: Path, lxcpath: str) -> List[str]:
 
 
 def _advice(options: RuntimeOptions, plan: ConfigPlan) -> ConfigPlan:
-    found = containers(options.root, options.lxcpath or LXCPATH)
+    found = containers(options.root, options.lxcpath or default_lxcpath(options.root))
     where = f" --lxcpath {options.lxcpath}" if options.lxcpath else ""
     if found:
         commands = "; ".join(f"gpu-airgap configure lxc --container {name}{where}" for name in found)

@@ -28,7 +28,7 @@ from configure.cdi_node import plan_static_spec
 from configure.cdi_refresh import detect_refresh
 from configure.cdi_specs import driver_version, find_specs, stale_reasons
 from configure.changes import read_optional
-from configure.crio import HOOK_BINARY, hook_config, hook_problems
+from configure.crio import DEFAULT_PATH, HOOK_BINARY, hook_config, hook_problems
 from configure.engine import ConfigPlan, Engine, RuntimeOptions
 from configure.nodefacts import VersionProbe, podman_version
 from configure.podman_user import User, json_change, lookup_user, user_conf_files
@@ -42,6 +42,8 @@ HOOK_NAME = "oci-nvidia-hook.json"
 DEFAULT_HOOKS_DIRS = ("/usr/share/containers/oci/hooks.d",)
 #: containers.conf files in the order podman reads them (later keys win); drop-ins follow each
 CONTAINERS_CONFS = ("/usr/share/containers/containers.conf", "/etc/containers/containers.conf")
+#: the directories of the hook's PATH (:func:`configure.crio.hook_config`)
+HOOK_SEARCH_PATH = tuple(DEFAULT_PATH.split(":"))
 #: the oldest podman with CDI devices (``--device vendor/class=name``)
 CDI_SINCE = (4, 1)
 #: where podman loads specs from, weakest first (``/var/run/cdi`` overrides ``/etc/cdi``)
@@ -202,7 +204,9 @@ class PodmanEngine:
             return _hook_checks(root, hook_file, str(notes.get("hook_path", "")), user)
         found, problems = spec_in_effect(root)
         if found is None:
-            return [], [f"podman: no usable {cdi.KIND} CDI spec in {' or '.join(SPEC_DIRS)}", *(f"podman: {p}" for p in problems)]
+            refresh = detect_refresh(root)
+            later = f" (nvidia-cdi-refresh writes {refresh.output} at boot; start nvidia-cdi-refresh.service now)" if refresh.active else ""
+            return [], [f"podman: no usable {cdi.KIND} CDI spec in {' or '.join(SPEC_DIRS)}{later}", *(f"podman: {p}" for p in problems)]
         passed = [f"podman: CDI devices {cdi.KIND}=... come from {found}"]
         if user is None:
             return passed, []
@@ -243,6 +247,9 @@ def _hook_checks(root: Path, hook_file: str, hook_path: str, user: Optional[User
         passed.append(f"podman: {hook_path} exists")
     if posixpath.dirname(hook_file) not in hooks_dirs(root, user):
         problems.append(f"podman: {posixpath.dirname(hook_file)} is not a hooks directory podman reads")
+    # the hook runs nvidia-container-cli (libnvidia-container-tools) found on its PATH: without it every GPU container fails
+    if not any(rooted(root, posixpath.join(d, "nvidia-container-cli")).is_file() for d in HOOK_SEARCH_PATH):
+        problems.append(f"podman: nvidia-container-cli, which the hook runs, is not in {', '.join(HOOK_SEARCH_PATH)} under {root}")
     return passed, problems
 
 

@@ -150,3 +150,13 @@ def test_verify_live_says_it_cannot_start_an_lxc_container_after_the_static_chec
     result = run_cli("configure", "verify", "--root", str(tmp_path), "--live")
     assert "ok: lxc: container c1 has the nvidia hook and its environment" in result.stdout
     assert result.exit_code == 1 and "CANNOT RUN: lxc: live: --live does not start LXC containers" in result.stdout
+
+
+def test_lxc_lxcpath_of_the_system_config_is_where_containers_are_looked_for(tmp_path: Path) -> None:
+    (tmp_path / "etc/lxc").mkdir(parents=True)
+    (tmp_path / "etc/lxc/lxc.conf").write_text("lxc.lxcpath = /srv/containers\n")
+    config = tmp_path / "srv/containers/c1/config"
+    config.parent.mkdir(parents=True)
+    config.write_text("lxc.idmap = u 0 100000 65536\n")
+    plan = LxcEngine().plan(RuntimeOptions(root=tmp_path, container="c1"))
+    assert plan.changes[0].path == config and plan.notes["config"] == "/srv/containers/c1/config"

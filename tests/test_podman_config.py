@@ -89,7 +89,7 @@ def test_a_relative_hooks_dir_is_refused(tmp_path: Path) -> None:
     assert run_cli("configure", "podman", "--root", str(tmp_path), "--hooks-dir", "/x").exit_code == 2
 
 
-def test_verify_names_a_missing_hook_binary_and_an_unread_hooks_dir(tmp_path: Path) -> None:
+def test_verify_names_a_missing_hook_binary_an_unread_hooks_dir_and_a_missing_cli(tmp_path: Path) -> None:
     plan = _engine().plan(RuntimeOptions(root=tmp_path, hook=True, hooks_dir="/etc/containers/oci/hooks.d"))
     apply_changes("podman", plan.changes, Journal(tmp_path), dict(plan.notes))
     with pytest.raises(ProblemsFound) as caught:
@@ -97,6 +97,8 @@ def test_verify_names_a_missing_hook_binary_and_an_unread_hooks_dir(tmp_path: Pa
     assert caught.value.problems == [
         f"podman: the hook binary /usr/bin/nvidia-container-runtime-hook does not exist under {tmp_path}",
         "podman: /etc/containers/oci/hooks.d is not a hooks directory podman reads",
+        "podman: nvidia-container-cli, which the hook runs, is not in /usr/local/sbin, /usr/local/bin, /usr/sbin, "
+        f"/usr/bin, /sbin, /bin under {tmp_path}",
     ]
 
 
@@ -167,3 +169,4 @@ def test_rootless_cdi_needs_device_nodes_the_user_can_open_and_the_spec_dir_in_i
     with pytest.raises(ProblemsFound) as caught:
         verify(tmp_path, ["podman"])
     assert caught.value.problems == ["podman: /home/bob/.config/containers/containers.conf sets cdi_spec_dirs without /etc/cdi"]
+

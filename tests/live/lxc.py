@@ -6,7 +6,7 @@ container is done. Everything lives under one node directory that the mapped roo
 can traverse; LXC's hooks run as that uid, so whatever they write (a stand-in's record) must be in
 a directory it may write. Cleanup is by the container's own name and PID: a container still
 running at the timeout is stopped with ``lxc-stop -k`` and the cgroups LXC made for it
-(``lxc.payload.NAME``, ``lxc.monitor.NAME``) are removed.
+(``lxc.payload.NAME``, ``lxc.monitor.NAME``, and ``lxc.pivot`` when it was not there before) are removed.
 """
 
 from __future__ import annotations
@@ -17,11 +17,13 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.live.daemons import remove_cgroups
+from tests.live.daemons import existing_cgroups, remove_cgroups
 
 MAPPED_ROOT = 100000
 BUSYBOX = Path("/bin/busybox")
 HOOK = Path("/usr/share/lxc/hooks/nvidia")
+#: the cgroup lxc-start moves its monitor to while it cleans up; made on first use
+PIVOT = "lxc.pivot"
 
 
 @dataclass(frozen=True)
@@ -76,6 +78,8 @@ def unprivileged_container(lxcpath: Path, name: str, privileged: bool = False) -
 def start(container: LxcContainer, path_first: Path, log: Path, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     """``lxc-start -F`` the container with ``path_first`` first on PATH (where the hook finds nvidia-container-cli)."""
     (container.rootfs / "ran").unlink(missing_ok=True)
+    cgroups = [f"lxc.payload.{container.name}", f"lxc.monitor.{container.name}", PIVOT]
+    before = existing_cgroups(cgroups)
     env = dict(os.environ, PATH=f"{path_first}:{os.environ.get('PATH', '/usr/bin:/bin')}")
     argv = ["lxc-start", "-n", container.name, "-P", str(container.lxcpath), "-F", "-l", "DEBUG", "-o", str(log)]
     process = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -86,5 +90,5 @@ def start(container: LxcContainer, path_first: Path, log: Path, timeout: float =
         process.kill()
         out, err = process.communicate()
     finally:
-        remove_cgroups([f"lxc.payload.{container.name}", f"lxc.monitor.{container.name}"])
+        remove_cgroups(cgroups, before)  # lxc.pivot too, unless it was there before (another LXC's)
     return subprocess.CompletedProcess(argv, process.returncode, out, err)
