@@ -86,8 +86,9 @@ def install_command(
     """Verify a bundle (a file or an oci:// artifact), check the node, install the toolkit and register the runtime."""
     # The library loads only when a command runs, so --help stays fast.
     from installer import install as install_lib
-    from installer.env import NodeEnv
+    from installer.env import NodeEnv, metered_opener
     from installer.plan import InstallOptions
+    from plumbing.progress import terminal_meter
 
     options = InstallOptions(
         root=Path(root),
@@ -103,7 +104,8 @@ def install_command(
         force=force,
     )
     with oci_cli.local_bundle(bundle, keyring, username, password_stdin, ca_file, plain_http) as local:
-        result = install_lib.install(local, Path(keyring), options, NodeEnv(log=_progress))
+        env = NodeEnv(log=_progress, opener=metered_opener(terminal_meter("verifying the bundle", quiet=as_json)))
+        result = install_lib.install(local, Path(keyring), options, env)
     if as_json:
         emit_json(result.to_dict())
     else:
