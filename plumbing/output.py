@@ -49,6 +49,11 @@ def emit_lines(lines: Iterable[str]) -> None:
         print(line)
 
 
+def note(message: str) -> None:
+    """Print a line for the user on stderr (what was written where), keeping stdout for the result."""
+    print(message, file=sys.stderr)
+
+
 def warn(message: str) -> None:
     """Print a one-line warning on stderr."""
     print(f"warning: {message}", file=sys.stderr)

@@ -46,7 +46,7 @@ def test_set_as_default_then_revert_restores_the_previous_default(tmp_path: Path
     config = make_root(tmp_path, "config.toml.base")
     original = config.read_bytes()
     assert run_cli("configure", "containerd", "--root", str(tmp_path), "--set-as-default").exit_code == 0
-    report = run_cli("configure", "report", "--root", str(tmp_path)).stdout.splitlines()
+    report = run_cli("configure", "report", "--root", str(tmp_path), "--all").stdout.splitlines()
     assert "DEFAULT=nvidia" in report and "DEFAULT_UNCHANGED=false" in report
     (tmp_path / "usr/bin").mkdir(parents=True)
     (tmp_path / "usr/bin/nvidia-container-runtime").write_text("#!/bin/sh\n")
