@@ -146,6 +146,8 @@ class BootedNode:
         self.tarball = tarball
         self.nspawn: Optional[subprocess.Popen[bytes]] = None
         self.pid1 = 0
+        #: the cgroup parent of the pods a test runs in the node (see :meth:`allow_pods`)
+        self.pod_cgroup = f"gal-pods-{os.urandom(3).hex()}"
 
     # -- life cycle ------------------------------------------------------------------------------
 
@@ -219,11 +221,27 @@ class BootedNode:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(self.nspawn.pid, signal.SIGKILL)
                 self.nspawn.wait(timeout=30)
-        for cgroup in self._cgroups():
+        for cgroup in self._cgroups() + self._pod_cgroups():
             self._remove_cgroup(cgroup)
         with contextlib.suppress(FileNotFoundError):
             Path(f"/run/systemd/nspawn/propagate/{self.name}").rmdir()
         shutil.rmtree(self.root, ignore_errors=True)
+
+    def _pod_cgroups(self) -> list[Path]:
+        """The pods' cgroups as the host sees them: the node's v1 controllers are rooted where nspawn ran
+        (the memory one is not the host's root here), so they are looked for a few levels down."""
+        found: list[Path] = []
+        for hierarchy in (p for p in CGROUP_ROOT.iterdir() if p.name not in NSPAWN_HIERARCHIES):
+            for depth in range(4):
+                found += hierarchy.glob("/".join(["*"] * depth + [self.pod_cgroup]))
+        return found
+
+    def allow_pods(self) -> None:
+        """Let runc in the node make cgroups: nspawn mounts the v1 controllers read-only in it."""
+        mounts = self.run("findmnt", "-rn", "-t", "cgroup", "-o", "TARGET").stdout.split()
+        for target in mounts:
+            if Path(target).name not in NSPAWN_HIERARCHIES:
+                self.run("mount", "-o", "remount,bind,rw", target)
 
     @staticmethod
     def _remove_cgroup(top: Path) -> None:
