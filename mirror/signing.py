@@ -76,4 +76,10 @@ def _gpg(gnupghome: Path | None, *args: str, data: bytes | None = None, what: st
         hint = exc.stderr.strip().splitlines()[-1] if exc.stderr.strip() else f"gpg exited with {exc.returncode}"
         if "in the future" in exc.stderr:
             hint += " (SOURCE_DATE_EPOCH is older than the signing key; use a later SOURCE_DATE_EPOCH)"
+        elif "can't get input" in exc.stderr or "No passphrase given" in exc.stderr:
+            # gpg runs in batch mode here and cannot ask; gpg-agent can keep a passphrase it asked for once
+            hint = (
+                "the key is protected by a passphrase and gpg cannot ask for it in batch mode; unlock it once in a"
+                " terminal (export GPG_TTY=$(tty); gpg -u KEY --clearsign < /dev/null > /dev/null), then run again"
+            )
         raise SignatureError(f"gpg failed for {what}: {hint}") from exc

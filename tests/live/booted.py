@@ -165,11 +165,6 @@ class BootedNode:
     def _cgroups(self) -> list[Path]:
         return [CGROUP_ROOT / h / self.name for h in NSPAWN_HIERARCHIES]
 
-    def _enter_cgroups(self) -> None:
-        """(In the child, before exec) move into this node's own cgroups."""
-        for cgroup in self._cgroups():
-            (cgroup / "cgroup.procs").write_text(str(os.getpid()))
-
     def start(self) -> None:
         """Unpack the root, boot it, and wait until its systemd says the system is up."""
         self.root.mkdir(parents=True)
@@ -177,12 +172,16 @@ class BootedNode:
                        check=True, capture_output=True)  # fmt: skip
         for cgroup in self._cgroups():
             cgroup.mkdir()
-        argv = ["systemd-nspawn", "-D", str(self.root), f"--machine={self.name}", "--boot", "--register=no", "--keep-unit",
-                "--console=passive", "--private-network"]  # fmt: skip
+        # a small shell moves itself into the node's cgroups, then becomes nspawn (a preexec_fn is not
+        # safe with the test server's threads)
+        enter = 'echo $$ > "$0" && echo $$ > "$1" && shift && exec "$@"'
+        procs = [str(cgroup / "cgroup.procs") for cgroup in self._cgroups()]
+        argv = ["sh", "-c", enter, *procs, "systemd-nspawn", "-D", str(self.root), f"--machine={self.name}", "--boot",
+                "--register=no", "--keep-unit", "--console=passive", "--private-network"]  # fmt: skip
         with open(self.log, "wb") as log:
             self.nspawn = subprocess.Popen(
                 argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                env={**os.environ, "SYSTEMD_SECCOMP": "0"}, preexec_fn=self._enter_cgroups,
+                env={**os.environ, "SYSTEMD_SECCOMP": "0"},
             )  # fmt: skip
         self.pid1 = self._wait_for_pid1()
         self.wait_until_up()
