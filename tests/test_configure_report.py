@@ -8,10 +8,10 @@ from the files on disk independently (tomllib, PyYAML), not from the code under 
 from __future__ import annotations
 
 import json
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 import yaml
 
 from plumbing.errors import ExitCode
