@@ -16,7 +16,7 @@ import click
 import typer
 
 from configure import cdi as cdi_spec
-from configure import cdi_node, commands, live, runtimeclass, toolkit
+from configure import cdi_node, commands, live, report, runtimeclass, toolkit
 from configure.cli_extras import register_extras
 from configure.distros import NAMES as DISTROS
 from configure.engine import RuntimeOptions
@@ -24,7 +24,7 @@ from configure.engines import KNOWN, get_engine
 from configure.validate import CDI_CHOICES, existing_root
 from plumbing.clikit import Group, legacy_spellings
 from plumbing.errors import ProblemsFound, UsageError
-from plumbing.output import emit_json, emit_lines, warn
+from plumbing.output import emit_json, emit_lines, json_facts, note, warn
 
 app = typer.Typer(
     cls=Group,
@@ -214,7 +214,7 @@ def _configure(engine_name: str, options: RuntimeOptions, dry_run: bool, as_json
                 "changed": [str(c.path) for c in plan.changes if c.changed],
                 "written": [str(p) for p in result.written],
                 "warnings": plan.warnings,
-                "facts": plan.facts,
+                "facts": json_facts(plan.facts),
                 "diff": result.diff if dry_run else "",
             }
         )
@@ -260,6 +260,13 @@ _FORCE = typer.Option(
 _REVERT_DRY_RUN = typer.Option(False, "--dry-run", help="Print what would be restored and deleted; change nothing.")
 
 
+_ALL = typer.Option(False, "--all", help="Print every fact, not only the walk-through's five lines.")
+_EVIDENCE = typer.Option(
+    None, "--evidence", metavar="DIR",
+    help="Also write the walk-through's evidence files into DIR (report.txt, default.txt, parsed.txt, cdi-keys.txt, runtimeclass.yaml).",
+)  # fmt: skip
+
+
 def report_command(
     root: Path = _ROOT,
     runtime: str = _REPORT_RUNTIME,
@@ -267,13 +274,29 @@ def report_command(
     config: Optional[str] = _REPORT_CONFIG,
     as_json: bool = _JSON,
     distro: Optional[str] = _DISTRO,
+    every: bool = _ALL,
+    evidence: Optional[Path] = _EVIDENCE,
 ) -> None:
-    """Print the runtime configuration read back from the files on disk, as KEY=value lines."""
+    """Print the runtime configuration read back from the files on disk: the walk-through's five KEY=value lines.
+
+    CONFIG_VERSION, RUNTIME, RUNTIME_TYPE, SYSTEMD_CGROUP and HANDLER; --all or --json for every fact.
+    """
     facts = commands.report(commands.engine_for(runtime, distro), root, runtime_name, config)
+    gathered = written = None
+    if evidence is not None:
+        gathered = report.gather(root, facts)
+        written = report.write(evidence, gathered)
     if as_json:
-        emit_json(facts)
+        data = json_facts(facts)
+        if gathered is not None and written is not None:
+            data["evidence"] = {"dir": str(evidence), "written": [str(p) for p in written], "problems": gathered.problems}
+        emit_json(data)
     else:
-        emit_lines(f"{key}={value}" for key, value in facts.items())
+        emit_lines(report.report_lines(facts, every=every))
+        if written:
+            note(f"evidence in {evidence}: {', '.join(p.name for p in written)}")
+    if gathered is not None and gathered.problems:
+        raise ProblemsFound(f"the evidence in {evidence} is incomplete", gathered.problems)
 
 
 _LIVE = typer.Option(False, "--live", help="Also start a throwaway container through the runtime on the running engine.")

@@ -20,7 +20,7 @@ from configure.engine import ConfigPlan
 from configure.validate import existing_root
 from plumbing import proc
 from plumbing.fsutil import rooted
-from plumbing.output import emit_json, emit_lines, warn
+from plumbing.output import emit_json, emit_lines, json_facts, warn
 from plumbing.textio import decode_utf8
 
 ROOT_HELP = "Treat DIR as the node's / (like dpkg --root); every node path is mapped under it."
@@ -48,7 +48,7 @@ def render_result(result: Dict[str, Any], as_json: bool) -> None:
     for message in result["warnings"]:
         warn(message)
     if as_json:
-        emit_json(result)
+        emit_json({**result, "facts": json_facts(result["facts"])})
         return
     lines: List[str] = []
     if not result["changed"]:
@@ -93,7 +93,7 @@ def toolkit_command(
         raw = read_optional(path)
         current = toolkit.current_mode(decode_utf8(raw, path), path) if raw is not None else None
         facts = {"MODE": current or "auto (default)"}
-        emit_json({"facts": facts}) if as_json else emit_lines(f"{k}={v}" for k, v in facts.items())
+        emit_json({"facts": json_facts(facts)}) if as_json else emit_lines(f"{k}={v}" for k, v in facts.items())
         return
     render_result(apply_plan(toolkit.plan_mode(Path(root), mode), Path(root), dry_run=dry_run), as_json)
 

@@ -44,8 +44,9 @@ from installer.manifest import (
 )
 from installer.nodecheck import MAX_SUMS_SIZE, NODE_SUMS, NODE_SUMS_SIGNATURE, has_node_check
 from installer.nodecheck import check as check_node
-from plumbing.errors import ToolError, VerificationError
+from plumbing.errors import ToolError, UsageError, VerificationError
 from plumbing.fsutil import safe_join
+from plumbing.progress import Meter, NoMeter
 
 #: End-of-archive padding we accept after the last member; more than this is refused.
 _MAX_TRAILER = 1 << 20
@@ -139,8 +140,11 @@ class _Stop(Exception):
 class _Scan:
     """One streaming pass over a bundle; see the module docstring for the order of checks."""
 
-    def __init__(self, path: Path, keyring: Optional[SignatureCheck], *, sink: Optional[Path], stop_early: bool) -> None:
+    def __init__(
+        self, path: Path, keyring: Optional[SignatureCheck], *, sink: Optional[Path], stop_early: bool, meter: Optional[Meter] = None
+    ) -> None:
         self.path = path
+        self.meter = meter or NoMeter()
         self.keyring = keyring
         self.sink = sink
         self.stop_early = stop_early
@@ -157,6 +161,12 @@ class _Scan:
             raise _Stop
 
     def run(self, *, manifest_only: bool = False) -> BundleVerifyReport:
+        try:
+            return self._run(manifest_only)
+        finally:
+            self.meter.close()
+
+    def _run(self, manifest_only: bool) -> BundleVerifyReport:
         last = "(start of archive)"
         try:
             with open_stream(self.path, self.keyring) as stream, tarfile.open(fileobj=stream, mode="r|") as tar:
@@ -240,6 +250,7 @@ class _Scan:
             return
         self.report.manifest = manifest
         self._expected = manifest.members()
+        self.meter.start(sum(size for size, _ in self._expected.values()))
         if self.sink is not None:  # only reached with a good signature: extraction stops otherwise
             for name, content in ((MANIFEST_NAME, data), (SIGNATURE_NAME, signature)):
                 with open(safe_join(self.sink, name), "xb") as out:
@@ -261,6 +272,7 @@ class _Scan:
                 if not block:
                     break
                 hasher.update(block)
+                self.meter.advance(len(block))
                 if kept is not None:
                     kept.append(block)
                 if out is not None:
@@ -310,11 +322,19 @@ def _is_zstd_failure(exc: ToolError) -> bool:
     return argv[0] == "zstd"
 
 
+def require_bundle(path: PathLike) -> None:
+    """:raises UsageError: when the bundle file named on the command line does not exist (exit 2, like install)."""
+    if not os.path.lexists(path):
+        raise UsageError(f"the bundle {path} does not exist")
+
+
 def inspect(path: PathLike) -> Manifest:
     """Read a bundle's manifest without checking its signature (``bundle inspect``; no key needed).
 
+    :raises UsageError: when ``path`` does not exist.
     :raises VerificationError: when the archive has no readable manifest.
     """
+    require_bundle(path)
     report = _Scan(Path(path), None, sink=None, stop_early=True).run(manifest_only=True)
     if report.manifest is None:
         problems = report.problems or [Problem(MANIFEST_NAME, "is missing from the archive")]
@@ -322,16 +342,21 @@ def inspect(path: PathLike) -> Manifest:
     return report.manifest
 
 
-def verify(path: PathLike, keyring: SignatureCheck) -> BundleVerifyReport:
+def verify(path: PathLike, keyring: SignatureCheck, meter: Optional[Meter] = None) -> BundleVerifyReport:
     """Check the manifest's signature with ``keyring`` and every member's size and sha256, extracting nothing.
 
     Returns a report listing every problem in archive order (``report.first_bad`` names the first
     bad member); call :meth:`BundleVerifyReport.raise_for_problems` to turn a failure into an error.
+
+    :raises UsageError: when ``path`` does not exist.
     """
-    return _Scan(Path(path), keyring, sink=None, stop_early=False).run()
+    require_bundle(path)
+    return _Scan(Path(path), keyring, sink=None, stop_early=False, meter=meter).run()
 
 
-def extract_verified(path: PathLike, keyring: SignatureCheck, staging_dir: PathLike) -> VerifiedBundle:
+def extract_verified(
+    path: PathLike, keyring: SignatureCheck, staging_dir: PathLike, meter: Optional[Meter] = None
+) -> VerifiedBundle:
     """Verify ``path`` and extract it into a new private directory below ``staging_dir``.
 
     Members are checked before their data is read and hashed while written; the first problem
@@ -343,7 +368,7 @@ def extract_verified(path: PathLike, keyring: SignatureCheck, staging_dir: PathL
     staging.mkdir(parents=True, exist_ok=True, mode=0o700)
     root = Path(tempfile.mkdtemp(prefix="bundle-", dir=staging))
     try:
-        report = _Scan(Path(path), keyring, sink=root, stop_early=True).run()
+        report = _Scan(Path(path), keyring, sink=root, stop_early=True, meter=meter).run()
         report.raise_for_problems()
     except BaseException:
         shutil.rmtree(root, ignore_errors=True)

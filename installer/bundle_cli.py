@@ -46,9 +46,11 @@ def verify_command(file: Path = _FILE, keyring: Path = _KEYRING, json_output: bo
     """Check the signature and every member's size and sha256 without extracting anything."""
     from installer import bundle as bundle_lib
     from plumbing.gpg import Keyring
+    from plumbing.progress import terminal_meter
 
+    bundle_lib.require_bundle(file)  # the file named first: its absence is the mistake to report
     with Keyring.open([keyring]) as keys:
-        report = bundle_lib.verify(file, keys)
+        report = bundle_lib.verify(file, keys, terminal_meter("verifying", quiet=json_output))
     if json_output:
         output.emit_json(report.to_dict())
         if not report.ok:

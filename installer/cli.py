@@ -17,7 +17,8 @@ from typing import Any, ClassVar, Dict, Optional, Tuple
 import click
 import typer
 
-from plumbing.clikit import Group
+from plumbing import output
+from plumbing.clikit import Group, report_error_as_json
 from plumbing.errors import ExitCode, ToolError
 from plumbing.version import VERSION
 
@@ -133,17 +134,20 @@ def run(app: typer.Typer, argv: Optional[Sequence[str]] = None) -> int:
     """Run ``app`` on ``argv`` and return the exit code; the one place errors are printed."""
     command = typer.main.get_command(app)
     args = list(sys.argv[1:] if argv is None else argv)
+    output.reset()
     try:
         result = command.main(args=args, prog_name=PROG, standalone_mode=False)
     except ToolError as exc:
         if _debug or "--debug" in args:
             traceback.print_exc()
         print(f"{PROG}: error: {exc}", file=sys.stderr)
+        report_error_as_json(args, str(exc), int(exc.exit_code), getattr(exc, "problems", None))
         return int(exc.exit_code)
     except click.exceptions.Exit as exc:
         return int(exc.exit_code)
     except click.ClickException as exc:
         exc.show()
+        report_error_as_json(args, exc.format_message(), int(exc.exit_code))
         return int(exc.exit_code)
     except click.exceptions.Abort:
         print(f"{PROG}: aborted", file=sys.stderr)

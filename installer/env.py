@@ -19,6 +19,7 @@ from installer.backend import PackageBackend, make_backend
 from installer.target import StagedBundle
 from plumbing import proc
 from plumbing.errors import CommandError
+from plumbing.progress import Meter
 
 #: Where the CDI spec goes (node path) and the engines the installer knows, in detection order.
 CDI_SPEC = cdi.CDI_SPEC
@@ -121,6 +122,17 @@ def default_opener(bundle: Path, keyring: Path, staging_dir: Path) -> StagedBund
     from installer.source import open_verified
 
     return open_verified(bundle, keyring, staging_dir)
+
+
+def metered_opener(meter: Meter) -> BundleOpener:
+    """:func:`default_opener` that reports the bytes it verifies to ``meter`` (the CLI's terminal meter)."""
+
+    def opener(bundle: Path, keyring: Path, staging_dir: Path) -> StagedBundle:
+        from installer.source import open_verified
+
+        return open_verified(bundle, keyring, staging_dir, meter)
+
+    return opener
 
 
 def free_bytes(path: Path) -> int:

@@ -19,7 +19,7 @@ from configure.distros import NAMES as DISTROS
 from configure.validate import CDI_CHOICES, RUNTIME_CHOICES, SERVICE_ENGINES, existing_root
 from installer import oci_cli
 from plumbing.errors import ExitCode
-from plumbing.output import emit_json, emit_lines
+from plumbing.output import emit_json, emit_lines, json_facts
 
 ROOT_HELP = "Treat DIR as the node's / (configs, dpkg/rpm database, state), like dpkg --root."
 
@@ -86,8 +86,9 @@ def install_command(
     """Verify a bundle (a file or an oci:// artifact), check the node, install the toolkit and register the runtime."""
     # The library loads only when a command runs, so --help stays fast.
     from installer import install as install_lib
-    from installer.env import NodeEnv
+    from installer.env import NodeEnv, metered_opener
     from installer.plan import InstallOptions
+    from plumbing.progress import terminal_meter
 
     options = InstallOptions(
         root=Path(root),
@@ -103,7 +104,8 @@ def install_command(
         force=force,
     )
     with oci_cli.local_bundle(bundle, keyring, username, password_stdin, ca_file, plain_http) as local:
-        result = install_lib.install(local, Path(keyring), options, NodeEnv(log=_progress))
+        env = NodeEnv(log=_progress, opener=metered_opener(terminal_meter("verifying the bundle", quiet=as_json)))
+        result = install_lib.install(local, Path(keyring), options, env)
     if as_json:
         emit_json(result.to_dict())
     else:
@@ -183,7 +185,7 @@ def status_command(
 
     report = manage.status(Path(root), NodeEnv(), runtime_name, distro)
     if as_json:
-        emit_json(report)
+        emit_json({**report, "engines": {name: json_facts(facts) for name, facts in report["engines"].items()}})
     else:
         emit_lines(_status_lines(report))
     return int(ExitCode.PROBLEMS_FOUND if report["problems"] else ExitCode.OK)

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Dict, Tuple
+from typing import Dict, Optional, Tuple
 
 from installer.bundle import VerifiedBundle, extract_verified
 from installer.manifest import Manifest, PackageEntry
 from installer.nodecheck import MISSING_NOTE, has_node_check
 from installer.target import Requirement, StagedBundle, StagedPackage, StagedTarget
 from plumbing.gpg import Keyring
+from plumbing.progress import Meter
 
 #: Breaks of the toolkit packages, identical in every upstream version (docs/upstream.md section 4).
 #: Only a fallback for bundles whose manifest predates the per-package ``breaks`` field.
@@ -73,12 +74,12 @@ def _breaks(pkg: PackageEntry) -> Tuple[Requirement, ...]:
     return tuple(Requirement.parse(text) for text in pkg.breaks)
 
 
-def open_verified(bundle: Path, keyring: Path, staging_dir: Path) -> StagedBundle:
+def open_verified(bundle: Path, keyring: Path, staging_dir: Path, meter: Optional[Meter] = None) -> StagedBundle:
     """Verify ``bundle`` with the key(s) in ``keyring`` and extract it below ``staging_dir``.
 
     :raises VerificationError: a bad or missing signature, a key that is not the signer's, or any
         member whose size or sha256 differs from the manifest (nothing is left in ``staging_dir``).
     """
     with Keyring.open([keyring]) as trusted:
-        verified = extract_verified(bundle, trusted, staging_dir)
+        verified = extract_verified(bundle, trusted, staging_dir, meter)
     return staged_from_verified(verified)

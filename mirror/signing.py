@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from plumbing.errors import CommandError, SignatureError
+from plumbing.errors import CommandError, SignatureError, UsageError
 from plumbing.proc import run
 
 
@@ -27,18 +27,24 @@ class OperatorKey:
     def find(cls, key_id: str, gnupghome: Path | None) -> OperatorKey:
         """Look up the secret key ``key_id``.
 
-        :raises SignatureError: when no (single) secret key matches.
+        :raises UsageError: when no secret key, or more than one, matches (exit 2: the option names the wrong key).
         """
-        out = _gpg(gnupghome, "--with-colons", "--list-secret-keys", "--", key_id, what=f"key {key_id}")
+        where = gnupghome or "~/.gnupg"
+        try:
+            out = _gpg(gnupghome, "--with-colons", "--list-secret-keys", "--", key_id, what=f"key {key_id}")
+        except SignatureError:  # gpg exits 2 for a key it does not have: the option names the wrong key
+            out = b""
         fprs: list[str] = []
         lines = out.decode("utf-8", "replace").splitlines()
         for index, line in enumerate(lines):
             if line.startswith("sec:") and index + 1 < len(lines) and lines[index + 1].startswith("fpr:"):
                 fprs.append(lines[index + 1].split(":")[9])
-        if len(fprs) != 1:
-            raise SignatureError(
-                f"--sign-key {key_id} matches {len(fprs)} secret keys in {gnupghome or '~/.gnupg'}; name exactly one"
+        if not fprs:
+            raise UsageError(
+                f"--sign-key {key_id} is not a secret key in {where} (`gpg --list-secret-keys` lists the keys there)"
             )
+        if len(fprs) > 1:
+            raise UsageError(f"--sign-key {key_id} matches {len(fprs)} secret keys in {where}; name exactly one")
         return cls(key_id, gnupghome, fprs[0])
 
     def sign_detached(self, data: bytes, *, at: int | None = None) -> bytes:
@@ -70,4 +76,10 @@ def _gpg(gnupghome: Path | None, *args: str, data: bytes | None = None, what: st
         hint = exc.stderr.strip().splitlines()[-1] if exc.stderr.strip() else f"gpg exited with {exc.returncode}"
         if "in the future" in exc.stderr:
             hint += " (SOURCE_DATE_EPOCH is older than the signing key; use a later SOURCE_DATE_EPOCH)"
+        elif "can't get input" in exc.stderr or "No passphrase given" in exc.stderr:
+            # gpg runs in batch mode here and cannot ask; gpg-agent can keep a passphrase it asked for once
+            hint = (
+                "the key is protected by a passphrase and gpg cannot ask for it in batch mode; unlock it once in a"
+                " terminal (export GPG_TTY=$(tty); gpg -u KEY --clearsign < /dev/null > /dev/null), then run again"
+            )
         raise SignatureError(f"gpg failed for {what}: {hint}") from exc

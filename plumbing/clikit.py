@@ -15,7 +15,8 @@ import click
 from click.core import ParameterSource
 from typer.core import TyperCommand, TyperGroup
 
-from plumbing.errors import UsageError
+from plumbing import output
+from plumbing.errors import ExitCode, UsageError
 from plumbing.output import warn
 
 HELP_OPTIONS = ["-h", "--help"]
@@ -116,8 +117,8 @@ def rewrite_legacy(
     """``args`` in today's spellings, and a warning for each old spelling found (before ``--``).
 
     :param renamed: old option name -> new name (``--out`` -> ``--output``).
-    :param bare: option -> (value, its choices): the option written without one of its choices (an old
-        boolean flag) means ``value``.
+    :param bare: option -> (value, its choices): the option written without a value (an old boolean flag:
+        last, or followed by another option) means ``value``; a wrong value is left for click to refuse.
     """
     out: List[str] = []
     warnings: List[str] = []
@@ -135,7 +136,7 @@ def rewrite_legacy(
         out.append(token)
         if token in bare:
             meant, choices = bare[token]
-            if i + 1 >= len(args) or args[i + 1] not in choices:
+            if i + 1 >= len(args) or (args[i + 1].startswith("-") and args[i + 1] not in choices):
                 warnings.append(f"{token} without a value is deprecated; write {token} {meant} ({REMOVAL})")
                 out.append(meant)
         i += 1
@@ -157,3 +158,27 @@ def legacy_spellings(
             return super().parse_args(ctx, args)
 
     return LegacyCommand
+
+
+def wants_json(args: Sequence[str]) -> bool:
+    """Whether the command line asks for ``--json`` (before any ``--``)."""
+    end = list(args).index("--") if "--" in args else len(args)
+    return "--json" in args[:end]
+
+
+def error_object(message: str, exit_code: int, problems: Optional[Sequence[str]] = None) -> Dict[str, Any]:
+    """The ``--json`` object of a failed command: ``ok`` false and the error's code name, exit code and sentence."""
+    try:
+        name = ExitCode(exit_code).name.lower()
+    except ValueError:
+        name = "error"
+    error: Dict[str, Any] = {"code": name, "exit_code": exit_code, "message": message}
+    if problems:
+        error["problems"] = list(problems)
+    return {"ok": False, "error": error}
+
+
+def report_error_as_json(args: Sequence[str], message: str, exit_code: int, problems: Optional[Sequence[str]] = None) -> None:
+    """With ``--json``, print the error as the run's one JSON object (unless the command printed its own)."""
+    if wants_json(args) and not output.json_emitted():
+        output.emit_json(error_object(message, exit_code, problems))

@@ -173,3 +173,22 @@ def test_the_cli_default_upstream_is_the_sync_default() -> None:
     from mirror.sync import core as sync
 
     assert cli.DEFAULT_UPSTREAM == sync.DEFAULT_UPSTREAM
+
+
+def test_a_passphrase_protected_key_says_how_to_unlock_it_and_leaves_no_output(deb_mirror: Path, tmp_path: Path) -> None:
+    home = tmp_path / "gnupg"
+    home.mkdir(mode=0o700)
+    gpg = ["gpg", "--homedir", str(home), "--batch", "--quiet", "--pinentry-mode", "loopback"]
+    subprocess.run([*gpg, "--passphrase", "secret", "--quick-gen-key", "ops <ops@example.invalid>", "ed25519", "sign", "never"],
+                   check=True, capture_output=True)  # fmt: skip
+    try:
+        out = tmp_path / "out"
+        out.mkdir()
+        built = run_cli("bundle", "build", "--mirror", str(deb_mirror), "--target", "deb/amd64", "--sign-key", "ops@example.invalid",
+                        "--gnupghome", str(home), "--output", str(out / "b.tar.zst"))  # fmt: skip
+        assert built.exit_code != 0
+        (line,) = built.stderr.strip().splitlines()
+        assert "protected by a passphrase" in line and "export GPG_TTY=$(tty)" in line, line
+        assert list(out.iterdir()) == []
+    finally:
+        subprocess.run(["gpgconf", "--homedir", str(home), "--kill", "gpg-agent"], check=False)

@@ -124,7 +124,7 @@ def test_an_invalid_existing_spec_is_reported_and_replaced_only_with_force(tmp_p
     result = run_cli("configure", "cdi", "--root", str(root), "--force", "--json")
     assert result.exit_code == 0
     out = json.loads(result.stdout)
-    assert out["facts"]["EXISTING_VALID"] == "false" and out["facts"]["DEVICES"] == "0,all"
+    assert out["facts"]["existing_valid"] is False and out["facts"]["devices"] == "0,all"
     assert validate_spec(yaml.safe_load(path.read_bytes())) == []
 
 

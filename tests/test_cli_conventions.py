@@ -199,3 +199,30 @@ def test_bundle_build_names_the_range_it_cannot_meet_and_what_the_mirror_has(
     bad = run_cli("bundle", "build", "--mirror", str(all_releases_mirror), "--version", "all",
                   "--sign-key", operator_key.fingerprint, "--output", str(tmp_path / "b.tar"), "--target", "deb/amd64")  # fmt: skip
     assert bad.exit_code == ExitCode.USAGE and "a bundle carries one release" in bad.stderr
+
+
+# -- the same conventions in the node tool, on the node's python3.9 ------------------------------------------
+
+
+@pytest.mark.slow
+def test_the_node_tool_on_python39_takes_dash_h_debug_anywhere_and_answers_json_errors(
+    deb_bundle: Path, tmp_path: Path
+) -> None:
+    import json
+    import subprocess
+
+    from tests.node_fixtures import PY39
+
+    subprocess.run(["tar", "-xf", str(deb_bundle), "-C", str(tmp_path), "gpu-airgap-node.pyz"], check=True)
+    tool = [str(PY39), "-I", str(tmp_path / "gpu-airgap-node.pyz")]
+    env = {"GPU_AIRGAP_NODE_CACHE": str(tmp_path / "cache"), "PATH": "/usr/bin:/bin"}
+
+    def node(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*tool, *argv], capture_output=True, text=True, check=False, env=env)
+
+    helped = node("bundle", "-h")
+    assert helped.returncode == 0 and "verify" in helped.stdout and "build" not in helped.stdout.lower()
+    missing = tmp_path / "nvct.tar.zst"
+    failed = node("bundle", "inspect", str(missing), "--json", "--debug")
+    assert failed.returncode == ExitCode.USAGE and "Traceback" in failed.stderr
+    assert json.loads(failed.stdout)["error"] == {"code": "usage", "exit_code": 2, "message": f"the bundle {missing} does not exist"}

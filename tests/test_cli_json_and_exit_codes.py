@@ -24,7 +24,7 @@ from tests.test_configure_commands import make_root
 
 SNAKE = re.compile(r"^[a-z][a-z0-9_]*$")
 #: objects keyed by data (package names, file paths), not by field names
-DATA_MAPS = {"packages", "kept"}
+DATA_MAPS = {"packages", "kept", "units"}
 
 
 def _style_problems(value: Any, where: str = "$") -> List[str]:

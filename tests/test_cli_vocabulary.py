@@ -102,12 +102,12 @@ def test_configure_cdi_means_what_install_cdi_means(tmp_path: Path, argv: List[s
         (tmp_path / "dev" / "nvidiactl").touch()
     result = run_cli("configure", "containerd", "--root", str(tmp_path), "--json", *argv)
     assert result.exit_code == 0, result.stderr
-    assert json.loads(result.stdout)["facts"]["CDI"] == str(enabled).lower()
+    assert json.loads(result.stdout)["facts"]["cdi"] is enabled
 
 
 def test_a_bare_cdi_still_means_on_with_a_deprecation_warning(tmp_path: Path) -> None:
     make_root(tmp_path, "config.toml.base")
     result = run_cli("configure", "containerd", "--root", str(tmp_path), "--cdi", "--json")
     assert result.exit_code == 0, result.stderr
-    assert json.loads(result.stdout)["facts"]["CDI"] == "true"
+    assert json.loads(result.stdout)["facts"]["cdi"] is True
     assert "--cdi without a value is deprecated; write --cdi on" in result.stderr

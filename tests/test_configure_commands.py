@@ -38,7 +38,7 @@ def test_json_output_is_one_object_with_the_facts(tmp_path: Path) -> None:
     make_root(tmp_path, "config.toml.base")
     result = run_cli("configure", "containerd", "--root", str(tmp_path), "--json", "--cdi", "on")
     data = json.loads(result.stdout)
-    assert data["facts"]["RUNTIME"] == "nvidia" and data["facts"]["CDI"] == "true"
+    assert data["facts"]["runtime"] == "nvidia" and data["facts"]["cdi"] is True
     assert data["written"] == [str(tmp_path / CONFIG)]
 
 
@@ -46,7 +46,7 @@ def test_set_as_default_then_revert_restores_the_previous_default(tmp_path: Path
     config = make_root(tmp_path, "config.toml.base")
     original = config.read_bytes()
     assert run_cli("configure", "containerd", "--root", str(tmp_path), "--set-as-default").exit_code == 0
-    report = run_cli("configure", "report", "--root", str(tmp_path)).stdout.splitlines()
+    report = run_cli("configure", "report", "--root", str(tmp_path), "--all").stdout.splitlines()
     assert "DEFAULT=nvidia" in report and "DEFAULT_UNCHANGED=false" in report
     (tmp_path / "usr/bin").mkdir(parents=True)
     (tmp_path / "usr/bin/nvidia-container-runtime").write_text("#!/bin/sh\n")
@@ -117,7 +117,7 @@ def test_report_and_verify_read_back_the_config_a_custom_config_run_edited(
     assert report.exit_code == 0, report.stderr
     assert "RUNTIME=nvidia" in report.stdout.splitlines()
     as_json = json.loads(run_cli("configure", "report", "--root", root, "--runtime", engine_name, "--json").stdout)
-    assert as_json["RUNTIME"] == "nvidia" and as_json["RUNTIME_PATH"] == "/usr/bin/nvidia-container-runtime"
+    assert as_json["runtime"] == "nvidia" and as_json["runtime_path"] == "/usr/bin/nvidia-container-runtime"
     for engine_flags in (["--json"], ["--json", "--dry-run"]):  # configure --json: one object, run after run
         again = json.loads(run_cli("configure", engine_name, "--root", root, "--config", node_path, *flags, *engine_flags).stdout)
         assert again["already_configured"] is True and again["written"] == []

@@ -14,7 +14,7 @@ import json
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Dict, Optional
+from typing import Any, Dict, Optional
 
 import pytest
 import yaml
@@ -70,10 +70,10 @@ def configure(root: Path, *flags: str) -> CliResult:
     return run_cli("configure", "containerd", "--root", str(root), *flags)
 
 
-def report(root: Path, *flags: str) -> Dict[str, str]:
+def report(root: Path, *flags: str) -> Dict[str, Any]:
     done = run_cli("configure", "report", "--root", str(root), "--json", *flags)
     assert done.exit_code == 0, done.stderr
-    facts: Dict[str, str] = json.loads(done.stdout)
+    facts: Dict[str, Any] = json.loads(done.stdout)
     return facts
 
 
@@ -109,7 +109,7 @@ def test_a_k3s_agent_unit_file_narrows_the_restart_to_that_unit(tmp_path: Path) 
     (root / "etc/systemd/system").mkdir(parents=True)
     (root / "etc/systemd/system/k3s-agent.service").write_text("[Service]\nExecStart=/usr/local/bin/k3s agent\n")
     assert choose(root).units == ("k3s-agent",)
-    assert "restart k3s-agent" in report(root)["RESTART"]
+    assert "restart k3s-agent" in report(root)["restart"]
 
 
 def test_several_containerds_are_listed_and_the_user_chooses(tmp_path: Path) -> None:
@@ -125,7 +125,7 @@ def test_several_containerds_are_listed_and_the_user_chooses(tmp_path: Path) -> 
     chosen = configure(root, "--distro", "k3s")
     assert chosen.exit_code == 0, chosen.stderr
     assert "using the containerd of k3s (config /var/lib/rancher/k3s/agent/etc/containerd/config.toml" in chosen.stderr
-    assert report(root, "--distro", "k3s")["DISTRO"] == "k3s"
+    assert report(root, "--distro", "k3s")["distro"] == "k3s"
 
 
 # -- k3s / RKE2: nothing written by default ---------------------------------------------------
@@ -152,14 +152,14 @@ def test_k3s_and_rke2_get_no_containerd_file_and_the_regenerated_config_is_verif
     assert "nothing written" in done.stdout and restart in done.stdout
     assert tree(root) == before  # never the generated config.toml
     facts = report(root)
-    assert facts["DISTRO"] == fixture.split("/")[0].split("-")[0] and restart in facts["RESTART"]
+    assert facts["distro"] == fixture.split("/")[0].split("-")[0] and restart in facts["restart"]
     if state == "_before-toolkit":
         failed = verify(root)
         assert failed.exit_code == 9 and restart in failed.stdout
         # The agent's restart: it regenerates config.toml with the nvidia runtime it found.
         shutil.copy(FIXTURES / fixture / base.lstrip("/") / "config.toml", root / base.lstrip("/") / "config.toml")
     facts = report(root)
-    assert (facts["RUNTIME"], facts["RUNTIME_PATH"], facts["SYSTEMD_CGROUP"]) == ("nvidia", BINARY, "true")
+    assert (facts["runtime"], facts["runtime_path"], facts["systemd_cgroup"]) == ("nvidia", BINARY, True)
     checked = verify(root)
     assert checked.exit_code == 0, checked.stdout + checked.stderr
     effective = loads(root, f"{base}/config.toml", tmp_path) if not oracle_missing() else None
@@ -226,7 +226,7 @@ def test_another_runtime_name_goes_to_the_drop_in_dir_or_a_base_template_and_loa
     (root / "opt/nvidia").mkdir(parents=True)
     (root / "opt/nvidia/nvidia-container-runtime").write_text("#!/bin/sh\n")
     facts = report(root)
-    assert (facts["RUNTIME"], facts["RUNTIME_PATH"]) == ("nvidia-gpu", "/opt/nvidia/nvidia-container-runtime")
+    assert (facts["runtime"], facts["runtime_path"]) == ("nvidia-gpu", "/opt/nvidia/nvidia-container-runtime")
     assert verify(root).exit_code == 0
     assert run_cli("configure", "revert", "--root", str(root)).exit_code == 0
     generated.write_text(base_text)  # the agent's restart after the revert renders the base again
@@ -271,7 +271,7 @@ def test_microk8s_template_gets_the_runtime_loads_in_containerd_and_reverts_byte
     assert effective.error == "" and effective.runtime["BinaryName"] == BINARY
     assert "nvidia-container-runtime" in effective.runtimes
     facts = report(root)
-    assert (facts["DISTRO"], facts["RUNTIME"], facts["DEFAULT"]) == ("microk8s", "nvidia", "runc")
+    assert (facts["distro"], facts["runtime"], facts["default"]) == ("microk8s", "nvidia", "runc")
     assert verify(root).exit_code == 0
     assert run_cli("configure", "revert", "--root", str(root)).exit_code == 0
     shutil.copy(FIXTURES / "microk8s" / MICROK8S.lstrip("/") / "containerd.toml", root / MICROK8S.lstrip("/") / "containerd.toml")
@@ -293,7 +293,7 @@ def test_k0s_gets_a_version_3_drop_in_loads_in_containerd_2_and_reverts_byte_exa
     effective = loads(root, "/etc/k0s/containerd.toml", tmp_path)
     assert effective.error == "" and effective.runtime["BinaryName"] == BINARY
     facts = report(root)
-    assert (facts["DISTRO"], facts["RUNTIME"], facts["CONFIG_VERSION"]) == ("k0s", "nvidia", "3")
+    assert (facts["distro"], facts["runtime"], facts["config_version"]) == ("k0s", "nvidia", 3)
     assert verify(root).exit_code == 0
     assert run_cli("configure", "revert", "--root", str(root)).exit_code == 0
     assert tree(root) == before
@@ -314,7 +314,7 @@ def test_a_gpu_operator_node_is_refused_in_one_sentence_and_force_takes_over(tmp
     assert done.exit_code == 5
     assert done.stderr.count("\n") == 1 and "managed by the NVIDIA GPU Operator" in done.stderr and "--force" in done.stderr
     assert "/usr/local/nvidia/toolkit" in done.stderr and tree(root) == before
-    assert report(root)["OWNER"] == "the NVIDIA GPU Operator"
+    assert report(root)["owner"] == "the NVIDIA GPU Operator"
     (root / BINARY.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
     (root / BINARY.lstrip("/")).write_text("#!/bin/sh\n")
     forced = configure(root, "--force")

@@ -140,7 +140,7 @@ class Fleet:
 
 def _runtime(root: Path) -> str:
     report = run_cli("configure", "report", "--root", str(root), "--runtime", "containerd", "--json")
-    return str(json.loads(report.stdout).get("RUNTIME") or "")
+    return str(json.loads(report.stdout).get("runtime") or "")
 
 
 @pytest.fixture(scope="module")

@@ -48,7 +48,7 @@ def test_the_mirror_path_configures_podman_and_asks_no_restart(tmp_path: Path) -
     assert checked["changed"] is True and checked["engines_changed"] == [] and not hook.exists(), checked
     done = _module(tmp_path, "-a", f"state=configured {params}")
     assert done["changed"] is True and done["engines_changed"] == [] and hook.is_file(), done
-    assert done["result"]["facts"]["MODE"] == "hook"
+    assert done["result"]["facts"]["mode"] == "hook"
     again = _module(tmp_path, "-a", f"state=configured {params}")
     assert again["changed"] is False, again
     undone = _module(tmp_path, "-a", f"state=unconfigured {params}")

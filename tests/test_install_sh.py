@@ -89,7 +89,7 @@ def test_install_sh_installs_with_only_python3_and_gpg_and_a_second_run_has_noth
     for tool in ("nvidia-ctk", "nvidia-container-runtime", "nvidia-container-cli"):
         assert os.access(root / "usr/bin" / tool, os.X_OK), tool
     report = run_cli("configure", "report", "--root", str(root), "--runtime", "containerd", "--json")
-    assert json.loads(report.stdout)["RUNTIME"] == "nvidia", report.stdout
+    assert json.loads(report.stdout)["runtime"] == "nvidia", report.stdout
     state = json.loads((root / "var/lib/gpu-airgap/state.json").read_text())
     assert state["signer"] == operator_key.fingerprint and state["bundle_id"][:16] in first.stdout
     assert state["packages"] == dpkg_versions(root) and state["engines"] == ["containerd"]

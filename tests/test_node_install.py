@@ -542,7 +542,7 @@ def test_cli_install_status_uninstall_round_trip(tmp_path: Path, deb_root: Path,
     assert again.exit_code == 0 and again.stdout.startswith("up-to-date")
     shown = run_cli("status", "--root", str(deb_root), "--json")
     assert shown.exit_code == 0, shown.stdout
-    assert json.loads(shown.stdout)["engines"]["containerd"]["RUNTIME"] == "nvidia"
+    assert json.loads(shown.stdout)["engines"]["containerd"]["runtime"] == "nvidia"
     removed = run_cli("uninstall", "--root", str(deb_root))
     assert removed.exit_code == 0, removed.stderr
     assert "removed nvidia-container-toolkit" in removed.stdout

@@ -159,19 +159,20 @@ def test_install_sh_run_without_the_checked_files_next_to_it_refuses(
 def test_the_documented_command_works_on_the_first_part_of_a_split_bundle(
     deb_mirror: Path, operator_key: TestKey, node_bin: Path, tmp_path: Path
 ) -> None:
-    out = tmp_path / "built" / BUNDLE
+    split = "nvct-1.17.8.tar"  # uncompressed, so it makes several 1M parts; a .tar.zst name would contradict --compression none
+    out = tmp_path / "built" / split
     out.parent.mkdir()
     built = run_cli("bundle", "build", "--mirror", str(deb_mirror), "--version", "1.17.8", "--target", "deb/amd64",
                     "--sign-key", operator_key.fingerprint, "--gnupghome", str(operator_key.home), "--output", str(out),
                     "--compression", "none", "--split", "1M", "--json")  # fmt: skip
     assert built.exit_code == 0, built.stderr
     result = json.loads(built.stdout)
-    assert result["node_command"] == node_command(f"{BUNDLE}.part001")
-    node = Node(tmp_path, node_bin, out.parent / f"{BUNDLE}.part001", operator_key.public)
+    assert result["node_command"] == node_command(f"{split}.part001")
+    node = Node(tmp_path, node_bin, out.parent / f"{split}.part001", operator_key.public)
     for part in out.parent.iterdir():
         (node.dir / part.name).write_bytes(part.read_bytes())
     node.env["PATH"] += ":/usr/bin:/bin"  # the installer's dry run reads the node (dpkg-query)
-    done = node.run_documented("--root", str(node.root), "--runtime", "containerd", "--dry-run", bundle=f"{BUNDLE}.part001")
+    done = node.run_documented("--root", str(node.root), "--runtime", "containerd", "--dry-run", bundle=f"{split}.part001")
     assert done.returncode == 0, done.stderr
     assert "dry run: nothing was changed" in done.stdout
 

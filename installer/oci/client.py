@@ -45,6 +45,7 @@ from installer.oci.errors import (
     RegistryUnreachable,
 )
 from installer.oci.reference import DIGEST_RE, Reference
+from plumbing import output
 from plumbing.version import VERSION
 
 CHUNK = 1 << 20
@@ -293,11 +294,13 @@ class RegistryClient:
                     continue
                 if not idempotent or attempt >= self.access.attempts:
                     raise RegistryUnreachable(f"cannot reach the registry at {url}: {_reason(exc)}") from exc
+                output.warn(f"cannot reach {url} ({_reason(exc)}); retry {attempt} of {self.access.attempts - 1} in {0.5 * attempt:.1f} s")
                 self._sleep(0.5 * attempt)
                 continue
             self._may_fall_back = False
             if resp.status in _RETRY_STATUS and idempotent and attempt < self.access.attempts:
                 resp.close()
+                output.warn(f"{method} {url}: HTTP {resp.status}; retry {attempt} of {self.access.attempts - 1} in {0.5 * attempt:.1f} s")
                 self._sleep(0.5 * attempt)
                 continue
             if resp.status in _RETRY_STATUS or resp.status >= 500:

@@ -43,6 +43,7 @@ from mirror.lockfile import Lockfile
 from mirror.signing import OperatorKey
 from mirror.store import file_digest, reading
 from plumbing.errors import NoSpaceError, ToolError, UsageError
+from plumbing.progress import Meter, NoMeter
 from plumbing.version import VERSION
 
 OPERATOR_KEY = "operator-key.asc"
@@ -111,10 +112,12 @@ def build_bundle(
     locked: Lockfile | None = None,
     epoch: int | None = None,
     info_cache: Path | None = None,
+    meter: Meter | None = None,
 ) -> BuildResult:
     """Select ``version`` for ``targets`` from the mirror at ``mirror`` and write a signed bundle to ``output``.
 
     :param epoch: the build time; default SOURCE_DATE_EPOCH, else now.
+    :param meter: told the bytes written as members go into the bundle (the CLI's terminal meter).
     :param info_cache: the package query cache (default :func:`mirror.hostenv.package_info_cache`).
     :raises ToolError: (subclasses) when the mirror lacks something, signing fails, or a package
         on disk no longer matches its verified digest; no output is left behind then.
@@ -126,6 +129,7 @@ def build_bundle(
         return build_from_selection(
             selection, sign_key=sign_key, gnupghome=gnupghome, output=output,
             compression=compression, split=split, wheel_cache=wheel_cache, epoch=epoch, info_cache=info_cache,
+            meter=meter,
         )
 
 
@@ -140,8 +144,10 @@ def build_from_selection(
     wheel_cache: Path | None = None,
     epoch: int | None = None,
     info_cache: Path | None = None,
+    meter: Meter | None = None,
 ) -> BuildResult:
     """Write the bundle for an already-selected set of targets (see :func:`build_bundle`)."""
+    meter = meter or NoMeter()
     epoch = build_epoch() if epoch is None else epoch
     created = datetime.fromtimestamp(epoch, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     key = OperatorKey.find(sign_key, gnupghome)
@@ -175,18 +181,22 @@ def build_from_selection(
     if clash or len(packages) != sum(len(r.packages) for r in repos):
         raise ToolError(f"two bundle members would share a name ({', '.join(sorted(clash)) or 'a package file'}); rename in the mirror")
     payload = len(manifest_bytes) + len(signature)
+    meter.start(payload + sum(len(data) for data, _ in generated.values()) + sum(p.source.size for p in packages.values()))
     try:
         with BundleWriter(output, compression=compression, mtime=epoch, split=split) as writer:
             writer.add_bytes(MANIFEST_NAME, manifest_bytes)
             writer.add_bytes(SIGNATURE_NAME, signature)
+            meter.advance(payload)
             for name in [*HEAD, *sorted((set(generated) | set(packages)) - set(HEAD))]:
                 if name in generated:
                     writer.add_bytes(name, generated[name][0], executable=name == INSTALL_SH)
-                    payload += len(generated[name][0])
+                    size = len(generated[name][0])
                 else:
                     pkg = packages[name]
                     writer.add_file(name, pkg.source.path, size=pkg.source.size, sha256=pkg.sha256)
-                    payload += pkg.source.size
+                    size = pkg.source.size
+                payload += size
+                meter.advance(size)
             outputs = writer.commit(
                 lambda parts: _checksum_list(output, parts, key) if split is not None else {},
                 check_first=_first_part_check(split, [manifest_bytes, signature, *(generated[n][0] for n in HEAD)]),
@@ -195,6 +205,8 @@ def build_from_selection(
         if NoSpaceError.matches(exc):
             raise NoSpaceError(output, "no bundle was written") from exc
         raise ToolError(f"cannot write {output}: {exc.strerror or exc}; no bundle was written") from exc
+    finally:
+        meter.close()
     return BuildResult(tuple(outputs), manifest, len(generated) + len(packages) + 2, payload)
 
 

@@ -59,6 +59,7 @@ def build_command(
     from mirror.bundle.source import parse_target
     from mirror.lockfile import Lockfile
     from mirror.selectors import VersionSelector
+    from plumbing.progress import terminal_meter
 
     if compression is not None and compression not in COMPRESSIONS:
         raise UsageError(f"unknown --compression {compression!r}; use one of {', '.join(COMPRESSIONS)}")
@@ -75,6 +76,7 @@ def build_command(
         compression=compression_for(output_file, compression),
         split=parse_size(split) if split else None,
         locked=Lockfile.load(locked) if locked is not None else None,
+        meter=terminal_meter("writing the bundle", quiet=json_output),
     )
     from installer.nodecheck import node_command
 

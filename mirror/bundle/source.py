@@ -21,11 +21,17 @@ from mirror.model import Package, PackageFormat, SourcePackage
 from mirror.selectors import VersionSelector
 from mirror.store import MirrorState, Release, RepoRecord, StoredPackage
 from plumbing.arch import normalize_arch
-from plumbing.errors import ChecksumMismatch, ToolError, UsageError
+from plumbing.errors import ChecksumMismatch, ExitCode, ToolError, UsageError
 
 
 class SourceError(ToolError):
     """The mirror cannot supply what the bundle asks for."""
+
+
+class MissingRelease(SourceError):
+    """The mirror holds no release that ``--version`` (or the lockfile) selects: unresolvable, as in ``mirror sync``."""
+
+    exit_code = ExitCode.UNRESOLVABLE
 
 
 @dataclass(frozen=True)
@@ -181,7 +187,7 @@ def _pick_release(repo: RepoRecord, version: str) -> Release:
     if chosen is not None:
         return next(r for r in repo.releases if r.toolkit_version == chosen)
     have = ", ".join(r.toolkit_version for r in repo.releases)
-    raise SourceError(f"the mirror's {repo.key} repository has no toolkit {selector} (it has {have}); sync it first")
+    raise MissingRelease(f"the mirror's {repo.key} repository has no toolkit {selector} (it has {have}); sync it first")
 
 
 def _locked_release(repo: RepoRecord, target: LockedTarget) -> Release:
@@ -199,7 +205,7 @@ def _locked_release(repo: RepoRecord, target: LockedTarget) -> Release:
             held = [repo.package(path) for path in release.packages]
             if all(any(_same(h, w) for w in target.packages) for h in held):
                 return release
-    raise SourceError(
+    raise MissingRelease(
         f"the mirror's {repo.key} repository does not hold the locked set for toolkit {target.toolkit_version}; "
         "run `gpu-airgap mirror sync --locked` first"
     )

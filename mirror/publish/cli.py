@@ -55,6 +55,7 @@ def publish_command(
     from mirror.store import MirrorState
     from mirror.trust import open_keyring
     from plumbing.gpg import check_key_file
+    from plumbing.progress import terminal_meter
 
     url = normalize_base_url(base_url)
     if not valid_keyring_name(keyring_name):  # usage errors first; publish() checks again for library callers
@@ -71,15 +72,17 @@ def publish_command(
     check_target(out, mirror)
     MirrorState.load(mirror)
     epoch = build_epoch()
+    meter = terminal_meter("publishing", quiet=quiet or json_output)
     with contextlib.ExitStack() as stack:
         if preserve_upstream:
             ring = stack.enter_context(open_keyring([keyring] if keyring else None))
-            result = publish(mirror, out, base_url=url, keyring_name=keyring_name, key=None, upstream_keyring=ring, epoch=epoch)
+            result = publish(mirror, out, base_url=url, keyring_name=keyring_name, key=None, upstream_keyring=ring, epoch=epoch,
+                             meter=meter)
         else:
             key = OperatorKey.find(str(sign_key), gnupghome)
             result = publish(
                 mirror, out, base_url=url, keyring_name=keyring_name, key=key, upstream_keyring=None, epoch=epoch,
-                info_cache=package_info_cache(),
+                info_cache=package_info_cache(), meter=meter,
             )
     if json_output:
         output.emit_json({

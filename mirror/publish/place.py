@@ -19,6 +19,7 @@ from typing import Final
 from mirror.store import StoredFile
 from plumbing.errors import ChecksumMismatch, ToolError
 from plumbing.fsutil import atomic_write, safe_join
+from plumbing.progress import Meter, NoMeter
 
 _CHUNK: Final = 1 << 20
 #: link() errors that mean "cannot link here" rather than "something is wrong": copy instead.
@@ -39,10 +40,11 @@ class MirrorFileChanged(ChecksumMismatch):
 class Placer:
     """Places files under ``tree`` and counts them."""
 
-    def __init__(self, mirror: Path, tree: Path) -> None:
-        """Copy from mirror ``mirror`` into the (empty) directory ``tree``."""
+    def __init__(self, mirror: Path, tree: Path, meter: Meter | None = None) -> None:
+        """Copy from mirror ``mirror`` into the (empty) directory ``tree``, telling ``meter`` the bytes placed."""
         self.mirror = mirror
         self.tree = tree
+        self.meter = meter or NoMeter()
         self.files = 0
         self.bytes = 0
         self.linked = 0
@@ -77,6 +79,7 @@ class Placer:
                 raise MirrorFileChanged(stored.path, f"{algo} {recorded[:16]}…", f"{actual[:16]}…")
         self.files += 1
         self.bytes += size
+        self.meter.advance(size)
         self.linked += linked
         return target, sha256
 

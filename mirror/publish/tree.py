@@ -54,6 +54,7 @@ from mirror.signing import OperatorKey
 from plumbing.errors import NoSpaceError, SignatureError, ToolError, UsageError, VerificationError
 from plumbing.fsutil import safe_join
 from plumbing.gpg import Keyring
+from plumbing.progress import Meter, NoMeter
 from plumbing.version import VERSION
 
 PUBLISH_LABELS: Final = ReleaseLabels(
@@ -117,9 +118,11 @@ def publish(
     upstream_keyring: Keyring | None,
     epoch: int,
     info_cache: Path | None = None,
+    meter: Meter | None = None,
 ) -> PublishResult:
     """Publish mirror ``mirror`` into ``out`` for nodes that fetch from ``base_url``.
 
+    :param meter: told the bytes of the packages as they are placed (the CLI's terminal meter).
     :param base_url: where nodes reach ``out`` (see :func:`normalize_base_url`).
     :param keyring_name: nodes keep the key as ``/usr/share/keyrings/<keyring_name>.gpg``.
     :param key: the operator key that re-signs the indexes; None with ``upstream_keyring``.
@@ -139,22 +142,26 @@ def publish(
         if not state.repos:
             raise MirrorStateError(mirror, "it holds no repository yet (run `gpu-airgap mirror sync` first)")
         site = Site(base_url, keyring_name, _channels(state, "deb"), _channels(state, "rpm"))
+        meter = meter or NoMeter()
+        meter.start(sum(p.size for repo in state.repos for p in repo.packages))
         try:
             with staged(out) as tree:
-                result = _fill(tree, state, mirror, out, site, key, upstream_keyring, epoch, info_cache)
+                result = _fill(tree, state, mirror, out, site, key, upstream_keyring, epoch, info_cache, meter)
         except (OSError, ToolError) as exc:
             if NoSpaceError.matches(exc):  # staged() removed the new tree: OUT is as it was
                 raise NoSpaceError(out, f"{out} is unchanged") from exc
             raise
+        finally:
+            meter.close()
     return dataclasses.replace(result, seconds=time.monotonic() - started)
 
 
 def _fill(
     tree: Path, state: store.MirrorState, mirror: Path, out: Path, site: Site,
-    key: OperatorKey | None, upstream_keyring: Keyring | None, epoch: int, info_cache: Path | None,
+    key: OperatorKey | None, upstream_keyring: Keyring | None, epoch: int, info_cache: Path | None, meter: Meter,
 ) -> PublishResult:  # fmt: skip
     """Put every repo, the key, the text files and the marker into the empty ``tree``."""
-    placer = Placer(mirror, tree)
+    placer = Placer(mirror, tree, meter)
     if upstream_keyring is not None:
         repos = [_preserved(repo, mirror, placer, upstream_keyring) for repo in state.repos]
         signers = sorted({r.signed_by for r in repos})

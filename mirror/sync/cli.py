@@ -83,6 +83,10 @@ def _options(
     return sync_lib.SyncOptions(upstream=upstream, channel=channel, targets=tuple(targets), selector=version, locked=lock)
 
 
+def _silent(line: str) -> None:
+    """--quiet: retries are not errors, so they are not shown."""
+
+
 def _warn_channel(options: sync_lib.SyncOptions, quiet: bool) -> None:
     if options.channel == "experimental" and not quiet:
         output.warn("the experimental channel carries release candidates, which are not for production")
@@ -149,7 +153,7 @@ def sync_command(
     _warn_channel(options, quiet)  # on stderr, so --json still prints one object on stdout
     progress = progress_lib.choose(quiet=quiet, json_output=json_output)
     try:
-        with open_keyring([keyring] if keyring else None) as ring, Downloader(jobs=jobs) as downloader:
+        with open_keyring([keyring] if keyring else None) as ring, Downloader(jobs=jobs, notify=_silent if quiet else output.warn) as downloader:
             try:
                 result = sync_lib.sync(options, dest, downloader=downloader, loader=sync_lib.make_loader(ring), progress=progress)
             finally:

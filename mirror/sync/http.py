@@ -36,6 +36,7 @@ from mirror.errors import FetchError
 from mirror.sync.netfail import CONNECTION_HINT, describe
 from mirror.sync.transaction import CachedResponse
 from mirror.sync.transfer import CHUNK, DownloadRequest, PartialBody, PartialFile, TransferStats, range_start
+from plumbing import output
 from plumbing.errors import ChecksumMismatch, NoSpaceError, ToolError
 
 # DownloadRequest is part of this module's interface (sync.core and tests import it from here).
@@ -78,6 +79,7 @@ class Downloader:
     :param backoff: first wait in seconds; doubled after every failed attempt, capped at ``max_backoff``.
     :param timeout: connect and read timeout in seconds.
     :param sleep: how to wait between attempts (tests pass a recorder).
+    :param notify: told each retry in one line (default: a warning on stderr, so it shows without --debug).
     """
 
     def __init__(
@@ -89,6 +91,7 @@ class Downloader:
         max_backoff: float = 8.0,
         timeout: float = 30.0,
         sleep: Callable[[float], None] = time.sleep,
+        notify: Callable[[str], None] = output.warn,
     ) -> None:
         if jobs < 1:
             raise ToolError("--jobs must be at least 1")
@@ -98,6 +101,7 @@ class Downloader:
         self.max_backoff = max_backoff
         self.timeout = timeout
         self.sleep = sleep
+        self.notify = notify
         self.stats = TransferStats()
         self.session = requests.Session()
         adapter = HTTPAdapter(pool_connections=max(jobs, 4), pool_maxsize=max(jobs, 4), max_retries=0)
@@ -370,7 +374,7 @@ class Downloader:
                     hint = CONNECTION_HINT if exc.status is None else ""
                     raise FetchError(url, exc.status, exc.detail, attempts=number + 1, hint=hint) from exc
                 delay = min(self.max_backoff, self.backoff * (2**number))
-                log.info("%s: %s; retrying in %.1f s", url, exc.detail or exc.status, delay)
+                self.notify(f"{url}: {exc.detail or exc.status}; retry {number + 1} of {self.retries} in {delay:.1f} s")
                 self.stats.add(retries=1)
                 self.sleep(delay)
         raise AssertionError("unreachable")  # pragma: no cover

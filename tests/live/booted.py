@@ -146,6 +146,8 @@ class BootedNode:
         self.tarball = tarball
         self.nspawn: Optional[subprocess.Popen[bytes]] = None
         self.pid1 = 0
+        #: the cgroup parent of the pods a test runs in the node (see :meth:`allow_pods`)
+        self.pod_cgroup = f"gal-pods-{os.urandom(3).hex()}"
 
     # -- life cycle ------------------------------------------------------------------------------
 
@@ -163,11 +165,6 @@ class BootedNode:
     def _cgroups(self) -> list[Path]:
         return [CGROUP_ROOT / h / self.name for h in NSPAWN_HIERARCHIES]
 
-    def _enter_cgroups(self) -> None:
-        """(In the child, before exec) move into this node's own cgroups."""
-        for cgroup in self._cgroups():
-            (cgroup / "cgroup.procs").write_text(str(os.getpid()))
-
     def start(self) -> None:
         """Unpack the root, boot it, and wait until its systemd says the system is up."""
         self.root.mkdir(parents=True)
@@ -175,12 +172,16 @@ class BootedNode:
                        check=True, capture_output=True)  # fmt: skip
         for cgroup in self._cgroups():
             cgroup.mkdir()
-        argv = ["systemd-nspawn", "-D", str(self.root), f"--machine={self.name}", "--boot", "--register=no", "--keep-unit",
-                "--console=passive", "--private-network"]  # fmt: skip
+        # a small shell moves itself into the node's cgroups, then becomes nspawn (a preexec_fn is not
+        # safe with the test server's threads)
+        enter = 'echo $$ > "$0" && echo $$ > "$1" && shift && exec "$@"'
+        procs = [str(cgroup / "cgroup.procs") for cgroup in self._cgroups()]
+        argv = ["sh", "-c", enter, *procs, "systemd-nspawn", "-D", str(self.root), f"--machine={self.name}", "--boot",
+                "--register=no", "--keep-unit", "--console=passive", "--private-network"]  # fmt: skip
         with open(self.log, "wb") as log:
             self.nspawn = subprocess.Popen(
                 argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                env={**os.environ, "SYSTEMD_SECCOMP": "0"}, preexec_fn=self._enter_cgroups,
+                env={**os.environ, "SYSTEMD_SECCOMP": "0"},
             )  # fmt: skip
         self.pid1 = self._wait_for_pid1()
         self.wait_until_up()
@@ -219,11 +220,27 @@ class BootedNode:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(self.nspawn.pid, signal.SIGKILL)
                 self.nspawn.wait(timeout=30)
-        for cgroup in self._cgroups():
+        for cgroup in self._cgroups() + self._pod_cgroups():
             self._remove_cgroup(cgroup)
         with contextlib.suppress(FileNotFoundError):
             Path(f"/run/systemd/nspawn/propagate/{self.name}").rmdir()
         shutil.rmtree(self.root, ignore_errors=True)
+
+    def _pod_cgroups(self) -> list[Path]:
+        """The pods' cgroups as the host sees them: the node's v1 controllers are rooted where nspawn ran
+        (the memory one is not the host's root here), so they are looked for a few levels down."""
+        found: list[Path] = []
+        for hierarchy in (p for p in CGROUP_ROOT.iterdir() if p.name not in NSPAWN_HIERARCHIES):
+            for depth in range(4):
+                found += hierarchy.glob("/".join(["*"] * depth + [self.pod_cgroup]))
+        return found
+
+    def allow_pods(self) -> None:
+        """Let runc in the node make cgroups: nspawn mounts the v1 controllers read-only in it."""
+        mounts = self.run("findmnt", "-rn", "-t", "cgroup", "-o", "TARGET").stdout.split()
+        for target in mounts:
+            if Path(target).name not in NSPAWN_HIERARCHIES:
+                self.run("mount", "-o", "remount,bind,rw", target)
 
     @staticmethod
     def _remove_cgroup(top: Path) -> None:

@@ -137,7 +137,8 @@ class CriError(Exception):
 class CriClient:
     """RuntimeService calls over containerd's socket, shaped for the tests."""
 
-    def __init__(self, socket: Path, log_dir: Path, cgroup_parent: str) -> None:
+    def __init__(self, socket: Path, log_dir: Path, cgroup_parent: str, node_root: Optional[Path] = None) -> None:
+        """``node_root``: containerd runs in another root (a booted node) where ``log_dir`` is; the test reads it there."""
         import grpc
 
         self.pb, rpc = cri_modules()
@@ -146,7 +147,12 @@ class CriClient:
         self.runtime: Any = rpc.RuntimeServiceStub(self._channel)
         self.log_dir = log_dir
         self.cgroup_parent = cgroup_parent
-        log_dir.mkdir(parents=True, exist_ok=True)
+        self.node_root = node_root
+        self._seen(log_dir).mkdir(parents=True, exist_ok=True)
+
+    def _seen(self, path: Path) -> Path:
+        """Where containerd's ``path`` is for the test."""
+        return self.node_root / path.relative_to("/") if self.node_root is not None else path
 
     def close(self) -> None:
         """Close the channel."""
@@ -178,7 +184,7 @@ class CriClient:
         :raises CriError: when containerd refuses (e.g. no runtime for the handler).
         """
         config = self.pod_config(name or f"pod-{uuid.uuid4().hex[:8]}")
-        (self.log_dir / config.metadata.name).mkdir(parents=True, exist_ok=True)
+        self._seen(self.log_dir / config.metadata.name).mkdir(parents=True, exist_ok=True)
         reply = self._call("RunPodSandbox", self.pb.RunPodSandboxRequest(config=config, runtime_handler=handler))
         return reply.pod_sandbox_id, config
 
@@ -210,7 +216,7 @@ class CriClient:
                 break
             time.sleep(0.1)
         assert status is not None
-        log_file = Path(pod_config.log_directory) / config.log_path
+        log_file = self._seen(Path(pod_config.log_directory) / config.log_path)
         log = log_file.read_text() if log_file.exists() else ""
         return ContainerRun(container_id, pb.ContainerState.Name(status.state), status.exit_code, _log_lines(log))
 

@@ -32,7 +32,7 @@ def walkthrough(node: Path) -> str:
     assert configured.exit_code == 0, configured.stderr
     written = run_cli("configure", "runtimeclass", "--root", str(node), "--output", RUNTIMECLASS)
     assert written.exit_code == 0, written.stderr
-    report = run_cli("configure", "report", "--root", str(node)).stdout.splitlines()
+    report = run_cli("configure", "report", "--root", str(node), "--all").stdout.splitlines()
     assert "RUNTIME=nvidia" in report and "HANDLER=nvidia" in report and "DEFAULT=runc" in report
     return str(yaml.safe_load((node / RUNTIMECLASS.lstrip("/")).read_text())["handler"])
 

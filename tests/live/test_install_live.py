@@ -38,8 +38,8 @@ def test_install_with_cdi_on_gives_a_pod_of_handler_nvidia_the_gpu(
     assert installed.exit_code == 0, installed.stderr
     assert (node / "etc/cdi/nvidia.yaml").is_file()
     report = json.loads(run_cli("configure", "report", "--root", str(node), "--json").stdout)
-    assert report["RUNTIME"] == "nvidia" and report["CDI"] == "true", report
-    binary = node / report["RUNTIME_PATH"].lstrip("/")
+    assert report["runtime"] == "nvidia" and report["cdi"] is True, report
+    binary = node / report["runtime_path"].lstrip("/")
     assert "stand-in" in binary.read_text()  # what the stand-in package installed there
     nvidia.install_binaries(node, toolkit)
     assert (node / "usr/bin" / nvidia.RUNTIME).samefile(binary)

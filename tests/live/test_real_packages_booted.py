@@ -5,9 +5,14 @@ The bundle is the real-packages profile (``tests.test_real_packages``: NVIDIA's 
 node their maintainer scripts meet a running systemd for the first time: the base package's
 postinst enables ``nvidia-cdi-refresh.path``/``.service`` with deb-systemd-helper and starts them
 with deb-systemd-invoke. Without a driver the service's conditions skip it, so the path unit is
-what stays active. The node tool restarts containerd, which then serves the ``nvidia`` handler
-pointing at NVIDIA's real runtime binary; uninstall stops and disables NVIDIA's units (prerm) and
-containerd comes back without the handler.
+what stays active. The node tool restarts containerd, which then serves the ``nvidia`` handler:
+a CRI pod with that handler runs under the node's systemd-managed containerd, and the debug log of
+NVIDIA's runtime (enabled with its own ``nvidia-ctk config --set``) names the pod and its container.
+Uninstall stops and disables NVIDIA's units (prerm) and containerd comes back without the handler.
+
+The node's containerd config starts as a node admin's with this machine's site settings (a local
+sandbox image, ``restrict_oom_score_adj``: see :mod:`tests.live.nodes`), and the node's cgroup
+controllers are made writable for runc (:meth:`tests.live.booted.BootedNode.allow_pods`).
 """
 
 from __future__ import annotations
@@ -21,13 +26,18 @@ import pytest
 
 from installer.nodecheck import NODE_TOOL
 from tests.gpgkeys import TestKey
-from tests.live import booted
+from tests.live import booted, nvidia
+from tests.live.cri import CriClient, CriError
+from tests.live.image import LocalImage
+from tests.live.nodes import MINIMAL
 from tests.test_real_packages import VERSION, real_tree, sync_and_bundle  # noqa: F401 (fixture)
 from tests.upstream import UpstreamTree
 
 pytestmark = pytest.mark.slow
 
 UNITS = ("nvidia-cdi-refresh.path", "nvidia-cdi-refresh.service")
+RUNTIME_LOG = "/var/log/nvidia-container-runtime.log"
+POD_LOGS = Path("/var/log/gal-pods")
 
 
 @pytest.fixture(scope="module")
@@ -36,9 +46,15 @@ def real_bundle(real_tree: UpstreamTree, operator_key: TestKey, tmp_path_factory
 
 
 @pytest.fixture
-def node(booted_tarball: Path, tmp_path: Path, real_bundle: Path, operator_key: TestKey) -> Iterator[booted.BootedNode]:
+def node(booted_tarball: Path, tmp_path: Path, real_bundle: Path, operator_key: TestKey, image: LocalImage) -> Iterator[booted.BootedNode]:
+    """A booted node with the admin's containerd config, the local image imported and writable cgroups."""
     with booted.BootedNode(tmp_path / "node", booted_tarball) as running:
         booted.hand_over(running, real_bundle, operator_key.public)
+        running.path("/etc/containerd/config.toml").write_text(MINIMAL.format(image=image.ref))
+        running.run("systemctl", "restart", "containerd")
+        running.path("/root/image.tar").write_bytes(image.archive.read_bytes())
+        running.run("ctr", "-n", "k8s.io", "images", "import", "/root/image.tar")
+        running.allow_pods()
         yield running
 
 
@@ -54,8 +70,8 @@ def _unit_states(node: booted.BootedNode) -> dict[str, tuple[str, str]]:
     }
 
 
-def test_nvidias_packages_meet_a_running_systemd_and_containerd_comes_back_on_their_runtime(
-    node: booted.BootedNode, tmp_path: Path, cri: None
+def test_nvidias_packages_meet_a_running_systemd_and_a_pod_runs_through_their_runtime(
+    node: booted.BootedNode, tmp_path: Path, image: LocalImage, cri: None
 ) -> None:
     before = node.main_pid("containerd")
     installed = _tool(node, "install", f"{booted.NODE_DIR}/bundle.tar.zst", "--keyring", f"{booted.NODE_DIR}/operator.asc",
@@ -74,6 +90,23 @@ def test_nvidias_packages_meet_a_running_systemd_and_containerd_comes_back_on_th
     assert "nvidia" in booted.runtime_handlers(node, tmp_path / "cri-logs")
     runtime = node.run("nvidia-container-runtime", "--version").stdout
     assert f"NVIDIA Container Runtime version {VERSION}" in runtime, runtime
+    node.run("nvidia-ctk", "config", "--in-place", "--set", f"nvidia-container-runtime.debug={RUNTIME_LOG}",
+             "--set", "nvidia-container-runtime.log-level=debug")  # fmt: skip
+
+    client = CriClient(node.socket(booted.CONTAINERD_SOCKET), POD_LOGS, node.pod_cgroup, node_root=node.root)
+    try:
+        pod, config = client.run_pod("nvidia")
+        run = client.run_container(pod, config, image.ref, ["/bin/sh", "-c", "echo started in $(hostname)"])
+        assert (run.state, run.exit_code) == ("CONTAINER_EXITED", 0), run
+        assert "started in" in run.log
+        handled = nvidia.handled_bundles(node.path(RUNTIME_LOG))
+        assert any(b.endswith("/k8s.io/" + pod) for b in handled), handled  # the sandbox went through it
+        assert any(b.endswith("/k8s.io/" + run.container_id) for b in handled), handled
+        with pytest.raises(CriError, match='no runtime for "nvidia-missing" is configured'):
+            client.run_pod("nvidia-missing")
+        client.remove_all_pods()
+    finally:
+        client.close()
 
     removed = _tool(node, "uninstall", "--json")
     assert removed.returncode == 0, removed.stderr

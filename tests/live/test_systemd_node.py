@@ -127,13 +127,19 @@ def test_install_no_restart_leaves_containerd_running_and_restart_brings_the_han
     assert again["outcome"] == "nothing to restart"
 
 
-def test_install_leaves_a_containerd_the_admin_had_stopped_stopped(node: booted.BootedNode) -> None:
+def test_install_and_uninstall_leave_a_containerd_the_admin_had_stopped_stopped(node: booted.BootedNode, tmp_path: Path, cri: None) -> None:
+    original = node.path(CONFIG).read_bytes()
     node.run("systemctl", "stop", "containerd")
     installed = _install(node)
     assert installed.returncode == 0, installed.stderr
     result = json.loads(installed.stdout)
     assert node.active_state("containerd") == "inactive"
-    assert "was stopped" in result["engines"]["containerd"], result
-    assert b"nvidia-container-runtime" in node.path(CONFIG).read_bytes()
+    assert "it was stopped" in result["engines"]["containerd"], result
+    assert result["restart_pending"] == []
     node.run("systemctl", "start", "containerd")  # the admin starts it: it comes up with the runtime
-    assert node.active_state("containerd") == "active"
+    assert "nvidia" in _handlers(node, tmp_path)
+
+    node.run("systemctl", "stop", "containerd")
+    removed = _tool(node, "uninstall", "--json")
+    assert removed.returncode == 0, removed.stderr
+    assert node.active_state("containerd") == "inactive" and node.path(CONFIG).read_bytes() == original

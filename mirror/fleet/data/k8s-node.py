@@ -362,7 +362,8 @@ def _full_check(done: Dict[str, Any]) -> int:
     if _env("GPU_AIRGAP_RUNTIME") == "none":
         return 0 if report.get("installed_by_gpu_airgap") else 1
     engines = report.get("engines") or {}
-    return 0 if any(facts.get("RUNTIME") == name for facts in engines.values()) else 1
+    # snake_case keys since the tool's --json has one style; RUNTIME from a bundle of an older tool
+    return 0 if any(name in (facts.get("runtime"), facts.get("RUNTIME")) for facts in engines.values()) else 1
 
 
 def main(argv: List[str]) -> int:

@@ -304,8 +304,8 @@ def _configured(module: AnsibleModule) -> None:
 
 def _needs_change(result: dict, runtime_name: str) -> bool:
     """A file changed, or k3s/RKE2 still has to restart to register the runtime itself (it writes no file)."""
-    facts = result.get("facts") or {}
-    return not result["already_configured"] or (facts.get("DISTRO") in ("k3s", "rke2") and facts.get("RUNTIME") != runtime_name)
+    facts = {key.lower(): value for key, value in (result.get("facts") or {}).items()}  # an older tool's are UPPER_CASE
+    return not result["already_configured"] or (facts.get("distro") in ("k3s", "rke2") and facts.get("runtime") != runtime_name)
 
 
 def _absent(module: AnsibleModule) -> None:
