@@ -20,7 +20,7 @@ from configure.changes import Journal, apply_changes, read_optional, revert, uni
 from configure.engine import ConfigPlan
 from configure.validate import SERVICE_ENGINES, existing_root
 from installer import cdi_step, preflight
-from installer.backend import PackageBackend
+from installer.backends.base import PackageBackend
 from installer.env import CDI_SPEC, NodeEnv, engine_unit, engine_units
 from installer.plan import InstallOptions, InstallPlan, plan_install, runtime_options
 from installer.rollback import RunLog, record

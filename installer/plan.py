@@ -23,7 +23,8 @@ from configure.nodefacts import NodeFacts
 from configure.releases import release_for
 from configure.validate import CDI_CHOICES, RUNTIME_CHOICES, SERVICE_ENGINES, check_runtime_name
 from installer import preflight
-from installer.backend import VERSIONLOCK, PackageBackend
+from installer.backends.base import PackageBackend
+from installer.backends.rpm import VERSIONLOCK
 from installer.env import NodeEnv
 from installer.state import NodeState, load_state, state_path
 from installer.target import StagedBundle, StagedTarget, pick_target
