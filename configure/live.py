@@ -27,10 +27,10 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Union
 
 from configure.cdi import KIND
-from configure.changes import Journal
 from configure.commands import engine_notes, recorded_config, runtimeclass_handler, verify_engines
 from configure.crio import OCI_HOOK
 from configure.engines import get_engine
+from configure.journal import Journal
 from configure.live_clients import (
     Completed,
     CrictlClient,

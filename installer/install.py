@@ -16,8 +16,10 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
 from configure.cdi_node import SOURCE_REFRESH, SOURCE_STATIC
-from configure.changes import Journal, apply_changes, read_optional, revert, unified_diff
+from configure.changes import read_optional, unified_diff
 from configure.engine import ConfigPlan
+from configure.journal import Journal, apply_changes
+from configure.revert import revert
 from configure.validate import SERVICE_ENGINES, existing_root
 from installer import cdi_step, preflight
 from installer.backends.base import PackageBackend

@@ -17,8 +17,9 @@ from typing import Dict, List, Optional, Tuple
 
 from configure.cdi import CDI_SPEC, check_spec
 from configure.cdi_refresh import detect_refresh
-from configure.changes import Journal, check_writable, read_optional
+from configure.changes import check_writable, read_optional
 from configure.engine import ConfigPlan, RuntimeOptions
+from configure.journal import Journal
 from configure.nodefacts import NodeFacts
 from configure.releases import release_for
 from configure.validate import CDI_CHOICES, RUNTIME_CHOICES, SERVICE_ENGINES, check_runtime_name

@@ -15,7 +15,8 @@ import contextlib
 import time
 from typing import List, Optional, Sequence
 
-from configure.changes import Journal, read_optional
+from configure.changes import read_optional
+from configure.journal import Journal
 from installer.backends.base import PackageBackend
 from installer.plan import InstallOptions, InstallPlan
 from installer.state import NodeState, changed_files, save_state, state_path

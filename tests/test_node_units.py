@@ -7,7 +7,8 @@ from typing import List, Optional, Sequence, Tuple
 
 import pytest
 
-from configure.changes import FileChange, Journal, apply_changes
+from configure.changes import FileChange
+from configure.journal import Journal, apply_changes
 from configure.nodefacts import (
     detect_arch,
     detect_engines,
