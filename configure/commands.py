@@ -2,7 +2,7 @@
 
 One implementation serves every engine: the engine plans (never writes), and this module checks
 that every file can be written *before* writing any, applies the plan through
-:mod:`configure.changes` (one backup per write, journaled), and reads facts back for
+:mod:`configure.journal` (one backup per write), and reads facts back for
 ``report``/``verify``. Nothing here prints; :mod:`configure.cli` renders the results.
 
 Contract with ``configure runtimeclass``: the handler it recorded
@@ -20,23 +20,14 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
 from configure.cdi_node import cdi_report
-from configure.changes import (
-    Journal,
-    RevertOutcome,
-    RevertPlan,
-    apply_changes,
-    apply_revert,
-    check_can_apply,
-    kept_name,
-    plan_revert,
-    read_optional,
-    unified_diff,
-)
+from configure.changes import read_optional, unified_diff
 from configure.containerd_distro import DistroContainerdEngine
 from configure.crio import OCI_HOOK, hook_problems
 from configure.engine import ConfigPlan, Engine, RuntimeOptions, SelfChecking
 from configure.engines import engine_names, get_engine
+from configure.journal import Journal, apply_changes, check_can_apply
 from configure.nodefacts import driver_present
+from configure.revert import RevertOutcome, RevertPlan, apply_revert, kept_name, plan_revert
 from configure.runtimeclass import read_record
 from configure.validate import CDI_CHOICES
 from plumbing.errors import ProblemsFound, ToolError, UsageError

@@ -3,7 +3,7 @@
 An engine never writes: :meth:`Engine.plan` loads the current files under the root, changes them
 in memory and returns a :class:`ConfigPlan` with the complete new bytes of each file it would
 touch. The CLI (or the installer) then prints the diff (``--dry-run``) or applies the plan through
-:func:`configure.changes.apply_changes`, which journals a backup per write for ``revert``.
+:func:`configure.journal.apply_changes`, which journals a backup per write for ``revert``.
 """
 
 from __future__ import annotations

@@ -25,8 +25,9 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Set, Tuple
 
 from configure import lineedits
-from configure.changes import FileChange, Journal, read_optional
+from configure.changes import FileChange, read_optional
 from configure.engine import ConfigPlan, Engine, RuntimeOptions
+from configure.journal import Journal
 from plumbing.errors import ConfigFormatError, ToolError, UsageError
 from plumbing.fsutil import rooted
 from plumbing.textio import decode_utf8

@@ -182,15 +182,24 @@ class _Scan:
         except _Stop:
             pass
         except (tarfile.TarError, EOFError, LZMAError, zlib.error, OSError) as exc:
-            self.report.problems.append(Problem(last, f"the archive is damaged or truncated after this member ({exc})"))
+            self._damaged(last, exc)
         except VerificationError as exc:  # a split part or its checksum list failed
             self.report.problems.append(Problem(self.path.name, str(exc)))
         except ToolError as exc:
-            if _is_zstd_failure(exc):
-                self.report.problems.append(Problem(last, f"the archive is damaged or truncated after this member ({exc})"))
-            else:
+            if not _is_zstd_failure(exc):
                 raise
+            self._damaged(last, exc)
         return self.report
+
+    def _damaged(self, last: str, exc: BaseException) -> None:
+        """A damaged stream is the cause: it leads, and the members it cut off are not listed as missing.
+
+        The ``zstd`` command streams a frame's data before it checks the frame's checksum, so a
+        flipped byte first shows as a member whose sha256 differs; that stays listed, after the cause.
+        """
+        kept = [p for p in self.report.problems if not p.message.endswith("but missing from the archive")]
+        cause = Problem(last, f"the archive is damaged or truncated after this member ({exc})")
+        self.report.problems[:] = [cause, *kept]
 
     def _member(self, tar: tarfile.TarFile, info: tarfile.TarInfo) -> None:
         name = info.name
@@ -345,8 +354,9 @@ def inspect(path: PathLike) -> Manifest:
 def verify(path: PathLike, keyring: SignatureCheck, meter: Optional[Meter] = None) -> BundleVerifyReport:
     """Check the manifest's signature with ``keyring`` and every member's size and sha256, extracting nothing.
 
-    Returns a report listing every problem in archive order (``report.first_bad`` names the first
-    bad member); call :meth:`BundleVerifyReport.raise_for_problems` to turn a failure into an error.
+    Returns a report listing every problem in archive order, except that a damaged stream, the cause
+    of the rest, comes first (``report.first_bad`` names the first bad member); call
+    :meth:`BundleVerifyReport.raise_for_problems` to turn a failure into an error.
 
     :raises UsageError: when ``path`` does not exist.
     """

@@ -14,7 +14,8 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from configure.cdi_node import SOURCE_REFRESH, SpecConflict, cdi_report, static_spec_conflict
 from configure.cdi_refresh import detect_refresh
-from configure.changes import Journal, apply_changes, revert
+from configure.journal import Journal, apply_changes
+from configure.revert import revert
 from installer.env import CDI_SPEC, NodeEnv
 from installer.plan import InstallOptions, InstallPlan
 from installer.rollback import RunLog

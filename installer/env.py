@@ -15,7 +15,8 @@ from configure import cdi, distros
 from configure.engine import ConfigPlan, Engine
 from configure.nodefacts import NodeFacts, detect_node, proc_runner
 from configure.validate import ENGINES
-from installer.backend import PackageBackend, make_backend
+from installer.backends import make_backend
+from installer.backends.base import PackageBackend
 from installer.target import StagedBundle
 from plumbing import proc
 from plumbing.errors import CommandError

@@ -16,11 +16,13 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
 from configure.cdi_node import SOURCE_REFRESH, SOURCE_STATIC
-from configure.changes import Journal, apply_changes, read_optional, revert, unified_diff
+from configure.changes import read_optional, unified_diff
 from configure.engine import ConfigPlan
+from configure.journal import Journal, apply_changes
+from configure.revert import revert
 from configure.validate import SERVICE_ENGINES, existing_root
 from installer import cdi_step, preflight
-from installer.backend import PackageBackend
+from installer.backends.base import PackageBackend
 from installer.env import CDI_SPEC, NodeEnv, engine_unit, engine_units
 from installer.plan import InstallOptions, InstallPlan, plan_install, runtime_options
 from installer.rollback import RunLog, record

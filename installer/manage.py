@@ -1,7 +1,7 @@
 """``gpu-airgap uninstall``, ``status`` and ``restart``: undo the recorded install, report on it, finish it.
 
 Both read ``state.json`` (:mod:`installer.state`) and the configure journal; uninstall restores
-files with :func:`configure.changes.apply_revert`, so the bytes come back exactly as they were.
+files with :func:`configure.revert.apply_revert`, so the bytes come back exactly as they were.
 Uninstall checks everything before it changes anything (drift, every backup, the packages present),
 and ``--dry-run`` stops there and says what it would do. A record of an install that did not finish
 (killed, or an upgrade that could not be undone) is reported by ``status`` and undone by ``uninstall``.
@@ -15,8 +15,10 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from configure.cdi_node import cdi_report
-from configure.changes import Journal, RevertPlan, apply_revert, kept_name, plan_revert, read_optional
+from configure.changes import read_optional
 from configure.commands import engine_for
+from configure.journal import Journal
+from configure.revert import RevertPlan, apply_revert, kept_name, plan_revert
 from configure.validate import existing_root
 from installer.env import CDI_SPEC, SERVICE_UNITS, NodeEnv, engine_unit
 from installer.install import InstallResult, restart_engines

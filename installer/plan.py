@@ -17,13 +17,15 @@ from typing import Dict, List, Optional, Tuple
 
 from configure.cdi import CDI_SPEC, check_spec
 from configure.cdi_refresh import detect_refresh
-from configure.changes import Journal, check_writable, read_optional
+from configure.changes import check_writable, read_optional
 from configure.engine import ConfigPlan, RuntimeOptions
+from configure.journal import Journal
 from configure.nodefacts import NodeFacts
 from configure.releases import release_for
 from configure.validate import CDI_CHOICES, RUNTIME_CHOICES, SERVICE_ENGINES, check_runtime_name
 from installer import preflight
-from installer.backend import VERSIONLOCK, PackageBackend
+from installer.backends.base import PackageBackend
+from installer.backends.rpm import VERSIONLOCK
 from installer.env import NodeEnv
 from installer.state import NodeState, load_state, state_path
 from installer.target import StagedBundle, StagedTarget, pick_target

@@ -15,8 +15,9 @@ import contextlib
 import time
 from typing import List, Optional, Sequence
 
-from configure.changes import Journal, read_optional
-from installer.backend import PackageBackend
+from configure.changes import read_optional
+from configure.journal import Journal
+from installer.backends.base import PackageBackend
 from installer.plan import InstallOptions, InstallPlan
 from installer.state import NodeState, changed_files, save_state, state_path
 from installer.target import install_order

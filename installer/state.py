@@ -14,7 +14,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from configure.changes import Journal, read_optional
+from configure.changes import read_optional
+from configure.journal import Journal
 from plumbing.errors import ConfigFormatError
 from plumbing.fsutil import atomic_write, rooted
 

@@ -8,7 +8,7 @@ from typing import Any, List
 import pytest
 
 import plumbing.proc as proc
-from installer.backend import DpkgBackend
+from installer.backends.dpkg import DpkgBackend
 from installer.target import Requirement
 from tests.node_fixtures import build_deb, seed_dpkg_root
 

@@ -20,7 +20,7 @@ from configure.cdi import (
     plan_spec,
     validate_spec,
 )
-from configure.changes import Journal, apply_changes
+from configure.journal import Journal, apply_changes
 from plumbing.errors import ConfigFormatError, ExitCode, ToolError, UsageError
 from plumbing.fsutil import rooted
 from tests.cli_runner import run_cli

@@ -6,7 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from configure.changes import FileChange, Journal, apply_changes, revert, unified_diff
+from configure.changes import FileChange, unified_diff
+from configure.journal import Journal, apply_changes
+from configure.revert import revert
 from plumbing.errors import ProblemsFound, ToolError
 
 

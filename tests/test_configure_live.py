@@ -14,7 +14,7 @@ from typing import Callable, Dict, List, Optional, Tuple, Union
 import pytest
 
 from configure import live
-from configure.live_clients import Completed, Outcome, is_pause_image
+from configure.live.clients import Completed, Outcome, is_pause_image
 from plumbing.errors import ExitCode, ProblemsFound, UsageError
 from tests.cli_runner import run_cli
 from tests.containerd_helpers import make_root

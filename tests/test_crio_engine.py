@@ -10,9 +10,10 @@ from typing import Any, Dict, Optional
 import pytest
 import tomllib
 
-from configure.changes import Journal, apply_changes, revert
 from configure.crio import CRIO_CONF, CRIO_DROP_IN, CRIO_DROP_IN_DIR, OCI_HOOK, CrioEngine
 from configure.engine import Engine, RuntimeOptions
+from configure.journal import Journal, apply_changes
+from configure.revert import revert
 from plumbing.errors import ConfigFormatError, UsageError
 from plumbing.fsutil import rooted
 

@@ -8,7 +8,7 @@ from typing import Callable, List, Optional, Tuple
 
 import pytest
 
-from configure.changes import Journal
+from configure.journal import Journal
 from installer import install as install_mod
 from installer import manage as manage_mod
 from installer.env import NodeEnv

@@ -10,9 +10,10 @@ from typing import Any, Dict, Optional
 
 import pytest
 
-from configure.changes import Journal, apply_changes, revert
 from configure.docker import DAEMON_JSON, DockerEngine, detect_style, render_daemon_json
 from configure.engine import Engine, RuntimeOptions
+from configure.journal import Journal, apply_changes
+from configure.revert import revert
 from plumbing.errors import ConfigFormatError, UsageError
 from plumbing.fsutil import rooted
 

@@ -12,10 +12,11 @@ from typing import Callable, Dict, List
 
 import pytest
 
-from configure.changes import Journal, apply_changes, revert
 from configure.crio import CRIO_CONF, CrioEngine
 from configure.docker import DAEMON_JSON, DockerEngine
 from configure.engine import Engine, RuntimeOptions
+from configure.journal import Journal, apply_changes
+from configure.revert import revert
 from plumbing.fsutil import rooted
 from tests.containerd_helpers import engine as containerd_engine
 from tests.containerd_helpers import make_root

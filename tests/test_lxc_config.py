@@ -8,9 +8,10 @@ from typing import List, Sequence, Tuple
 import pytest
 
 from configure import lineedits, lxd
-from configure.changes import Journal, apply_changes, plan_revert, revert
 from configure.engine import RuntimeOptions
+from configure.journal import Journal, apply_changes
 from configure.lxc import LxcEngine
+from configure.revert import plan_revert, revert
 from plumbing.errors import ConfigFormatError, ToolError, UsageError
 from tests.cli_runner import run_cli
 

@@ -7,7 +7,8 @@ from typing import List, Optional, Sequence, Tuple
 
 import pytest
 
-from configure.changes import FileChange, Journal, apply_changes
+from configure.changes import FileChange
+from configure.journal import Journal, apply_changes
 from configure.nodefacts import (
     detect_arch,
     detect_engines,
@@ -15,7 +16,10 @@ from configure.nodefacts import (
     parse_os_release,
 )
 from installer import install as install_mod
-from installer.backend import DpkgBackend, FakeBackend, PackageBackend, RpmBackend, _versionlock_name
+from installer.backends.base import PackageBackend
+from installer.backends.dpkg import DpkgBackend
+from installer.backends.fake import FakeBackend
+from installer.backends.rpm import RpmBackend, _versionlock_name
 from installer.env import NodeEnv
 from installer.install import InstallFailed, InstallResult
 from installer.plan import InstallOptions
@@ -311,7 +315,7 @@ def test_systemd_restart_clears_the_start_limit_first_and_a_restart_that_hangs_i
     assert calls == [("systemctl", "reset-failed", "containerd", "30"), ("systemctl", "restart", "containerd", "300.0")]
 
 def test_package_manager_runs_get_the_sbin_directories_dpkg_needs(monkeypatch: pytest.MonkeyPatch) -> None:
-    from installer.backend import package_manager_env
+    from installer.backends.base import package_manager_env
 
     monkeypatch.setenv("PATH", "/usr/bin:/bin")
     assert package_manager_env()["PATH"] == "/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"

@@ -9,9 +9,9 @@ from typing import Optional, Tuple
 
 import pytest
 
-from configure.changes import Journal, apply_changes
 from configure.commands import verify
 from configure.engine import RuntimeOptions
+from configure.journal import Journal, apply_changes
 from configure.podman import PodmanEngine, hooks_dirs
 from plumbing.errors import ProblemsFound, UsageError
 from tests.cli_runner import run_cli

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from configure.changes import Journal, revert
+from configure.journal import Journal
+from configure.revert import revert
 from configure.runtimeclass import RECORD, manifest, read_record
 from plumbing.errors import ConfigFormatError, ExitCode, UsageError
 from plumbing.fsutil import rooted

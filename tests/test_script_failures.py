@@ -8,8 +8,8 @@ from typing import Sequence
 import pytest
 
 from installer import install as install_mod
-from installer.backend import (
-    FakeBackend,
+from installer.backends.fake import FakeBackend
+from installer.backends.scripts import (
     MaintainerScriptFailed,
     ScriptFailure,
     dpkg_script_failures,

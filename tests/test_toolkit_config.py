@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 import tomllib
 
-from configure.changes import Journal, apply_changes, revert
+from configure.journal import Journal, apply_changes
+from configure.revert import revert
 from configure.toolkit import TOOLKIT_CONFIG, plan_mode, set_mode
 from plumbing.errors import ConfigFormatError, ExitCode, UsageError
 from plumbing.fsutil import rooted

@@ -27,21 +27,13 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Union
 
 from configure.cdi import KIND
-from configure.changes import Journal
 from configure.commands import engine_notes, recorded_config, runtimeclass_handler, verify_engines
 from configure.crio import OCI_HOOK
 from configure.engines import get_engine
-from configure.live_clients import (
-    Completed,
-    CrictlClient,
-    CtrClient,
-    DockerClient,
-    LiveResult,
-    Outcome,
-    PodmanClient,
-    Probe,
-    Runner,
-)
+from configure.journal import Journal
+from configure.live.clients import Completed, LiveResult, Outcome, Probe, Runner
+from configure.live.cri import CrictlClient, CtrClient
+from configure.live.engine_cli import DockerClient, PodmanClient
 from plumbing import proc
 from plumbing.errors import CommandError, ProblemsFound, ToolError, UsageError
 from plumbing.fsutil import is_live_root, rooted
@@ -78,7 +70,7 @@ class LiveOptions:
 
 
 class ProcRunner:
-    """The real :class:`~configure.live_clients.Runner`: :func:`configure.proc.run`, never raising."""
+    """The real :class:`~configure.live.clients.Runner`: :func:`configure.proc.run`, never raising."""
 
     def run(self, argv: Sequence[str], timeout: float) -> Completed:
         """Run ``argv``; a timeout or a missing program becomes a failed :class:`Completed`."""

@@ -1,0 +1,80 @@
+"""An in-memory package manager for the pure unit tests of preflight and orchestration."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from installer.target import Requirement
+from plumbing.errors import CommandError
+
+
+class FakeBackend:
+    """An in-memory package manager for pure tests: records every call in ``calls``."""
+
+    def __init__(
+        self,
+        installed: Optional[Dict[str, str]] = None,
+        provided: Sequence[str] = (),
+        name: str = "dpkg",
+        fail_install: Optional[str] = None,
+    ) -> None:
+        self.name = name
+        self.installed: Dict[str, str] = dict(installed or {})
+        self.provided = set(provided)
+        self.held: List[str] = []
+        self.calls: List[Tuple[str, ...]] = []
+        self.fail_install = fail_install  #: raise CommandError from install() with this text
+
+    def installed_version(self, name: str) -> Optional[str]:
+        """See :meth:`PackageBackend.installed_version`."""
+        return self.installed.get(name)
+
+    def installed_versions(self, names: Sequence[str]) -> Dict[str, Optional[str]]:
+        """See :meth:`PackageBackend.installed_versions`."""
+        return {name: self.installed.get(name) for name in names}
+
+    def package_state(self, name: str) -> str:
+        """See :meth:`PackageBackend.package_state`."""
+        version = self.installed.get(name)
+        return f"{version} (installed)" if version else "not installed"
+
+    def compare_versions(self, a: str, b: str) -> int:
+        """Compare dotted numbers only (enough for tests)."""
+        key_a = [int(x) for x in re.findall(r"\d+", a)]
+        key_b = [int(x) for x in re.findall(r"\d+", b)]
+        return (key_a > key_b) - (key_a < key_b)
+
+    def provides(self, requirement: Requirement) -> bool:
+        """True for names given as ``provided`` (or installed)."""
+        return requirement.name in self.provided or requirement.name in self.installed
+
+    def install(self, files: Sequence[Path], *, allow_downgrade: bool = False) -> None:
+        """Record the files; ``name_version_arch.ext`` names become installed entries."""
+        self.calls.append(("install", *(str(f) for f in files)))
+        if self.fail_install:
+            raise CommandError([self.name, "--install"], 1, self.fail_install)
+        for f in files:
+            name, version = f.name.split("_")[:2]
+            self.installed[name] = version
+
+    def remove(self, names: Sequence[str], *, purge: bool = False) -> None:
+        """Record and forget ``names``."""
+        self.calls.append(("purge" if purge else "remove", *names))
+        for name in names:
+            self.installed.pop(name, None)
+
+    def without_trace(self, names: Sequence[str]) -> List[str]:
+        """Every name that is not installed."""
+        return [n for n in names if n not in self.installed]
+
+    def hold(self, names: Sequence[str]) -> None:
+        """Record the hold."""
+        self.calls.append(("hold", *names))
+        self.held.extend(n for n in names if n not in self.held)
+
+    def unhold(self, names: Sequence[str]) -> None:
+        """Record the release."""
+        self.calls.append(("unhold", *names))
+        self.held = [n for n in self.held if n not in names]
