@@ -30,7 +30,7 @@ typecheck: venv
 # DaemonSet's program and the Ansible role's module.
 pycompat: venv
 	$(VENV)/bin/vermin --target=3.9- --violations --no-tips --eval-annotations --feature union-types --backport typing plumbing configure installer \
-		mirror/fleet/data/k8s-node.py deploy/ansible/roles/gpu_airgap/library
+		mirror/fleet/data/k8s-node.py deploy/ansible/collections/ansible_collections/airgap/gpu_airgap/plugins/modules
 
 pytest: venv sysdeps nodewheels debootstrapcache
 	$(VENV)/bin/pytest $(PYTEST_ARGS)

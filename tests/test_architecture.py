@@ -116,7 +116,7 @@ def test_the_node_side_never_needs_a_connected_host_library(package: str) -> Non
 
 
 @pytest.mark.parametrize(
-    "script", ["mirror/fleet/data/k8s-node.py", "deploy/ansible/roles/gpu_airgap/library/gpu_airgap_node.py"]
+    "script", ["mirror/fleet/data/k8s-node.py", "deploy/ansible/collections/ansible_collections/airgap/gpu_airgap/plugins/modules/gpu_airgap_node.py"]
 )
 def test_programs_that_run_alone_on_a_node_import_none_of_our_packages(script: str) -> None:
     assert _violations(script, lambda i: _top(i.module) in (*OURS, "tests")) == []

@@ -76,7 +76,7 @@ def test_mirror_verify_still_takes_dest_with_a_deprecation_warning(deb_mirror: P
 
 
 def test_fleet_k8s_still_takes_out_with_a_deprecation_warning(operator_key: TestKey, tmp_path: Path) -> None:
-    args = ("fleet", "k8s", "--bundle-url", "http://10.0.0.1/b.tar.zst", "--keyring", str(operator_key.public))
+    args = ("fleet", "k8s", "--bundle-url", "http://10.0.0.1/b.tar.zst", "--bundle-sha256", "ab" * 32, "--keyring", str(operator_key.public))
     old = run_cli(*args, "--out", str(tmp_path / "old.yaml"))
     assert run_cli(*args, "--output", str(tmp_path / "new.yaml")).exit_code == old.exit_code == 0
     assert (tmp_path / "old.yaml").read_bytes() == (tmp_path / "new.yaml").read_bytes()

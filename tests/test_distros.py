@@ -340,7 +340,7 @@ def test_configure_runtimeclass_on_k3s_emits_no_clashing_object_and_says_so(tmp_
 
 
 def test_fleet_k8s_for_k3s_leaves_k3s_own_runtimeclass_alone_and_passes_the_distro(tmp_path: Path) -> None:
-    args = ("fleet", "k8s", "--bundle-url", "http://127.0.0.1:1/b", "--keyring-configmap", "k")
+    args = ("fleet", "k8s", "--bundle-url", "http://127.0.0.1:1/b", "--bundle-sha256", "ab" * 32, "--keyring-configmap", "k")
     done = run_cli(*args, "--distro", "k3s")
     assert done.exit_code == 0, done.stderr
     docs = [d for d in yaml.safe_load_all(done.stdout) if d]

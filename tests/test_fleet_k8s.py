@@ -37,6 +37,7 @@ from tests.gpgkeys import TestKey
 from tests.node_fixtures import TOOLKIT, node_python, seed_containerd_node, seed_dpkg_root, tree_digest
 
 K8S_VERSIONS = ("1.29", "1.32", "1.37")
+SHA = "ab" * 32  #: a bundle's sha256 (--bundle-sha256)
 
 
 def _render(*args: str) -> List[Dict[str, Any]]:
@@ -47,19 +48,19 @@ def _render(*args: str) -> List[Dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def url_docs(operator_key: TestKey) -> List[Dict[str, Any]]:
-    return _render("--bundle-url", "https://mirror.internal/nvct-1.17.8.tar.zst", "--keyring", str(operator_key.public),
+    return _render("--bundle-url", "https://mirror.internal/nvct-1.17.8.tar.zst", "--bundle-sha256", SHA, "--keyring", str(operator_key.public),
                    "--runtime", "containerd", "--toleration", "dedicated=gpu:NoExecute", "--node-selector", "gpu=true")  # fmt: skip
 
 
 @pytest.fixture(scope="module")
 def configmap_docs() -> List[Dict[str, Any]]:
-    return _render("--bundle-configmap", "nvct-bundle", "--keyring-configmap", "operator-key", "--namespace", "kube-gpu",
+    return _render("--bundle-configmap", "nvct-bundle", "--bundle-sha256", SHA, "--keyring-configmap", "operator-key", "--namespace", "kube-gpu",
                    "--runtime-name", "nvidia-cdi", "--cdi", "on", "--set-as-default", "--hold")  # fmt: skip
 
 
 @pytest.fixture(scope="module")
 def image_docs() -> List[Dict[str, Any]]:
-    return _render("--tools", "image", "--bundle-configmap", "nvct-bundle", "--keyring-configmap", "operator-key",
+    return _render("--tools", "image", "--bundle-configmap", "nvct-bundle", "--bundle-sha256", SHA, "--keyring-configmap", "operator-key",
                    "--image", "registry.internal/gpu-airgap-node:1")  # fmt: skip
 
 
@@ -117,7 +118,7 @@ def test_daemonset_runs_the_installer_on_gpu_nodes_with_the_host_root_mounted(ur
     # the pod's program and the operator key travel in ConfigMaps in the same namespace
     assert docs["ConfigMap/gpu-airgap-node-script"]["data"]["k8s-node.py"] == pod_script()
     assert docs["ConfigMap/gpu-airgap-node-keyring"]["data"]["operator.asc"] == operator_key.public.read_text()
-    assert docs["RuntimeClass/nvidia"] == runtimeclass.manifest("nvidia", "nvidia")
+    assert docs["RuntimeClass/nvidia"] == {**runtimeclass.manifest("nvidia", "nvidia"), "scheduling": {"nodeSelector": {"gpu": "true"}}}
     # privileged + hostPID: the namespace says so, or Pod Security "baseline" namespaces refuse the pod
     assert docs["Namespace/gpu-airgap"]["metadata"]["labels"] == {"pod-security.kubernetes.io/enforce": "privileged"}
     assert pod["terminationGracePeriodSeconds"] >= 120  # an install in progress is finished, not killed
@@ -148,7 +149,7 @@ def test_tools_image_runs_the_images_python_against_the_host_root_mounted_at_hos
 
 
 def test_out_writes_the_same_manifests_to_a_file(operator_key: TestKey, tmp_path: Path) -> None:
-    args = ("--bundle-url", "http://10.0.0.1/b.tar.zst", "--keyring", str(operator_key.public))
+    args = ("--bundle-url", "http://10.0.0.1/b.tar.zst", "--bundle-sha256", SHA, "--keyring", str(operator_key.public))
     out = tmp_path / "sub" / "gpu-airgap.yaml"
     assert run_cli("fleet", "k8s", *args, "--output", str(out)).exit_code == 0
     assert list(yaml.safe_load_all(out.read_text())) == _render(*args)
@@ -157,14 +158,20 @@ def test_out_writes_the_same_manifests_to_a_file(operator_key: TestKey, tmp_path
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--keyring-configmap", "k"], "exactly one of --bundle-url and --bundle-configmap"),
-        (["--bundle-url", "http://x/b", "--bundle-configmap", "b", "--keyring-configmap", "k"], "exactly one of --bundle-url"),
-        (["--bundle-url", "http://x/b"], "exactly one of --keyring and --keyring-configmap"),
-        (["--bundle-url", "ftp://x/b", "--keyring-configmap", "k"], "must be an http:// or https:// URL"),
-        (["--bundle-url", "http://x/b", "--keyring-configmap", "k", "--node-selector", "gpu"], "must be LABEL=VALUE"),
-        (["--bundle-url", "http://x/b", "--keyring-configmap", "k", "--toleration", "gpu:Sometimes"], "must be KEY[=VALUE][:EFFECT]"),
-        (["--bundle-url", "http://x/b", "--keyring-configmap", "k", "--namespace", "GPU"], "must be a lowercase DNS label"),
-        (["--bundle-url", "http://x/b", "--keyring-configmap", "k", "--runtime-name", "Nvidia"], "must be a lowercase DNS"),
+        (["--keyring-configmap", "k"], "exactly one of --bundle oci://…, --bundle-url and --bundle-configmap"),
+        (["--bundle-url", "http://x/b", "--bundle-configmap", "b", "--keyring-configmap", "k"], "exactly one of --bundle oci"),
+        (["--bundle-url", "http://x/b", "--bundle-sha256", SHA], "exactly one of --keyring and --keyring-configmap"),
+        (["--bundle-url", "http://x/b", "--keyring-configmap", "k"], "give --bundle-file FILE (a local copy) or --bundle-sha256"),
+        (["--bundle-url", "http://x/b", "--bundle-sha256", "AB" * 32, "--keyring-configmap", "k"], "64 lowercase hex digits"),
+        (["--bundle", "oci://r.internal/nvct:1", "--bundle-sha256", SHA, "--keyring-configmap", "k"], "carries its own digest"),
+        (["--bundle", "https://r.internal/nvct", "--keyring-configmap", "k"], "must be an oci://"),
+        (["--bundle-configmap", "b", "--bundle-sha256", SHA, "--keyring-configmap", "k", "--max-unavailable", "0"], "must be a number of nodes"),
+        (["--bundle-configmap", "b", "--bundle-sha256", SHA, "--keyring-configmap", "k", "--max-unavailable", "150%"], "or a percentage"),
+        (["--bundle-url", "ftp://x/b", "--bundle-sha256", SHA, "--keyring-configmap", "k"], "must be an http:// or https:// URL"),
+        (["--bundle-url", "http://x/b", "--bundle-sha256", SHA, "--keyring-configmap", "k", "--node-selector", "gpu"], "must be LABEL=VALUE"),
+        (["--bundle-url", "http://x/b", "--bundle-sha256", SHA, "--keyring-configmap", "k", "--toleration", "gpu:Sometimes"], "must be KEY[=VALUE][:EFFECT]"),
+        (["--bundle-url", "http://x/b", "--bundle-sha256", SHA, "--keyring-configmap", "k", "--namespace", "GPU"], "must be a lowercase DNS label"),
+        (["--bundle-url", "http://x/b", "--bundle-sha256", SHA, "--keyring-configmap", "k", "--runtime-name", "Nvidia"], "must be a lowercase DNS"),
     ],
 )
 def test_bad_options_are_one_sentence_usage_errors(args: List[str], message: str, tmp_path: Path) -> None:
@@ -184,7 +191,7 @@ def test_a_keyring_that_is_not_an_armored_public_key_is_refused(tmp_path: Path) 
 
 
 def test_rendering_is_pure_and_repeatable() -> None:
-    options = fleet_k8s.K8sOptions(bundle_url="http://x/b", keyring_configmap="k")
+    options = fleet_k8s.K8sOptions(bundle_url="http://x/b", bundle_digest=f"sha256:{SHA}", keyring_configmap="k")
     assert fleet_k8s.render(options, "print()\n", None) == fleet_k8s.render(options, "print()\n", None)
 
 

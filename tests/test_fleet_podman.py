@@ -19,7 +19,7 @@ from mirror.bundle.zipapp import build_zipapp
 
 pytestmark = pytest.mark.slow
 
-LIBRARY = Path(__file__).resolve().parents[1] / "deploy/ansible/roles/gpu_airgap/library"
+LIBRARY = Path(__file__).resolve().parents[1] / "deploy/ansible/collections/ansible_collections/airgap/gpu_airgap/plugins/modules"
 
 
 def _module(tmp: Path, *args: str) -> Dict[str, Any]:

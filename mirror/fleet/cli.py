@@ -5,21 +5,28 @@ The Ansible path needs no command: it is the role under ``deploy/ansible`` (see 
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import io
+import re
 from importlib import resources
 from pathlib import Path
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 import click
 import typer
 
 from configure.distros import NAMES as DISTROS
 from configure.validate import CDI_CHOICES
+from mirror.fleet import image as fleet_image
 from mirror.fleet import k8s as fleet_k8s
 from plumbing.clikit import Group, legacy_spellings
 from plumbing.errors import UsageError
 from plumbing.fsutil import atomic_write
 from plumbing.gpg import check_key_file
 from plumbing.output import emit_lines, warn
+from plumbing.proc import run
+from plumbing.version import VERSION
 
 fleet_app = typer.Typer(cls=Group, help="Roll the toolkit out to many nodes: Kubernetes manifests (Ansible: deploy/ansible).", no_args_is_help=True)
 
@@ -29,6 +36,21 @@ def pod_script() -> str:
     return resources.files("mirror.fleet").joinpath("data/k8s-node.py").read_text(encoding="utf-8")
 
 
+_BUNDLE = typer.Option(
+    None, "--bundle", metavar="oci://HOST[:PORT]/REPO:TAG|@sha256:…",
+    help="The bundle in a registry (gpu-airgap bundle push): each node pulls it by digest (a tag is resolved now).",
+)
+_BUNDLE_FILE = typer.Option(None, "--bundle-file", metavar="FILE", help="A local copy of the URL's or ConfigMap's bundle: its sha256 goes into the pod template.")
+_BUNDLE_SHA256 = typer.Option(None, "--bundle-sha256", metavar="HEX", help="The sha256 of the URL's or ConfigMap's bundle (instead of --bundle-file).")
+_MAX_UNAVAILABLE = typer.Option(
+    fleet_k8s.DEFAULT_MAX_UNAVAILABLE, "--max-unavailable", metavar="N|N%", help="Nodes an update takes down at once: a count or a percentage."
+)
+_ON_DELETE = typer.Option(False, "--on-delete", help="updateStrategy OnDelete: only deleted pods get the new bundle (the canary step).")
+_REGISTRY_SECRET = typer.Option(
+    None, "--registry-secret", metavar="NAME", help="A kubernetes.io/dockerconfigjson Secret: the pod's registry credentials and imagePullSecret."
+)
+_TAKE_OVER = typer.Option(False, "--take-over", help="Take the runtime configuration over from the NVIDIA GPU Operator (install --force).")
+_REGISTRY_PLAIN_HTTP = typer.Option(False, "--registry-plain-http", help="The nodes speak plain http to the registry.")
 _BUNDLE_URL = typer.Option(None, "--bundle-url", metavar="URL", help="Where every node fetches the bundle (http/https).")
 _BUNDLE_CONFIGMAP = typer.Option(
     None, "--bundle-configmap", metavar="NAME", help="A ConfigMap holding the bundle under binaryData key 'bundle' (1 MiB limit)."
@@ -66,8 +88,16 @@ _OUTPUT = typer.Option("-", "--output", metavar="FILE|-", help="Write the manife
 
 
 def k8s_command(
+    bundle: Optional[str] = _BUNDLE,
     bundle_url: Optional[str] = _BUNDLE_URL,
     bundle_configmap: Optional[str] = _BUNDLE_CONFIGMAP,
+    bundle_file: Optional[Path] = _BUNDLE_FILE,
+    bundle_sha256: Optional[str] = _BUNDLE_SHA256,
+    max_unavailable: str = _MAX_UNAVAILABLE,
+    on_delete: bool = _ON_DELETE,
+    registry_secret: Optional[str] = _REGISTRY_SECRET,
+    registry_plain_http: bool = _REGISTRY_PLAIN_HTTP,
+    take_over: bool = _TAKE_OVER,
     keyring: Optional[Path] = _KEYRING,
     keyring_configmap: Optional[str] = _KEYRING_CONFIGMAP,
     tools: str = _TOOLS,
@@ -86,8 +116,11 @@ def k8s_command(
     distro: Optional[str] = _DISTRO,
 ) -> None:
     """Write a DaemonSet (plus RuntimeClass) that installs the bundle on every GPU node: kubectl apply -f it."""
+    ref, digest = _bundle_identity(bundle, bundle_file, bundle_sha256, registry_plain_http)
     options = fleet_k8s.K8sOptions(
-        bundle_url=bundle_url, bundle_configmap=bundle_configmap, keyring_configmap=keyring_configmap, image=image, tools=tools,
+        bundle_url=bundle_url, bundle_configmap=bundle_configmap, bundle_ref=ref, bundle_digest=digest,
+        max_unavailable=max_unavailable, on_delete=on_delete, registry_secret=registry_secret,
+        registry_plain_http=registry_plain_http, take_over=take_over, keyring_configmap=keyring_configmap, image=image, tools=tools,
         namespace=namespace, name=name, node_selector=tuple(node_selector), tolerations=tuple(toleration),
         runtime=runtime, runtime_name=runtime_name, set_as_default=set_as_default, cdi=cdi, hold=hold,
         runtimeclass=not no_runtimeclass, distro=distro,
@@ -103,6 +136,121 @@ def k8s_command(
         atomic_write(Path(out), text.encode())
 
 
+def _bundle_identity(bundle: Optional[str], bundle_file: Optional[Path], sha256: Optional[str], plain_http: bool) -> Tuple[Optional[str], Optional[str]]:
+    """The pinned ``oci://`` reference (or None) and the digest the pod template carries.
+
+    :raises UsageError: for a digest given twice or in the wrong form, or a file that cannot be read.
+    """
+    if bundle is not None:
+        if bundle_file is not None or sha256 is not None:
+            raise UsageError("--bundle oci://… carries its own digest: leave out --bundle-file and --bundle-sha256")
+        return _pin(bundle, plain_http)
+    if bundle_file is not None and sha256 is not None:
+        raise UsageError("give one of --bundle-file and --bundle-sha256")
+    if sha256 is not None:
+        if not re.match(r"^[0-9a-f]{64}$", sha256):
+            raise UsageError(f"--bundle-sha256 {sha256!r} must be 64 lowercase hex digits (sha256sum's output)")
+        return None, f"sha256:{sha256}"
+    if bundle_file is not None:
+        try:
+            return None, f"sha256:{_sha256_file(bundle_file)}"
+        except OSError as exc:
+            raise UsageError(f"cannot read the bundle {bundle_file}: {exc.strerror or exc}") from exc
+    return None, None
+
+
+def _sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as data:
+        for block in iter(lambda: data.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _pin(text: str, plain_http: bool) -> Tuple[str, str]:
+    """``oci://HOST/REPO@sha256:…`` as given, or a tag resolved to its manifest digest by asking the registry."""
+    from installer.oci import is_oci_reference
+    from installer.oci.client import RegistryClient
+    from installer.oci.reference import parse_reference
+    from installer.oci.transfer import resolve
+    from installer.oci_cli import registry_access
+
+    if not is_oci_reference(text):
+        raise UsageError(f"--bundle {text!r} must be an oci://HOST[:PORT]/REPO:TAG or @sha256:… reference")
+    ref = parse_reference(text)
+    if ref.digest is not None:
+        return str(ref), ref.digest
+    client = RegistryClient.for_reference(ref, registry_access(ref.host, None, False, None, plain_http))
+    _, digest = resolve(ref, client)
+    return str(ref.pinned(digest)), digest
+
+
+_IMAGE_TOOLS = typer.Option("host", "--tools", click_type=click.Choice(fleet_k8s.TOOLS), help="host: a static busybox | image: --rootfs.")
+_BUSYBOX = typer.Option(Path("/bin/busybox"), "--busybox", help="A statically linked busybox (Debian's busybox-static).")
+_ROOTFS = typer.Option(None, "--rootfs", help="--tools image: a root filesystem with python3, gpg, tar, zstd and dpkg/rpm.")
+_IMAGE_OUTPUT = typer.Option(None, "--output", metavar="FILE", help="Write an OCI image layout tar (ctr images import, skopeo oci-archive:).")
+_PUSH = typer.Option(None, "--push", metavar="oci://HOST[:PORT]/REPO:TAG", help="Push the image to this registry.")
+_TAG = typer.Option(f"gpu-airgap-tools:{VERSION}", "--tag", help="The image's name in the --output archive.")
+_PLAIN_HTTP = typer.Option(False, "--plain-http", help="Speak plain http to the registry (loopback registries need not).")
+_CA_FILE = typer.Option(None, "--ca-file", help="PEM file of the CA that signed the registry's certificate.")
+
+
+def image_command(
+    tools: str = _IMAGE_TOOLS,
+    busybox: Path = _BUSYBOX,
+    rootfs: Optional[Path] = _ROOTFS,
+    output: Optional[Path] = _IMAGE_OUTPUT,
+    push: Optional[str] = _PUSH,
+    tag: str = _TAG,
+    plain_http: bool = _PLAIN_HTTP,
+    ca_file: Optional[str] = _CA_FILE,
+) -> None:
+    """Make the DaemonSet's tools image here (no base image pulled) and write it to a file or push it to the registry."""
+    if output is None and push is None:
+        raise UsageError("give --output FILE, --push oci://HOST/REPO:TAG, or both")
+    if tools == "host":
+        data = _read_binary(busybox)
+        if not fleet_image.is_static_elf(data):
+            raise UsageError(f"{busybox} is not a statically linked busybox (install busybox-static)")
+        applets = run([str(busybox), "--list"]).stdout.decode().split()
+        image = fleet_image.build(fleet_image.busybox_entries(data, applets), ["/bin/sh"])
+    elif rootfs is None:
+        raise UsageError("--tools image needs --rootfs DIR: a root filesystem with python3, gpg, tar, zstd and dpkg/rpm")
+    else:
+        image = fleet_image.build(fleet_image.tree_entries(rootfs), ["python3"])
+    lines = []
+    if output is not None:
+        atomic_write(output, fleet_image.layout_archive(image, tag))
+        lines.append(f"wrote {output} ({tag}, {image.manifest.digest})")
+    if push is not None:
+        lines.append(f"pushed {_push_image(image, push, plain_http, ca_file)}")
+    emit_lines(lines)
+
+
+def _read_binary(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from exc
+
+
+def _push_image(image: fleet_image.Image, target: str, plain_http: bool, ca_file: Optional[str]) -> str:
+    """Upload the blobs and the manifest; the pinned reference to give ``fleet k8s --image`` (without oci://)."""
+    from installer.oci import is_oci_reference
+    from installer.oci.client import RegistryClient
+    from installer.oci.reference import parse_reference
+    from installer.oci_cli import registry_access
+
+    if not is_oci_reference(target):
+        raise UsageError(f"--push {target!r} must be an oci://HOST[:PORT]/REPO:TAG reference")
+    ref = parse_reference(target)
+    client = RegistryClient.for_reference(ref, registry_access(ref.host, None, False, ca_file, plain_http))
+    for blob in (image.layer, image.config):
+        client.upload_blob(ref.repository, blob.digest, len(blob.data), functools.partial(io.BytesIO, blob.data))
+    digest = client.put_manifest(ref, image.manifest.data, fleet_image.MANIFEST_TYPE)
+    return f"{ref.host}/{ref.repository}@{digest}"
+
+
 def _read_key(path: Path) -> str:
     check_key_file(path)
     try:
@@ -115,3 +263,4 @@ def _read_key(path: Path) -> str:
 
 
 fleet_app.command("k8s", cls=legacy_spellings({"--out": "--output"}))(k8s_command)
+fleet_app.command("image")(image_command)

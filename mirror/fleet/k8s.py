@@ -16,6 +16,17 @@ Whose tools do the work (``--tools``):
 - ``image``: the image's python3, gpg, tar, zstd and dpkg/rpm run the installer with
   ``--root /host`` (deploy/kubernetes/Containerfile builds such an image). For nodes without python3.
 
+Where the bundle comes from: ``--bundle oci://…`` (pinned to its manifest digest; each node pulls it
+from the registry with the node's own network, as the kubelet pulls images), ``--bundle-url`` or a
+ConfigMap. The digest goes into the pod template, so a new bundle is a new template and the
+DaemonSet rolls at ``--max-unavailable`` (10% by default; ``--on-delete`` for the canary step), and
+the readiness probe holds a node back until its recorded install is that bundle.
+
+Why a DaemonSet and not a Job per node pool: a DaemonSet follows the nodes (one that joins a pool
+later is installed with no one acting), its rolling update is the rollout controller we need
+(maxUnavailable, a not-ready pod stops it), and ``kubectl rollout status/undo`` work on it. The
+price is one idle pod per node after the install: a sleeping python3 with small requests.
+
 Rendering is pure: :func:`render` takes the options, the pod script and the key text and returns
 multi-document YAML; the CLI reads the files and writes the result.
 """
@@ -45,7 +56,12 @@ KEYRING_KEY = "operator.asc"  #: the key's name in the keyring ConfigMap
 BUNDLE_KEY = "bundle"  #: the bundle's name in the bundle ConfigMap (binaryData)
 HOST_ROOT = "/host"
 RUNTIMES = RUNTIME_CHOICES
+DEFAULT_MAX_UNAVAILABLE = "10%"  #: how many nodes an update takes down at once (README "Rolling a new bundle")
+DIGEST_ANNOTATION = "gpu-airgap.io/bundle-digest"  #: in the pod template: a new bundle is a new template, so it rolls
+REGISTRY_CONFIG = "/etc/gpu-airgap/registry/.dockerconfigjson"  #: where the --registry-secret is mounted
 EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _LABEL_NAME = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 _LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
@@ -57,6 +73,13 @@ class K8sOptions:
 
     bundle_url: Optional[str] = None
     bundle_configmap: Optional[str] = None
+    bundle_ref: Optional[str] = None  #: oci://HOST/REPO@sha256:… (pinned): the pod pulls it from the registry by digest
+    bundle_digest: Optional[str] = None  #: sha256:… of the bundle file, or the artifact's manifest digest for bundle_ref
+    max_unavailable: str = DEFAULT_MAX_UNAVAILABLE
+    on_delete: bool = False  #: updateStrategy OnDelete: the canary step (README "Rolling a new bundle")
+    registry_secret: Optional[str] = None  #: a kubernetes.io/dockerconfigjson Secret for the registry
+    registry_plain_http: bool = False
+    take_over: bool = False  #: install --force: take over from the GPU Operator
     keyring_configmap: Optional[str] = None  #: None: a ConfigMap is rendered from the key text
     image: Optional[str] = None  #: None: IMAGE_FOR_TOOLS[tools]
     tools: str = "host"
@@ -74,8 +97,16 @@ class K8sOptions:
 
     def validate(self) -> None:
         """:raises UsageError: naming the first bad option."""
-        if (self.bundle_url is None) == (self.bundle_configmap is None):
-            raise UsageError("give exactly one of --bundle-url and --bundle-configmap")
+        if sum(x is not None for x in (self.bundle_url, self.bundle_configmap, self.bundle_ref)) != 1:
+            raise UsageError("give exactly one of --bundle oci://…, --bundle-url and --bundle-configmap")
+        if self.bundle_digest is None or not _DIGEST.match(self.bundle_digest):
+            raise UsageError("the bundle's sha256 must go into the pod template so that a new bundle rolls the DaemonSet: "
+                             "give --bundle-file FILE (a local copy) or --bundle-sha256 HEX")  # fmt: skip
+        if self.bundle_ref is not None and not self.bundle_ref.endswith("@" + self.bundle_digest):
+            raise UsageError(f"--bundle {self.bundle_ref!r} must be pinned to its digest (oci://HOST/REPO@sha256:…)")
+        parse_max_unavailable(self.max_unavailable)
+        if self.registry_secret is not None and (len(self.registry_secret) > 253 or not _DNS_SUBDOMAIN.match(self.registry_secret)):
+            raise UsageError(f"--registry-secret {self.registry_secret!r} must be the name of a Secret such as registry-pull")
         if self.bundle_url is not None and urlparse(self.bundle_url).scheme not in ("http", "https"):
             raise UsageError(f"--bundle-url {self.bundle_url!r} must be an http:// or https:// URL")
         for flag, value in (("--namespace", self.namespace), ("--name", self.name),
@@ -123,6 +154,18 @@ def parse_node_selector(items: Tuple[str, ...]) -> Dict[str, str]:
     return selector
 
 
+def parse_max_unavailable(text: str) -> int | str:
+    """``--max-unavailable``: a count of nodes (>= 1) or a percentage (1%-100%) of the matching nodes.
+
+    :raises UsageError: for anything else.
+    """
+    match = re.match(r"^([0-9]{1,6})(%?)$", text)
+    number = int(match.group(1)) if match else 0
+    if not match or number < 1 or (match.group(2) and number > 100):
+        raise UsageError(f"--max-unavailable {text!r} must be a number of nodes (1, 50) or a percentage (10%)")
+    return text if match.group(2) else number
+
+
 def parse_toleration(text: str) -> Dict[str, str]:
     """``KEY[=VALUE][:EFFECT]`` as a toleration (no value: operator Exists).
 
@@ -160,7 +203,10 @@ def documents(options: K8sOptions, script: str, keyring_text: Optional[str]) -> 
         docs.append({"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta(keyring_map), "data": {KEYRING_KEY: keyring_text}})
     docs.append(_daemonset(options, meta, keyring_map))
     if options.runtimeclass and options.runtime != "none" and runtimeclass_note(options) is None:
-        docs.append(runtimeclass.manifest(options.runtime_name, options.runtime_name))
+        runtime_class = runtimeclass.manifest(options.runtime_name, options.runtime_name)
+        # pods asking for the runtime land only on the nodes this DaemonSet installs it on
+        runtime_class["scheduling"] = {"nodeSelector": parse_node_selector(options.node_selector)}
+        docs.append(runtime_class)
     return docs
 
 
@@ -190,6 +236,9 @@ cache="$GPU_AIRGAP_HOST_MOUNT$GPU_AIRGAP_CACHE"
 mkdir -p "$cache"
 cp /etc/gpu-airgap/script/k8s-node.py "$cache/k8s-node.py"
 cp /etc/gpu-airgap/keyring/{KEYRING_KEY} "$cache/{KEYRING_KEY}"
+if [ -e {REGISTRY_CONFIG} ]; then
+  (umask 077 && cp {REGISTRY_CONFIG} "$cache/registry.json")
+fi
 if [ -n "${{GPU_AIRGAP_BUNDLE_URL:-}}" ]; then
   echo "gpu-airgap-k8s: fetching $GPU_AIRGAP_BUNDLE_URL" >&2
   wget -q -O "$cache/bundle.part" "$GPU_AIRGAP_BUNDLE_URL" \\
@@ -214,12 +263,19 @@ def _env(options: K8sOptions) -> List[Dict[str, str]]:
         "GPU_AIRGAP_SET_AS_DEFAULT": str(options.set_as_default).lower(),
         "GPU_AIRGAP_CDI": options.cdi,
         "GPU_AIRGAP_HOLD": str(options.hold).lower(),
+        "GPU_AIRGAP_TAKE_OVER": str(options.take_over).lower(),
     }
     if options.distro is not None:  # the same detection as on the node, overridden the same way
         values["GPU_AIRGAP_DISTRO"] = options.distro
     if on_host:
         values.update(GPU_AIRGAP_HOST_MOUNT=HOST_ROOT, GPU_AIRGAP_CACHE=HOST_CACHE, GPU_AIRGAP_READY_FILE=f"{HOST_CACHE}/ready")
-    if options.bundle_url is not None:
+    values["GPU_AIRGAP_BUNDLE_DIGEST"] = str(options.bundle_digest)
+    if options.bundle_ref is not None:
+        values["GPU_AIRGAP_BUNDLE_REF"] = options.bundle_ref
+        values["GPU_AIRGAP_REGISTRY_PLAIN_HTTP"] = str(options.registry_plain_http).lower()
+        if options.registry_secret is not None:
+            values["GPU_AIRGAP_REGISTRY_CONFIG"] = f"{HOST_CACHE}/registry.json" if on_host else REGISTRY_CONFIG
+    elif options.bundle_url is not None:
         values["GPU_AIRGAP_BUNDLE_URL"] = options.bundle_url
     else:
         values["GPU_AIRGAP_BUNDLE_FILE"] = f"{HOST_CACHE}/bundle.configmap" if on_host else f"/etc/gpu-airgap/bundle/{BUNDLE_KEY}"
@@ -251,6 +307,9 @@ def _daemonset(options: K8sOptions, meta: Meta, keyring_map: str) -> Dict[str, A
     if options.bundle_configmap is not None:
         mounts.append({"name": "bundle", "mountPath": "/etc/gpu-airgap/bundle", "readOnly": True})
         volumes.append({"name": "bundle", "configMap": {"name": options.bundle_configmap}})
+    if options.registry_secret is not None:
+        mounts.append({"name": "registry", "mountPath": REGISTRY_CONFIG.rsplit("/", 1)[0], "readOnly": True})
+        volumes.append({"name": "registry", "secret": {"secretName": options.registry_secret, "defaultMode": 0o400}})
     command, probe = _commands(options)
     container = {
         "name": "install",
@@ -263,35 +322,50 @@ def _daemonset(options: K8sOptions, meta: Meta, keyring_map: str) -> Dict[str, A
         "volumeMounts": mounts,
         "readinessProbe": {
             "exec": {"command": probe},
-            "initialDelaySeconds": 5,
-            "periodSeconds": 30,
+            # frequent and cheap (the full check runs every 5 minutes): a rollout moves on seconds after a node is done
+            "initialDelaySeconds": 2,
+            "periodSeconds": 5,
             "timeoutSeconds": 20,
             "failureThreshold": 3,
         },
-        "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}},
+        # after the install the pod only sleeps: the requests are sized for that (the install itself is short)
+        "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}},
     }
+    pod: Dict[str, Any] = {
+        "nodeSelector": parse_node_selector(options.node_selector),
+        "tolerations": [parse_toleration(t) for t in options.tolerations],
+        # the host's PID 1 is visible, so `chroot /host systemctl` talks to the host's systemd
+        "hostPID": True,
+        "automountServiceAccountToken": False,
+        "priorityClassName": "system-node-critical",
+        # dpkg/rpm must not be killed mid-install: the program finishes the install first
+        "terminationGracePeriodSeconds": 300,
+        "containers": [container],
+        "volumes": volumes,
+    }
+    if options.bundle_ref is not None:
+        # The node reaches its registry (the kubelet pulls images from it) with its own routes and
+        # resolver; under --tools host the pull runs inside the node's root, which has only those.
+        pod.update(hostNetwork=True, dnsPolicy="ClusterFirstWithHostNet")
+    if options.registry_secret is not None:
+        pod["imagePullSecrets"] = [{"name": options.registry_secret}]
+    strategy: Dict[str, Any] = {"type": "OnDelete"} if options.on_delete else {
+        "type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": parse_max_unavailable(options.max_unavailable)}}  # fmt: skip
     return {
         "apiVersion": "apps/v1",
         "kind": "DaemonSet",
         "metadata": meta(options.name),
         "spec": {
             "selector": {"matchLabels": labels},
-            # updates roll one node at a time: a not-ready pod stops them (the first apply starts every pod at once)
-            "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1}},
+            # a node whose pod is not ready (install failed, runtime not registered) counts as unavailable,
+            # so a bad bundle stops the rollout after max-unavailable nodes
+            "updateStrategy": strategy,
             "template": {
-                "metadata": {"labels": {**labels, "app.kubernetes.io/managed-by": "gpu-airgap"}},
-                "spec": {
-                    "nodeSelector": parse_node_selector(options.node_selector),
-                    "tolerations": [parse_toleration(t) for t in options.tolerations],
-                    # the host's PID 1 is visible, so `chroot /host systemctl` talks to the host's systemd
-                    "hostPID": True,
-                    "automountServiceAccountToken": False,
-                    "priorityClassName": "system-node-critical",
-                    # dpkg/rpm must not be killed mid-install: the program finishes the install first
-                    "terminationGracePeriodSeconds": 300,
-                    "containers": [container],
-                    "volumes": volumes,
+                "metadata": {
+                    "labels": {**labels, "app.kubernetes.io/managed-by": "gpu-airgap"},
+                    "annotations": {DIGEST_ANNOTATION: str(options.bundle_digest)},
                 },
+                "spec": pod,
             },
         },
     }

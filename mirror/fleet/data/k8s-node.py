@@ -7,7 +7,11 @@ $GPU_AIRGAP_HOST_ROOT=/, so the node's own gpg, tar, dpkg/rpm and systemctl do t
 
 1. reads the bundle ($GPU_AIRGAP_BUNDLE_FILE: fetched or copied by the ``--tools host`` wrapper, or
    the mounted ConfigMap), or fetches $GPU_AIRGAP_BUNDLE_URL with urllib into the host's
-   /var/cache/gpu-airgap/k8s (``--tools image``);
+   /var/cache/gpu-airgap/k8s (``--tools image``), or pulls $GPU_AIRGAP_BUNDLE_REF
+   (oci://HOST/REPO@sha256:…) from the registry by digest: the manifest must hash to that digest and
+   the bundle blob to the digest the manifest names. A file bundle must hash to
+   $GPU_AIRGAP_BUNDLE_DIGEST, the digest in the pod template: an old bundle left behind a URL is
+   refused, not installed under a new template;
 2. takes gpu-airgap-node.pyz out of it with tar and, before running it, checks it with gpgv (or
    gpg) against the operator key: the bundle's ``NODE-SHA256SUMS`` must carry a good signature by
    that key and list the tool's sha256 (this program, from the operator's ConfigMap, is the trust
@@ -18,12 +22,14 @@ $GPU_AIRGAP_HOST_ROOT=/, so the node's own gpg, tar, dpkg/rpm and systemctl do t
    one that does not come back); under ``--tools image`` (``--no-restart``) this program runs
    ``chroot /host systemctl restart UNIT`` (the pod has hostPID, so systemctl sees the host's systemd
    and does not take the chroot for a container) and checks it is active;
-4. writes the ready marker the readinessProbe looks for, then sleeps until the pod is stopped.
+4. writes the ready marker (the install's result and the bundle digest) the readinessProbe looks
+   for, then sleeps until the pod is stopped: one idle python3 (a few MiB, no CPU) per node keeps
+   the DaemonSet's rolling update, and nodes that join later, working without a controller.
 
 SIGTERM during steps 1-3 waits for the install to finish (dpkg must not be killed mid-unpack).
 
-``ready`` (the probe) checks the marker and asks ``status --root /host --json`` whether the runtime is
-registered. Any failure exits non-zero with the installer's one-sentence error, so the pod restarts
+``ready`` (the probe) checks the marker names the template's bundle digest, and asks ``status --root
+/host --json`` whether the node's recorded install is that bundle's and the runtime is registered. Any failure exits non-zero with the installer's one-sentence error, so the pod restarts
 with back-off and the DaemonSet's rolling update (maxUnavailable 1) does not go on to the next node.
 """
 
@@ -39,9 +45,12 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
+import urllib.parse
 import urllib.request
+from base64 import b64encode
 from pathlib import Path
-from typing import Any, Dict, List, NoReturn
+from typing import Any, Dict, List, NoReturn, Optional
 
 #: what the node takes out of the bundle first and checks (installer/nodecheck.py, mirrored here:
 #: this program runs on the node's python3 with the standard library only)
@@ -50,6 +59,11 @@ NODE_SUMS_SIGNATURE = "NODE-SHA256SUMS.asc"
 NODE_TOOL = "gpu-airgap-node.pyz"
 HEAD = (NODE_SUMS, NODE_SUMS_SIGNATURE, "install.sh", NODE_TOOL)
 VERIFICATION_FAILED = 3  #: the exit code of a signature or checksum that did not match (README "Exit codes")
+#: the bundle artifact's manifest and whole-bundle layer types (installer/oci/artifact.py, mirrored here)
+OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+OCI_BUNDLE_LAYER = "application/vnd.gpu-airgap.bundle.v1.tar"
+MAX_MANIFEST = 4 << 20
+RECHECK = 300  #: seconds between the readiness probe's full checks (``status``)
 
 
 def _env(name: str, default: str = "") -> str:
@@ -82,6 +96,93 @@ def fetch_bundle(url: str, dest: Path) -> None:
     except OSError as exc:  # URLError and HTTPError are OSErrors
         reason = getattr(exc, "reason", None) or exc
         raise SystemExit(f"gpu-airgap-k8s: could not fetch the bundle from {url}: {reason}") from exc
+    os.replace(part, dest)
+
+
+def _sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as data:
+        for block in iter(lambda: data.read(1 << 20), b""):
+            digest.update(block)
+    return "sha256:" + digest.hexdigest()
+
+
+class Registry:
+    """Just enough of the distribution API to pull one blob by digest: anonymous, basic or bearer auth."""
+
+    def __init__(self, host: str, repository: str) -> None:
+        scheme = "http" if _env("GPU_AIRGAP_REGISTRY_PLAIN_HTTP") == "true" else "https"
+        self.base, self.host, self.repository = f"{scheme}://{host}", host, repository
+        self.auth: Optional[str] = None
+        self.basic = self._basic(host)
+
+    @staticmethod
+    def _basic(host: str) -> Optional[str]:
+        """``auths[HOST].auth`` of the mounted docker config (the --registry-secret), if any."""
+        config = Path(_env("GPU_AIRGAP_REGISTRY_CONFIG", "/nonexistent"))
+        if not config.is_file():
+            return None
+        entry = (json.loads(config.read_text("utf-8")).get("auths") or {}).get(host) or {}
+        if entry.get("auth"):
+            return "Basic " + str(entry["auth"])
+        if entry.get("username"):
+            return "Basic " + b64encode(f"{entry['username']}:{entry.get('password', '')}".encode()).decode()
+        return None
+
+    def open(self, path: str, accept: str = "") -> Any:
+        """GET ``/v2/REPO/PATH``; a 401 is answered once with basic credentials or a bearer token."""
+        for attempt in (1, 2):
+            request = urllib.request.Request(f"{self.base}/v2/{self.repository}/{path}")
+            if accept:
+                request.add_header("Accept", accept)
+            if self.auth:
+                request.add_unredirected_header("Authorization", self.auth)  # never sent on to blob storage
+            try:
+                return urllib.request.urlopen(request, timeout=60)
+            except urllib.error.HTTPError as exc:
+                if exc.code != 401 or attempt == 2:
+                    raise
+                self.auth = self._answer(exc.headers.get("WWW-Authenticate", ""))
+        raise AssertionError("unreachable")
+
+    def _answer(self, challenge: str) -> Optional[str]:
+        scheme, _, rest = challenge.partition(" ")
+        if scheme.lower() == "basic":
+            return self.basic
+        params = dict(re.findall(r'(\w+)="([^"]*)"', rest))
+        query = {k: v for k, v in params.items() if k in ("service", "scope")}
+        query.setdefault("scope", f"repository:{self.repository}:pull")
+        token_request = urllib.request.Request(params.get("realm", "") + "?" + urllib.parse.urlencode(query))
+        if self.basic:
+            token_request.add_header("Authorization", self.basic)
+        with urllib.request.urlopen(token_request, timeout=60) as answer:
+            body = json.loads(answer.read(1 << 20))
+        return "Bearer " + str(body.get("token") or body.get("access_token"))
+
+
+def pull_bundle(ref: str, dest: Path) -> None:
+    """Pull the whole bundle of the pinned artifact ``ref`` into ``dest``, every byte checked against its digest."""
+    match = re.match(r"^oci://([^/]+)/(.+)@(sha256:[0-9a-f]{64})$", ref)
+    if not match:
+        raise SystemExit(f"gpu-airgap-k8s: {ref} is not a pinned reference oci://HOST/REPO@sha256:…")
+    host, repository, digest = match.groups()
+    registry = Registry(host, repository)
+    try:
+        with registry.open(f"manifests/{digest}", OCI_MANIFEST) as answer:
+            manifest = answer.read(MAX_MANIFEST + 1)
+        if "sha256:" + hashlib.sha256(manifest).hexdigest() != digest:
+            _refuse(f"the registry's manifest for {ref} does not match its digest; refusing it")
+        layers = [la for la in json.loads(manifest).get("layers", []) if str(la.get("mediaType", "")).startswith(OCI_BUNDLE_LAYER)]
+        if len(layers) != 1:
+            raise SystemExit(f"gpu-airgap-k8s: {ref} is not a whole gpu-airgap bundle (a split one cannot be pulled here: push the whole bundle)")
+        part = dest.with_name(dest.name + ".part")
+        with registry.open(f"blobs/{layers[0]['digest']}") as answer, open(part, "wb") as out:
+            shutil.copyfileobj(answer, out, 1 << 20)
+    except (OSError, ValueError) as exc:  # URLError, HTTPError, a JSON body that is not
+        raise SystemExit(f"gpu-airgap-k8s: could not pull {ref}: {getattr(exc, 'reason', None) or exc}") from exc
+    if _sha256_file(part) != layers[0]["digest"] or part.stat().st_size != layers[0].get("size"):
+        part.unlink()
+        _refuse(f"the registry sent a bundle for {ref} that does not match its digest; refusing it")
     os.replace(part, dest)
 
 
@@ -157,6 +258,8 @@ def install_argv(tool: Path, bundle: Path) -> List[str]:
         argv.append("--hold")
     if _env("GPU_AIRGAP_DISTRO"):  # the nodes' containerd, named in `fleet k8s --distro`
         argv += ["--distro", _env("GPU_AIRGAP_DISTRO")]
+    if _env("GPU_AIRGAP_TAKE_OVER") == "true":
+        argv.append("--force")  # take the runtime configuration over from the GPU Operator
     return argv
 
 
@@ -189,13 +292,19 @@ def install() -> int:
     cache = _cache()
     cache.mkdir(parents=True, exist_ok=True)
     marker = _ready_marker()
-    if marker.exists():
-        marker.unlink()  # under --tools host it lives on the node and outlives the pod: not ready until this run says so
-    url = _env("GPU_AIRGAP_BUNDLE_URL")
-    bundle = cache / "bundle" if url else Path(_env("GPU_AIRGAP_BUNDLE_FILE"))
-    if url:
+    for stale in (marker, _checked_mark()):
+        if stale.exists():
+            stale.unlink()  # under --tools host they live on the node and outlive the pod: not ready until this run says so
+    url, ref, expected = _env("GPU_AIRGAP_BUNDLE_URL"), _env("GPU_AIRGAP_BUNDLE_REF"), _env("GPU_AIRGAP_BUNDLE_DIGEST")
+    bundle = cache / "bundle" if url or ref else Path(_env("GPU_AIRGAP_BUNDLE_FILE"))
+    if ref:
+        _say(f"pulling {ref}")
+        pull_bundle(ref, bundle)
+    elif url:
         _say(f"fetching {url}")
         fetch_bundle(url, bundle)
+    if expected and not ref and _sha256_file(bundle) != expected:
+        _refuse(f"the bundle from {url or bundle} is not the one the DaemonSet names ({expected}); refusing it")
     tool = cache / NODE_TOOL
     node_tool(bundle, tool, Path(_env("GPU_AIRGAP_KEYRING")))
     proc = subprocess.run(install_argv(tool, bundle), stdout=subprocess.PIPE, check=False)
@@ -207,14 +316,38 @@ def install() -> int:
     if not _on_host():  # --tools host: the installer restarted them (and said so in the result)
         units: Dict[str, List[str]] = result.get("restart_units") or {}
         restart({name: units.get(name, [name]) for name in units or [n for n, what in engines.items() if what.startswith("registered runtime")]})
-    _ready_marker().write_text(json.dumps(result) + "\n")
+    _ready_marker().write_text(json.dumps({**result, "bundle_digest": expected}) + "\n")
     return 0
 
 
+def _checked_mark() -> Path:
+    return _ready_marker().with_name(_ready_marker().name + ".checked")
+
+
 def ready() -> int:
-    """The readinessProbe: installed by this pod, and the runtime registered with an engine (or --runtime none)."""
+    """The readinessProbe: installed by this pod, and the runtime registered with an engine (or --runtime none).
+
+    The probe runs every few seconds so that a rollout moves on as soon as a node is done; the full
+    check (the node tool's ``status``, another python3 start) runs at most every RECHECK seconds, and
+    in between the probe only reads the marker, so an idle node pays almost nothing for it.
+    """
     if not _ready_marker().exists():
         return 1
+    done = json.loads(_ready_marker().read_text())
+    if done.get("bundle_digest") != _env("GPU_AIRGAP_BUNDLE_DIGEST"):
+        return 1  # installed by a pod of another template (another bundle)
+    mark = _checked_mark()
+    if mark.exists() and 0 <= time.time() - mark.stat().st_mtime < RECHECK:
+        return 0
+    if mark.exists():
+        mark.unlink()
+    if _full_check(done) != 0:
+        return 1
+    mark.touch()
+    return 0
+
+
+def _full_check(done: Dict[str, Any]) -> int:
     tool = _cache() / "gpu-airgap-node.pyz"
     name = _env("GPU_AIRGAP_RUNTIME_NAME", "nvidia")
     proc = subprocess.run(
@@ -224,6 +357,8 @@ def ready() -> int:
     if proc.returncode not in (0, 9):  # 9: drift, reported but still a status
         return 1
     report = json.loads(proc.stdout)
+    if report.get("bundle_id") != done.get("bundle_id"):
+        return 1  # the node's recorded install is not the bundle this pod installed
     if _env("GPU_AIRGAP_RUNTIME") == "none":
         return 0 if report.get("installed_by_gpu_airgap") else 1
     engines = report.get("engines") or {}

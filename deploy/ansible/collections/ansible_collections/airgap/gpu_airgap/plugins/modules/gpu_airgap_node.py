@@ -21,36 +21,141 @@ from ansible.module_utils.basic import AnsibleModule
 DOCUMENTATION = r"""
 module: gpu_airgap_node
 short_description: Install, configure or uninstall the NVIDIA Container Toolkit with the gpu-airgap node tool
+description:
+  - Runs the gpu-airgap node tool (gpu-airgap-node.pyz) on the node and maps its own JSON result onto
+    Ansible's changed, check mode (the tool's --dry-run) and diff mode (the engine configuration diff),
+    so a second run reports changed=0.
+  - The node tool must already be on the node and checked against the operator key; the role
+    airgap.gpu_airgap.gpu_airgap does that on the controller. The installer verifies the bundle
+    against the operator key before it changes anything.
+version_added: "1.0.0"
+author:
+  - gpu-airgap maintainers
+requirements:
+  - python3 >= 3.9 on the node
 options:
   state:
-    description: present (install from a bundle), configured (register the runtime only; packages came
-      from the mirror), restarted (restart the engines an install left pending, putting back the
-      configuration of any that stays down), absent (uninstall what gpu-airgap installed) or
-      unconfigured (restore what configured changed in the engine's configuration, with configure revert).
+    description:
+      - present installs from a bundle; configured registers the runtime only (packages came from the
+        mirror); restarted restarts the engines an install left pending, putting back the configuration
+        of any that stays down; absent uninstalls what gpu-airgap installed; unconfigured restores what
+        configured changed in the engine's configuration (configure revert).
+    type: str
     choices: [present, configured, restarted, absent, unconfigured]
     default: present
-  zipapp: {description: gpu-airgap-node.pyz on the node, required: true, type: path}
-  python: {description: the node's python3 (>= 3.9), default: python3, type: str}
-  bundle: {description: the signed bundle on the node (state=present), type: path}
-  keyring: {description: the operator's public key on the node (state=present), type: path}
-  bundle_pending: {description: the bundle or tool is not on the node yet (a --check run did not copy it), type: bool}
-  root: {description: the node's root (a scratch root in tests), default: /, type: path}
-  runtime: {description: "auto, containerd, docker, crio, podman, lxc or none (configured needs one engine; lxc is configured per container, not here)", default: auto}
-  runtime_name: {default: nvidia}
-  set_as_default: {default: false, type: bool}
-  cdi: {description: "auto, on or off (configured - on enables CDI in the engine; podman - off writes the OCI hook)", default: auto}
-  hold: {default: false, type: bool}
-  force: {description: uninstall or revert even when recorded files were edited since, default: false, type: bool}
-  engines: {description: "restarted: these engines (after state=configured) instead of the install's pending ones", type: list}
-  distro: {description: "which containerd - auto (detected), containerd, k3s, rke2, microk8s or k0s", default: auto}
-  take_over: {description: take the runtime configuration over from the NVIDIA GPU Operator, default: false, type: bool}
+  zipapp:
+    description: gpu-airgap-node.pyz on the node.
+    type: path
+    required: true
+  python:
+    description: The node's python3 (>= 3.9).
+    type: str
+    default: python3
+  bundle:
+    description:
+      - state=present - the signed bundle, a file on the node or an oci://HOST/REPO@sha256:DIGEST reference
+        the node tool pulls by digest from the registry.
+    type: str
+  keyring:
+    description: state=present - the operator's public key on the node.
+    type: path
+  bundle_pending:
+    description: The bundle or tool is not on the node yet (a check-mode run did not copy or fetch it).
+    type: bool
+    default: false
+  root:
+    description: The node's root (a scratch root in tests).
+    type: path
+    default: /
+  runtime:
+    description:
+      - The engine to register the runtime with (configured needs one engine; lxc is configured per
+        container, not here).
+    type: str
+    choices: [auto, containerd, docker, crio, podman, lxc, none]
+    default: auto
+  runtime_name:
+    description: The runtime's name in the engine's configuration.
+    type: str
+    default: nvidia
+  set_as_default:
+    description: Make the runtime the engine's default.
+    type: bool
+    default: false
+  cdi:
+    description: CDI - auto, on or off (configured - on enables CDI in the engine; podman - off writes the OCI hook).
+    type: str
+    choices: [auto, "on", "off"]
+    default: auto
+  hold:
+    description: Hold the packages at this release.
+    type: bool
+    default: false
+  force:
+    description: Uninstall or revert even when recorded files were edited since.
+    type: bool
+    default: false
+  engines:
+    description: state=restarted - these engines (after state=configured) instead of the install's pending ones.
+    type: list
+    elements: str
+    default: []
+  distro:
+    description:
+      - Which containerd the kubelet uses (install's, configure's and restart's --distro); auto detects it on the node.
+    type: str
+    choices: [auto, containerd, k3s, rke2, microk8s, k0s]
+    default: auto
+  take_over:
+    description:
+      - Take the runtime configuration over from the NVIDIA GPU Operator (install's --force).
+    type: bool
+    default: false
+  plain_http:
+    description: An oci:// bundle - speak plain http to the registry (a loopback or test registry).
+    type: bool
+    default: false
+  ca_file:
+    description: An oci:// bundle - PEM file on the node of the CA that signed the registry's certificate.
+    type: path
+"""
+
+EXAMPLES = r"""
+- name: Install the toolkit from the bundle copied to the node
+  airgap.gpu_airgap.gpu_airgap_node:
+    state: present
+    zipapp: /var/cache/gpu-airgap/fleet/gpu-airgap-node.pyz
+    bundle: /var/cache/gpu-airgap/fleet/gpu-airgap-bundle
+    keyring: /var/cache/gpu-airgap/fleet/operator.asc
+    runtime: containerd
+
+- name: Install straight from the registry, by digest
+  airgap.gpu_airgap.gpu_airgap_node:
+    zipapp: /var/cache/gpu-airgap/fleet/gpu-airgap-node.pyz
+    bundle: oci://registry.internal:5000/gpu-airgap/nvct@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef
+    keyring: /var/cache/gpu-airgap/fleet/operator.asc
 """
 
 RETURN = r"""
-result: {description: the node tool's JSON object}
-engines_changed: {description: engines waiting for a restart (the restart handler restarts these)}
-files: {description: state=unconfigured - the files configure revert restores (or would, under --check)}
+result:
+  description: The node tool's JSON object.
+  returned: when the node tool ran
+  type: dict
+engines_changed:
+  description: Engines waiting for a restart (the role's restart handler restarts these).
+  returned: always
+  type: list
+  elements: str
+files:
+  description: state=unconfigured - the files configure revert restores (or would, under check mode).
+  returned: state=unconfigured
+  type: list
+  elements: str
 """
+
+
+#: a bundle the node tool pulls from a registry itself (``install oci://…``), checking every blob's digest
+OCI = "oci://"
 
 
 def main() -> None:
@@ -59,7 +164,7 @@ def main() -> None:
             "state": {"choices": ["present", "configured", "restarted", "absent", "unconfigured"], "default": "present"},
             "zipapp": {"type": "path", "required": True},
             "python": {"type": "str", "default": "python3"},
-            "bundle": {"type": "path"},
+            "bundle": {"type": "str"},
             "keyring": {"type": "path"},
             "bundle_pending": {"type": "bool", "default": False},
             "root": {"type": "path", "default": "/"},
@@ -72,6 +177,8 @@ def main() -> None:
             "engines": {"type": "list", "elements": "str", "default": []},
             "distro": {"choices": ["auto", "containerd", "k3s", "rke2", "microk8s", "k0s"], "default": "auto"},
             "take_over": {"type": "bool", "default": False},
+            "plain_http": {"type": "bool", "default": False},
+            "ca_file": {"type": "path"},
         },
         required_if=[("state", "present", ("bundle", "keyring"))],
         supports_check_mode=True,
@@ -115,6 +222,9 @@ def _install_args(p: dict) -> list:
         args.append("--set-as-default")
     if p["hold"]:
         args.append("--hold")
+    if p["bundle"].startswith(OCI):
+        args += ["--plain-http"] if p["plain_http"] else []
+        args += ["--ca-file", p["ca_file"]] if p["ca_file"] else []
     return args + _distro_args(p)
 
 
@@ -132,7 +242,8 @@ def _present(module: AnsibleModule) -> None:
     p = module.params
     if module.check_mode and p["bundle_pending"]:
         module.exit_json(changed=True, msg="would copy the bundle to the node and install it", engines_changed=[])
-    for path in (p["bundle"], p["keyring"], p["zipapp"]):
+    local = [p["keyring"], p["zipapp"]] + ([] if p["bundle"].startswith(OCI) else [p["bundle"]])
+    for path in local:
         if not Path(path).is_file():
             module.fail_json(msg=f"{path} is not on the node; copy it there first")
     args = _install_args(p)
