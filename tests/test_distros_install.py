@@ -54,12 +54,18 @@ def _node(tmp_path: Path, fixture: str) -> Path:
     return root
 
 
-def test_install_on_k3s_writes_no_containerd_file_and_restarts_the_running_k3s_unit(
-    tmp_path: Path, target: StagedTarget, test_key: TestKey, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _k3s_node_before_the_toolkit(tmp_path: Path) -> Path:
+    """A k3s node whose agent has not yet seen NVIDIA's runtime: its config.toml as generated then, no template."""
     root = _node(tmp_path, "k3s-v3")
     shutil.copy(FIXTURES / "k3s-v3/_before-toolkit" / K3S.lstrip("/") / "config.toml", root / K3S.lstrip("/") / "config.toml")
     (root / K3S.lstrip("/") / "config-v3.toml.tmpl").unlink()
+    return root
+
+
+def test_install_on_k3s_writes_no_containerd_file_and_restarts_the_running_k3s_unit(
+    tmp_path: Path, target: StagedTarget, test_key: TestKey, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = _k3s_node_before_the_toolkit(tmp_path)
     bundle = write_signed_bundle(tmp_path / "b.tar", [target], test_key.home, test_key.fingerprint)
 
     def agent_restart(unit: str) -> None:  # what k3s does at start: regenerate config.toml with the runtime it finds
@@ -120,9 +126,7 @@ def test_install_and_uninstall_on_microk8s_edit_the_template_and_restore_it_byte
 def test_a_k3s_restart_whose_config_lacks_the_handler_is_reported(
     tmp_path: Path, target: StagedTarget, test_key: TestKey, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    root = _node(tmp_path, "k3s-v3")
-    shutil.copy(FIXTURES / "k3s-v3/_before-toolkit" / K3S.lstrip("/") / "config.toml", root / K3S.lstrip("/") / "config.toml")
-    (root / K3S.lstrip("/") / "config-v3.toml.tmpl").unlink()
+    root = _k3s_node_before_the_toolkit(tmp_path)
     bundle = write_signed_bundle(tmp_path / "b.tar", [target], test_key.home, test_key.fingerprint)
     monkeypatch.setattr(install_mod, "is_live_root", lambda root: True)
     result = install(bundle, test_key.public, InstallOptions(root=root), NodeEnv(services=Services(active=("k3s",))))

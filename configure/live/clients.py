@@ -27,7 +27,7 @@ import json
 import os
 from dataclasses import dataclass, field, replace
 from enum import Enum
-from typing import Any, Dict, Optional, Protocol, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Protocol, Sequence, Tuple
 
 #: how containerd (and crictl) name the namespace CRI images live in
 CRI_NAMESPACE = "k8s.io"
@@ -101,6 +101,10 @@ class Probe:
     devices: Tuple[str, ...] = ()  #: podman --device (CDI device names)
     env: Dict[str, str] = field(default_factory=dict)
     timeout: float = 60.0
+
+    def env_options(self) -> List[str]:
+        """``--env KEY=VALUE`` for each of :attr:`env`, sorted (ctr, docker and podman spell it alike)."""
+        return [arg for key, value in sorted(self.env.items()) for arg in ("--env", f"{key}={value}")]
 
 
 def unique_name() -> str:

@@ -130,7 +130,7 @@ class CtrClient(Client):
         name = unique_name()
         via = f"with runtime binary {probe.binary} through ctr"
         ns = ["--namespace", namespace]
-        env = [arg for key, value in sorted(probe.env.items()) for arg in ("--env", f"{key}={value}")]
+        env = probe.env_options()
         binary = ["--runc-binary", probe.binary] if probe.binary else []
         result = self._run(probe, ns, [*binary, *env, image, name], via, image)
         self.call(probe, *ns, "tasks", "kill", "--signal", "SIGKILL", name)

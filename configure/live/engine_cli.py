@@ -47,7 +47,7 @@ class EngineCliClient(Client):
         if image is None:
             return self.no_image(probe)
         via = self.via(probe)
-        env = [arg for key, value in sorted(probe.env.items()) for arg in ("--env", f"{key}={value}")]
+        env = probe.env_options()
         created = self.call(probe, "create", "--pull", "never", "--network", "none", *self.create_options(probe), *env, image)
         if not created.ok:
             return self.result(probe, Outcome.FAILED, f"a container {via} was not created: {created.reason()}", image)

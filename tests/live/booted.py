@@ -29,6 +29,7 @@ from typing import Optional
 from installer.nodecheck import HEAD
 from tests.live.cache import cached_dir, digest
 from tests.live.cri import CriClient
+from tests.live.daemons import kill_until_gone, remove_cgroup_tree
 from tests.upstream import UpstreamServer
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -244,21 +245,9 @@ class BootedNode:
 
     @staticmethod
     def _remove_cgroup(top: Path) -> None:
-        if not top.is_dir():
-            return
-        for _ in range(50):
-            left = [int(p) for procs in top.rglob("cgroup.procs") for p in procs.read_text().split()]
-            if not left:
-                break
-            for pid in left:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-            time.sleep(0.1)
-        for directory in sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
-            with contextlib.suppress(OSError):
-                directory.rmdir()
-        with contextlib.suppress(OSError):
-            top.rmdir()
+        if top.is_dir():
+            kill_until_gone(lambda: [int(p) for procs in top.rglob("cgroup.procs") for p in procs.read_text().split()], 5)
+            remove_cgroup_tree(top)
 
     # -- inside the node -------------------------------------------------------------------------
 

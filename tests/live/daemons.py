@@ -17,7 +17,7 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Optional
 
@@ -45,13 +45,17 @@ def remove_cgroups(names: Sequence[str], existed: Optional[set[Path]] = None) ->
     for hierarchy in _hierarchies():
         for name in names:
             top = hierarchy / name
-            if not top.is_dir() or (existed is not None and top in existed):
-                continue
-            for directory in sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
-                with contextlib.suppress(OSError):
-                    directory.rmdir()
-            with contextlib.suppress(OSError):
-                top.rmdir()
+            if top.is_dir() and (existed is None or top not in existed):
+                remove_cgroup_tree(top)
+
+
+def remove_cgroup_tree(top: Path) -> None:
+    """Remove the cgroup ``top`` and the ones below it, deepest first; one that still has processes stays."""
+    for directory in sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
+        with contextlib.suppress(OSError):
+            directory.rmdir()
+    with contextlib.suppress(OSError):
+        top.rmdir()
 
 
 def kill_cgroup_members(names: Sequence[str], existed: Optional[set[Path]] = None) -> None:
@@ -73,17 +77,23 @@ def existing_cgroups(names: Sequence[str]) -> set[Path]:
     return {h / n for h in _hierarchies() for n in names if (h / n).is_dir()}
 
 
-def kill_namespace(namespace: str, timeout: float = 10) -> None:
-    """SIGKILL every process still in the mount namespace ``namespace`` (by PID), until none is left."""
+def kill_until_gone(pids: Callable[[], Sequence[int]], timeout: float) -> None:
+    """SIGKILL the processes ``pids()`` names, by PID, until it names none or ``timeout`` seconds pass."""
     deadline = time.monotonic() + timeout
-    while namespace and time.monotonic() < deadline:
-        left = pids_in_namespace(namespace)
+    while time.monotonic() < deadline:
+        left = pids()
         if not left:
             return
         for pid in left:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         time.sleep(0.1)
+
+
+def kill_namespace(namespace: str, timeout: float = 10) -> None:
+    """SIGKILL every process still in the mount namespace ``namespace`` (by PID), until none is left."""
+    if namespace:
+        kill_until_gone(lambda: pids_in_namespace(namespace), timeout)
 
 
 def _release_cgroups(names: Sequence[str], existed: set[Path]) -> None:
