@@ -26,7 +26,7 @@ import pytest
 from tests.cli_runner import run_cli
 from tests.gpgkeys import TestKey
 from tests.node_fixtures import TOOLKIT, dpkg_versions
-from tests.oci_registry import Registry
+from tests.oci_registry import DockerConfig, Registry, basic_entry, htpasswd_file
 from tests.test_fleet_ansible import ANSIBLE_DIR, HOSTS, Fleet
 
 COLLECTIONS = ANSIBLE_DIR / "collections"
@@ -180,3 +180,30 @@ def test_oci_transport_nodes_pull_by_digest_install_and_keep_no_bundle_copy(
             assert _cached(fleet, host) == ["gpu-airgap-node.pyz", "operator.asc"], "the bundle went over the connection"
         second = fleet.play("site.yml", *extra)
         assert second.returncode == 0 and second.changed() == dict.fromkeys(HOSTS, 0), second.stats
+
+
+@pytest.mark.slow
+def test_oci_transport_pulls_from_a_registry_that_needs_the_operators_credentials(
+    deb_bundle: Path, operator_key: TestKey, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    users = htpasswd_file(tmp_path / "htpasswd", {"ops": "s3cret"})
+    with Registry(tmp_path / "registry", auth={"htpasswd": {"realm": "gpu-airgap-test", "path": str(users)}}) as registry:
+        config = DockerConfig.write(tmp_path / "docker", registry.host, basic_entry("ops", "s3cret"))
+        monkeypatch.setenv("DOCKER_CONFIG", str(config.directory))
+        pushed = run_cli("bundle", "push", str(deb_bundle), registry.ref("fleet/auth:1"), "--keyring", str(operator_key.public), "--json")
+        assert pushed.exit_code == 0, pushed.stderr
+        monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "no-docker-config"))  # the nodes have no credentials of their own
+        ref = registry.ref(f"fleet/auth@{json.loads(pushed.stdout)['digest']}")
+        fleet = Fleet(tmp_path / "fleet", deb_bundle, operator_key.public)
+        extra = ("-e", "gpu_airgap_transport=oci", "-e", f"gpu_airgap_bundle_ref={ref}")
+        before = fleet.digests()
+        refused = fleet.play("site.yml", *extra)
+        assert refused.returncode != 0
+        assert "401" in refused.task("node1", ROLE_TASK)["result"]["msg"] or "credentials" in refused.task("node1", ROLE_TASK)["result"]["msg"]
+        assert fleet.digests()["node2"] == before["node2"]  # the canary failed: nothing else touched
+        done = fleet.play("site.yml", *extra, "-e", f"gpu_airgap_registry_auth={config.directory / 'config.json'}")
+    assert done.returncode == 0, done.output[-3000:]
+    for host in HOSTS:
+        assert dpkg_versions(fleet.roots[host]) == dict.fromkeys(TOOLKIT, "1.17.8-1"), host
+        secret = fleet.roots[host] / "var/cache/gpu-airgap/fleet/docker/config.json"
+        assert secret.stat().st_mode & 0o777 == 0o600 and secret.parent.stat().st_mode & 0o777 == 0o700

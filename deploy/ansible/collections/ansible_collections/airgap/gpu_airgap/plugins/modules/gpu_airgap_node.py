@@ -13,6 +13,7 @@ changed anything that ``configure revert`` would restore. This module only maps 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -118,6 +119,9 @@ options:
   ca_file:
     description: An oci:// bundle - PEM file on the node of the CA that signed the registry's certificate.
     type: path
+  docker_config:
+    description: An oci:// bundle - a directory on the node whose config.json holds the registry credentials (DOCKER_CONFIG).
+    type: path
 """
 
 EXAMPLES = r"""
@@ -179,6 +183,7 @@ def main() -> None:
             "take_over": {"type": "bool", "default": False},
             "plain_http": {"type": "bool", "default": False},
             "ca_file": {"type": "path"},
+            "docker_config": {"type": "path"},
         },
         required_if=[("state", "present", ("bundle", "keyring"))],
         supports_check_mode=True,
@@ -200,7 +205,9 @@ def _tool(module: AnsibleModule, *args: str, ok_codes: tuple = (0,)) -> dict:
     """Run ``python3 -I -S gpu-airgap-node.pyz ARGS... --json`` and return its JSON object (fail the task otherwise)."""
     p = module.params
     argv = [p["python"], "-I", "-S", p["zipapp"], *args, "--json"]
-    proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+    # an oci:// bundle: the registry credentials the role placed on the node (the tool reads $DOCKER_CONFIG/config.json)
+    env = {**os.environ, "DOCKER_CONFIG": p["docker_config"]} if p["docker_config"] else None
+    proc = subprocess.run(argv, capture_output=True, text=True, check=False, env=env)
     if proc.returncode not in ok_codes:
         # The tool's last stderr line is its one-sentence error ("gpu-airgap: error: ...").
         lines = [line for line in proc.stderr.splitlines() if line.strip()]
