@@ -59,6 +59,25 @@ def test_ansible_doc_shows_the_roles_variables_from_its_argument_specs(tmp_path:
         assert f"\n{name}:" in defaults, f"{name} is documented but has no default in defaults/main.yml"
 
 
+def test_the_collection_builds_and_installs_offline_and_its_module_is_documented_from_there(tmp_path: Path) -> None:
+    galaxy = str(Path(sys.executable).with_name("ansible-galaxy"))
+    env = {**os.environ, "ANSIBLE_HOME": str(tmp_path / "ansible-home"), "ANSIBLE_NOCOLOR": "1"}
+    source = COLLECTIONS / "ansible_collections/airgap/gpu_airgap"
+    built = subprocess.run([galaxy, "collection", "build", str(source), "--output-path", str(tmp_path)],
+                           env=env, capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    assert built.returncode == 0, built.stderr
+    (tarball,) = tmp_path.glob("airgap-gpu_airgap-*.tar.gz")
+    installed = subprocess.run([galaxy, "collection", "install", "--offline", str(tarball), "-p", str(tmp_path / "site")],
+                               env=env, capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    assert installed.returncode == 0, installed.stderr
+    here = tmp_path / "site/ansible_collections/airgap/gpu_airgap"
+    assert (here / "roles/gpu_airgap/meta/argument_specs.yml").is_file() and (here / "plugins/modules/gpu_airgap_node.py").is_file()
+    doc = subprocess.run([str(Path(sys.executable).with_name("ansible-doc")), "airgap.gpu_airgap.gpu_airgap_node"],
+                         env={**env, "ANSIBLE_COLLECTIONS_PATH": str(tmp_path / "site")}, capture_output=True, text=True,
+                         timeout=120, check=False)  # fmt: skip
+    assert doc.returncode == 0 and str(here) in doc.stdout, doc.stdout + doc.stderr
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(("variable", "value"), [("gpu_airgap_transport", "ftp"), ("gpu_airgap_distro", "k9s")])
 def test_the_argument_specs_refuse_a_bad_variable_before_any_task_runs(

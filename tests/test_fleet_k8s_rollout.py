@@ -38,7 +38,7 @@ from tests.node_fixtures import (
     seed_containerd_node,
     tree_digest,
 )
-from tests.oci_registry import DockerConfig, Registry, basic_entry, htpasswd_file
+from tests.oci_registry import DockerConfig, Registry, basic_entry, htpasswd_file, make_tls
 from tests.test_fleet_k8s import HostPod
 
 K8S_VERSIONS = ("1.29", "1.32", "1.37")
@@ -294,3 +294,38 @@ def test_host_tools_wrapper_hands_the_registry_secret_to_the_pull_inside_the_nod
     assert done.returncode == 0, done.stderr
     assert (pod.cache / "registry.json").stat().st_mode & 0o077 == 0, "the credentials copy is readable by others"
     assert json.loads((pod.cache / "ready").read_text())["bundle_digest"] == digest and pod.ready()
+
+
+@pytest.mark.slow
+def test_pod_pulls_from_a_tls_registry_with_the_rendered_registry_ca(deb_bundle: Path, operator_key: TestKey, tmp_path: Path) -> None:
+    ca, cert, key = make_tls(tmp_path / "tls")
+    with Registry(tmp_path / "registry", tls=(cert, key)) as registry:
+        pushed = run_cli("bundle", "push", str(deb_bundle), registry.ref("k8s/tls:1"), "--keyring", str(operator_key.public),
+                         "--ca-file", str(ca), "--json")  # fmt: skip
+        assert pushed.exit_code == 0, pushed.stderr
+        digest = json.loads(pushed.stdout)["digest"]
+        # the tag is resolved over TLS with the same CA, which also goes to the pods in a ConfigMap
+        docs = _render("--bundle", registry.ref("k8s/tls:1"), "--registry-ca", str(ca))
+        assert docs["ConfigMap/gpu-airgap-node-registry-ca"]["data"]["ca.pem"] == ca.read_text()
+        env = _env(_daemonset(docs))
+        assert env["GPU_AIRGAP_REGISTRY_CA"] == f"{fleet_k8s.HOST_CACHE}/registry-ca.pem" and env["GPU_AIRGAP_BUNDLE_DIGEST"] == digest
+        ref = registry.ref(f"k8s/tls@{digest}")
+        untrusted = Pod(tmp_path / "untrusted", operator_key.public, GPU_AIRGAP_BUNDLE_REF=ref, GPU_AIRGAP_BUNDLE_DIGEST=digest,
+                        GPU_AIRGAP_REGISTRY_PLAIN_HTTP="false")  # fmt: skip
+        refused = untrusted.run()
+        assert refused.returncode == 1 and "could not pull" in refused.stderr and "CERTIFICATE_VERIFY_FAILED" in refused.stderr, refused.stderr
+        pod = Pod(tmp_path / "pod", operator_key.public, GPU_AIRGAP_BUNDLE_REF=ref, GPU_AIRGAP_BUNDLE_DIGEST=digest,
+                  GPU_AIRGAP_REGISTRY_PLAIN_HTTP="false", GPU_AIRGAP_REGISTRY_CA=str(ca))  # fmt: skip
+        done = pod.run()
+    assert done.returncode == 0, done.stderr
+    assert dpkg_versions(pod.host) == dict.fromkeys(TOOLKIT, "1.17.8-1")
+
+
+def test_registry_ca_needs_an_oci_bundle_and_a_pem_file(tmp_path: Path) -> None:
+    not_pem = tmp_path / "ca.der"
+    not_pem.write_bytes(b"\x30\x82binary")
+    bad = run_cli("fleet", "k8s", "--keyring-configmap", "k", "--bundle", "oci://r.internal/x@sha256:" + "a" * 64, "--registry-ca", str(not_pem))
+    assert bad.exit_code == 2 and "is not a PEM certificate" in bad.stderr, bad.stderr
+    ca, _, _ = make_tls(tmp_path / "tls")
+    url = run_cli("fleet", "k8s", "--keyring-configmap", "k", "--bundle-configmap", "b", "--bundle-sha256", "ab" * 32, "--registry-ca", str(ca))
+    assert url.exit_code == 2 and "--registry-ca applies to --bundle oci://… only" in url.stderr, url.stderr

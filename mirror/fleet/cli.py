@@ -50,6 +50,9 @@ _REGISTRY_SECRET = typer.Option(
     None, "--registry-secret", metavar="NAME", help="A kubernetes.io/dockerconfigjson Secret: the pod's registry credentials and imagePullSecret."
 )
 _TAKE_OVER = typer.Option(False, "--take-over", help="Take the runtime configuration over from the NVIDIA GPU Operator (install --force).")
+_REGISTRY_CA = typer.Option(
+    None, "--registry-ca", metavar="FILE", help="PEM of the CA that signed the registry's certificate (rendered as a ConfigMap for the pods)."
+)
 _REGISTRY_PLAIN_HTTP = typer.Option(False, "--registry-plain-http", help="The nodes speak plain http to the registry.")
 _BUNDLE_URL = typer.Option(None, "--bundle-url", metavar="URL", help="Where every node fetches the bundle (http/https).")
 _BUNDLE_CONFIGMAP = typer.Option(
@@ -97,6 +100,7 @@ def k8s_command(
     on_delete: bool = _ON_DELETE,
     registry_secret: Optional[str] = _REGISTRY_SECRET,
     registry_plain_http: bool = _REGISTRY_PLAIN_HTTP,
+    registry_ca: Optional[Path] = _REGISTRY_CA,
     take_over: bool = _TAKE_OVER,
     keyring: Optional[Path] = _KEYRING,
     keyring_configmap: Optional[str] = _KEYRING_CONFIGMAP,
@@ -116,11 +120,12 @@ def k8s_command(
     distro: Optional[str] = _DISTRO,
 ) -> None:
     """Write a DaemonSet (plus RuntimeClass) that installs the bundle on every GPU node: kubectl apply -f it."""
-    ref, digest = _bundle_identity(bundle, bundle_file, bundle_sha256, registry_plain_http)
+    ca_text = _read_ca(registry_ca) if registry_ca is not None else None
+    ref, digest = _bundle_identity(bundle, bundle_file, bundle_sha256, registry_plain_http, registry_ca)
     options = fleet_k8s.K8sOptions(
         bundle_url=bundle_url, bundle_configmap=bundle_configmap, bundle_ref=ref, bundle_digest=digest,
         max_unavailable=max_unavailable, on_delete=on_delete, registry_secret=registry_secret,
-        registry_plain_http=registry_plain_http, take_over=take_over, keyring_configmap=keyring_configmap, image=image, tools=tools,
+        registry_plain_http=registry_plain_http, registry_ca_text=ca_text, take_over=take_over, keyring_configmap=keyring_configmap, image=image, tools=tools,
         namespace=namespace, name=name, node_selector=tuple(node_selector), tolerations=tuple(toleration),
         runtime=runtime, runtime_name=runtime_name, set_as_default=set_as_default, cdi=cdi, hold=hold,
         runtimeclass=not no_runtimeclass, distro=distro,
@@ -136,7 +141,9 @@ def k8s_command(
         atomic_write(Path(out), text.encode())
 
 
-def _bundle_identity(bundle: Optional[str], bundle_file: Optional[Path], sha256: Optional[str], plain_http: bool) -> Tuple[Optional[str], Optional[str]]:
+def _bundle_identity(
+    bundle: Optional[str], bundle_file: Optional[Path], sha256: Optional[str], plain_http: bool, ca_file: Optional[Path]
+) -> Tuple[Optional[str], Optional[str]]:
     """The pinned ``oci://`` reference (or None) and the digest the pod template carries.
 
     :raises UsageError: for a digest given twice or in the wrong form, or a file that cannot be read.
@@ -144,7 +151,7 @@ def _bundle_identity(bundle: Optional[str], bundle_file: Optional[Path], sha256:
     if bundle is not None:
         if bundle_file is not None or sha256 is not None:
             raise UsageError("--bundle oci://… carries its own digest: leave out --bundle-file and --bundle-sha256")
-        return _pin(bundle, plain_http)
+        return _pin(bundle, plain_http, ca_file)
     if bundle_file is not None and sha256 is not None:
         raise UsageError("give one of --bundle-file and --bundle-sha256")
     if sha256 is not None:
@@ -167,7 +174,7 @@ def _sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _pin(text: str, plain_http: bool) -> Tuple[str, str]:
+def _pin(text: str, plain_http: bool, ca_file: Optional[Path]) -> Tuple[str, str]:
     """``oci://HOST/REPO@sha256:…`` as given, or a tag resolved to its manifest digest by asking the registry."""
     from installer.oci import is_oci_reference
     from installer.oci.client import RegistryClient
@@ -180,7 +187,7 @@ def _pin(text: str, plain_http: bool) -> Tuple[str, str]:
     ref = parse_reference(text)
     if ref.digest is not None:
         return str(ref), ref.digest
-    client = RegistryClient.for_reference(ref, registry_access(ref.host, None, False, None, plain_http))
+    client = RegistryClient.for_reference(ref, registry_access(ref.host, None, False, str(ca_file) if ca_file else None, plain_http))
     _, digest = resolve(ref, client)
     return str(ref.pinned(digest)), digest
 
@@ -249,6 +256,16 @@ def _push_image(image: fleet_image.Image, target: str, plain_http: bool, ca_file
         client.upload_blob(ref.repository, blob.digest, len(blob.data), functools.partial(io.BytesIO, blob.data))
     digest = client.put_manifest(ref, image.manifest.data, fleet_image.MANIFEST_TYPE)
     return f"{ref.host}/{ref.repository}@{digest}"
+
+
+def _read_ca(path: Path) -> str:
+    try:
+        text = path.read_text(encoding="ascii", errors="replace")
+    except OSError as exc:
+        raise UsageError(f"cannot read the registry CA {path}: {exc.strerror or exc}") from exc
+    if "-----BEGIN CERTIFICATE-----" not in text:
+        raise UsageError(f"--registry-ca {path} is not a PEM certificate")
+    return text
 
 
 def _read_key(path: Path) -> str:

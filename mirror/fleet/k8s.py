@@ -59,6 +59,7 @@ RUNTIMES = RUNTIME_CHOICES
 DEFAULT_MAX_UNAVAILABLE = "10%"  #: how many nodes an update takes down at once (README "Rolling a new bundle")
 DIGEST_ANNOTATION = "gpu-airgap.io/bundle-digest"  #: in the pod template: a new bundle is a new template, so it rolls
 REGISTRY_CONFIG = "/etc/gpu-airgap/registry/.dockerconfigjson"  #: where the --registry-secret is mounted
+REGISTRY_CA = "/etc/gpu-airgap/registry-ca/ca.pem"  #: where the --registry-ca ConfigMap is mounted
 EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -79,6 +80,7 @@ class K8sOptions:
     on_delete: bool = False  #: updateStrategy OnDelete: the canary step (README "Rolling a new bundle")
     registry_secret: Optional[str] = None  #: a kubernetes.io/dockerconfigjson Secret for the registry
     registry_plain_http: bool = False
+    registry_ca_text: Optional[str] = None  #: PEM of the registry's CA (--registry-ca), rendered as a ConfigMap
     take_over: bool = False  #: install --force: take over from the GPU Operator
     keyring_configmap: Optional[str] = None  #: None: a ConfigMap is rendered from the key text
     image: Optional[str] = None  #: None: IMAGE_FOR_TOOLS[tools]
@@ -105,6 +107,8 @@ class K8sOptions:
         if self.bundle_ref is not None and not self.bundle_ref.endswith("@" + self.bundle_digest):
             raise UsageError(f"--bundle {self.bundle_ref!r} must be pinned to its digest (oci://HOST/REPO@sha256:…)")
         parse_max_unavailable(self.max_unavailable)
+        if self.registry_ca_text is not None and self.bundle_ref is None:
+            raise UsageError("--registry-ca applies to --bundle oci://… only")
         if self.registry_secret is not None and (len(self.registry_secret) > 253 or not _DNS_SUBDOMAIN.match(self.registry_secret)):
             raise UsageError(f"--registry-secret {self.registry_secret!r} must be the name of a Secret such as registry-pull")
         if self.bundle_url is not None and urlparse(self.bundle_url).scheme not in ("http", "https"):
@@ -201,6 +205,9 @@ def documents(options: K8sOptions, script: str, keyring_text: Optional[str]) -> 
     keyring_map = options.keyring_configmap or f"{options.name}-keyring"
     if keyring_text is not None:
         docs.append({"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta(keyring_map), "data": {KEYRING_KEY: keyring_text}})
+    if options.registry_ca_text is not None:
+        docs.append({"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta(f"{options.name}-registry-ca"),
+                     "data": {"ca.pem": options.registry_ca_text}})  # fmt: skip
     docs.append(_daemonset(options, meta, keyring_map))
     if options.runtimeclass and options.runtime != "none" and runtimeclass_note(options) is None:
         runtime_class = runtimeclass.manifest(options.runtime_name, options.runtime_name)
@@ -239,6 +246,9 @@ cp /etc/gpu-airgap/keyring/{KEYRING_KEY} "$cache/{KEYRING_KEY}"
 if [ -e {REGISTRY_CONFIG} ]; then
   (umask 077 && cp {REGISTRY_CONFIG} "$cache/registry.json")
 fi
+if [ -e {REGISTRY_CA} ]; then
+  cp {REGISTRY_CA} "$cache/registry-ca.pem"
+fi
 if [ -n "${{GPU_AIRGAP_BUNDLE_URL:-}}" ]; then
   echo "gpu-airgap-k8s: fetching $GPU_AIRGAP_BUNDLE_URL" >&2
   wget -q -O "$cache/bundle.part" "$GPU_AIRGAP_BUNDLE_URL" \\
@@ -273,6 +283,8 @@ def _env(options: K8sOptions) -> List[Dict[str, str]]:
     if options.bundle_ref is not None:
         values["GPU_AIRGAP_BUNDLE_REF"] = options.bundle_ref
         values["GPU_AIRGAP_REGISTRY_PLAIN_HTTP"] = str(options.registry_plain_http).lower()
+        if options.registry_ca_text is not None:
+            values["GPU_AIRGAP_REGISTRY_CA"] = f"{HOST_CACHE}/registry-ca.pem" if on_host else REGISTRY_CA
         if options.registry_secret is not None:
             values["GPU_AIRGAP_REGISTRY_CONFIG"] = f"{HOST_CACHE}/registry.json" if on_host else REGISTRY_CONFIG
     elif options.bundle_url is not None:
@@ -307,6 +319,9 @@ def _daemonset(options: K8sOptions, meta: Meta, keyring_map: str) -> Dict[str, A
     if options.bundle_configmap is not None:
         mounts.append({"name": "bundle", "mountPath": "/etc/gpu-airgap/bundle", "readOnly": True})
         volumes.append({"name": "bundle", "configMap": {"name": options.bundle_configmap}})
+    if options.registry_ca_text is not None:
+        mounts.append({"name": "registry-ca", "mountPath": REGISTRY_CA.rsplit("/", 1)[0], "readOnly": True})
+        volumes.append({"name": "registry-ca", "configMap": {"name": f"{options.name}-registry-ca"}})
     if options.registry_secret is not None:
         mounts.append({"name": "registry", "mountPath": REGISTRY_CONFIG.rsplit("/", 1)[0], "readOnly": True})
         volumes.append({"name": "registry", "secret": {"secretName": options.registry_secret, "defaultMode": 0o400}})

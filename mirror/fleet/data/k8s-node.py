@@ -41,6 +41,7 @@ import os
 import re
 import shutil
 import signal
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -113,6 +114,9 @@ class Registry:
     def __init__(self, host: str, repository: str) -> None:
         scheme = "http" if _env("GPU_AIRGAP_REGISTRY_PLAIN_HTTP") == "true" else "https"
         self.base, self.host, self.repository = f"{scheme}://{host}", host, repository
+        # the registry's CA (--registry-ca) on top of the node's: containerd's certs.d is not the system store
+        ca = _env("GPU_AIRGAP_REGISTRY_CA")
+        self.tls = ssl.create_default_context(cafile=ca) if ca and scheme == "https" else None
         self.auth: Optional[str] = None
         self.basic = self._basic(host)
 
@@ -138,7 +142,7 @@ class Registry:
             if self.auth:
                 request.add_unredirected_header("Authorization", self.auth)  # never sent on to blob storage
             try:
-                return urllib.request.urlopen(request, timeout=60)
+                return urllib.request.urlopen(request, timeout=60, context=self.tls)
             except urllib.error.HTTPError as exc:
                 if exc.code != 401 or attempt == 2:
                     raise
@@ -155,7 +159,7 @@ class Registry:
         token_request = urllib.request.Request(params.get("realm", "") + "?" + urllib.parse.urlencode(query))
         if self.basic:
             token_request.add_header("Authorization", self.basic)
-        with urllib.request.urlopen(token_request, timeout=60) as answer:
+        with urllib.request.urlopen(token_request, timeout=60, context=self.tls) as answer:
             body = json.loads(answer.read(1 << 20))
         return "Bearer " + str(body.get("token") or body.get("access_token"))
 
