@@ -21,13 +21,14 @@ import tarfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Set
+from typing import Dict, List, Set
 
 import pytest
 
 from installer.nodecheck import NODE_SUMS, NODE_SUMS_SIGNATURE, NODE_TOOL
 from mirror.publish.files import Site, render_list, render_repo
 from tests import bundle_tamper as tamper
+from tests.ansible_play import Play, run_playbook
 from tests.cli_runner import run_cli
 from tests.gpgkeys import TestKey, make_key
 from tests.node_fixtures import (
@@ -43,31 +44,10 @@ from tests.upstream import UpstreamServer, stop_agent
 pytestmark = pytest.mark.slow
 
 ANSIBLE_DIR = Path(__file__).resolve().parents[1] / "deploy" / "ansible"
-CALLBACKS = Path(__file__).resolve().parent / "data" / "ansible_callbacks"
 HOSTS = ("node1", "node2", "node3")
 CONTAINERD = "etc/containerd/config.toml"
 #: a canary, then the rest: the same stop-after-a-bad-batch behaviour as the default, in fewer batches
 FAST_SERIAL = json.dumps({"gpu_airgap_serial": [1, "100%"]})
-
-
-@dataclass
-class Play:
-    """One ansible-playbook run: exit code, output, recap per host and every task result."""
-
-    returncode: int
-    output: str
-    stats: Dict[str, Dict[str, int]]
-    results: List[Dict[str, Any]]
-
-    def changed(self) -> Dict[str, int]:
-        """``changed=`` of the recap, per host that ran."""
-        return {host: s["changed"] for host, s in self.stats.items()}
-
-    def task(self, host: str, name: str) -> Dict[str, Any]:
-        """The result of task ``name`` on ``host`` (the last one, if it ran several times)."""
-        found = [r for r in self.results if r["host"] == host and r["task"] == name]
-        assert found, f"{name} did not run on {host}:\n{self.output[-3000:]}"
-        return found[-1]
 
 
 @dataclass
@@ -95,7 +75,6 @@ class Fleet:
             "gpu_airgap_cdi=off",
         ]
         (self.tmp / "inventory.ini").write_text("\n".join(lines) + "\n")
-        (self.tmp / "ansible.cfg").write_text("[defaults]\n")
 
     def play(
         self, playbook: str, *args: str, bundle: Path | None = None, serial: str = FAST_SERIAL, tmpdir: Path | None = None
@@ -105,32 +84,17 @@ class Fleet:
         ``serial`` overrides the playbooks' batches (``""``: keep their default, [1, '25%']);
         ``tmpdir`` is the nodes' (local) TMPDIR, where modules like tempfile make their directories.
         """
-        record = self.tmp / "record.json"
-        record.unlink(missing_ok=True)
         home = self.tmp / "home"
         env = {
-            **os.environ,
-            "HOME": str(home),
-            "ANSIBLE_CONFIG": str(self.tmp / "ansible.cfg"),
-            "ANSIBLE_HOME": str(home / ".ansible"),
-            "ANSIBLE_LOCAL_TEMP": str(home / "local-tmp"),
             "ANSIBLE_REMOTE_TEMP": str(home / "remote-tmp"),
             "ANSIBLE_FORKS": "3",
-            "ANSIBLE_NOCOLOR": "1",
-            "ANSIBLE_RETRY_FILES_ENABLED": "0",
-            "ANSIBLE_CALLBACK_PLUGINS": str(CALLBACKS),
-            "ANSIBLE_CALLBACKS_ENABLED": "fleet_record",
-            "FLEET_RECORD": str(record),
             **({"TMPDIR": str(tmpdir)} if tmpdir else {}),
         }
         argv = [
-            str(Path(sys.executable).with_name("ansible-playbook")), "-i", str(self.tmp / "inventory.ini"),
-            str(ANSIBLE_DIR / playbook), "-e", f"gpu_airgap_bundle={bundle or self.bundle}",
+            "-i", str(self.tmp / "inventory.ini"), str(ANSIBLE_DIR / playbook), "-e", f"gpu_airgap_bundle={bundle or self.bundle}",
             "-e", f"gpu_airgap_keyring={self.keyring}", *(["-e", serial] if serial else []), *args,
         ]  # fmt: skip
-        proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300, check=False)
-        data = json.loads(record.read_text()) if record.exists() else {"stats": {}, "results": []}
-        return Play(proc.returncode, proc.stdout + proc.stderr, data["stats"], data["results"])
+        return run_playbook(self.tmp, argv, env=env, timeout=300)
 
     def digests(self) -> Dict[str, Dict[str, str]]:
         """Every root's tree (paths, modes, content hashes)."""

@@ -15,17 +15,13 @@ containerd serves the ``nvidia`` handler.
 
 from __future__ import annotations
 
-import json
-import os
 import subprocess
-import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 
+from tests.ansible_play import Play, run_playbook
 from tests.gpgkeys import TestKey
 from tests.live import booted
 
@@ -33,22 +29,9 @@ pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
 PLAYBOOK = REPO / "deploy" / "ansible" / "site.yml"
-CALLBACKS = REPO / "tests" / "data" / "ansible_callbacks"
 HANDLER = "Restart the changed container engines"
 INSTALL = "Install the toolkit from the bundle"
-
-
-@dataclass
-class Play:
-    returncode: int
-    output: str
-    stats: dict[str, dict[str, int]]
-    results: list[dict[str, Any]]
-
-    def task(self, name: str) -> dict[str, Any]:
-        found = [r for r in self.results if r["task"] == name]
-        assert found, f"{name} did not run:\n{self.output[-4000:]}"
-        return found[-1]
+HOST = "gpu-node"
 
 
 @pytest.fixture
@@ -75,28 +58,9 @@ def _ansible(tmp: Path, node: booted.BootedNode, bundle: Path, keyring: Path) ->
         "gpu_airgap_runtime=containerd\n"
         "gpu_airgap_cdi=off\n"
     )
-    (tmp / "ansible.cfg").write_text("[defaults]\n")
-    record = tmp / "record.json"
-    record.unlink(missing_ok=True)
-    home = tmp / "home"
-    env = {
-        **os.environ,
-        "HOME": str(home),
-        "ANSIBLE_CONFIG": str(tmp / "ansible.cfg"),
-        "ANSIBLE_HOME": str(home / ".ansible"),
-        "ANSIBLE_LOCAL_TEMP": str(home / "local-tmp"),
-        "ANSIBLE_NOCOLOR": "1",
-        "ANSIBLE_RETRY_FILES_ENABLED": "0",
-        "ANSIBLE_SSH_ARGS": "-o ControlMaster=no -o ControlPersist=no",  # no ssh master left behind
-        "ANSIBLE_CALLBACK_PLUGINS": str(CALLBACKS),
-        "ANSIBLE_CALLBACKS_ENABLED": "fleet_record",
-        "FLEET_RECORD": str(record),
-    }
-    argv = [str(Path(sys.executable).with_name("ansible-playbook")), "-i", str(tmp / "inventory.ini"), str(PLAYBOOK),
-            "-e", f"gpu_airgap_bundle={bundle}", "-e", f"gpu_airgap_keyring={keyring}"]  # fmt: skip
-    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600, check=False)
-    data = json.loads(record.read_text()) if record.exists() else {"stats": {}, "results": []}
-    return Play(done.returncode, done.stdout + done.stderr, data["stats"], data["results"])
+    args = ["-i", str(tmp / "inventory.ini"), str(PLAYBOOK), "-e", f"gpu_airgap_bundle={bundle}", "-e", f"gpu_airgap_keyring={keyring}"]
+    no_ssh_master_left = {"ANSIBLE_SSH_ARGS": "-o ControlMaster=no -o ControlPersist=no"}
+    return run_playbook(tmp, args, env=no_ssh_master_left, timeout=600)
 
 
 def test_the_roles_restart_handler_rolls_back_a_containerd_that_stays_down_and_restarts_it_once_it_can(
@@ -107,11 +71,11 @@ def test_the_roles_restart_handler_rolls_back_a_containerd_that_stays_down_and_r
     booted.gate_containerd(node)
     first = _ansible(tmp_path, node, deb_bundle, operator_key.public)
     assert first.returncode != 0, first.output[-4000:]
-    assert first.task(INSTALL)["status"] == "ok" and first.task(INSTALL)["result"]["engines_changed"] == ["containerd"]
-    handler = first.task(HANDLER)
+    assert first.task(HOST, INSTALL)["status"] == "ok" and first.task(HOST, INSTALL)["result"]["engines_changed"] == ["containerd"]
+    handler = first.task(HOST, HANDLER)
     assert handler["status"] == "failed" and handler["result"]["rc"] == 11, handler
     assert "containerd did not come back" in handler["result"]["msg"]
-    assert first.stats["gpu-node"]["failures"] == 1
+    assert first.stats[HOST]["failures"] == 1
     assert config.read_bytes() == original
     assert node.active_state("containerd") == "active"
     assert "nvidia" not in booted.runtime_handlers(node, tmp_path / "cri-logs")
@@ -120,8 +84,8 @@ def test_the_roles_restart_handler_rolls_back_a_containerd_that_stays_down_and_r
     before = node.main_pid("containerd")
     second = _ansible(tmp_path, node, deb_bundle, operator_key.public)
     assert second.returncode == 0, second.output[-4000:]
-    assert second.task(HANDLER)["status"] == "ok"
-    assert second.task(HANDLER)["result"]["engines_changed"] == ["containerd"]
+    assert second.task(HOST, HANDLER)["status"] == "ok"
+    assert second.task(HOST, HANDLER)["result"]["engines_changed"] == ["containerd"]
     assert node.main_pid("containerd") not in (0, before)
     assert "nvidia" in booted.runtime_handlers(node, tmp_path / "cri-logs")
     assert b"nvidia-container-runtime" in config.read_bytes()
