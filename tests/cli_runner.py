@@ -5,8 +5,12 @@ from __future__ import annotations
 import contextlib
 import io
 from dataclasses import dataclass
+from typing import Sequence
 
-from mirror.cli import main
+import click
+import typer
+
+from mirror.cli import main, make_app
 
 
 @dataclass(frozen=True)
@@ -22,3 +26,15 @@ def run_cli(*argv: str) -> CliResult:
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code = main(list(argv))
     return CliResult(code, out.getvalue(), err.getvalue())
+
+
+def command_at(argv: Sequence[str]) -> click.Command:
+    """The click command ``gpu-airgap ARGV...`` runs (lazy groups loaded), for what its help and options say."""
+    command: click.Command = typer.main.get_group(make_app())
+    for name in argv:
+        assert isinstance(command, click.Group)
+        found = command.get_command(click.Context(command), name)
+        assert found is not None, f"gpu-airgap has no command {' '.join(argv)}"
+        load = getattr(found, "load", None)  # a lazily loaded group
+        command = load() if load is not None else found
+    return command

@@ -20,7 +20,7 @@ from installer import cli as node_cli
 from mirror.cli import make_app
 from plumbing.clikit import hoist_global_flags, repeated_option
 from plumbing.errors import ExitCode
-from tests.cli_runner import run_cli
+from tests.cli_runner import command_at, run_cli
 from tests.gpgkeys import TestKey
 from tests.node_fixtures import seed_containerd_node
 
@@ -56,12 +56,7 @@ def test_dash_h_prints_the_same_help_as_dash_dash_help(argv: List[str]) -> None:
 @pytest.mark.parametrize("argv", ALL_COMMANDS, ids=" ".join)
 def test_every_word_of_a_commands_summary_reaches_its_rendered_help(argv: List[str]) -> None:
     # Rich reads "[nvidia-container-runtime]" as markup and printed "Set  mode": no docstring may lose words.
-    group = typer.main.get_group(make_app())
-    command: click.Command = group
-    for name in argv:
-        assert isinstance(command, click.Group)
-        found = command.get_command(click.Context(command), name)
-        command = found.load() if hasattr(found, "load") else found  # type: ignore[union-attr]
+    command = command_at(argv)
     summary = (command.help or "").split("\n\n")[0]
     shown = " ".join(run_cli(*argv, "--help").stdout.replace("│", " ").split())
     for word in re.findall(r"[A-Za-z][A-Za-z-]+", summary):

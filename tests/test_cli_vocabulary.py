@@ -10,27 +10,16 @@ from typing import Dict, List
 
 import click
 import pytest
-import typer
 
-from mirror.cli import make_app
 from plumbing.clikit import rewrite_legacy
-from tests.cli_runner import run_cli
+from tests.cli_runner import command_at, run_cli
 from tests.gpgkeys import TestKey
 from tests.test_cli_conventions import ALL_COMMANDS
 from tests.test_configure_commands import make_root
 
 
-def _command(argv: List[str]) -> click.Command:
-    command: click.Command = typer.main.get_group(make_app())
-    for name in argv:
-        assert isinstance(command, click.Group)
-        found = command.get_command(click.Context(command), name)
-        command = found.load() if hasattr(found, "load") else found  # type: ignore[union-attr]
-    return command
-
-
 def _options(argv: List[str]) -> Dict[str, click.Option]:
-    return {name: p for p in _command(argv).params if isinstance(p, click.Option) for name in p.opts}
+    return {name: p for p in command_at(argv).params if isinstance(p, click.Option) for name in p.opts}
 
 
 def test_dest_is_only_where_a_mirror_is_written_and_out_is_nowhere() -> None:
