@@ -99,7 +99,7 @@ def test_podman_uses_the_spec_nvidia_cdi_refresh_keeps_in_var_run_cdi(tmp_path: 
     configured = run_cli("configure", "podman", "--root", str(node), "--json")
     assert configured.exit_code == 0, configured.stderr
     assert '"changed": []' in configured.stdout and not (node / SPEC).exists()
-    assert '"CDI_SPEC": "/var/run/cdi/nvidia.yaml"' in configured.stdout
+    assert '"cdi_spec": "/var/run/cdi/nvidia.yaml"' in configured.stdout
 
     with PodmanView(node) as view:
         # the view's /run is its own tmpfs: put the refreshed spec where podman looks, as the service would
