@@ -15,7 +15,7 @@ from typing import Optional, Union
 
 
 class ExitCode(IntEnum):
-    """Process exit codes, documented in README.md ("Exit codes")."""
+    """Process exit codes, documented in docs/reference.md ("Exit codes")."""
 
     OK = 0
     ERROR = 1  #: any other failure

@@ -1,8 +1,8 @@
-"""--json speaks one style and errors as JSON too; exit codes are the README table's (issue 18 item 17).
+"""--json speaks one style and errors as JSON too; exit codes are those of docs/reference.md (issue 18 item 17).
 
 Keys are snake_case and values typed (a boolean is a boolean, a number a number). With ``--json`` an
 error is one JSON object on stdout (the sentence stays on stderr) and the exit code does not change.
-The fault matrix's cases exit with the code the README names: an unknown ``--sign-key`` and a
+The fault matrix's cases exit with the code docs/reference.md names: an unknown ``--sign-key`` and a
 bundle file that does not exist are usage errors (2), a damaged zstd bundle fails verification (3),
 a release the mirror lacks is unresolvable (6).
 """

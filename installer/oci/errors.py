@@ -1,6 +1,6 @@
 """What can go wrong talking to a registry, each a one-sentence :class:`~plumbing.errors.ToolError`.
 
-Exit codes (README "Exit codes"): a refused login, a missing repository, tag or blob, or a request
+Exit codes (docs/reference.md, "Exit codes"): a refused login, a missing repository, tag or blob, or a request
 the registry rejects is 1; a registry that cannot be reached (after retries) or whose TLS
 certificate is not trusted is 4 (NETWORK); a blob or manifest whose bytes do not match the digest
 that names them is 3 (VERIFICATION_FAILED), like any other integrity failure.

@@ -59,7 +59,7 @@ NODE_SUMS = "NODE-SHA256SUMS"
 NODE_SUMS_SIGNATURE = "NODE-SHA256SUMS.asc"
 NODE_TOOL = "gpu-airgap-node.pyz"
 HEAD = (NODE_SUMS, NODE_SUMS_SIGNATURE, "install.sh", NODE_TOOL)
-VERIFICATION_FAILED = 3  #: the exit code of a signature or checksum that did not match (README "Exit codes")
+VERIFICATION_FAILED = 3  #: the exit code of a signature or checksum that did not match (docs/reference.md, "Exit codes")
 #: the bundle artifact's manifest and whole-bundle layer types (installer/oci/artifact.py, mirrored here)
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 OCI_BUNDLE_LAYER = "application/vnd.gpu-airgap.bundle.v1.tar"
