@@ -25,6 +25,7 @@ import threading
 import time
 import urllib.parse
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -252,6 +253,14 @@ class DockerConfig:
 def basic_entry(user: str, password: str) -> Dict[str, str]:
     """A config.json ``auths`` entry as ``docker login`` writes it for basic credentials."""
     return {"auth": base64.b64encode(f"{user}:{password}".encode()).decode()}
+
+
+@contextmanager
+def registry_with_login(work: Path, user: str = "ops", password: str = "s3cret") -> Iterator[Tuple[Registry, DockerConfig]]:
+    """A running registry that wants ``user``/``password`` (htpasswd), and a ``$DOCKER_CONFIG`` holding that login."""
+    users = htpasswd_file(work / "htpasswd", {user: password})
+    with Registry(work / "registry", auth={"htpasswd": {"realm": "gpu-airgap-test", "path": str(users)}}) as registry:
+        yield registry, DockerConfig.write(work / "docker", registry.host, basic_entry(user, password))
 
 
 def running(registry: Registry) -> Iterator[Registry]:

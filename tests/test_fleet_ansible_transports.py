@@ -26,7 +26,7 @@ import pytest
 from tests.cli_runner import run_cli
 from tests.gpgkeys import TestKey
 from tests.node_fixtures import TOOLKIT, dpkg_versions
-from tests.oci_registry import DockerConfig, Registry, basic_entry, htpasswd_file
+from tests.oci_registry import Registry, registry_with_login
 from tests.test_fleet_ansible import ANSIBLE_DIR, HOSTS, Fleet
 
 COLLECTIONS = ANSIBLE_DIR / "collections"
@@ -186,9 +186,7 @@ def test_oci_transport_nodes_pull_by_digest_install_and_keep_no_bundle_copy(
 def test_oci_transport_pulls_from_a_registry_that_needs_the_operators_credentials(
     deb_bundle: Path, operator_key: TestKey, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    users = htpasswd_file(tmp_path / "htpasswd", {"ops": "s3cret"})
-    with Registry(tmp_path / "registry", auth={"htpasswd": {"realm": "gpu-airgap-test", "path": str(users)}}) as registry:
-        config = DockerConfig.write(tmp_path / "docker", registry.host, basic_entry("ops", "s3cret"))
+    with registry_with_login(tmp_path) as (registry, config):
         monkeypatch.setenv("DOCKER_CONFIG", str(config.directory))
         pushed = run_cli("bundle", "push", str(deb_bundle), registry.ref("fleet/auth:1"), "--keyring", str(operator_key.public), "--json")
         assert pushed.exit_code == 0, pushed.stderr

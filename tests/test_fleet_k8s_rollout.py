@@ -38,7 +38,7 @@ from tests.node_fixtures import (
     seed_containerd_node,
     tree_digest,
 )
-from tests.oci_registry import DockerConfig, Registry, basic_entry, htpasswd_file, make_tls
+from tests.oci_registry import Registry, make_tls, registry_with_login
 from tests.test_fleet_k8s import HostPod
 
 K8S_VERSIONS = ("1.29", "1.32", "1.37")
@@ -229,9 +229,7 @@ def test_pod_refuses_a_tampered_blob_from_the_registry_and_installs_nothing(
 def test_pod_pulls_with_the_registry_secrets_basic_credentials(
     deb_bundle: Path, operator_key: TestKey, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    users = htpasswd_file(tmp_path / "htpasswd", {"ops": "s3cret"})
-    with Registry(tmp_path / "registry", auth={"htpasswd": {"realm": "gpu-airgap-test", "path": str(users)}}) as registry:
-        config = DockerConfig.write(tmp_path / "docker", registry.host, basic_entry("ops", "s3cret"))
+    with registry_with_login(tmp_path) as (registry, config):
         monkeypatch.setenv("DOCKER_CONFIG", str(config.directory))
         digest = _push(deb_bundle, registry.ref("k8s/auth:1"), operator_key)
         ref = registry.ref(f"k8s/auth@{digest}")
@@ -279,9 +277,7 @@ def test_distro_and_take_over_reach_the_installer_on_every_node(monkeypatch: pyt
 def test_host_tools_wrapper_hands_the_registry_secret_to_the_pull_inside_the_node(
     deb_bundle: Path, operator_key: TestKey, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    users = htpasswd_file(tmp_path / "htpasswd", {"ops": "s3cret"})
-    with Registry(tmp_path / "registry", auth={"htpasswd": {"realm": "gpu-airgap-test", "path": str(users)}}) as registry:
-        config = DockerConfig.write(tmp_path / "docker", registry.host, basic_entry("ops", "s3cret"))
+    with registry_with_login(tmp_path) as (registry, config):
         monkeypatch.setenv("DOCKER_CONFIG", str(config.directory))
         digest = _push(deb_bundle, registry.ref("k8s/host:1"), operator_key)
         pod = HostPod(tmp_path / "pod", operator_key.public, None)
