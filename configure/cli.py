@@ -15,10 +15,11 @@ from typing import Any, Dict, List, Optional
 import click
 import typer
 
-from configure import cdi as cdi_spec
-from configure import cdi_node, commands, live, report, runtimeclass, toolkit
+from configure import commands, live, report, runtimeclass, toolkit
+from configure.cdi import spec as cdi_spec
+from configure.cdi.node import cdi_report
 from configure.cli_extras import register_extras
-from configure.distros import NAMES as DISTROS
+from configure.distros.detection import NAMES as DISTROS
 from configure.engine import RuntimeOptions
 from configure.engines import KNOWN, get_engine
 from configure.validate import CDI_CHOICES, existing_root
@@ -325,7 +326,7 @@ def verify_command(
     """
     if not live_run and (address or image or visible_devices):
         raise UsageError("--address, --image and --visible-devices belong to --live")
-    result: Dict[str, Any] = {"ok": True, "passed": [], "problems": [], "cdi": cdi_node.cdi_report(root).to_dict()}
+    result: Dict[str, Any] = {"ok": True, "passed": [], "problems": [], "cdi": cdi_report(root).to_dict()}
     try:
         result["passed"] = commands.verify(root, runtime or None, distro)
     except ProblemsFound as exc:

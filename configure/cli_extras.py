@@ -14,9 +14,12 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import click
 import typer
 
-from configure import cdi, cdi_node, commands, lxd, runtimeclass, toolkit
+from configure import commands, runtimeclass, toolkit
+from configure.cdi import spec as cdi_spec
+from configure.cdi.node import plan_static_spec
 from configure.changes import read_optional, unified_diff
 from configure.engine import ConfigPlan
+from configure.lxc import lxd
 from configure.validate import existing_root
 from plumbing import proc
 from plumbing.fsutil import rooted
@@ -68,7 +71,7 @@ _MODE = typer.Option(
 )  # fmt: skip
 _DRY_RUN = typer.Option(False, "--dry-run", help="Print the diff instead of writing.")
 _JSON = typer.Option(False, "--json", help="Print one JSON object.")
-_CDI_OUTPUT = typer.Option(cdi.CDI_SPEC, "--output", help="Node path of the CDI spec.")
+_CDI_OUTPUT = typer.Option(cdi_spec.CDI_SPEC, "--output", help="Node path of the CDI spec.")
 _FORCE = typer.Option(False, "--force", help="Replace an existing spec, valid or not.")
 _RC_NAME = typer.Option("nvidia", "--name", help="metadata.name of the RuntimeClass.")
 _RC_HANDLER = typer.Option("nvidia", "--handler", help="The CRI runtime handler (the runtime's name).")
@@ -105,7 +108,7 @@ def cdi_command(
 
     Refused (exit 5) when nvidia-cdi-refresh is enabled or another spec defines nvidia.com/gpu: one spec per kind.
     """
-    plan = cdi_node.plan_static_spec(Path(root), output, force=force)
+    plan = plan_static_spec(Path(root), output, force=force)
     render_result(apply_plan(plan, Path(root), dry_run=dry_run), as_json)
 
 

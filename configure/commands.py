@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
-from configure.cdi_node import cdi_report
+from configure.cdi.node import cdi_report
 from configure.changes import read_optional, unified_diff
-from configure.containerd_distro import DistroContainerdEngine
 from configure.crio import OCI_HOOK, hook_problems
+from configure.distros.engine import DistroContainerdEngine
 from configure.engine import ConfigPlan, Engine, RuntimeOptions, SelfChecking
 from configure.engines import engine_names, get_engine
 from configure.journal import Journal, apply_changes, check_can_apply
@@ -296,7 +296,7 @@ def _hook_problems(root: Path, engine: str, hook_path: str, passed: List[str]) -
 
 
 def _cdi_problems(root: Path, passed: List[str]) -> List[str]:
-    """Problems with the CDI specs for nvidia.com/gpu: invalid, duplicate, stale (:mod:`configure.cdi_node`)."""
+    """Problems with the CDI specs for nvidia.com/gpu: invalid, duplicate, stale (:mod:`configure.cdi.node`)."""
     report = cdi_report(root)
     passed.extend(report.passed)
     return report.problems

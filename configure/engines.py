@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from typing import Callable, Dict, List
 
-from configure.containerd_distro import DistroContainerdEngine
 from configure.crio import CrioEngine
+from configure.distros.engine import DistroContainerdEngine
 from configure.docker import DockerEngine
 from configure.engine import Engine
-from configure.lxc import LxcEngine
-from configure.podman import PodmanEngine
+from configure.lxc.engine import LxcEngine
+from configure.podman.engine import PodmanEngine
 from configure.validate import ENGINES
 from plumbing.errors import UsageError
 

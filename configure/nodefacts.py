@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from configure import distros
 from configure.changes import read_optional
+from configure.distros import detection
 from plumbing.arch import normalize_arch
 from plumbing.errors import ToolError
 from plumbing.fsutil import is_live_root, rooted
@@ -142,12 +142,12 @@ def detect_arch(package_format: Optional[str], runner: Runner) -> str:
 def detect_engines(root: Path) -> Tuple[str, ...]:
     """Names of the container engines with a config file or binary under ``root``.
 
-    The containerd of k3s, RKE2, MicroK8s or k0s counts as containerd (:mod:`configure.distros`).
+    The containerd of k3s, RKE2, MicroK8s or k0s counts as containerd (:mod:`configure.distros.detection`).
     """
     return tuple(
         name
         for name, markers in ENGINE_MARKERS.items()
-        if any(rooted(root, m).exists() for m in markers) or (name == "containerd" and distros.detect(root))
+        if any(rooted(root, m).exists() for m in markers) or (name == "containerd" and detection.detect(root))
     )
 
 

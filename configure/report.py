@@ -26,7 +26,7 @@ from typing import Dict, List, Mapping, Optional
 
 import yaml
 
-from configure.cdi import CDI_SPEC
+from configure.cdi.spec import CDI_SPEC
 from configure.changes import read_optional
 from configure.runtimeclass import read_record, render_manifest
 from plumbing.errors import ToolError, UsageError

@@ -22,8 +22,8 @@ from typing import Any, Dict, Optional
 
 import yaml
 
-from configure import distros
 from configure.changes import STATE_DIR, FileChange, read_optional
+from configure.distros import detection
 from configure.engine import ConfigPlan
 from plumbing.errors import ConfigFormatError, UsageError
 from plumbing.fsutil import rooted
@@ -108,7 +108,7 @@ def plan_runtimeclass(
     """
     text = render_manifest(name, handler)
     plan = ConfigPlan(engine=ENGINE)
-    clash = k3s_clash(name, handler) if distros.candidates(root)["k3s"].evidence else None
+    clash = k3s_clash(name, handler) if detection.candidates(root)["k3s"].evidence else None
     if clash is not None:
         plan.warnings.append(clash)
     plan.facts["EMIT"] = str(clash is None).lower()

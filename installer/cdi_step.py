@@ -1,7 +1,7 @@
 """The CDI step of ``install``: the static spec, or nvidia-cdi-refresh's, and what the node does after the run.
 
 Toolkit 1.18+ ships refresh units that own the ``nvidia.com/gpu`` spec when they are enabled
-(:mod:`configure.cdi_node`): then ``install`` writes no static spec, keeps CDI on in the engines,
+(:mod:`configure.cdi.node`): then ``install`` writes no static spec, keeps CDI on in the engines,
 and retires a static spec an older toolkit got from us. Otherwise the static spec is written as
 before, unless it would be a second spec for the kind. :mod:`installer.install` calls these in
 order: :func:`write_or_skip` with the other node changes, :func:`retire_static_spec` after the
@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Tuple
 
-from configure.cdi_node import SOURCE_REFRESH, SpecConflict, cdi_report, static_spec_conflict
-from configure.cdi_refresh import detect_refresh
+from configure.cdi.node import SOURCE_REFRESH, SpecConflict, cdi_report, static_spec_conflict
+from configure.cdi.refresh import detect_refresh
 from configure.journal import Journal, apply_changes
 from configure.revert import revert
 from installer.env import CDI_SPEC, NodeEnv

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional, Protocol, Sequence, Tuple
 
-from configure import cdi, distros
+from configure.cdi import spec as cdi_spec
+from configure.distros import detection
 from configure.engine import ConfigPlan, Engine
 from configure.nodefacts import NodeFacts, detect_node, proc_runner
 from configure.validate import ENGINES
@@ -23,7 +24,7 @@ from plumbing.errors import CommandError
 from plumbing.progress import Meter
 
 #: Where the CDI spec goes (node path) and the engines the installer knows, in detection order.
-CDI_SPEC = cdi.CDI_SPEC
+CDI_SPEC = cdi_spec.CDI_SPEC
 ENGINE_NAMES = ENGINES
 SERVICE_UNITS = {"containerd": "containerd", "docker": "docker", "crio": "crio"}
 
@@ -86,13 +87,13 @@ def engine_units(name: str, root: Path, distro: Optional[str] = None) -> Tuple[s
     """The units that may run engine ``name`` (containerd: its distribution's; none for k0s, which reloads)."""
     if name != "containerd":
         return (SERVICE_UNITS.get(name, name),)
-    return distros.choose(root, distro).units
+    return detection.choose(root, distro).units
 
 
 def engine_unit(services: ServiceManager, name: str, root: Path, distro: Optional[str] = None) -> str:
     """The unit to restart for engine ``name``; "" when nothing needs a restart (k0s reloads by itself).
 
-    containerd's is its distribution's (:func:`configure.distros.choose`): ``k3s``/``k3s-agent``,
+    containerd's is its distribution's (:func:`configure.distros.detection.choose`): ``k3s``/``k3s-agent``,
     ``rke2-server``/``rke2-agent``, MicroK8s's snap service or ``containerd``; of two candidates the
     one that runs.
     """
@@ -115,7 +116,7 @@ def default_engine(name: str) -> Engine:
 
 def plan_cdi(root: Path) -> ConfigPlan:
     """Plan the CDI spec with the installed ``nvidia-ctk cdi generate`` (device nodes under another root)."""
-    return cdi.plan_spec(root)
+    return cdi_spec.plan_spec(root)
 
 
 def default_opener(bundle: Path, keyring: Path, staging_dir: Path) -> StagedBundle:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
-from configure.cdi_node import SOURCE_REFRESH, SOURCE_STATIC
+from configure.cdi.node import SOURCE_REFRESH, SOURCE_STATIC
 from configure.changes import read_optional, unified_diff
 from configure.engine import ConfigPlan
 from configure.journal import Journal, apply_changes
@@ -48,7 +48,7 @@ class InstallResult:
     cdi: str = ""  #: what happened to CDI, in words
     #: where the node's nvidia.com/gpu spec comes from: nvidia-cdi-refresh | static | none | off
     cdi_source: str = ""
-    cdi_report: Dict[str, Any] = field(default_factory=dict)  #: configure.cdi_node's report after the run
+    cdi_report: Dict[str, Any] = field(default_factory=dict)  #: configure.cdi.node's report after the run
     diff: str = ""  #: configuration diff (dry-run)
     failed_engines: List[str] = field(default_factory=list)  #: engines that did not come back; config restored
     #: engines still to restart (``--no-restart``, or under another root): ``gpu-airgap restart`` does it

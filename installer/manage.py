@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from configure.cdi_node import cdi_report
+from configure.cdi.node import cdi_report
 from configure.changes import read_optional
 from configure.commands import engine_for
 from configure.journal import Journal

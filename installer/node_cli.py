@@ -15,7 +15,7 @@ from typing import Any, Dict, List, Optional
 import click
 import typer
 
-from configure.distros import NAMES as DISTROS
+from configure.distros.detection import NAMES as DISTROS
 from configure.validate import CDI_CHOICES, RUNTIME_CHOICES, SERVICE_ENGINES, existing_root
 from installer import oci_cli
 from plumbing.errors import ExitCode

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-from configure.cdi import CDI_SPEC, check_spec
-from configure.cdi_refresh import detect_refresh
+from configure.cdi.refresh import detect_refresh
+from configure.cdi.spec import CDI_SPEC, check_spec
 from configure.changes import check_writable, read_optional
 from configure.engine import ConfigPlan, RuntimeOptions
 from configure.journal import Journal

@@ -6,7 +6,7 @@ import shutil
 from pathlib import Path
 from typing import Optional, Tuple
 
-from configure.containerd import ContainerdEngine
+from configure.containerd.engine import ContainerdEngine
 
 FIXTURES = Path(__file__).parent / "data" / "fixtures" / "containerd"
 CONFIG = "etc/containerd/config.toml"

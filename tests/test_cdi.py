@@ -12,7 +12,7 @@ from typing import Any, Dict, List
 import pytest
 import yaml
 
-from configure.cdi import (
+from configure.cdi.spec import (
     CDI_SPEC,
     NoGpuDevices,
     NvidiaCtkGenerator,

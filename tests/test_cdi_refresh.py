@@ -15,9 +15,9 @@ from typing import Dict
 
 import pytest
 
-from configure.cdi_refresh import detect_refresh
+from configure.cdi.refresh import detect_refresh
 from configure.engine import RuntimeOptions
-from configure.podman import PodmanEngine
+from configure.podman.engine import PodmanEngine
 from configure.releases import (
     REFRESH_OUTPUT,
     REFRESH_PATH_UNIT,

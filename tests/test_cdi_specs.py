@@ -9,7 +9,7 @@ from typing import Any, Dict, List, Optional
 import pytest
 import yaml
 
-from configure.cdi_specs import driver_version, find_specs, specs_in_effect, stale_reasons
+from configure.cdi.inventory import driver_version, find_specs, specs_in_effect, stale_reasons
 from configure.releases import parse_version, release_for
 
 

@@ -10,7 +10,7 @@ import pytest
 import tomllib
 
 from configure.commands import configure_engine
-from configure.containerd import CRI_PLUGIN
+from configure.containerd.engine import CRI_PLUGIN
 from configure.engine import RuntimeOptions
 from configure.nodefacts import dpkg_containerd_version, kubelet_cgroup_driver, parse_containerd_version
 from plumbing.errors import ConfigFormatError, UsageError

@@ -19,9 +19,9 @@ from typing import Any, Dict, Optional
 import pytest
 import yaml
 
-from configure.containerd_distro import microk8s_render
-from configure.distros import choose, detect
-from configure.k3s_template import render_with_base
+from configure.distros.detection import choose, detect
+from configure.distros.engine import microk8s_render
+from configure.distros.k3s_template import render_with_base
 from tests.cli_runner import CliResult, run_cli
 from tests.engine_oracle import Effective, containerd_2, containerd_effective, oracle_missing
 

@@ -7,10 +7,11 @@ from typing import List, Sequence, Tuple
 
 import pytest
 
-from configure import lineedits, lxd
+from configure import lineedits
 from configure.engine import RuntimeOptions
 from configure.journal import Journal, apply_changes
-from configure.lxc import LxcEngine
+from configure.lxc import lxd
+from configure.lxc.engine import LxcEngine
 from configure.revert import plan_revert, revert
 from plumbing.errors import ConfigFormatError, ToolError, UsageError
 from tests.cli_runner import run_cli

@@ -10,7 +10,7 @@ from typing import Dict, List, Optional, Tuple
 
 import pytest
 
-from configure.containerd import ContainerdEngine
+from configure.containerd.engine import ContainerdEngine
 from configure.docker import DockerEngine
 from configure.engine import ConfigPlan, RuntimeOptions
 from configure.engines import get_engine

@@ -20,7 +20,7 @@ from typing import Dict, Iterator, List, Tuple
 
 import pytest
 
-from configure.cdi import plan_spec
+from configure.cdi.spec import plan_spec
 from configure.engine import ConfigPlan
 from installer.env import NodeEnv
 from installer.install import install

@@ -12,7 +12,7 @@ import pytest
 from configure.commands import verify
 from configure.engine import RuntimeOptions
 from configure.journal import Journal, apply_changes
-from configure.podman import PodmanEngine, hooks_dirs
+from configure.podman.engine import PodmanEngine, hooks_dirs
 from plumbing.errors import ProblemsFound, UsageError
 from tests.cli_runner import run_cli
 

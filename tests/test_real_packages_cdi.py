@@ -25,7 +25,7 @@ from typing import Any, Dict
 
 import pytest
 
-from configure.containerd import ContainerdEngine
+from configure.containerd.engine import ContainerdEngine
 from plumbing.fsutil import rooted
 from tests.cli_runner import run_cli
 from tests.gpgkeys import TestKey

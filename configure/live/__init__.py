@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Union
 
-from configure.cdi import KIND
+from configure.cdi.spec import KIND
 from configure.commands import engine_notes, recorded_config, runtimeclass_handler, verify_engines
 from configure.crio import OCI_HOOK
 from configure.engines import get_engine

@@ -16,7 +16,7 @@ from typing import List, Optional, Tuple
 import click
 import typer
 
-from configure.distros import NAMES as DISTROS
+from configure.distros.detection import NAMES as DISTROS
 from configure.validate import CDI_CHOICES
 from mirror.fleet import image as fleet_image
 from mirror.fleet import k8s as fleet_k8s

@@ -41,7 +41,7 @@ from urllib.parse import urlparse
 import yaml
 
 from configure import runtimeclass
-from configure.distros import NAMES as DISTROS
+from configure.distros.detection import NAMES as DISTROS
 from configure.validate import CDI_CHOICES, RUNTIME_CHOICES
 from plumbing.errors import UsageError
 from plumbing.version import VERSION

@@ -8,7 +8,7 @@ Before containerd 2.1 the files are merged with ``plugins`` replaced *per plugin
 (containerd/containerd#5837): a later file that defines ``plugins."io.containerd.grpc.v1.cri"``
 replaces the whole CRI table of the earlier ones. From 2.1 on the merge is deep. We model the
 by-key rule, because a drop-in written for it is also right under the deep merge (see
-``configure.containerd`` for why).
+``configure.containerd.engine`` for why).
 """
 
 from __future__ import annotations

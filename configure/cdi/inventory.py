@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from configure.cdi import KIND, check_spec, missing_host_paths
+from configure.cdi.spec import KIND, check_spec, missing_host_paths
 from configure.changes import read_optional
 from plumbing.errors import ToolError
 from plumbing.fsutil import rooted

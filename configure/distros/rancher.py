@@ -12,7 +12,7 @@ Only what detection cannot give is written, where the agent documents it:
 * another runtime name or binary: a drop-in in the directory the generated config imports
   (``config-v3.toml.d/`` or ``config.toml.d/``, releases from March 2026 on; containerd 2 merges it
   key by key), else our block appended to ``config(-v3).toml.tmpl`` after
-  ``{{ template "base" . }}`` with only tables the base does not render (:mod:`configure.k3s_template`);
+  ``{{ template "base" . }}`` with only tables the base does not render (:mod:`configure.distros.k3s_template`);
 * CDI with config version 2: the drop-in only (``enable_cdi`` lives in the CRI table the base
   renders, which a template cannot declare again); with version 3, containerd 2 enables CDI by default;
 * the default runtime: ``default-runtime`` in ``/etc/rancher/<k3s|rke2>/config.yaml.d/``, the
@@ -29,11 +29,12 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import tomlkit
 
-from configure import k3s_template, tomledit
+from configure import tomledit
 from configure.changes import FileChange, read_optional
-from configure.containerd import CRI_PLUGIN, DROP_IN_HEADER, RUNC_V2, describe
-from configure.containerd_imports import ConfigFile, covers, imports_of, load_chain
-from configure.distros import Distro
+from configure.containerd.engine import CRI_PLUGIN, DROP_IN_HEADER, RUNC_V2, describe
+from configure.containerd.imports import ConfigFile, covers, imports_of, load_chain
+from configure.distros import k3s_template
+from configure.distros.detection import Distro
 from configure.engine import ConfigPlan, RuntimeOptions
 from plumbing.errors import ConfigFormatError, UsageError
 from plumbing.fsutil import rooted

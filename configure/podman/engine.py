@@ -13,7 +13,7 @@ Podman has no runtime entry to register and no daemon to restart; what it reads 
   whatever podman(1) says of ``/etc/containers/oci/hooks.d``), or the last (strongest) directory of
   a ``hooks_dir`` that containers.conf sets. ``--hooks-dir`` names the directory outright; one
   podman does not read is written with a warning and fails ``verify``.
-* **Rootless** (``--user NAME``): that user's ``~/.config``, see :mod:`configure.podman_user`.
+* **Rootless** (``--user NAME``): that user's ``~/.config``, see :mod:`configure.podman.rootless`.
 """
 
 from __future__ import annotations
@@ -23,15 +23,17 @@ import posixpath
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from configure import cdi, podman_user, tomledit
-from configure.cdi_node import plan_static_spec
-from configure.cdi_refresh import detect_refresh
-from configure.cdi_specs import driver_version, find_specs, stale_reasons
+from configure import tomledit
+from configure.cdi import spec as cdi_spec
+from configure.cdi.inventory import driver_version, find_specs, stale_reasons
+from configure.cdi.node import plan_static_spec
+from configure.cdi.refresh import detect_refresh
 from configure.changes import read_optional
 from configure.crio import DEFAULT_PATH, HOOK_BINARY, hook_config, hook_problems
 from configure.engine import ConfigPlan, Engine, RuntimeOptions
 from configure.nodefacts import VersionProbe, podman_version
-from configure.podman_user import User, json_change, lookup_user, user_conf_files
+from configure.podman import rootless
+from configure.podman.rootless import User, json_change, lookup_user, user_conf_files
 from plumbing.errors import UsageError
 from plumbing.fsutil import rooted
 from plumbing.textio import decode_utf8
@@ -79,12 +81,12 @@ def hooks_dirs(root: Path, user: Optional[User] = None) -> Tuple[str, ...]:
 def spec_in_effect(root: Path) -> Tuple[Optional[str], List[str]]:
     """The NVIDIA CDI spec podman takes the devices from (the strongest usable one), and what is wrong with the others.
 
-    Resolved as a CDI registry resolves it (:func:`configure.cdi_specs.find_specs`); a spec in
+    Resolved as a CDI registry resolves it (:func:`configure.cdi.inventory.find_specs`); a spec in
     effect that is stale (a device node it names is gone) is not usable.
 
     :returns: ``(node path or None, ["PATH: problem", ...])``.
     """
-    specs = find_specs(root, cdi.KIND)
+    specs = find_specs(root, cdi_spec.KIND)
     problems = [f"{spec.path}: {p}" for spec in specs.invalid for p in spec.problems]
     duplicate = specs.duplicate_problem()
     if duplicate:
@@ -104,7 +106,7 @@ class PodmanEngine:
 
     name = ENGINE
 
-    def __init__(self, version: VersionProbe = podman_version, generator: Optional[cdi.SpecGenerator] = None) -> None:
+    def __init__(self, version: VersionProbe = podman_version, generator: Optional[cdi_spec.SpecGenerator] = None) -> None:
         self._version = version
         self._generator = generator
 
@@ -131,7 +133,7 @@ class PodmanEngine:
     def _plan_cdi(self, options: RuntimeOptions, plan: ConfigPlan) -> ConfigPlan:
         plan.notes.update({"mode": "cdi"})
         plan.facts["MODE"] = "cdi"
-        plan.next_step = f"podman containers get the GPUs with --device {cdi.KIND}=all (or {cdi.KIND}=0, ...)"
+        plan.next_step = f"podman containers get the GPUs with --device {cdi_spec.KIND}=all (or {cdi_spec.KIND}=0, ...)"
         found, problems = spec_in_effect(options.root)
         if found is not None:
             plan.facts["CDI_SPEC"] = found
@@ -143,10 +145,10 @@ class PodmanEngine:
             plan.facts["CDI_SPEC"] = refresh.output
             plan.warnings.append(f"no static spec written: {refresh.describe()}")
             return plan
-        spec = plan_static_spec(options.root, cdi.CDI_SPEC, generator=self._generator)
+        spec = plan_static_spec(options.root, cdi_spec.CDI_SPEC, generator=self._generator)
         plan.changes.extend(spec.changes)
         plan.warnings.extend(spec.warnings)
-        plan.facts.update({"CDI_SPEC": cdi.CDI_SPEC, "DEVICES": spec.facts.get("DEVICES", "")})
+        plan.facts.update({"CDI_SPEC": cdi_spec.CDI_SPEC, "DEVICES": spec.facts.get("DEVICES", "")})
         return plan
 
     def _plan_hook(self, options: RuntimeOptions, plan: ConfigPlan) -> ConfigPlan:
@@ -172,7 +174,7 @@ class PodmanEngine:
         if options.hooks_dir is not None:
             raise UsageError("--hooks-dir and --user do not go together: a user's hook goes to ~/.config/containers/oci/hooks.d")
         user = lookup_user(options.root, name)
-        changes, hook_file = podman_user.plan_hook(options.root, user, hook_config(hook_path), hooks_dirs(options.root, user))
+        changes, hook_file = rootless.plan_hook(options.root, user, hook_config(hook_path), hooks_dirs(options.root, user))
         plan.changes.extend(changes)
         plan.notes.update({"mode": "hook", "hook_file": hook_file, "hook_path": hook_path})
         plan.facts.update({"MODE": "hook", "USER": user.name, "HOOK": hook_file, "HOOK_PATH": hook_path})
@@ -206,8 +208,8 @@ class PodmanEngine:
         if found is None:
             refresh = detect_refresh(root)
             later = f" (nvidia-cdi-refresh writes {refresh.output} at boot; start nvidia-cdi-refresh.service now)" if refresh.active else ""
-            return [], [f"podman: no usable {cdi.KIND} CDI spec in {' or '.join(SPEC_DIRS)}{later}", *(f"podman: {p}" for p in problems)]
-        passed = [f"podman: CDI devices {cdi.KIND}=... come from {found}"]
+            return [], [f"podman: no usable {cdi_spec.KIND} CDI spec in {' or '.join(SPEC_DIRS)}{later}", *(f"podman: {p}" for p in problems)]
+        passed = [f"podman: CDI devices {cdi_spec.KIND}=... come from {found}"]
         if user is None:
             return passed, []
         wrong = [f"podman: {p}" for p in _user_cdi_problems(root, user, found)]
@@ -219,10 +221,10 @@ def _user_cdi_problems(root: Path, user: User, spec: str) -> List[str]:
     problems: List[str] = []
     dirs = containers_conf(root, user_conf_files(CONTAINERS_CONFS, user)).get("engine", {}).get("cdi_spec_dirs")
     if isinstance(dirs, list) and posixpath.dirname(spec) not in dirs:
-        problems.append(f"{user.path(podman_user.USER_CONF)} sets cdi_spec_dirs without {posixpath.dirname(spec)}")
-    data, _ = cdi.parse_spec(read_optional(rooted(root, spec)) or b"")
+        problems.append(f"{user.path(rootless.USER_CONF)} sets cdi_spec_dirs without {posixpath.dirname(spec)}")
+    data, _ = cdi_spec.parse_spec(read_optional(rooted(root, spec)) or b"")
     nodes = [n.get("hostPath") or n.get("path") for e in _edits(data) for n in e.get("deviceNodes") or []]
-    problems.extend(podman_user.device_problems(root, user, [str(n) for n in dict.fromkeys(nodes) if n]))
+    problems.extend(rootless.device_problems(root, user, [str(n) for n in dict.fromkeys(nodes) if n]))
     return problems
 
 

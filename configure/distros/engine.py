@@ -1,12 +1,12 @@
 """``configure containerd`` on every kind of node: plain containerd, k3s, RKE2, MicroK8s, k0s.
 
 :class:`DistroContainerdEngine` is the ``containerd`` of :mod:`configure.engines`. It picks the
-containerd the kubelet uses (:func:`configure.distros.choose`: detected, or ``--distro``), refuses a
-node whose runtime the GPU Operator manages (:mod:`configure.operator`), and then writes where that
+containerd the kubelet uses (:func:`configure.distros.detection.choose`: detected, or ``--distro``), refuses a
+node whose runtime the GPU Operator manages (:mod:`configure.distros.operator`), and then writes where that
 distribution reads, the way it documents:
 
-* plain containerd: :class:`configure.containerd.ContainerdEngine`, unchanged;
-* k3s / RKE2: :mod:`configure.containerd_rancher` (usually nothing; never the generated config);
+* plain containerd: :class:`configure.containerd.engine.ContainerdEngine`, unchanged;
+* k3s / RKE2: :mod:`configure.distros.rancher` (usually nothing; never the generated config);
 * MicroK8s: its ``args/containerd-template.toml``, edited in place (the snap renders
   ``args/containerd.toml`` from it with ``sed`` when its containerd service starts);
 * k0s: a drop-in ``/etc/k0s/containerd.d/nvidia.toml`` (k0s's own ``containerd.toml`` imports the
@@ -22,12 +22,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from configure import containerd_rancher as rancher
-from configure import operator, tomledit
+from configure import tomledit
 from configure.changes import read_optional
-from configure.containerd import CRI_PLUGIN, ContainerdEngine, config_version, describe
-from configure.containerd_imports import ConfigFile, load_chain
-from configure.distros import PLAIN, Distro, candidates, choose
+from configure.containerd.engine import CRI_PLUGIN, ContainerdEngine, config_version, describe
+from configure.containerd.imports import ConfigFile, load_chain
+from configure.distros import operator, rancher
+from configure.distros.detection import PLAIN, Distro, candidates, choose
 from configure.engine import ConfigPlan, RuntimeOptions
 from configure.nodefacts import KubeletProbe, VersionProbe, containerd_version, kubelet_cgroup_driver
 from plumbing.errors import ConfigFormatError

@@ -40,7 +40,7 @@ from tomlkit.toml_document import TOMLDocument
 
 from configure import tomledit
 from configure.changes import FileChange, read_optional
-from configure.containerd_imports import (
+from configure.containerd.imports import (
     ConfigFile,
     covers,
     defining_file,

@@ -18,8 +18,8 @@ from typing import Any, Dict, List, Optional
 
 from configure import tomledit
 from configure.changes import read_optional
-from configure.containerd_imports import load_chain
-from configure.distros import Distro
+from configure.containerd.imports import load_chain
+from configure.distros.detection import Distro
 from plumbing.errors import ConfigFormatError, ManagedByOperator
 from plumbing.fsutil import rooted
 

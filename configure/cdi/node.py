@@ -3,7 +3,7 @@
 The *source* of the spec, one of:
 
 - ``nvidia-cdi-refresh``: toolkit 1.18+ refresh units are on the root and enabled
-  (:mod:`configure.cdi_refresh`); the service writes its spec at boot and when the driver changes,
+  (:mod:`configure.cdi.refresh`); the service writes its spec at boot and when the driver changes,
   so nobody else should write one;
 - ``static``: no active refresh units, and a spec file for the kind exists (ours from ``configure
   cdi``, or anyone's); nothing regenerates it when the driver changes;
@@ -11,7 +11,7 @@ The *source* of the spec, one of:
 
 Problems (``configure verify`` and ``status`` list them): a spec a CDI registry cannot load; two
 specs for the kind (:meth:`KindSpecs.duplicate_problem`), including a static spec next to active
-refresh units whose spec is not written yet; a stale spec (:func:`configure.cdi_specs.stale_reasons`);
+refresh units whose spec is not written yet; a stale spec (:func:`configure.cdi.inventory.stale_reasons`);
 and, on the live system with a driver loaded, active refresh units whose spec is missing.
 """
 
@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from configure.cdi import CDI_SPEC, KIND, SpecGenerator, plan_spec
-from configure.cdi_refresh import RefreshUnits, detect_refresh
-from configure.cdi_specs import KindSpecs, driver_version, find_specs, stale_reasons
+from configure.cdi.inventory import KindSpecs, driver_version, find_specs, stale_reasons
+from configure.cdi.refresh import RefreshUnits, detect_refresh
+from configure.cdi.spec import CDI_SPEC, KIND, SpecGenerator, plan_spec
 from configure.engine import ConfigPlan
 from configure.nodefacts import driver_present
 from plumbing.errors import ExitCode, ToolError
@@ -126,7 +126,7 @@ def plan_static_spec(
     root: Path, output: str = CDI_SPEC, *, force: bool = False, generator: Optional[SpecGenerator] = None,
     use_installed: bool = True,
 ) -> ConfigPlan:
-    """:func:`configure.cdi.plan_spec`, refused first when the spec would be a second one for its kind.
+    """:func:`configure.cdi.spec.plan_spec`, refused first when the spec would be a second one for its kind.
 
     :raises SpecConflict: with :func:`static_spec_conflict`'s sentence; nothing is planned then.
     """
