@@ -23,6 +23,7 @@ from configure.cdi_node import cdi_report
 from configure.changes import read_optional, unified_diff
 from configure.containerd_distro import DistroContainerdEngine
 from configure.crio import OCI_HOOK, hook_problems
+from configure.ctk_leftovers import containerd_leftovers
 from configure.engine import ConfigPlan, Engine, RuntimeOptions, SelfChecking
 from configure.engines import engine_names, get_engine
 from configure.journal import Journal, apply_changes, check_can_apply
@@ -203,6 +204,8 @@ def verify(root: Path, engines: Optional[Sequence[str]] = None, distro: Optional
             continue
         facts = engine.report(root, runtime, config)
         problems.extend(f"{name}: {p}" for p in facts.get("TEMPLATE_PROBLEMS", "").split("; ") if p)
+        if name == "containerd" and facts.get("DISTRO", "containerd") == "containerd":
+            problems.extend(f"{name}: {p}" for p in containerd_leftovers(root, config, runtime))
         if not facts.get("RUNTIME"):
             restart = f" ({facts['RESTART']} so {facts['DISTRO']} regenerates its config)" if facts.get("DISTRO") in RANCHER else ""
             problems.append(f"{name}: the runtime {runtime!r} is not registered{restart}")

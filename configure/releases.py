@@ -81,12 +81,15 @@ RELEASES: Tuple[ToolkitRelease, ...] = (
         enabled_by="the maintainer scripts, on a fresh install (NVIDIA's cdi-support docs: enabled and started automatically)",
         containerd_drop_in="/etc/containerd/config.d/99-nvidia.toml",
         notes=(
-            "nvidia-ctk runtime configure writes the containerd drop-in to /etc/containerd/config.d/, "
-            "a directory containerd does not read (conf.d is right); fixed in 1.18.1.",
+            "nvidia-ctk runtime configure writes the containerd drop-in to /etc/containerd/config.d/ "
+            "(conf.d is containerd's) and imports config.d/*.toml, replacing any imports config.toml had; "
+            "fixed in 1.18.1. configure verify flags the file when containerd ignores it or reads it "
+            "next to another definition of the runtime (configure.ctk_leftovers).",
             "nvidia-cdi-refresh writes /var/run/cdi/nvidia.yaml at boot and when the driver changes.",
         ),
         source="NVIDIA/nvidia-container-toolkit PR #1076 (units installed to /etc/systemd/system); "
-        "issue #1404 and PR #1407 (config.d instead of conf.d), CHANGELOG v1.18.1 'Fix containerd drop-in config path'; "
+        "issue #1404 and PR #1407 (config.d instead of conf.d), PR #1382 (existing imports dropped), CHANGELOG v1.18.1 "
+        "(PR #1496) 'Fix containerd drop-in config path' and 'Fix handling of existing imports in containerd'; "
         "stable/deb Packages 1.18.0-1 (exact dependencies, shared/docs/upstream.md section 4)",
     ),
     ToolkitRelease(

@@ -17,6 +17,7 @@ from typing import Any, Dict, List, Optional
 from configure.cdi_node import cdi_report
 from configure.changes import read_optional
 from configure.commands import engine_for
+from configure.ctk_leftovers import containerd_leftovers
 from configure.journal import Journal
 from configure.revert import RevertPlan, apply_revert, kept_name, plan_revert
 from configure.validate import existing_root
@@ -211,6 +212,8 @@ def status(root: Path, env: NodeEnv, runtime_name: str = "nvidia", distro: Optio
             if distro is not None or (state is not None and state.distro):
                 engine = engine_for(engine_name, distro or (state.distro if state else None))
             engines[engine_name] = engine.report(root, name)
+            if engine_name == "containerd" and engines[engine_name].get("DISTRO", "containerd") == "containerd":
+                problems.extend(f"containerd: {p}" for p in containerd_leftovers(root, runtime_name=name))
         except ToolError as exc:
             engines[engine_name] = {"error": str(exc)}
     # the static spec's own fields, then where the node's spec comes from and what is wrong with the specs
