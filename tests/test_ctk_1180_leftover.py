@@ -7,6 +7,7 @@ named that directory (NVIDIA/nvidia-container-toolkit#1404, fixed by #1407 in 1.
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 from typing import Dict
@@ -69,7 +70,8 @@ def test_the_outdated_drop_in_path_comes_from_the_1_18_0_row_of_the_release_tabl
 @needs_ctk
 def test_verify_flags_a_1_18_0_drop_in_containerd_does_not_import(tmp_path: Path) -> None:
     root = _node(tmp_path)
-    _write(root, OLD, _ctk_1180_files(root)["drop-in"])  # the config.toml import was lost since (reset by a package)
+    # only the drop-in is left: the config.d import in config.toml was lost since (a package reset the file)
+    _write(root, OLD, _ctk_1180_files(root)["drop-in"])
     assert run_cli("configure", "containerd", "--root", str(root)).exit_code == 0
     result = run_cli("configure", "verify", "--root", str(root), "--runtime", "containerd")
     assert result.exit_code == 9, result.stdout
@@ -96,7 +98,9 @@ def test_verify_flags_a_1_18_0_drop_in_read_as_well_as_a_newer_one(tmp_path: Pat
 
 @pytest.mark.slow
 @needs_ctk
-def test_verify_leaves_alone_a_config_d_drop_in_that_containerd_imports_and_only_it_defines(tmp_path: Path) -> None:
+def test_verify_leaves_alone_a_config_d_drop_in_that_containerd_imports_and_only_it_defines(
+    tmp_path: Path,
+) -> None:
     root = _node(tmp_path)
     texts = _ctk_1180_files(root)
     _write(root, OLD, texts["drop-in"])
@@ -114,3 +118,17 @@ def test_verify_of_a_node_without_the_leftover_flags_nothing(tmp_path: Path) -> 
     result = run_cli("configure", "verify", "--root", str(root), "--runtime", "containerd")
     assert result.exit_code == 0, result.stdout
     assert "wrong directory" not in result.stdout
+
+
+@pytest.mark.slow
+@needs_ctk
+def test_status_lists_the_1_18_0_drop_in_containerd_ignores_as_a_problem(tmp_path: Path) -> None:
+    root = _node(tmp_path)
+    _write(root, OLD, _ctk_1180_files(root)["drop-in"])
+    assert run_cli("configure", "containerd", "--root", str(root)).exit_code == 0
+    result = run_cli("status", "--root", str(root), "--json")
+    problems = json.loads(result.stdout)["problems"]
+    assert any(
+        p.startswith(f"containerd: {OLD} is the containerd drop-in nvidia-ctk 1.18.0") for p in problems
+    ), problems
+    assert result.exit_code == 9  # ExitCode.PROBLEMS_FOUND, as verify
