@@ -149,3 +149,29 @@ def deb_bundle(deb_mirror: Path, operator_key: TestKey, tmp_path_factory: pytest
     )  # fmt: skip
     assert built.exit_code == 0, built.stderr
     return out
+
+
+@pytest.fixture(scope="session")
+def split_bundle(upstream_tree: UpstreamTree, operator_key: TestKey, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A zstd bundle built with ``--split 1M`` (the smallest part size) from packages padded to 1 MiB: 5 parts.
+
+    Parts must be that large for zstd to decode a wrong part before its checksum is checked at its end.
+    """
+    cache = upstream_tree.root.parent.parent  # the session's cache directory (see conftest.upstream_tree)
+    tree = cached_upstream(cache, payload_mb=1.0, stable_versions=("1.17.8-1",), experimental_versions=("1.20.0~rc.1-1",))
+    work = tmp_path_factory.mktemp("split-bundle")
+    with UpstreamServer(tree.root) as server:
+        synced = run_cli(
+            "mirror", "sync", "--dest", str(work / "mirror"), "--upstream", server.url, "--keyring", str(tree.public_key),
+            "--version", "1.17.8", "--format", "deb", "--arch", "amd64", "--quiet",
+        )  # fmt: skip
+    assert synced.exit_code == 0, synced.stderr
+    (work / "out").mkdir()
+    built = run_cli(
+        "bundle", "build", "--mirror", str(work / "mirror"), "--version", "1.17.8", "--target", "deb/amd64",
+        "--sign-key", operator_key.fingerprint, "--gnupghome", str(operator_key.home),
+        "--output", str(work / "out" / "nvct.tar.zst"), "--split", "1M",
+    )  # fmt: skip
+    assert built.exit_code == 0, built.stderr
+    assert len(list((work / "out").glob("nvct.tar.zst.part*"))) >= 4
+    return work / "out"

@@ -17,7 +17,6 @@ import pytest
 
 from tests.cli_runner import CliResult, run_cli
 from tests.gpgkeys import TestKey
-from tests.upstream import UpstreamServer, UpstreamTree, cached_upstream
 
 PY39 = Path("/root/.pyenv/versions/3.9.18/bin/python3.9")
 DAMAGED = "the archive is damaged or truncated after this member"
@@ -71,32 +70,6 @@ def test_a_zstd_bundle_damaged_at_its_start_cannot_be_inspected_and_says_so(deb_
     result = run_cli("bundle", "inspect", str(bundle))
     assert result.exit_code == 3
     assert DAMAGED in _one_sentence(result)
-
-
-@pytest.fixture(scope="module")
-def split_bundle(upstream_tree: UpstreamTree, operator_key: TestKey, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A zstd bundle built with ``--split 1M`` (the smallest part size) from packages padded to 1 MiB: 5 parts.
-
-    Parts must be that large for zstd to decode a wrong part before its checksum is checked at its end.
-    """
-    cache = upstream_tree.root.parent.parent  # the session's cache directory (see conftest.upstream_tree)
-    tree = cached_upstream(cache, payload_mb=1.0, stable_versions=("1.17.8-1",), experimental_versions=("1.20.0~rc.1-1",))
-    work = tmp_path_factory.mktemp("split-bundle")
-    with UpstreamServer(tree.root) as server:
-        synced = run_cli(
-            "mirror", "sync", "--dest", str(work / "mirror"), "--upstream", server.url, "--keyring", str(tree.public_key),
-            "--version", "1.17.8", "--format", "deb", "--arch", "amd64", "--quiet",
-        )  # fmt: skip
-    assert synced.exit_code == 0, synced.stderr
-    (work / "out").mkdir()
-    built = run_cli(
-        "bundle", "build", "--mirror", str(work / "mirror"), "--version", "1.17.8", "--target", "deb/amd64",
-        "--sign-key", operator_key.fingerprint, "--gnupghome", str(operator_key.home),
-        "--output", str(work / "out" / "nvct.tar.zst"), "--split", "1M",
-    )  # fmt: skip
-    assert built.exit_code == 0, built.stderr
-    assert len(list((work / "out").glob("nvct.tar.zst.part*"))) >= 4
-    return work / "out"
 
 
 @pytest.mark.slow

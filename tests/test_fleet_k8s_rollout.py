@@ -225,13 +225,72 @@ def test_pod_refuses_a_tampered_blob_from_the_registry_and_installs_nothing(
     assert not any(p.name.startswith("bundle") for p in (pod.host / "var/cache/gpu-airgap/k8s").iterdir())
 
 
+def _spools(cache: Path) -> list[str]:
+    return [p.name for p in cache.iterdir() if p.name.startswith((".", "gpu-airgap-pull-", "bundle.part"))]
+
+
 @pytest.mark.slow
-def test_pod_pulls_with_the_registry_secrets_basic_credentials(
-    deb_bundle: Path, operator_key: TestKey, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_pod_installs_a_split_bundle_pulled_part_by_part_by_digest(
+    registry: Registry, split_bundle: Path, operator_key: TestKey, tmp_path: Path
 ) -> None:
+    digest = _push(split_bundle / "nvct.tar.zst.part001", registry.ref("k8s/split:1"), operator_key)
+    pod = Pod(tmp_path, operator_key.public, GPU_AIRGAP_BUNDLE_REF=registry.ref(f"k8s/split@{digest}"), GPU_AIRGAP_BUNDLE_DIGEST=digest)
+    done = pod.run()
+    assert done.returncode == 0, done.stderr
+    assert "is a split bundle: the node tool pulls its parts" in done.stderr
+    assert dpkg_versions(pod.host) == dict.fromkeys(TOOLKIT, "1.17.8-1")
+    marker = json.loads(pod.ready_file.read_text())
+    assert marker["bundle_digest"] == digest and marker["outcome"] == "installed"
+    assert pod.run("ready").returncode == 0
+    cache = pod.host / "var/cache/gpu-airgap/k8s"
+    # the pod kept only the first part it checked; the node tool's private download is gone
+    assert (cache / "bundle").read_bytes() == (split_bundle / "nvct.tar.zst.part001").read_bytes()
+    assert _spools(cache) == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("damaged", ["first-part", "last-part", "other-key"])
+def test_pod_refuses_a_tampered_split_bundle_and_installs_nothing(
+    split_bundle: Path, operator_key: TestKey, other_key: TestKey, tmp_path: Path, damaged: str
+) -> None:
+    with Registry(tmp_path / "registry") as registry:  # its own: blobs are shared by digest across repositories
+        digest = _push(split_bundle / "nvct.tar.zst.part001", registry.ref("k8s/tampered:1"), operator_key)
+        layers = json.loads(registry.blob_data(digest).read_bytes())["layers"]
+        assert [la["mediaType"].rsplit(".", 2)[-2] for la in layers[-3:]] == ["part", "sha256sums", "signature"]
+        if damaged != "other-key":
+            blob = registry.blob_data(layers[0 if damaged == "first-part" else -3]["digest"])
+            data = bytearray(blob.read_bytes())
+            data[len(data) // 2] ^= 0xFF
+            blob.write_bytes(bytes(data))
+        key = other_key if damaged == "other-key" else operator_key
+        pod = Pod(tmp_path, key.public, GPU_AIRGAP_BUNDLE_REF=registry.ref(f"k8s/tampered@{digest}"), GPU_AIRGAP_BUNDLE_DIGEST=digest)
+        before = tree_digest(pod.host)
+        failed = pod.run()
+    assert failed.returncode == ExitCode.VERIFICATION_FAILED, failed.stderr
+    last = failed.stderr.strip().splitlines()[-1]
+    if damaged == "other-key":
+        assert "is not signed by the operator key" in last, failed.stderr
+    else:
+        assert "does not match its digest" in last, failed.stderr
+    assert ("the node tool pulls its parts" in failed.stderr) == (damaged == "last-part")  # who caught it
+    assert not pod.ready_file.exists() and "Traceback" not in failed.stderr
+    assert {k: v for k, v in tree_digest(pod.host).items() if not k.startswith("var/cache")} == before
+    cache = pod.host / "var/cache/gpu-airgap/k8s"
+    assert _spools(cache) == []
+    if damaged != "last-part":
+        assert not (cache / "bundle").exists() and not (cache / "gpu-airgap-node.pyz").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["whole", "split"])
+def test_pod_pulls_with_the_registry_secrets_basic_credentials(
+    operator_key: TestKey, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest, kind: str
+) -> None:
+    # a split bundle's parts are pulled by the node tool, which gets the same secret as its Docker config
+    bundle = request.getfixturevalue("deb_bundle") if kind == "whole" else request.getfixturevalue("split_bundle") / "nvct.tar.zst.part001"
     with registry_with_login(tmp_path) as (registry, config):
         monkeypatch.setenv("DOCKER_CONFIG", str(config.directory))
-        digest = _push(deb_bundle, registry.ref("k8s/auth:1"), operator_key)
+        digest = _push(bundle, registry.ref("k8s/auth:1"), operator_key)
         ref = registry.ref(f"k8s/auth@{digest}")
         anonymous = Pod(tmp_path / "anon", operator_key.public, GPU_AIRGAP_BUNDLE_REF=ref, GPU_AIRGAP_BUNDLE_DIGEST=digest)
         refused = anonymous.run()
@@ -274,12 +333,14 @@ def test_distro_and_take_over_reach_the_installer_on_every_node(monkeypatch: pyt
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("kind", ["whole", "split"])
 def test_host_tools_wrapper_hands_the_registry_secret_to_the_pull_inside_the_node(
-    deb_bundle: Path, operator_key: TestKey, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    operator_key: TestKey, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest, kind: str
 ) -> None:
+    bundle = request.getfixturevalue("deb_bundle") if kind == "whole" else request.getfixturevalue("split_bundle") / "nvct.tar.zst.part001"
     with registry_with_login(tmp_path) as (registry, config):
         monkeypatch.setenv("DOCKER_CONFIG", str(config.directory))
-        digest = _push(deb_bundle, registry.ref("k8s/host:1"), operator_key)
+        digest = _push(bundle, registry.ref("k8s/host:1"), operator_key)
         pod = HostPod(tmp_path / "pod", operator_key.public, None)
         secret = pod.mounts / "registry/.dockerconfigjson"  # the --registry-secret volume
         secret.parent.mkdir(parents=True)
@@ -293,10 +354,14 @@ def test_host_tools_wrapper_hands_the_registry_secret_to_the_pull_inside_the_nod
 
 
 @pytest.mark.slow
-def test_pod_pulls_from_a_tls_registry_with_the_rendered_registry_ca(deb_bundle: Path, operator_key: TestKey, tmp_path: Path) -> None:
+@pytest.mark.parametrize("kind", ["whole", "split"])
+def test_pod_pulls_from_a_tls_registry_with_the_rendered_registry_ca(
+    operator_key: TestKey, tmp_path: Path, request: pytest.FixtureRequest, kind: str
+) -> None:
+    bundle = request.getfixturevalue("deb_bundle") if kind == "whole" else request.getfixturevalue("split_bundle") / "nvct.tar.zst.part001"
     ca, cert, key = make_tls(tmp_path / "tls")
     with Registry(tmp_path / "registry", tls=(cert, key)) as registry:
-        pushed = run_cli("bundle", "push", str(deb_bundle), registry.ref("k8s/tls:1"), "--keyring", str(operator_key.public),
+        pushed = run_cli("bundle", "push", str(bundle), registry.ref("k8s/tls:1"), "--keyring", str(operator_key.public),
                          "--ca-file", str(ca), "--json")  # fmt: skip
         assert pushed.exit_code == 0, pushed.stderr
         digest = json.loads(pushed.stdout)["digest"]

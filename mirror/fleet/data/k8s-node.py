@@ -9,14 +9,16 @@ $GPU_AIRGAP_HOST_ROOT=/, so the node's own gpg, tar, dpkg/rpm and systemctl do t
    the mounted ConfigMap), or fetches $GPU_AIRGAP_BUNDLE_URL with urllib into the host's
    /var/cache/gpu-airgap/k8s (``--tools image``), or pulls $GPU_AIRGAP_BUNDLE_REF
    (oci://HOST/REPO@sha256:…) from the registry by digest: the manifest must hash to that digest and
-   the bundle blob to the digest the manifest names. A file bundle must hash to
+   the bundle blob to the digest the manifest names (of a split bundle, only its signed checksum
+   list and first part: see pull_bundle). A file bundle must hash to
    $GPU_AIRGAP_BUNDLE_DIGEST, the digest in the pod template: an old bundle left behind a URL is
    refused, not installed under a new template;
 2. takes gpu-airgap-node.pyz out of it with tar and, before running it, checks it with gpgv (or
    gpg) against the operator key: the bundle's ``NODE-SHA256SUMS`` must carry a good signature by
    that key and list the tool's sha256 (this program, from the operator's ConfigMap, is the trust
    anchor; nothing from the bundle runs before this check). Then it runs ``install BUNDLE --keyring
-   KEY --root ROOT --json`` (the installer verifies the whole bundle against the operator key first);
+   KEY --root ROOT --json`` (the installer verifies the whole bundle against the operator key first;
+   for a split bundle ``install oci://…@sha256:…``, so the node tool pulls the parts itself);
 3. restarts each engine the install changed: under ``--tools host`` the installer does it (the live
    root: it also retries engines an earlier pod left unrestarted, and puts back the configuration of
    one that does not come back); under ``--tools image`` (``--no-restart``) this program runs
@@ -35,6 +37,7 @@ with back-off and the DaemonSet's rolling update (maxUnavailable 1) does not go 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -51,7 +54,7 @@ import urllib.parse
 import urllib.request
 from base64 import b64encode
 from pathlib import Path
-from typing import Any, Dict, List, NoReturn, Optional
+from typing import Any, Dict, Iterator, List, NoReturn, Optional, Union
 
 #: what the node takes out of the bundle first and checks (installer/nodecheck.py, mirrored here:
 #: this program runs on the node's python3 with the standard library only)
@@ -60,9 +63,12 @@ NODE_SUMS_SIGNATURE = "NODE-SHA256SUMS.asc"
 NODE_TOOL = "gpu-airgap-node.pyz"
 HEAD = (NODE_SUMS, NODE_SUMS_SIGNATURE, "install.sh", NODE_TOOL)
 VERIFICATION_FAILED = 3  #: the exit code of a signature or checksum that did not match (docs/reference.md, "Exit codes")
-#: the bundle artifact's manifest and whole-bundle layer types (installer/oci/artifact.py, mirrored here)
+#: the bundle artifact's manifest and layer types (installer/oci/artifact.py, mirrored here)
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 OCI_BUNDLE_LAYER = "application/vnd.gpu-airgap.bundle.v1.tar"
+OCI_PART_LAYER = "application/vnd.gpu-airgap.bundle.part.v1"
+OCI_SUMS_LAYER = "application/vnd.gpu-airgap.bundle.sha256sums.v1"
+OCI_SUMS_SIGNATURE_LAYER = "application/vnd.gpu-airgap.bundle.sha256sums.signature.v1"
 MAX_MANIFEST = 4 << 20
 RECHECK = 300  #: seconds between the readiness probe's full checks (``status``)
 
@@ -164,8 +170,16 @@ class Registry:
         return "Bearer " + str(body.get("token") or body.get("access_token"))
 
 
-def pull_bundle(ref: str, dest: Path) -> None:
-    """Pull the whole bundle of the pinned artifact ``ref`` into ``dest``, every byte checked against its digest."""
+def pull_bundle(ref: str, dest: Path, key: Path) -> bool:
+    """Pull the pinned artifact ``ref`` by digest into ``dest``; True for a split bundle.
+
+    A whole bundle is its one layer, checked against its digest. Of a split bundle only what the node
+    tool needs is pulled here: the checksum list and its signature (checked against the operator key
+    before any part is trusted), then the first part (its layer digest and its signed sha256), which
+    holds the node check whole (``bundle build --split`` sees to that). The node tool, once checked,
+    pulls every part itself with ``install oci://`` (installer/oci/: each part checked by digest,
+    the signature verified before anything is installed): one registry client, not two.
+    """
     match = re.match(r"^oci://([^/]+)/(.+)@(sha256:[0-9a-f]{64})$", ref)
     if not match:
         raise SystemExit(f"gpu-airgap-k8s: {ref} is not a pinned reference oci://HOST/REPO@sha256:…")
@@ -176,18 +190,46 @@ def pull_bundle(ref: str, dest: Path) -> None:
             manifest = answer.read(MAX_MANIFEST + 1)
         if "sha256:" + hashlib.sha256(manifest).hexdigest() != digest:
             _refuse(f"the registry's manifest for {ref} does not match its digest; refusing it")
-        layers = [la for la in json.loads(manifest).get("layers", []) if str(la.get("mediaType", "")).startswith(OCI_BUNDLE_LAYER)]
-        if len(layers) != 1:
-            raise SystemExit(f"gpu-airgap-k8s: {ref} is not a whole gpu-airgap bundle (a split one cannot be pulled here: push the whole bundle)")
-        part = dest.with_name(dest.name + ".part")
-        with registry.open(f"blobs/{layers[0]['digest']}") as answer, open(part, "wb") as out:
-            shutil.copyfileobj(answer, out, 1 << 20)
-    except (OSError, ValueError) as exc:  # URLError, HTTPError, a JSON body that is not
+        layers: List[Dict[str, Any]] = json.loads(manifest).get("layers") or []
+        types = [str(layer.get("mediaType", "")) for layer in layers]
+        if len(layers) == 1 and types[0].startswith(OCI_BUNDLE_LAYER):
+            _pull_blob(registry, ref, layers[0], dest)
+            return False
+        if len(layers) < 3 or types[-2:] != [OCI_SUMS_LAYER, OCI_SUMS_SIGNATURE_LAYER] or set(types[:-2]) != {OCI_PART_LAYER}:
+            raise SystemExit(f"gpu-airgap-k8s: {ref} is not a gpu-airgap bundle (one bundle layer, or parts and their signed checksum list)")
+        _first_part(registry, ref, layers, dest, key)
+        return True
+    except (OSError, ValueError, AttributeError) as exc:  # URLError, HTTPError, a JSON body that is not
         raise SystemExit(f"gpu-airgap-k8s: could not pull {ref}: {getattr(exc, 'reason', None) or exc}") from exc
-    if _sha256_file(part) != layers[0]["digest"] or part.stat().st_size != layers[0].get("size"):
+
+
+def _pull_blob(registry: Registry, ref: str, layer: Dict[str, Any], dest: Path) -> None:
+    """``dest``: the blob ``layer`` names, only if it matches that digest and size (exit 3 otherwise)."""
+    part = dest.with_name(dest.name + ".part")
+    with registry.open(f"blobs/{layer['digest']}") as answer, open(part, "wb") as out:
+        shutil.copyfileobj(answer, out, 1 << 20)
+    if _sha256_file(part) != layer["digest"] or part.stat().st_size != layer.get("size"):
         part.unlink()
         _refuse(f"the registry sent a bundle for {ref} that does not match its digest; refusing it")
     os.replace(part, dest)
+
+
+def _first_part(registry: Registry, ref: str, layers: List[Dict[str, Any]], dest: Path, key: Path) -> None:
+    """The first part of a split bundle at ``dest``, checked against its operator-signed checksum list."""
+    work = Path(tempfile.mkdtemp(prefix=".split-", dir=str(dest.parent)))
+    try:
+        sums, signature = work / "sha256sums", work / "sha256sums.asc"
+        _pull_blob(registry, ref, layers[-2], sums)
+        _pull_blob(registry, ref, layers[-1], signature)
+        if not _signed_by(_dearmored(key, work), signature, sums, work):
+            _refuse(f"the checksum list of the split bundle {ref} is not signed by the operator key {key}; refusing it")
+        _pull_blob(registry, ref, layers[0], work / "part")
+        title = str((layers[0].get("annotations") or {}).get("org.opencontainers.image.title", ""))
+        if "sha256:" + _listed(sums).get(title, "") != _sha256_file(work / "part"):
+            _refuse(f"the first part of the split bundle {ref} does not match its signed checksum list; refusing it")
+        os.replace(work / "part", dest)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def _refuse(message: str) -> NoReturn:
@@ -205,9 +247,18 @@ def _signed_by(keyring: Path, signature: Path, data: Path, home: Path) -> bool:
     return subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False).returncode == 0
 
 
+def _dearmored(key: Path, work: Path) -> Path:
+    """The operator key as a binary keyring in ``work`` (gpgv reads no other)."""
+    keyring = work / "operator.gpg"
+    dearmor = ["gpg", "--batch", "--quiet", "--homedir", str(work), "--dearmor", "-o", str(keyring), str(key)]
+    if subprocess.run(dearmor, stderr=subprocess.DEVNULL, check=False).returncode != 0:
+        _refuse(f"the operator key {key} is not an OpenPGP public key")
+    return keyring
+
+
 def _listed(sums: Path) -> Dict[str, str]:
     """Name -> sha256 of a NODE-SHA256SUMS whose signature checked out (``sha256sum`` lines)."""
-    lines = (re.match(r"^([0-9a-f]{64})  (\S+)$", line) for line in sums.read_text("ascii", "replace").splitlines())
+    lines = (re.match(r"^([0-9a-f]{64}) [ *](\S+)$", line) for line in sums.read_text("ascii", "replace").splitlines())
     return {m.group(2): m.group(1) for m in lines if m}
 
 
@@ -228,11 +279,7 @@ def node_tool(bundle: Path, dest: Path, key: Path) -> None:
         if taken.returncode != 0:
             _refuse(f"{bundle} has no {', '.join(HEAD)} to check the node tool with (not a gpu-airgap bundle, "
                     "or one an older gpu-airgap built: rebuild it); refusing to run anything from it")  # fmt: skip
-        keyring = work / "operator.gpg"
-        dearmor = ["gpg", "--batch", "--quiet", "--homedir", str(work), "--dearmor", "-o", str(keyring), str(key)]
-        if subprocess.run(dearmor, stderr=subprocess.DEVNULL, check=False).returncode != 0:
-            _refuse(f"the operator key {key} is not an OpenPGP public key")
-        if not _signed_by(keyring, work / NODE_SUMS_SIGNATURE, work / NODE_SUMS, work):
+        if not _signed_by(_dearmored(key, work), work / NODE_SUMS_SIGNATURE, work / NODE_SUMS, work):
             _refuse(f"the node tool in {bundle} is not signed by the operator key {key} ({NODE_SUMS_SIGNATURE}); refusing to run it")
         with open(work / NODE_TOOL, "rb") as tool:
             actual = hashlib.sha256(tool.read()).hexdigest()
@@ -248,7 +295,27 @@ def _on_host() -> bool:
     return _host() == Path("/")
 
 
-def install_argv(tool: Path, bundle: Path) -> List[str]:
+def _registry_flags() -> List[str]:
+    """``install oci://``'s options for the registry this program pulls from."""
+    flags = ["--plain-http"] if _env("GPU_AIRGAP_REGISTRY_PLAIN_HTTP") == "true" else []
+    return flags + (["--ca-file", _env("GPU_AIRGAP_REGISTRY_CA")] if _env("GPU_AIRGAP_REGISTRY_CA") else [])
+
+
+@contextlib.contextmanager
+def _registry_env(cache: Path) -> Iterator[Dict[str, str]]:
+    """The node tool's environment for ``install oci://``: the registry secret as its Docker config, the
+    spool on the host's disk (the cache) rather than a container's or a tmpfs."""
+    work = Path(tempfile.mkdtemp(prefix=".docker-", dir=str(cache)))  # 0700
+    try:
+        config = Path(_env("GPU_AIRGAP_REGISTRY_CONFIG", "/nonexistent"))
+        if config.is_file():
+            (work / "config.json").symlink_to(config.resolve())  # a link: no second copy of the credentials
+        yield {**os.environ, "DOCKER_CONFIG": str(work), "TMPDIR": str(cache)}
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def install_argv(tool: Path, bundle: Union[Path, str]) -> List[str]:
     """The installer's command line from the DaemonSet's environment."""
     argv = [sys.executable, "-I", "-S", str(tool), "install", str(bundle), "--keyring", _env("GPU_AIRGAP_KEYRING"),
             "--root", str(_host()), "--runtime", _env("GPU_AIRGAP_RUNTIME", "auto"),
@@ -301,9 +368,10 @@ def install() -> int:
             stale.unlink()  # under --tools host they live on the node and outlive the pod: not ready until this run says so
     url, ref, expected = _env("GPU_AIRGAP_BUNDLE_URL"), _env("GPU_AIRGAP_BUNDLE_REF"), _env("GPU_AIRGAP_BUNDLE_DIGEST")
     bundle = cache / "bundle" if url or ref else Path(_env("GPU_AIRGAP_BUNDLE_FILE"))
+    split = False
     if ref:
         _say(f"pulling {ref}")
-        pull_bundle(ref, bundle)
+        split = pull_bundle(ref, bundle, Path(_env("GPU_AIRGAP_KEYRING")))
     elif url:
         _say(f"fetching {url}")
         fetch_bundle(url, bundle)
@@ -311,7 +379,12 @@ def install() -> int:
         _refuse(f"the bundle from {url or bundle} is not the one the DaemonSet names ({expected}); refusing it")
     tool = cache / NODE_TOOL
     node_tool(bundle, tool, Path(_env("GPU_AIRGAP_KEYRING")))
-    proc = subprocess.run(install_argv(tool, bundle), stdout=subprocess.PIPE, check=False)
+    if split:  # the checked node tool pulls every part by digest itself (pull_bundle)
+        _say(f"{ref} is a split bundle: the node tool pulls its parts")
+        with _registry_env(cache) as env:
+            proc = subprocess.run([*install_argv(tool, ref), *_registry_flags()], stdout=subprocess.PIPE, env=env, check=False)
+    else:
+        proc = subprocess.run(install_argv(tool, bundle), stdout=subprocess.PIPE, check=False)
     if proc.returncode != 0:
         return proc.returncode  # the installer said why on stderr
     result: Dict[str, Any] = json.loads(proc.stdout)
