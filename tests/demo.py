@@ -185,6 +185,8 @@ def stage_bundle(ctx: DemoContext) -> None:
     run([GPU_AIRGAP, "bundle", "build", "--mirror", str(ctx.work / "mirror"), "--version", RELEASE,
          "--target", "deb/amd64", "--target", "rpm/x86_64", "--sign-key", fingerprint,
          "--gnupghome", str(home), "--output", str(bundle)])  # fmt: skip
+    # signing started the operator's gpg-agent again; the demo leaves no process behind
+    subprocess.run(["gpgconf", "--homedir", str(home), "--kill", "gpg-agent"], check=False, capture_output=True)
     run([GPU_AIRGAP, "bundle", "inspect", str(bundle)])
     run([GPU_AIRGAP, "bundle", "verify", str(bundle), "--keyring", str(public)])
     ctx.values.update(bundle=str(bundle.resolve()), keyring=str(public.resolve()))

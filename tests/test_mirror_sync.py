@@ -36,6 +36,7 @@ from tests.upstream import (
     make_wrong_key,
     resign_inrelease,
     sign_clear,
+    stop_agent,
 )
 
 FOUR = {"nvidia-container-toolkit", "nvidia-container-toolkit-base", "libnvidia-container-tools", "libnvidia-container1"}
@@ -194,7 +195,9 @@ def _tamper_packages(tree: UpstreamTree, server: UpstreamServer) -> None:
 
 
 def _other_key(tree: UpstreamTree, server: UpstreamServer) -> None:
-    resign_inrelease(tree, tree.root / "stable/deb/amd64", key=make_wrong_key(tree.root.parent / "wrong-gnupg"))
+    wrong = make_wrong_key(tree.root.parent / "wrong-gnupg")
+    resign_inrelease(tree, tree.root / "stable/deb/amd64", key=wrong)
+    stop_agent(wrong.gnupghome)  # signing started its gpg-agent
 
 
 def _bad_signature(tree: UpstreamTree, server: UpstreamServer) -> None:
