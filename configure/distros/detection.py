@@ -17,12 +17,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
+from configure.validate import DISTRO_CHOICES
 from plumbing.errors import UsageError
 from plumbing.fsutil import rooted
 
-PLAIN = "containerd"
 #: what ``--distro`` takes, in the order detection lists them
-NAMES = (PLAIN, "k3s", "rke2", "microk8s", "k0s")
+NAMES = DISTRO_CHOICES
+PLAIN = NAMES[0]
 #: where systemd looks for unit files (node paths); k3s installs into /etc, RKE2's tarball into /usr/local
 UNIT_DIRS = ("/etc/systemd/system", "/usr/local/lib/systemd/system", "/usr/lib/systemd/system", "/lib/systemd/system")
 MICROK8S_ARGS = "/var/snap/microk8s/current/args"
