@@ -30,7 +30,7 @@ import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
-from typing import Any, Callable, Dict, List
+from typing import Any, Callable, Dict, List, TypeVar
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -208,20 +208,33 @@ def breakdown(inputs: Dict[str, Any], work: Path) -> Dict[str, float]:
     return dict(phases)
 
 
-def main() -> int:
+T = TypeVar("T")
+
+
+def with_prepared_inputs(name: str, measure: Callable[[Dict[str, Any], Path], T]) -> T | None:
+    """The frame every real-install bench shares: ``--runs N``, a skip line (and None) when a prerequisite
+    is missing, else ``measure(inputs, work)`` on :func:`prepare`'s inputs in a scratch directory."""
     global RUNS
     if len(sys.argv) > 2 and sys.argv[1] == "--runs":
         RUNS = int(sys.argv[2])
     reason = _missing_prerequisite() or Prebuilt(NVIDIA_BUILD).missing_reason()
     if reason:
-        print(f"bench_real_install: skipped: {reason}")
-        return 0
-    with tempfile.TemporaryDirectory(prefix="bench-real-install.") as tmp:
+        print(f"{name}: skipped: {reason}")
+        return None
+    with tempfile.TemporaryDirectory(prefix=f"{name.replace('_', '-')}.") as tmp:
         work = Path(tmp)
         inputs = prepare(work)
-        times = compare(inputs, work)
-        phases = breakdown(inputs, work)
-        stop_agent(inputs["key"].home)
+        try:
+            return measure(inputs, work)
+        finally:
+            stop_agent(inputs["key"].home)
+
+
+def main() -> int:
+    measured = with_prepared_inputs("bench_real_install", lambda inputs, work: (compare(inputs, work), breakdown(inputs, work)))
+    if measured is None:
+        return 0
+    times, phases = measured
     floor = statistics.median(times["dpkg"])
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     print(f"install of NVIDIA's 1.20.0 packages (4 .debs, 7.6 MB) into a fresh minimal Debian root, median of {RUNS} "

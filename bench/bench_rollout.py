@@ -3,7 +3,7 @@
 No cluster is needed. Measured here, for real:
 
 - the per-node install: ``gpu-airgap-node.pyz install`` of NVIDIA's real 1.20.0 bundle into fresh
-  minimal Debian roots (``bench_real_install.py``'s set-up and its zipapp method), median of ``RUNS``;
+  minimal Debian roots (``bench_real_install.py``'s set-up and its zipapp method), median of ``RUNS`` (``--runs``);
 - a node's pull from the registry: the bundle pushed to the real ``docker-registry`` (distribution
   2.8) and pulled by digest with ``gpu-airgap bundle pull``, the requests and bytes read from the
   registry's access log;
@@ -24,7 +24,6 @@ import os
 import re
 import statistics
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
@@ -35,10 +34,7 @@ from bench import rollout_model as model
 from tests.cli_runner import run_cli
 from tests.gpgkeys import TestKey
 from tests.oci_registry import Registry
-from tests.test_node_debootstrap import _missing_prerequisite
-from tests.upstream import NVIDIA_BUILD, Prebuilt, stop_agent
 
-RUNS = 3
 PULLS = 3  #: pulls per registry set-up (>= 2: the first through a cache fills it)
 NODES_PER_CACHE = 40  #: one pull-through cache per rack of 40 nodes
 _ACCESS = re.compile(r'"(GET|HEAD|POST|PUT|PATCH) (\S+) HTTP/[0-9.]+" ([0-9]{3}) ([0-9]+|-)')
@@ -47,7 +43,7 @@ _ACCESS = re.compile(r'"(GET|HEAD|POST|PUT|PATCH) (\S+) HTTP/[0-9.]+" ([0-9]{3})
 def measure_install(inputs: Dict[str, Any], work: Path) -> List[float]:
     """Wall seconds of the real zipapp install into fresh roots, ``RUNS`` times."""
     times = []
-    for _ in range(RUNS):
+    for _ in range(real.RUNS):
         root = real.fresh_root(inputs["tarball"], work / "root")
         times.append(real.run_zipapp(inputs, root))
     return times
@@ -160,19 +156,12 @@ def report(cost: model.NodeCost, installs: List[float], pulls: Dict[str, float])
 
 
 def main() -> int:
-    global RUNS
-    if len(sys.argv) > 2 and sys.argv[1] == "--runs":
-        RUNS = int(sys.argv[2])
-    reason = _missing_prerequisite() or Prebuilt(NVIDIA_BUILD).missing_reason()
-    if reason:
-        print(f"bench_rollout: skipped: {reason}")
-        return 0
-    with tempfile.TemporaryDirectory(prefix="bench-rollout.") as tmp:
-        work = Path(tmp)
-        inputs = real.prepare(work)
-        installs = measure_install(inputs, work)
-        pulls = measure_registry(inputs["bundle"], inputs["key"], work)
-        stop_agent(inputs["key"].home)
+    def measure(inputs: Dict[str, Any], work: Path) -> Tuple[List[float], Dict[str, float]]:
+        return measure_install(inputs, work), measure_registry(inputs["bundle"], inputs["key"], work)
+
+    measured = real.with_prepared_inputs("bench_rollout", measure)
+    if measured is not None:
+        installs, pulls = measured
         cost = model.NodeCost(statistics.median(installs), int(pulls["bytes_per_pull"]), round(pulls["requests_per_pull"]))
         report(cost, installs, pulls)
     return 0

@@ -11,10 +11,11 @@ bytes back.
 from __future__ import annotations
 
 import difflib
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from plumbing.errors import ConfigFormatError, FileWriteError
 from plumbing.fsutil import atomic_write, why_unwritable
@@ -72,6 +73,19 @@ def read_optional(path: Path) -> Optional[bytes]:
         raise ConfigFormatError(path, "is a directory, not a file") from exc
     except OSError as exc:
         raise ConfigFormatError(path, f"cannot read: {exc.strerror or exc}") from exc
+
+
+def json_change(path: Path, data: Dict[str, Any], owner: Optional[Tuple[int, int]] = None) -> FileChange:
+    """The change that makes ``path`` hold ``data``; an equal file (other formatting) is left alone."""
+    old = read_optional(path)
+    new = (json.dumps(data, indent=2) + "\n").encode()
+    if old is not None:
+        try:
+            if json.loads(old) == data:
+                new = old
+        except ValueError:
+            pass
+    return FileChange(path, old, new, mode=0o644, owner=owner)
 
 
 def unified_diff(changes: Sequence[FileChange]) -> str:

@@ -30,7 +30,7 @@ import tomlkit
 from tomlkit.items import Table
 
 from configure import tomledit
-from configure.changes import FileChange, read_optional
+from configure.changes import FileChange, json_change, read_optional
 from configure.engine import ConfigPlan, Engine, RuntimeOptions
 from plumbing.errors import ConfigFormatError, UsageError
 from plumbing.fsutil import rooted
@@ -252,12 +252,7 @@ class CrioEngine:
     def _plan_hook(self, options: RuntimeOptions, plan: ConfigPlan) -> ConfigPlan:
         target = rooted(options.root, OCI_HOOK)
         hook_path = posixpath.join(posixpath.dirname(options.runtime_path), HOOK_BINARY)
-        data = hook_config(hook_path)
-        old = read_optional(target)
-        new = (json.dumps(data, indent=2) + "\n").encode()
-        if old is not None and _same_json(old, data):
-            new = old
-        plan.changes.append(FileChange(target, old, new, mode=0o644))
+        plan.changes.append(json_change(target, hook_config(hook_path)))
         plan.notes.update({"mode": "hook", "hook_path": hook_path})
         plan.facts.update({"HOOK": OCI_HOOK, "HOOK_PATH": hook_path})
         if options.set_as_default:
@@ -312,13 +307,6 @@ def _overridden_by_later(options: RuntimeOptions, target: Path, files: List[Path
         if options.set_as_default and "default_runtime" in section:
             warnings.append(f"{path} is read after {target.name} and sets default_runtime, which wins")
     return warnings
-
-
-def _same_json(raw: bytes, data: Dict[str, Any]) -> bool:
-    try:
-        return bool(json.loads(raw) == data)
-    except ValueError:
-        return False
 
 
 _: Engine = CrioEngine()

@@ -407,3 +407,15 @@ def test_pod_program_checks_with_gpg_where_the_node_has_no_gpgv(
         program.node_tool(bad, dest, operator_key.public)
     assert refused.value.code == ExitCode.VERIFICATION_FAILED and not dest.exists()
     assert sorted(p.name for p in dest.parent.iterdir()) == []  # no working copy left behind
+
+
+def test_pod_program_refuses_an_unreadable_registry_secret_with_one_sentence(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    secret = tmp_path / "config.json"
+    secret.write_text("{not json")
+    monkeypatch.setenv("GPU_AIRGAP_REGISTRY_CONFIG", str(secret))
+    program = _load_pod_program()
+    ref = "oci://127.0.0.1:1/gpu-airgap/nvct@sha256:" + "a" * 64
+    with pytest.raises(SystemExit) as failed:
+        program.pull_bundle(ref, tmp_path / "bundle", tmp_path / "operator.asc")
+    assert str(failed.value.code).startswith(f"gpu-airgap-k8s: could not pull {ref}: ")
+    assert not (tmp_path / "bundle").exists()

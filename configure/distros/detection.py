@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
+from configure.cdi.refresh import UNIT_DIRS  # systemd's search path (k3s: /etc, RKE2: /usr/local)
 from configure.validate import DISTRO_CHOICES
 from plumbing.errors import UsageError
 from plumbing.fsutil import rooted
@@ -24,8 +25,6 @@ from plumbing.fsutil import rooted
 #: what ``--distro`` takes, in the order detection lists them
 NAMES = DISTRO_CHOICES
 PLAIN = NAMES[0]
-#: where systemd looks for unit files (node paths); k3s installs into /etc, RKE2's tarball into /usr/local
-UNIT_DIRS = ("/etc/systemd/system", "/usr/local/lib/systemd/system", "/usr/lib/systemd/system", "/lib/systemd/system")
 MICROK8S_ARGS = "/var/snap/microk8s/current/args"
 
 

@@ -28,12 +28,12 @@ from configure.cdi import spec as cdi_spec
 from configure.cdi.inventory import driver_version, find_specs, stale_reasons
 from configure.cdi.node import plan_static_spec
 from configure.cdi.refresh import detect_refresh
-from configure.changes import read_optional
+from configure.changes import json_change, read_optional
 from configure.crio import DEFAULT_PATH, HOOK_BINARY, hook_config, hook_problems
 from configure.engine import ConfigPlan, Engine, RuntimeOptions
 from configure.nodefacts import VersionProbe, podman_version
 from configure.podman import rootless
-from configure.podman.rootless import User, json_change, lookup_user, user_conf_files
+from configure.podman.rootless import User, lookup_user, user_conf_files
 from plumbing.errors import UsageError
 from plumbing.fsutil import rooted
 from plumbing.textio import decode_utf8

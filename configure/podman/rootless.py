@@ -16,14 +16,13 @@ A user's podman reads the system's containers.conf files and then its own
 
 from __future__ import annotations
 
-import json
 import posixpath
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from configure import tomledit
-from configure.changes import FileChange, read_optional
+from configure.changes import FileChange, json_change, read_optional
 from plumbing.errors import UsageError
 from plumbing.fsutil import rooted
 from plumbing.textio import decode_utf8
@@ -111,16 +110,3 @@ def _toml_change(root: Path, node_path: str, desired: Dict[str, Any], owner: Tup
     doc = tomledit.parse_text("" if old is None else decode_utf8(old, path), path)
     tomledit.merge(doc, desired, path=path)
     return FileChange(path, old, tomledit.render(doc), mode=0o644, owner=owner)
-
-
-def json_change(path: Path, data: Dict[str, Any], owner: Optional[Tuple[int, int]] = None) -> FileChange:
-    """The change that makes ``path`` hold ``data``; an equal file (other formatting) is left alone."""
-    old = read_optional(path)
-    new = (json.dumps(data, indent=2) + "\n").encode()
-    if old is not None:
-        try:
-            if json.loads(old) == data:
-                new = old
-        except ValueError:
-            pass
-    return FileChange(path, old, new, mode=0o644, owner=owner)

@@ -184,8 +184,8 @@ def pull_bundle(ref: str, dest: Path, key: Path) -> bool:
     if not match:
         raise SystemExit(f"gpu-airgap-k8s: {ref} is not a pinned reference oci://HOST/REPO@sha256:…")
     host, repository, digest = match.groups()
-    registry = Registry(host, repository)
     try:
+        registry = Registry(host, repository)  # reads the registry secret and CA: a bad one is a sentence too
         with registry.open(f"manifests/{digest}", OCI_MANIFEST) as answer:
             manifest = answer.read(MAX_MANIFEST + 1)
         if "sha256:" + hashlib.sha256(manifest).hexdigest() != digest:
