@@ -54,14 +54,12 @@ def containerd_leftovers(root: Path, config: Optional[str] = None, runtime_name:
     :param config: the root config containerd reads (node path); ``/etc/containerd/config.toml`` by default.
     """
     config_node = config or DEFAULT_CONFIG
-    problems: List[str] = []
-    for path, row in outdated_drop_ins():
-        if rooted(root, path).is_file():
-            chain = _chain(root, config_node)
-            problem = _problem(path, row, config_node, chain, runtime_name)
-            if problem:
-                problems.append(problem)
-    return problems
+    present = [(path, row) for path, row in outdated_drop_ins() if rooted(root, path).is_file()]
+    if not present:
+        return []
+    chain = _chain(root, config_node)  # once: every leftover is judged against the same chain
+    problems = (_problem(path, row, config_node, chain, runtime_name) for path, row in present)
+    return [problem for problem in problems if problem]
 
 
 def _chain(root: Path, config_node: str) -> Optional[List[ConfigFile]]:

@@ -79,13 +79,13 @@ class Journal:
 
     def record(self, engine: str, change: FileChange, notes: Optional[Dict[str, Any]] = None) -> None:
         """Back up the previous bytes of ``change.path``, then record the write (call before writing)."""
+        entries = self.entries()
         backup: Optional[str] = None
         mode: Optional[int] = None
         if change.old is not None:
             mode = change.path.stat().st_mode & 0o7777
             stamp = time.strftime("%Y%m%dT%H%M%S")
-            n = len(self.entries())
-            target = self.backups / f"{stamp}-{n:04d}-{change.path.name}"
+            target = self.backups / f"{stamp}-{len(entries):04d}-{change.path.name}"
             write_config(target, change.old, mode=0o600)
             backup = str(target)
         created = [str(directory) for directory in _missing_dirs(change.path.parent)]
@@ -99,7 +99,7 @@ class Journal:
             mode=mode,
             created=created,
         )
-        self._save([*self.entries(), entry])
+        self._save([*entries, entry])
 
     def forget(self, engines: Sequence[str]) -> None:
         """Drop the entries of ``engines`` (after a successful revert)."""
