@@ -18,6 +18,9 @@ ENGINES = ("containerd", "docker", "crio", "podman", "lxc")
 SERVICE_ENGINES = frozenset({"containerd", "docker", "crio"})
 RUNTIME_CHOICES = ("auto", *ENGINES, "none")
 CDI_CHOICES = ("auto", "on", "off")
+#: the containerds ``--distro`` takes, in the order detection lists them (:mod:`configure.distros.detection`);
+#: here so a command line builds its choices without loading detection at start-up
+DISTRO_CHOICES = ("containerd", "k3s", "rke2", "microk8s", "k0s")
 #: a runtime name is a TOML key, a JSON key, a CRI handler and a RuntimeClass handler all at once
 _RUNTIME_NAME = re.compile(r"^[A-Za-z0-9_-]+$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")

@@ -6,6 +6,7 @@ opener, the service manager, the engine registry) and keep the rest real.
 
 from __future__ import annotations
 
+import functools
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -119,22 +120,16 @@ def plan_cdi(root: Path) -> ConfigPlan:
     return cdi_spec.plan_spec(root)
 
 
-def default_opener(bundle: Path, keyring: Path, staging_dir: Path) -> StagedBundle:
-    """Verify and stage with :mod:`installer.bundle` (see :mod:`installer.source`)."""
+def default_opener(bundle: Path, keyring: Path, staging_dir: Path, meter: Optional[Meter] = None) -> StagedBundle:
+    """Verify and stage with :mod:`installer.bundle` (see :mod:`installer.source`), reporting bytes to ``meter``."""
     from installer.source import open_verified
 
-    return open_verified(bundle, keyring, staging_dir)
+    return open_verified(bundle, keyring, staging_dir, meter)
 
 
 def metered_opener(meter: Meter) -> BundleOpener:
     """:func:`default_opener` that reports the bytes it verifies to ``meter`` (the CLI's terminal meter)."""
-
-    def opener(bundle: Path, keyring: Path, staging_dir: Path) -> StagedBundle:
-        from installer.source import open_verified
-
-        return open_verified(bundle, keyring, staging_dir, meter)
-
-    return opener
+    return functools.partial(default_opener, meter=meter)
 
 
 def free_bytes(path: Path) -> int:

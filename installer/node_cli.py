@@ -15,8 +15,7 @@ from typing import Any, Dict, List, Optional
 import click
 import typer
 
-from configure.distros.detection import NAMES as DISTROS
-from configure.validate import CDI_CHOICES, RUNTIME_CHOICES, SERVICE_ENGINES, existing_root
+from configure.validate import CDI_CHOICES, DISTRO_CHOICES, RUNTIME_CHOICES, SERVICE_ENGINES, existing_root
 from installer import oci_cli
 from plumbing.errors import ExitCode
 from plumbing.output import emit_json, emit_lines, json_facts
@@ -49,7 +48,7 @@ _ENGINE = typer.Option(
     [], "--engine", click_type=click.Choice(sorted(SERVICE_ENGINES)), help="Restart this engine instead of the pending ones; repeat."
 )
 _DISTRO = typer.Option(
-    None, "--distro", click_type=click.Choice(DISTROS), help="Which containerd the kubelet uses (default: detected)."
+    None, "--distro", click_type=click.Choice(DISTRO_CHOICES), help="Which containerd the kubelet uses (default: detected)."
 )
 _TAKE_OVER = typer.Option(False, "--force", help="Take the runtime configuration over from the NVIDIA GPU Operator.")
 _STATUS_RUNTIME_NAME = typer.Option("nvidia", "--runtime-name", help="Runtime to look for when nothing was recorded.")

@@ -18,12 +18,13 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 from configure.cdi.refresh import UNIT_DIRS  # systemd's search path (k3s: /etc, RKE2: /usr/local)
+from configure.validate import DISTRO_CHOICES
 from plumbing.errors import UsageError
 from plumbing.fsutil import rooted
 
-PLAIN = "containerd"
 #: what ``--distro`` takes, in the order detection lists them
-NAMES = (PLAIN, "k3s", "rke2", "microk8s", "k0s")
+NAMES = DISTRO_CHOICES
+PLAIN = NAMES[0]
 MICROK8S_ARGS = "/var/snap/microk8s/current/args"
 
 

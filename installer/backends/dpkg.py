@@ -9,6 +9,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from installer import debversion
 from installer.backends.base import check_version, package_manager_env
 from installer.backends.scripts import MaintainerScriptFailed, dpkg_script_failures
+from installer.preflight import satisfies
 from installer.target import Requirement
 from plumbing import proc
 from plumbing.errors import CommandError
@@ -83,11 +84,7 @@ class DpkgBackend:
     def provides(self, requirement: Requirement) -> bool:
         """See :meth:`PackageBackend.provides`."""
         version = self.installed_version(requirement.name)
-        if version is None:
-            return False
-        if not requirement.op or not requirement.version:
-            return True
-        return debversion.satisfied(check_version(version), requirement.op, check_version(requirement.version))
+        return version is not None and satisfies(version, requirement, self.compare_versions)
 
     def install(self, files: Sequence[Path], *, allow_downgrade: bool = False) -> None:
         """``dpkg -i`` all files at once, so dpkg orders the configuration itself (downgrades are allowed by dpkg).
