@@ -32,7 +32,8 @@ import tomlkit
 from configure import tomledit
 from configure.changes import FileChange, read_optional
 from configure.containerd.engine import CRI_PLUGIN, DROP_IN_HEADER, RUNC_V2, describe
-from configure.containerd.imports import ConfigFile, covers, imports_of, load_chain
+from configure.containerd.imports import ConfigFile, covers, imports_of, load_chain, plugin_table
+from configure.crio import merge
 from configure.distros import k3s_template
 from configure.distros.detection import Distro
 from configure.engine import ConfigPlan, RuntimeOptions
@@ -223,18 +224,8 @@ def merged_cri(chain: List[ConfigFile], plugin: str) -> Dict[str, Any]:
     """The CRI table as containerd 2 reads it: imported tables merged key by key."""
     merged: Dict[str, Any] = {}
     for config in chain:
-        table = ((config.data.get("plugins") or {}).get(plugin)) if isinstance(config.data.get("plugins"), dict) else None
-        if isinstance(table, dict):
-            _deep_merge(merged, table)
+        merged = merge(merged, plugin_table(config.data, plugin) or {})
     return merged
-
-
-def _deep_merge(into: Dict[str, Any], update: Dict[str, Any]) -> None:
-    for key, value in update.items():
-        if isinstance(value, dict) and isinstance(into.get(key), dict):
-            _deep_merge(into[key], value)
-        else:
-            into[key] = value if not isinstance(value, dict) else dict(value)
 
 
 def report(root: Path, distro: Distro, runtime_name: str) -> Dict[str, str]:
