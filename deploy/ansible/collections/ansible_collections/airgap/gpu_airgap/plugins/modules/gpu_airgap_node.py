@@ -201,10 +201,10 @@ def main() -> None:
         _absent(module)
 
 
-def _tool(module: AnsibleModule, *args: str, ok_codes: tuple = (0,)) -> dict:
-    """Run ``python3 -I -S gpu-airgap-node.pyz ARGS... --json`` and return its JSON object (fail the task otherwise)."""
+def _run(module: AnsibleModule, *args: str, ok_codes: tuple = (0,)) -> subprocess.CompletedProcess:
+    """Run ``python3 -I -S gpu-airgap-node.pyz ARGS...``; an exit status outside ``ok_codes`` fails the task."""
     p = module.params
-    argv = [p["python"], "-I", "-S", p["zipapp"], *args, "--json"]
+    argv = [p["python"], "-I", "-S", p["zipapp"], *args]
     # an oci:// bundle: the registry credentials the role placed on the node (the tool reads $DOCKER_CONFIG/config.json)
     env = {**os.environ, "DOCKER_CONFIG": p["docker_config"]} if p["docker_config"] else None
     proc = subprocess.run(argv, capture_output=True, text=True, check=False, env=env)
@@ -215,10 +215,16 @@ def _tool(module: AnsibleModule, *args: str, ok_codes: tuple = (0,)) -> dict:
             msg=lines[-1] if lines else f"{' '.join(argv)} exited with status {proc.returncode}",
             rc=proc.returncode, cmd=argv, stdout=proc.stdout, stderr=proc.stderr,
         )  # fmt: skip
+    return proc
+
+
+def _tool(module: AnsibleModule, *args: str, ok_codes: tuple = (0,)) -> dict:
+    """Run ``python3 -I -S gpu-airgap-node.pyz ARGS... --json`` and return its JSON object (fail the task otherwise)."""
+    proc = _run(module, *args, "--json", ok_codes=ok_codes)
     try:
         return json.loads(proc.stdout)
     except ValueError:
-        module.fail_json(msg="the node tool did not print a JSON object", cmd=argv, stdout=proc.stdout, stderr=proc.stderr)
+        module.fail_json(msg="the node tool did not print a JSON object", cmd=proc.args, stdout=proc.stdout, stderr=proc.stderr)
         raise  # fail_json exits; this keeps linters sure the function returns
 
 
@@ -360,13 +366,7 @@ def _unconfigured(module: AnsibleModule) -> None:
         module.exit_json(changed=False, msg=f"gpu-airgap has not changed the {engine} configuration here", engines_changed=[])
     if module.check_mode:
         module.exit_json(changed=True, msg=f"would restore {', '.join(files)}", files=files, engines_changed=[engine])
-    argv = [p["python"], "-I", "-S", p["zipapp"], "configure", "revert", "--root", p["root"], "--runtime", engine]
-    argv += ["--force"] if p["force"] else []
-    proc = subprocess.run(argv, capture_output=True, text=True, check=False)
-    if proc.returncode != 0:
-        lines = [line for line in proc.stderr.splitlines() if line.strip()]
-        module.fail_json(msg=lines[-1] if lines else f"{' '.join(argv)} exited with status {proc.returncode}",
-                         rc=proc.returncode, cmd=argv, stdout=proc.stdout, stderr=proc.stderr)  # fmt: skip
+    proc = _run(module, "configure", "revert", "--root", p["root"], "--runtime", engine, *(["--force"] if p["force"] else []))
     # the engine is restarted by the role's handler (live root only), as after configure
     module.exit_json(changed=True, files=files, restored=proc.stdout.splitlines(), engines_changed=[engine] if engine in SERVICE_ENGINES else [])
 
