@@ -28,8 +28,8 @@ from configure import lineedits
 from configure.changes import FileChange, read_optional
 from configure.engine import ConfigPlan, Engine, RuntimeOptions
 from configure.journal import Journal
-from plumbing.errors import ConfigFormatError, ToolError, UsageError
-from plumbing.fsutil import rooted
+from plumbing.errors import ConfigFormatError, UsageError
+from plumbing.fsutil import rooted, rooted_or_none
 from plumbing.textio import decode_utf8
 
 ENGINE = "lxc"
@@ -85,18 +85,11 @@ def _included_files(root: Path, include: str) -> List[Path]:
 
     A link that leads out of the root is no file of the node: it is skipped.
     """
-    path = _under(root, include)
+    path = rooted_or_none(root, include)
     if path is None or not path.is_dir():
         return [path] if path is not None else []
     names = sorted(p.name for p in path.iterdir() if p.suffix == ".conf")
-    return [file for file in (_under(root, posixpath.join(include, name)) for name in names) if file is not None]
-
-
-def _under(root: Path, node_path: str) -> Optional[Path]:
-    try:
-        return rooted(root, node_path)
-    except ToolError:
-        return None
+    return [file for file in (rooted_or_none(root, posixpath.join(include, name)) for name in names) if file is not None]
 
 
 def environment(text: str) -> Dict[str, str]:
