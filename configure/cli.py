@@ -326,9 +326,10 @@ def verify_command(
     """
     if not live_run and (address or image or visible_devices):
         raise UsageError("--address, --image and --visible-devices belong to --live")
-    result: Dict[str, Any] = {"ok": True, "passed": [], "problems": [], "cdi": cdi_report(root).to_dict()}
+    cdi = cdi_report(root)  # read once: verify's CDI checks use the same report
+    result: Dict[str, Any] = {"ok": True, "passed": [], "problems": [], "cdi": cdi.to_dict()}
     try:
-        result["passed"] = commands.verify(root, runtime or None, distro)
+        result["passed"] = commands.verify(root, runtime or None, distro, cdi)
     except ProblemsFound as exc:
         result.update(ok=False, problems=exc.problems)
         if as_json:

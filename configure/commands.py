@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
-from configure.cdi.node import cdi_report
+from configure.cdi.node import CdiReport, cdi_report
 from configure.changes import read_optional, unified_diff
 from configure.crio import OCI_HOOK, hook_problems
 from configure.ctk_leftovers import containerd_leftovers
@@ -179,8 +179,12 @@ def verify_engines(root: Path, engines: Optional[Sequence[str]] = None) -> List[
     return list(engines or recorded or ["containerd"])
 
 
-def verify(root: Path, engines: Optional[Sequence[str]] = None, distro: Optional[str] = None) -> List[str]:
+def verify(
+    root: Path, engines: Optional[Sequence[str]] = None, distro: Optional[str] = None, cdi: Optional[CdiReport] = None
+) -> List[str]:
     """Check what the node will actually use; return the checks that passed.
+
+    :param cdi: the node's :func:`~configure.cdi.node.cdi_report` when the caller has it already.
 
     :raises ProblemsFound: listing every problem found (handler, binary, default, CDI spec).
     """
@@ -229,7 +233,7 @@ def verify(root: Path, engines: Optional[Sequence[str]] = None, distro: Optional
                 )
             else:
                 passed.append(f"{name}: the default runtime is {expected}, as chosen")
-    problems.extend(_cdi_problems(root, passed))
+    problems.extend(_cdi_problems(cdi or cdi_report(root), passed))
     if problems:
         raise ProblemsFound(f"{len(problems)} configuration problem(s) found", problems)
     return passed
@@ -298,8 +302,7 @@ def _hook_problems(root: Path, engine: str, hook_path: str, passed: List[str]) -
     return problems
 
 
-def _cdi_problems(root: Path, passed: List[str]) -> List[str]:
+def _cdi_problems(report: CdiReport, passed: List[str]) -> List[str]:
     """Problems with the CDI specs for nvidia.com/gpu: invalid, duplicate, stale (:mod:`configure.cdi.node`)."""
-    report = cdi_report(root)
     passed.extend(report.passed)
     return report.problems

@@ -176,7 +176,7 @@ def restart_pending(root: Path, env: NodeEnv, engines: Optional[List[str]] = Non
             return result
         journal = Journal(root)
         result.engines = {name: "configuration changed" for name in due}
-        restart_engines(due, InstallOptions(root=root, distro=distro or (state.distro if state else None)), journal, env, result)
+        restart_engines(due, InstallOptions(root=root, distro=_distro(distro, state)), journal, env, result)
         if state is not None:
             state.engines = [e for e in state.engines if e not in result.failed_engines]
             state.files = changed_files(journal, state.engines)
@@ -184,6 +184,11 @@ def restart_pending(root: Path, env: NodeEnv, engines: Optional[List[str]] = Non
             save_state(root, state)
         result.changed = True
     return result
+
+
+def _distro(given: Optional[str], state: Optional[NodeState]) -> Optional[str]:
+    """The containerd to act on: ``--distro`` when given, else the one the recorded install chose (None: detect)."""
+    return given or (state.distro if state else None)
 
 
 def status(root: Path, env: NodeEnv, runtime_name: str = "nvidia", distro: Optional[str] = None) -> Dict[str, Any]:
@@ -203,14 +208,13 @@ def status(root: Path, env: NodeEnv, runtime_name: str = "nvidia", distro: Optio
     except ToolError as exc:
         problems.append(str(exc))
     name = state.runtime_name if state else runtime_name
+    chosen = _distro(distro, state)
     engines: Dict[str, Any] = {}
     for engine_name in env.engine_names:
         if engine_name not in facts.engines and not (state and engine_name in state.engines):
             continue
         try:
-            engine = env.engine(engine_name)
-            if distro is not None or (state is not None and state.distro):
-                engine = engine_for(engine_name, distro or (state.distro if state else None))
+            engine = engine_for(engine_name, chosen) if chosen else env.engine(engine_name)
             engines[engine_name] = engine.report(root, name)
             if engine_name == "containerd" and engines[engine_name].get("DISTRO", "containerd") == "containerd":
                 problems.extend(f"containerd: {p}" for p in containerd_leftovers(root, runtime_name=name))
