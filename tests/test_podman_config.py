@@ -137,6 +137,15 @@ def test_rootless_hook_goes_to_the_users_config_with_no_cgroups_and_revert_leave
     assert list(home.iterdir()) == []
 
 
+def test_a_linked_containers_conf_drop_in_is_read_under_the_root(tmp_path: Path) -> None:
+    # The link's absolute target is a node path: it must be followed under --root, not on this machine.
+    (tmp_path / "usr/share/site").mkdir(parents=True)
+    (tmp_path / "usr/share/site/hooks.conf").write_text('[engine]\nhooks_dir = ["/opt/hooks.d"]\n')
+    (tmp_path / "etc/containers/containers.conf.d").mkdir(parents=True)
+    (tmp_path / "etc/containers/containers.conf.d/50-hooks.conf").symlink_to("/usr/share/site/hooks.conf")
+    assert hooks_dirs(tmp_path) == ("/opt/hooks.d",)
+
+
 def test_rootless_hook_keeps_the_users_own_containers_conf_and_hooks_dirs(tmp_path: Path) -> None:
     home = _account(tmp_path)
     conf = home / ".config/containers/containers.conf"

@@ -35,7 +35,7 @@ from configure.nodefacts import VersionProbe, podman_version
 from configure.podman import rootless
 from configure.podman.rootless import User, lookup_user, user_conf_files
 from plumbing.errors import UsageError
-from plumbing.fsutil import rooted
+from plumbing.fsutil import rooted, rooted_or_none
 from plumbing.textio import decode_utf8
 
 ENGINE = "podman"
@@ -58,8 +58,9 @@ def containers_conf(root: Path, files: Sequence[str] = CONTAINERS_CONFS) -> Dict
     for name in files:
         paths = [rooted(root, name)]
         drop_ins = rooted(root, name + ".d")
-        if drop_ins.is_dir():
-            paths += sorted(p for p in drop_ins.iterdir() if p.suffix == ".conf" and p.is_file())
+        if drop_ins.is_dir():  # each drop-in through rooted(): a link's target is a node path
+            found = (rooted_or_none(root, f"{name}.d/{p.name}") for p in sorted(drop_ins.iterdir()) if p.suffix == ".conf")
+            paths += [p for p in found if p is not None and p.is_file()]
         for path in paths:
             raw = read_optional(path)
             if raw is None:
