@@ -72,6 +72,14 @@ def rooted(root: Union[str, os.PathLike[str]], system_path: str) -> Path:
     return resolve_in_root(root, safe_join(root, system_path.lstrip("/")))
 
 
+def rooted_or_none(root: Union[str, os.PathLike[str]], system_path: str) -> Optional[Path]:
+    """:func:`rooted`, or None where a link leads out of the root (no file of the node, for a reader)."""
+    try:
+        return rooted(root, system_path)
+    except (ConfigFormatError, UnsafePathError):
+        return None
+
+
 def resolve_in_root(root: Union[str, os.PathLike[str]], path: Path) -> Path:
     """``path`` (lexically under ``root``) with every symbolic link resolved inside ``root``.
 

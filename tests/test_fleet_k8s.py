@@ -419,3 +419,15 @@ def test_pod_program_refuses_an_unreadable_registry_secret_with_one_sentence(tmp
         program.pull_bundle(ref, tmp_path / "bundle", tmp_path / "operator.asc")
     assert str(failed.value.code).startswith(f"gpu-airgap-k8s: could not pull {ref}: ")
     assert not (tmp_path / "bundle").exists()
+
+
+def test_pod_program_without_its_bundle_file_fails_with_one_sentence(operator_key: TestKey, tmp_path: Path) -> None:
+    script = tmp_path / "k8s-node.py"
+    script.write_text(pod_script())
+    env = {"PATH": os.environ["PATH"], "GPU_AIRGAP_HOST_ROOT": str(tmp_path / "host"), "GPU_AIRGAP_BUNDLE_FILE": str(tmp_path / "absent"),
+           "GPU_AIRGAP_BUNDLE_DIGEST": "sha256:" + "a" * 64, "GPU_AIRGAP_KEYRING": str(operator_key.public),
+           "GPU_AIRGAP_READY_FILE": str(tmp_path / "ready")}  # fmt: skip
+    failed = _pod(script, env)
+    (line,) = failed.stderr.strip().splitlines()
+    assert failed.returncode != 0 and line.startswith("gpu-airgap-k8s: ") and str(tmp_path / "absent") in line, failed.stderr
+    assert not (tmp_path / "ready").exists()

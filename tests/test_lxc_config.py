@@ -57,6 +57,17 @@ def test_ids_mapped_in_an_included_file_make_the_container_unprivileged(tmp_path
     assert plan.changed and plan.notes["config"] == "/srv/lxc/c1/config"
 
 
+def test_a_linked_file_in_an_included_directory_is_read_under_the_root(tmp_path: Path) -> None:
+    # The link's absolute target is a node path: it must be followed under --root, not on this machine.
+    (tmp_path / "usr/share/lxc/config").mkdir(parents=True)
+    (tmp_path / "usr/share/lxc/config/userns.conf").write_text(IDMAP)
+    (tmp_path / "etc/lxc/inc.d").mkdir(parents=True)
+    (tmp_path / "etc/lxc/inc.d/userns.conf").symlink_to("/usr/share/lxc/config/userns.conf")
+    _container(tmp_path, "lxc.include = /etc/lxc/inc.d\n")
+    plan = LxcEngine().plan(RuntimeOptions(root=tmp_path, container="c1"))
+    assert plan.changed and plan.notes["owned_lines"] == OURS
+
+
 def test_a_privileged_container_is_refused_with_the_reason_and_left_alone(tmp_path: Path) -> None:
     config = _container(tmp_path, "lxc.uts.name = c1\n")
     with pytest.raises(ConfigFormatError, match=r"privileged .*only works in unprivileged containers"):

@@ -36,8 +36,7 @@ from configure.releases import (
     REFRESH_SERVICE_UNIT,
     REFRESH_UNITS,
 )
-from plumbing.errors import ToolError
-from plumbing.fsutil import is_live_root, rooted, safe_join
+from plumbing.fsutil import is_live_root, rooted, rooted_or_none, safe_join
 
 #: systemd's unit search path for the system manager, highest priority first
 UNIT_DIRS = (
@@ -142,14 +141,6 @@ def _node(root: Path, node_path: str) -> Path:
     return Path(node_path) if is_live_root(root) else safe_join(root, node_path.lstrip("/"))
 
 
-def _resolve(root: Path, node_path: str) -> Optional[Path]:
-    """``node_path`` under ``root`` with links followed inside it; None when a link leads out."""
-    try:
-        return rooted(root, node_path)
-    except ToolError:
-        return None
-
-
 def _unit_state(root: Path, name: str, presets: List[Tuple[str, str, str]]) -> UnitState:
     preset, preset_file = _preset_for(name, presets)
     for directory in UNIT_DIRS:
@@ -159,7 +150,7 @@ def _unit_state(root: Path, name: str, presets: List[Tuple[str, str, str]]) -> U
             continue
         if link.is_symlink() and str(link.readlink()) == "/dev/null":
             return UnitState(name, candidate, "masked", preset, preset_file)
-        real = _resolve(root, candidate)
+        real = rooted_or_none(root, candidate)
         if real is None or not real.is_file():
             continue  # a dangling link is no unit file
         if real.stat().st_size == 0:
@@ -172,7 +163,7 @@ def _unit_state(root: Path, name: str, presets: List[Tuple[str, str, str]]) -> U
 def _enable_links(root: Path, name: str) -> Tuple[str, ...]:
     found: List[str] = []
     for directory in ENABLE_DIRS:
-        base = _resolve(root, directory)
+        base = rooted_or_none(root, directory)
         if base is None or not base.is_dir():
             continue
         for sub in sorted(base.iterdir()):
@@ -185,7 +176,7 @@ def _preset_rules(root: Path) -> List[Tuple[str, str, str]]:
     """Every ``(verb, pattern, file)`` line of the preset files, in the order systemd applies them."""
     files: Dict[str, str] = {}
     for directory in PRESET_DIRS:
-        base = _resolve(root, directory)
+        base = rooted_or_none(root, directory)
         if base is None or not base.is_dir():
             continue
         for entry in base.iterdir():
@@ -238,7 +229,7 @@ def _service_output(root: Path, unit_path: str) -> Tuple[str, str]:
 def _drop_ins(root: Path, name: str) -> List[str]:
     found: Dict[str, str] = {}
     for directory in reversed(UNIT_DIRS):  # /etc last, so its same-named drop-in wins
-        base = _resolve(root, f"{directory}/{name}.d")
+        base = rooted_or_none(root, f"{directory}/{name}.d")
         if base is not None and base.is_dir():
             found.update({e.name: f"{directory}/{name}.d/{e.name}" for e in base.iterdir() if e.name.endswith(".conf")})
     return [found[key] for key in sorted(found)]
@@ -262,7 +253,7 @@ def _split(value: str) -> List[str]:
 
 
 def _env_file_value(root: Path, env_file: str, key: str) -> Optional[str]:
-    path = _resolve(root, env_file)
+    path = rooted_or_none(root, env_file)
     raw = read_optional(path) if path is not None else None
     value: Optional[str] = None
     for line in (raw or b"").decode("utf-8", "replace").splitlines():

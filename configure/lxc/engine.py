@@ -28,8 +28,8 @@ from configure import lineedits
 from configure.changes import FileChange, read_optional
 from configure.engine import ConfigPlan, Engine, RuntimeOptions
 from configure.journal import Journal
-from plumbing.errors import ConfigFormatError, ToolError, UsageError
-from plumbing.fsutil import rooted
+from plumbing.errors import ConfigFormatError, UsageError
+from plumbing.fsutil import rooted, rooted_or_none
 from plumbing.textio import decode_utf8
 
 ENGINE = "lxc"
@@ -73,16 +73,23 @@ def idmaps(root: Path, text: str, seen: Optional[Set[str]] = None) -> List[str]:
         if include in seen or not include.startswith("/"):
             continue
         seen.add(include)
-        try:
-            path = rooted(root, include)
-        except ToolError:
-            continue
-        files = sorted(p for p in path.iterdir() if p.suffix == ".conf") if path.is_dir() else [path]
-        for file in files:
+        for file in _included_files(root, include):
             raw = read_optional(file) if file.is_file() else None
             if raw is not None:
                 found += idmaps(root, raw.decode("utf-8", "replace"), seen)
     return found
+
+
+def _included_files(root: Path, include: str) -> List[Path]:
+    """The files ``lxc.include`` names (a file, or a directory's ``*.conf``), each link followed under ``root``.
+
+    A link that leads out of the root is no file of the node: it is skipped.
+    """
+    path = rooted_or_none(root, include)
+    if path is None or not path.is_dir():
+        return [path] if path is not None else []
+    names = sorted(p.name for p in path.iterdir() if p.suffix == ".conf")
+    return [file for file in (rooted_or_none(root, posixpath.join(include, name)) for name in names) if file is not None]
 
 
 def environment(text: str) -> Dict[str, str]:

@@ -375,6 +375,8 @@ def install() -> int:
     elif url:
         _say(f"fetching {url}")
         fetch_bundle(url, bundle)
+    elif not bundle.is_file():
+        raise SystemExit(f"gpu-airgap-k8s: there is no bundle at {bundle}; check the DaemonSet's bundle ConfigMap")
     if expected and not ref and _sha256_file(bundle) != expected:
         _refuse(f"the bundle from {url or bundle} is not the one the DaemonSet names ({expected}); refusing it")
     tool = cache / NODE_TOOL
@@ -425,7 +427,7 @@ def ready() -> int:
 
 
 def _full_check(done: Dict[str, Any]) -> int:
-    tool = _cache() / "gpu-airgap-node.pyz"
+    tool = _cache() / NODE_TOOL
     name = _env("GPU_AIRGAP_RUNTIME_NAME", "nvidia")
     proc = subprocess.run(
         [sys.executable, "-I", "-S", str(tool), "status", "--root", str(_host()), "--runtime-name", name, "--json"],
