@@ -332,9 +332,14 @@ def _is_zstd_failure(exc: ToolError) -> bool:
 
 
 def require_bundle(path: PathLike) -> None:
-    """:raises UsageError: when the bundle file named on the command line does not exist (exit 2, like install)."""
-    if not os.path.lexists(path):
+    """:raises UsageError: when the bundle file named on the command line does not exist, is a link to nothing or is a directory (exit 2)."""
+    named = Path(path)
+    if not os.path.lexists(named):
         raise UsageError(f"the bundle {path} does not exist")
+    if not named.exists():  # a link whose target is gone would otherwise read as a damaged archive
+        raise UsageError(f"the bundle {path} is a link to {named.readlink()}, which does not exist")
+    if named.is_dir():
+        raise UsageError(f"the bundle {path} is a directory; name the bundle file")
 
 
 def inspect(path: PathLike) -> Manifest:

@@ -23,13 +23,14 @@ from configure.revert import revert
 from configure.validate import SERVICE_ENGINES, existing_root
 from installer import cdi_step, preflight
 from installer.backends.base import PackageBackend
+from installer.bundle import require_bundle
 from installer.env import CDI_SPEC, NodeEnv, engine_unit, engine_units
 from installer.plan import InstallOptions, InstallPlan, plan_install, runtime_options
 from installer.rollback import RunLog, record
 from installer.state import save_state
 from installer.target import install_order
 from installer.workspace import node_lock, staging
-from plumbing.errors import CommandError, ExitCode, ToolError, UsageError
+from plumbing.errors import CommandError, ExitCode, ToolError
 from plumbing.fsutil import is_live_root, rooted
 from plumbing.gpg import check_key_file
 
@@ -91,8 +92,7 @@ def install(bundle: Path, keyring: Path, options: InstallOptions, env: NodeEnv) 
     """
     options.validate()
     root = options.root
-    if not bundle.is_file():
-        raise UsageError(f"the bundle {bundle} does not exist")
+    require_bundle(bundle)
     check_key_file(keyring)
     existing_root(root)
     with node_lock(root) as state_dir, staging(state_dir) as stage:

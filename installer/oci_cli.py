@@ -104,14 +104,14 @@ def push_command(
     json_output: bool = _JSON,
 ) -> None:
     """Verify a bundle with the operator key and store it in an OCI registry; print the manifest digest."""
+    from installer.bundle import require_bundle
     from installer.oci.client import RegistryClient
     from installer.oci.reference import parse_reference
     from installer.oci.transfer import push_bundle
     from plumbing.gpg import check_key_file
 
     ref = parse_reference(reference)
-    if not file.is_file():
-        raise UsageError(f"the bundle {file} does not exist")
+    require_bundle(file)
     check_key_file(keyring)
     client = RegistryClient.for_reference(ref, registry_access(ref.host, username, password_stdin, ca_file, plain_http))
     result = push_bundle(file, ref, keyring, client, _progress)

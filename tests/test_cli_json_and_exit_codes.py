@@ -124,6 +124,11 @@ def test_a_bundle_file_that_does_not_exist_is_a_usage_error(tmp_path: Path, test
     assert result.exit_code == ExitCode.USAGE, result.stderr
     assert result.stderr.strip() == f"gpu-airgap: error: the bundle {bundle} does not exist"
     _error(run_cli(*args, "--json"), ExitCode.USAGE)
+    gone = tmp_path / "moved.tar.zst"
+    bundle.symlink_to(gone)  # a link left behind after the bundle was moved
+    dangling = run_cli(*args)
+    assert dangling.exit_code == ExitCode.USAGE, dangling.stderr
+    assert dangling.stderr.strip() == f"gpu-airgap: error: the bundle {bundle} is a link to {gone}, which does not exist"
 
 
 @pytest.mark.slow
