@@ -86,6 +86,14 @@ def test_var_run_as_the_absolute_link_to_run_that_debian_has_is_followed_inside_
     assert specs_in_effect(tmp_path) == ["/var/run/cdi/nvidia.yaml"]
 
 
+def test_a_spec_file_that_is_an_absolute_link_is_read_inside_the_root(tmp_path: Path) -> None:
+    put(tmp_path, "/usr/share/cdi/nvidia.yaml", spec("0"))
+    (tmp_path / "etc/cdi").mkdir(parents=True)
+    (tmp_path / "etc/cdi/nvidia.yaml").symlink_to("/usr/share/cdi/nvidia.yaml")
+    found = find_specs(tmp_path)
+    assert [(f.path, f.kind, f.devices) for f in found.files] == [("/etc/cdi/nvidia.yaml", "nvidia.com/gpu", ("0",))]
+
+
 def test_a_spec_naming_a_missing_device_node_is_stale(tmp_path: Path) -> None:
     devices(tmp_path, "nvidia0", "nvidiactl")
     put(tmp_path, "/etc/cdi/nvidia.yaml", spec("0", "1"))

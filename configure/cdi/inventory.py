@@ -33,7 +33,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from configure.cdi.spec import KIND, check_spec, missing_host_paths
 from configure.changes import read_optional
 from plumbing.errors import ToolError
-from plumbing.fsutil import rooted
+from plumbing.fsutil import rooted, rooted_or_none
 
 #: the CDI library's DefaultSpecDirs, lowest priority first
 SPEC_DIRS = ("/etc/cdi", "/var/run/cdi")
@@ -152,19 +152,17 @@ def stale_reasons(root: Path, spec: SpecFile, driver: Optional[str]) -> List[str
 
 
 def _load_dir(root: Path, directory: str, priority: int) -> List[SpecFile]:
-    try:
-        base = rooted(root, directory)
-    except ToolError:
-        return []
-    if not base.is_dir():
+    base = rooted_or_none(root, directory)
+    if base is None or not base.is_dir():
         return []
     specs: List[SpecFile] = []
     for entry in sorted(base.iterdir()):
-        if entry.suffix not in (".yaml", ".json") or entry.is_dir():
-            continue
         node_path = f"{directory}/{entry.name}"
+        resolved = rooted_or_none(root, node_path)  # a linked spec: its target is a node path
+        if entry.suffix not in (".yaml", ".json") or resolved is None or resolved.is_dir():
+            continue
         try:
-            raw = entry.read_bytes()
+            raw = resolved.read_bytes()
         except OSError as exc:
             specs.append(SpecFile(node_path, priority, None, problems=(f"cannot be read: {exc.strerror}",)))
             continue
