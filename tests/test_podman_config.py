@@ -137,6 +137,17 @@ def test_rootless_hook_goes_to_the_users_config_with_no_cgroups_and_revert_leave
     assert list(home.iterdir()) == []
 
 
+def test_rootless_hook_refuses_to_write_as_root_through_a_link_the_user_planted(tmp_path: Path) -> None:
+    home = _account(tmp_path)
+    (tmp_path / "etc/containers").mkdir(parents=True)
+    (home / ".config").symlink_to("/etc")  # the user's ~/.config/containers would be the system's /etc/containers
+    result = run_cli("configure", "podman", "--hook", "--user", "ana", "--root", str(tmp_path))
+    assert result.exit_code == 5, result.stderr
+    assert result.stderr.strip() == (
+        "gpu-airgap: error: /home/ana/.config: a symbolic link in ana's home; refusing to write through it as root")
+    assert list((tmp_path / "etc/containers").iterdir()) == []
+
+
 def test_a_linked_containers_conf_drop_in_is_read_under_the_root(tmp_path: Path) -> None:
     # The link's absolute target is a node path: it must be followed under --root, not on this machine.
     (tmp_path / "usr/share/site").mkdir(parents=True)

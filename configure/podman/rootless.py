@@ -23,7 +23,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from configure import tomledit
 from configure.changes import FileChange, json_change, read_optional
-from plumbing.errors import UsageError
+from plumbing.errors import ConfigFormatError, UsageError
 from plumbing.fsutil import rooted
 from plumbing.textio import decode_utf8
 
@@ -73,6 +73,8 @@ def plan_hook(root: Path, user: User, hook: Dict[str, Any], system_dirs: Sequenc
     :param system_dirs: the hooks directories the user's podman reads now.
     """
     owner = (user.uid, user.gid)
+    for relative in (USER_CONF, USER_TOOLKIT_CONF, posixpath.join(USER_HOOKS_DIR, "oci-nvidia-hook.json")):
+        refuse_links_in_home(root, user, relative)
     hooks_dir = user.path(USER_HOOKS_DIR)
     hook_file = posixpath.join(hooks_dir, "oci-nvidia-hook.json")
     args = list(hook["hook"]["args"])
@@ -83,6 +85,23 @@ def plan_hook(root: Path, user: User, hook: Dict[str, Any], system_dirs: Sequenc
         json_change(rooted(root, hook_file), hook, owner),
     ]
     return changes, hook_file
+
+
+def refuse_links_in_home(root: Path, user: User, relative: str) -> None:
+    """Refuse a symbolic link on the way from ``user``'s home to ``relative`` below it.
+
+    We write there as root, and the user owns the home: a link they planted (``~/.config`` to
+    ``/etc``) would turn our write into a write to a system file.
+
+    :raises ConfigFormatError: naming the link (exit 5: the config cannot be changed safely).
+    """
+    home = rooted(root, user.home)
+    path = home
+    for part in Path(relative).parts:
+        path = path / part
+        if path.is_symlink():
+            shown = posixpath.join(user.home, str(path.relative_to(home)))
+            raise ConfigFormatError(shown, f"a symbolic link in {user.name}'s home; refusing to write through it as root")
 
 
 def device_problems(root: Path, user: User, nodes: Sequence[str]) -> List[str]:
