@@ -181,6 +181,12 @@ def test_rootless_cdi_needs_device_nodes_the_user_can_open_and_the_spec_dir_in_i
         with pytest.raises(ProblemsFound) as caught:
             verify(tmp_path, ["podman"])
         assert caught.value.problems == ["podman: /dev/nvidia0 (mode 660) cannot be opened by bob"]
+        # a supplementary group (video) that owns the node is enough, as for the kernel
+        (tmp_path / "etc/group").write_text(f"video:x:{os.getgid() + 1}:alice,bob\n")
+        assert "podman: bob can use them" in verify(tmp_path, ["podman"])
+        (tmp_path / "etc/group").write_text(f"video:x:{os.getgid() + 1}:alice\n")
+        with pytest.raises(ProblemsFound):
+            verify(tmp_path, ["podman"])
     (tmp_path / "dev/nvidia0").chmod(0o666)
     assert "podman: bob can use them" in verify(tmp_path, ["podman"])
     conf = home / ".config/containers/containers.conf"

@@ -19,7 +19,7 @@ from __future__ import annotations
 import posixpath
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 from configure import tomledit
 from configure.changes import FileChange, json_change, read_optional
@@ -107,6 +107,7 @@ def refuse_links_in_home(root: Path, user: User, relative: str) -> None:
 def device_problems(root: Path, user: User, nodes: Sequence[str]) -> List[str]:
     """GPU device nodes ``user`` may not open for reading and writing (by mode, owner and group)."""
     problems: List[str] = []
+    groups = group_ids(root, user)
     for node in nodes:
         try:
             info = rooted(root, node).stat()
@@ -114,13 +115,24 @@ def device_problems(root: Path, user: User, nodes: Sequence[str]) -> List[str]:
             continue  # a missing node is the spec check's to report
         if info.st_uid == user.uid:
             ok = info.st_mode & 0o600 == 0o600
-        elif info.st_gid == user.gid:
+        elif info.st_gid in groups:
             ok = info.st_mode & 0o060 == 0o060
         else:
             ok = info.st_mode & 0o006 == 0o006
         if not ok:
             problems.append(f"{node} (mode {info.st_mode & 0o777:o}) cannot be opened by {user.name}")
     return problems
+
+
+def group_ids(root: Path, user: User) -> Set[int]:
+    """``user``'s primary group and the groups ``<root>/etc/group`` lists them in (``video``, ``render``)."""
+    ids = {user.gid}
+    raw = read_optional(rooted(root, "/etc/group")) or b""
+    for line in raw.decode("utf-8", "replace").splitlines():
+        fields = line.split(":")
+        if len(fields) >= 4 and fields[2].isdigit() and user.name in fields[3].split(","):
+            ids.add(int(fields[2]))
+    return ids
 
 
 def _toml_change(root: Path, node_path: str, desired: Dict[str, Any], owner: Tuple[int, int]) -> FileChange:
