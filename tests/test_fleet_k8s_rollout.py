@@ -281,13 +281,20 @@ def test_pod_refuses_a_tampered_split_bundle_and_installs_nothing(
         assert not (cache / "bundle").exists() and not (cache / "gpu-airgap-node.pyz").exists()
 
 
+def _bundle_of_kind(request: pytest.FixtureRequest, kind: str) -> Path:
+    """The session's whole bundle, or the first part of its split bundle (what `bundle push` is given)."""
+    if kind == "whole":
+        return Path(request.getfixturevalue("deb_bundle"))
+    return Path(request.getfixturevalue("split_bundle")) / "nvct.tar.zst.part001"
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["whole", "split"])
 def test_pod_pulls_with_the_registry_secrets_basic_credentials(
     operator_key: TestKey, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest, kind: str
 ) -> None:
     # a split bundle's parts are pulled by the node tool, which gets the same secret as its Docker config
-    bundle = request.getfixturevalue("deb_bundle") if kind == "whole" else request.getfixturevalue("split_bundle") / "nvct.tar.zst.part001"
+    bundle = _bundle_of_kind(request, kind)
     with registry_with_login(tmp_path) as (registry, config):
         monkeypatch.setenv("DOCKER_CONFIG", str(config.directory))
         digest = _push(bundle, registry.ref("k8s/auth:1"), operator_key)
@@ -337,7 +344,7 @@ def test_distro_and_take_over_reach_the_installer_on_every_node(monkeypatch: pyt
 def test_host_tools_wrapper_hands_the_registry_secret_to_the_pull_inside_the_node(
     operator_key: TestKey, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest, kind: str
 ) -> None:
-    bundle = request.getfixturevalue("deb_bundle") if kind == "whole" else request.getfixturevalue("split_bundle") / "nvct.tar.zst.part001"
+    bundle = _bundle_of_kind(request, kind)
     with registry_with_login(tmp_path) as (registry, config):
         monkeypatch.setenv("DOCKER_CONFIG", str(config.directory))
         digest = _push(bundle, registry.ref("k8s/host:1"), operator_key)
@@ -358,7 +365,7 @@ def test_host_tools_wrapper_hands_the_registry_secret_to_the_pull_inside_the_nod
 def test_pod_pulls_from_a_tls_registry_with_the_rendered_registry_ca(
     operator_key: TestKey, tmp_path: Path, request: pytest.FixtureRequest, kind: str
 ) -> None:
-    bundle = request.getfixturevalue("deb_bundle") if kind == "whole" else request.getfixturevalue("split_bundle") / "nvct.tar.zst.part001"
+    bundle = _bundle_of_kind(request, kind)
     ca, cert, key = make_tls(tmp_path / "tls")
     with Registry(tmp_path / "registry", tls=(cert, key)) as registry:
         pushed = run_cli("bundle", "push", str(bundle), registry.ref("k8s/tls:1"), "--keyring", str(operator_key.public),
