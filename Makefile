@@ -22,6 +22,7 @@ sysdeps:
 
 lint: venv
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 
 typecheck: venv
 	$(VENV)/bin/mypy

@@ -43,7 +43,12 @@ from mirror.store import (  # noqa: E402
     write_state,
 )
 
-NAMES = ("libnvidia-container1", "libnvidia-container-tools", "nvidia-container-toolkit-base", "nvidia-container-toolkit")
+NAMES = (
+    "libnvidia-container1",
+    "libnvidia-container-tools",
+    "nvidia-container-toolkit-base",
+    "nvidia-container-toolkit",
+)
 GPU_AIRGAP = [sys.executable, "-m", "mirror"]
 RSS_WRAPPER = (
     "import resource, subprocess, sys, time\n"
@@ -59,7 +64,9 @@ def measure(argv: list[str], cwd: Path | None = None) -> tuple[float, float]:
     untimed, so no command pays for another's writeback.
     """
     os.sync()
-    out = subprocess.run([sys.executable, "-c", RSS_WRAPPER, *argv], capture_output=True, text=True, cwd=cwd, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", RSS_WRAPPER, *argv], capture_output=True, text=True, cwd=cwd, check=True
+    )
     rc, wall, rss_kb = out.stdout.split()
     if rc != "0":
         raise SystemExit(f"{argv[0]} failed ({rc}): {out.stderr}")
@@ -78,7 +85,11 @@ def make_deb(work: Path, name: str, version: str, payload_mb: int) -> Path:
         f"Depends: libc6 (>= 2.14)\nDescription: bench stand-in\n"
     )
     out = work / f"{name}_{version}_amd64.deb"
-    subprocess.run(["dpkg-deb", "-Znone", "--root-owner-group", "--build", str(root), str(out)], check=True, capture_output=True)
+    subprocess.run(
+        ["dpkg-deb", "-Znone", "--root-owner-group", "--build", str(root), str(out)],
+        check=True,
+        capture_output=True,
+    )
     shutil.rmtree(root)
     return out
 
@@ -92,9 +103,17 @@ def make_mirror(dest: Path, total_mb: int) -> list[Path]:
         data = deb.read_bytes()
         rel = deb.relative_to(dest).as_posix()
         packages.append(
-            StoredPackage(rel, len(data), hashlib.sha256(data).hexdigest(), hashlib.sha512(data).hexdigest(),
-                          name=name, version="1.17.8-1", arch="amd64", url=f"https://example.invalid/{rel}")
-        )  # fmt: skip
+            StoredPackage(
+                rel,
+                len(data),
+                hashlib.sha256(data).hexdigest(),
+                hashlib.sha512(data).hexdigest(),
+                name=name,
+                version="1.17.8-1",
+                arch="amd64",
+                url=f"https://example.invalid/{rel}",
+            )
+        )
         paths.append(deb)
     inrelease = StoredFile("stable/deb/amd64/InRelease", 1477, None, "0" * 128)
     # The bundle builder checks each package's control data against the index entry it was fetched for.
@@ -107,10 +126,15 @@ def make_mirror(dest: Path, total_mb: int) -> list[Path]:
     (repo / "Packages").write_bytes(index)
     listed = StoredFile("stable/deb/amd64/Packages", len(index), None, hashlib.sha512(index).hexdigest())
     record = RepoRecord(
-        key="stable/deb/amd64", format="deb", arch="amd64", channel="stable", base_url="https://example.invalid/stable/deb/amd64",
+        key="stable/deb/amd64",
+        format="deb",
+        arch="amd64",
+        channel="stable",
+        base_url="https://example.invalid/stable/deb/amd64",
         provenance=RepoProvenance("C95B321B61E88C1809C4F759DDCAE044F796ECB0", None, (inrelease, listed)),
-        packages=tuple(packages), releases=(Release("1.17.8-1", tuple(p.path for p in packages), ("libc6 (>= 2.14)",)),),
-    )  # fmt: skip
+        packages=tuple(packages),
+        releases=(Release("1.17.8-1", tuple(p.path for p in packages), ("libc6 (>= 2.14)",)),),
+    )
     write_state(dest, MirrorState(upstream="https://example.invalid", channel="stable", repos=(record,)))
     return paths
 
@@ -118,14 +142,32 @@ def make_mirror(dest: Path, total_mb: int) -> list[Path]:
 def make_key(home: Path) -> str:
     home.mkdir(mode=0o700)
     gpg = ["gpg", "--homedir", str(home), "--batch", "--quiet"]
-    subprocess.run([*gpg, "--passphrase", "", "--quick-gen-key", "bench <b@example.invalid>", "ed25519", "sign", "never"], check=True)
-    listing = subprocess.run([*gpg, "--with-colons", "--list-keys"], check=True, capture_output=True, text=True).stdout
+    subprocess.run(
+        [
+            *gpg,
+            "--passphrase",
+            "",
+            "--quick-gen-key",
+            "bench <b@example.invalid>",
+            "ed25519",
+            "sign",
+            "never",
+        ],
+        check=True,
+    )
+    listing = subprocess.run(
+        [*gpg, "--with-colons", "--list-keys"], check=True, capture_output=True, text=True
+    ).stdout
     fpr = next(line.split(":")[9] for line in listing.splitlines() if line.startswith("fpr:"))
-    (home / "public.asc").write_bytes(subprocess.run([*gpg, "--armor", "--export", fpr], check=True, capture_output=True).stdout)
+    (home / "public.asc").write_bytes(
+        subprocess.run([*gpg, "--armor", "--export", fpr], check=True, capture_output=True).stdout
+    )
     return fpr
 
 
-def paired(command: list[str], baseline: list[str], rounds: int, cwd: Path | None = None) -> tuple[float, float, float]:
+def paired(
+    command: list[str], baseline: list[str], rounds: int, cwd: Path | None = None
+) -> tuple[float, float, float]:
     """Run ``command`` and ``baseline`` alternately ``rounds`` times: (median wall, median baseline wall, max RSS MiB)."""
     walls, base_walls, rss = [], [], 0.0
     for _ in range(rounds):
@@ -140,20 +182,52 @@ def run_size(work: Path, size_mb: int, fpr: str, home: Path, rounds: int) -> dic
     mirror = work / f"mirror-{size_mb}"
     debs = make_mirror(mirror, size_mb)
     bundle = work / f"bundle-{size_mb}.tar.zst"
-    build_argv = [*GPU_AIRGAP, "bundle", "build", "--mirror", str(mirror), "--version", "1.17.8", "--target", "deb/amd64",
-                  "--sign-key", fpr, "--gnupghome", str(home), "--output", str(bundle)]  # fmt: skip
-    tar_argv = ["tar", "--zstd", "-cf", str(work / "ref.tar.zst"), "-C", str(debs[0].parent), *[d.name for d in debs]]
+    build_argv = [
+        *GPU_AIRGAP,
+        "bundle",
+        "build",
+        "--mirror",
+        str(mirror),
+        "--version",
+        "1.17.8",
+        "--target",
+        "deb/amd64",
+        "--sign-key",
+        fpr,
+        "--gnupghome",
+        str(home),
+        "--output",
+        str(bundle),
+    ]
+    tar_argv = [
+        "tar",
+        "--zstd",
+        "-cf",
+        str(work / "ref.tar.zst"),
+        "-C",
+        str(debs[0].parent),
+        *[d.name for d in debs],
+    ]
     measure(build_argv, cwd=ROOT)  # warm the page cache and the zipapp cache once
     measure(tar_argv)
     build_wall, tar_wall, build_rss = paired(build_argv, tar_argv, rounds, cwd=ROOT)
     verify_argv = [*GPU_AIRGAP, "bundle", "verify", str(bundle), "--keyring", str(home / "public.asc")]
-    verify_wall, sha_wall, verify_rss = paired(verify_argv, ["sha256sum", *[str(d) for d in debs]], rounds, cwd=ROOT)
+    verify_wall, sha_wall, verify_rss = paired(
+        verify_argv, ["sha256sum", *[str(d) for d in debs]], rounds, cwd=ROOT
+    )
     shutil.rmtree(mirror)
     return {
-        "size_mb": size_mb, "bundle_mb": bundle.stat().st_size / 2**20,
-        "build_s": build_wall, "tar_zstd_s": tar_wall, "build_ratio": build_wall / tar_wall, "build_rss_mb": build_rss,
-        "verify_s": verify_wall, "sha256sum_s": sha_wall, "verify_ratio": verify_wall / sha_wall, "verify_rss_mb": verify_rss,
-    }  # fmt: skip
+        "size_mb": size_mb,
+        "bundle_mb": bundle.stat().st_size / 2**20,
+        "build_s": build_wall,
+        "tar_zstd_s": tar_wall,
+        "build_ratio": build_wall / tar_wall,
+        "build_rss_mb": build_rss,
+        "verify_s": verify_wall,
+        "sha256sum_s": sha_wall,
+        "verify_ratio": verify_wall / sha_wall,
+        "verify_rss_mb": verify_rss,
+    }
 
 
 def run(sizes_mb: list[int], rounds: int) -> list[dict[str, float]]:
@@ -199,7 +273,9 @@ def summary(results: list[dict[str, float]]) -> tuple[list[str], bool]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes-mb", default="50,200")
-    parser.add_argument("--rounds", type=int, default=3, help="interleaved runs per command; medians are compared")
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="interleaved runs per command; medians are compared"
+    )
     args = parser.parse_args()
     lines, ok = summary(run([int(s) for s in args.sizes_mb.split(",")], args.rounds))
     print("\n".join(lines))

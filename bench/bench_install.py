@@ -98,7 +98,9 @@ def _find_python(name: str) -> str | None:
     found = shutil.which(name)
     if found:
         # The interpreter itself, not a pyenv shim (a bash script that would add ~50 ms to each start).
-        done = subprocess.run([found, "-c", "import sys; print(sys.executable)"], capture_output=True, text=True)
+        done = subprocess.run(
+            [found, "-c", "import sys; print(sys.executable)"], capture_output=True, text=True
+        )
         if done.returncode == 0 and done.stdout.strip():
             return done.stdout.strip()
     candidates = sorted(Path.home().glob(f".pyenv/versions/{name.removeprefix('python')}*/bin/{name}"))
@@ -161,8 +163,12 @@ def measure_source_start() -> float:
     times = []
     for _ in range(RUNS):
         start = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "installer", "--help"], capture_output=True, check=True,
-                       cwd=Path(__file__).resolve().parent.parent)
+        subprocess.run(
+            [sys.executable, "-m", "installer", "--help"],
+            capture_output=True,
+            check=True,
+            cwd=Path(__file__).resolve().parent.parent,
+        )
         times.append(time.perf_counter() - start)
     return statistics.median(times)
 
@@ -175,12 +181,18 @@ def main() -> int:
         source_start = measure_source_start()
     print(f"install of a 4-package bundle into a scratch dpkg root ({overhead['runs']} runs):")
     print(f"  total            {overhead['total_s_median'] * 1000:7.0f} ms (median)")
-    print(f"  dpkg/dpkg-query  {overhead['package_manager_s_median'] * 1000:7.0f} ms in {overhead['package_manager_calls']} calls")
-    print(f"  overhead         {overhead['overhead_s_median'] * 1000:7.0f} ms median, {overhead['overhead_s_max'] * 1000:.0f} ms max (target < 1000 ms)")
+    print(
+        f"  dpkg/dpkg-query  {overhead['package_manager_s_median'] * 1000:7.0f} ms in {overhead['package_manager_calls']} calls"
+    )
+    print(
+        f"  overhead         {overhead['overhead_s_median'] * 1000:7.0f} ms median, {overhead['overhead_s_max'] * 1000:.0f} ms max (target < 1000 ms)"
+    )
     if "skipped" in zipapp:
         print(f"zipapp start: skipped: {zipapp['skipped']}")
     else:
-        print(f"zipapp start ({zipapp['size_bytes']} bytes) `python -I gpu-airgap-node.pyz --help`, median/max of {RUNS} (target < 500 ms):")
+        print(
+            f"zipapp start ({zipapp['size_bytes']} bytes) `python -I gpu-airgap-node.pyz --help`, median/max of {RUNS} (target < 500 ms):"
+        )
         for python in ("python3", "python3.9"):
             row = zipapp.get(python, {})
             if "error" in row:
@@ -188,10 +200,16 @@ def main() -> int:
                 continue
             figures = ", ".join(
                 f"{label} {row[f'{kind}_s_median'] * 1000:.0f}/{row[f'{kind}_s_max'] * 1000:.0f} ms"
-                for kind, label in (("cold", "cold (extract+compile)"), ("warm", "warm"), ("zip", "no cache (from the zip)"))
+                for kind, label in (
+                    ("cold", "cold (extract+compile)"),
+                    ("warm", "warm"),
+                    ("zip", "no cache (from the zip)"),
+                )
             )
             print(f"  {python:10} {figures}")
-    print(f"`python -m installer --help` from the source tree: {source_start * 1000:.0f} ms median (the zipapp's import path)")
+    print(
+        f"`python -m installer --help` from the source tree: {source_start * 1000:.0f} ms median (the zipapp's import path)"
+    )
     ok = overhead["overhead_s_median"] < 1.0
     ok = ok and all(row.get("warm_s_median", 0) < 0.5 for row in zipapp.values() if isinstance(row, dict))
     return 0 if ok else 1

@@ -36,7 +36,13 @@ SCENARIOS = ("cold", "noop", "new", "interrupted", "503")
 
 
 def run_scenarios(
-    work: Path, *, payload_mb: float, jobs: int, repeat: int, only: tuple[str, ...], tools: tuple[str, ...] = ()
+    work: Path,
+    *,
+    payload_mb: float,
+    jobs: int,
+    repeat: int,
+    only: tuple[str, ...],
+    tools: tuple[str, ...] = (),
 ) -> list[Row]:
     """Prepare the upstreams and servers under ``work`` and run the chosen scenarios."""
     t0 = time.perf_counter()
@@ -49,7 +55,16 @@ def run_scenarios(
     serve(served, sites.site_a)
     (work / "nginx").mkdir()
     nginx = start_nginx(served, work / "nginx")
-    b = Bench(work, sites, served, nginx, {THROTTLED: nginx.throttled_url, FAST: nginx.fast_url}, jobs, repeat, tools=tools)
+    b = Bench(
+        work,
+        sites,
+        served,
+        nginx,
+        {THROTTLED: nginx.throttled_url, FAST: nginx.fast_url},
+        jobs,
+        repeat,
+        tools=tools,
+    )
     rows: list[Row] = []
     try:
         t = time.perf_counter()
@@ -83,10 +98,14 @@ def run_scenarios(
 def main() -> int:
     """Run everything, write the report, print it."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=3, help="runs per tool and scenario; the median is reported")
+    parser.add_argument(
+        "--repeat", type=int, default=3, help="runs per tool and scenario; the median is reported"
+    )
     parser.add_argument("--jobs", type=int, default=4, help="parallel downloads, the same for every tool")
     parser.add_argument("--payload-mb", type=float, default=25)
-    parser.add_argument("--scenarios", default=",".join(SCENARIOS), help=f"comma-separated subset of {','.join(SCENARIOS)}")
+    parser.add_argument(
+        "--scenarios", default=",".join(SCENARIOS), help=f"comma-separated subset of {','.join(SCENARIOS)}"
+    )
     parser.add_argument("--tools", default="", help="comma-separated tool names (default: all)")
     parser.add_argument("--bundle-sizes", default="50,200", help="bench_bundle sizes in MB; empty to skip")
     parser.add_argument("--bundle-rounds", type=int, default=3)
@@ -96,8 +115,14 @@ def main() -> int:
     started = time.perf_counter()
     work = Path(tempfile.mkdtemp(prefix="bench-peers-"))
     try:
-        rows = run_scenarios(work, payload_mb=args.payload_mb, jobs=args.jobs, repeat=args.repeat,
-                             only=tuple(args.scenarios.split(",")), tools=tuple(filter(None, args.tools.split(","))))  # fmt: skip
+        rows = run_scenarios(
+            work,
+            payload_mb=args.payload_mb,
+            jobs=args.jobs,
+            repeat=args.repeat,
+            only=tuple(args.scenarios.split(",")),
+            tools=tuple(filter(None, args.tools.split(","))),
+        )
     finally:
         shutil.rmtree(work, ignore_errors=True)
     bundle: list[dict[str, float]] = []

@@ -44,7 +44,12 @@ from tests.test_node_debootstrap import _missing_prerequisite, cached_debian_tar
 from tests.upstream import NVIDIA_BUILD, Prebuilt, UpstreamServer, real_upstream, stop_agent
 
 RUNS = 3
-TOOLKIT = ("libnvidia-container1", "libnvidia-container-tools", "nvidia-container-toolkit-base", "nvidia-container-toolkit")
+TOOLKIT = (
+    "libnvidia-container1",
+    "libnvidia-container-tools",
+    "nvidia-container-toolkit-base",
+    "nvidia-container-toolkit",
+)
 CONTAINERD = Path(__file__).resolve().parent.parent / "tests/data/fixtures/containerd/config.toml.base"
 NODE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 TARGET = 1.2
@@ -55,26 +60,63 @@ def prepare(work: Path) -> Dict[str, Any]:
     tree = real_upstream()
     key = make_key(work / "gpg", "bench operator <bench@example.invalid>")
     with UpstreamServer(tree.root) as server:
-        done = run_cli("mirror", "sync", "--dest", str(work / "mirror"), "--upstream", server.url, "--keyring",
-                       str(tree.public_key), "--version", "1.20.0", "--format", "deb", "--arch", "amd64", "--quiet")  # fmt: skip
+        done = run_cli(
+            "mirror",
+            "sync",
+            "--dest",
+            str(work / "mirror"),
+            "--upstream",
+            server.url,
+            "--keyring",
+            str(tree.public_key),
+            "--version",
+            "1.20.0",
+            "--format",
+            "deb",
+            "--arch",
+            "amd64",
+            "--quiet",
+        )
     assert done.exit_code == 0, done.stderr
     bundle = work / "bundle.tar.zst"
-    done = run_cli("bundle", "build", "--mirror", str(work / "mirror"), "--version", "1.20.0", "--target", "deb/amd64",
-                   "--sign-key", key.fingerprint, "--gnupghome", str(key.home), "--output", str(bundle))  # fmt: skip
+    done = run_cli(
+        "bundle",
+        "build",
+        "--mirror",
+        str(work / "mirror"),
+        "--version",
+        "1.20.0",
+        "--target",
+        "deb/amd64",
+        "--sign-key",
+        key.fingerprint,
+        "--gnupghome",
+        str(key.home),
+        "--output",
+        str(bundle),
+    )
     assert done.exit_code == 0, done.stderr
     stop_agent(tree.gnupghome)
     debs = [next((work / "mirror").rglob(f"{name}_1.20.0-1_amd64.deb")) for name in TOOLKIT]
     subprocess.run(["tar", "-xf", str(bundle), "gpu-airgap-node.pyz"], cwd=work, check=True)
     # A private copy: the shared cache keeps one root per key and other test runs may replace it meanwhile.
     tarball = Path(shutil.copy(cached_debian_tarball(work / "debootstrap"), work / "debian.tar.zst"))
-    return {"key": key, "bundle": bundle, "debs": debs, "pyz": work / "gpu-airgap-node.pyz", "tarball": tarball}
+    return {
+        "key": key,
+        "bundle": bundle,
+        "debs": debs,
+        "pyz": work / "gpu-airgap-node.pyz",
+        "tarball": tarball,
+    }
 
 
 def fresh_root(tarball: Path, root: Path) -> Path:
     """An identical fresh node: the cached Debian root plus containerd's config."""
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
-    subprocess.run(["tar", "--numeric-owner", "--xattrs", "-I", "zstd", "-C", str(root), "-xf", str(tarball)], check=True)
+    subprocess.run(
+        ["tar", "--numeric-owner", "--xattrs", "-I", "zstd", "-C", str(root), "-xf", str(tarball)], check=True
+    )
     (root / "etc/containerd").mkdir(parents=True)
     shutil.copyfile(CONTAINERD, root / "etc/containerd/config.toml")
     return root
@@ -98,21 +140,55 @@ def timed(argv: List[str], env: Dict[str, str] | None = None) -> float:
 
 
 def run_dpkg(inputs: Dict[str, Any], root: Path) -> float:
-    return timed(["dpkg", f"--root={root}", "--install", *map(str, inputs["debs"])], {**os.environ, "PATH": NODE_PATH})
+    return timed(
+        ["dpkg", f"--root={root}", "--install", *map(str, inputs["debs"])], {**os.environ, "PATH": NODE_PATH}
+    )
 
 
 def run_zipapp(inputs: Dict[str, Any], root: Path) -> float:
     key: TestKey = inputs["key"]
-    env = {"PATH": NODE_PATH, "HOME": "/root", "LANG": "C.UTF-8", "GPU_AIRGAP_NODE_CACHE": str(inputs["pyz"].parent / "node-cache")}
-    return timed(["/usr/bin/python3", "-I", "-S", str(inputs["pyz"]), "install", str(inputs["bundle"]), "--keyring", str(key.public),
-                  "--root", str(root), "--runtime", "containerd"], env)  # fmt: skip
+    env = {
+        "PATH": NODE_PATH,
+        "HOME": "/root",
+        "LANG": "C.UTF-8",
+        "GPU_AIRGAP_NODE_CACHE": str(inputs["pyz"].parent / "node-cache"),
+    }
+    return timed(
+        [
+            "/usr/bin/python3",
+            "-I",
+            "-S",
+            str(inputs["pyz"]),
+            "install",
+            str(inputs["bundle"]),
+            "--keyring",
+            str(key.public),
+            "--root",
+            str(root),
+            "--runtime",
+            "containerd",
+        ],
+        env,
+    )
 
 
 def run_console(inputs: Dict[str, Any], root: Path) -> float:
     key: TestKey = inputs["key"]
     script = str(Path(sys.executable).with_name("gpu-airgap"))
-    return timed([script, "install", str(inputs["bundle"]), "--keyring", str(key.public), "--root", str(root),
-                  "--runtime", "containerd"], {**os.environ, "PATH": NODE_PATH})  # fmt: skip
+    return timed(
+        [
+            script,
+            "install",
+            str(inputs["bundle"]),
+            "--keyring",
+            str(key.public),
+            "--root",
+            str(root),
+            "--runtime",
+            "containerd",
+        ],
+        {**os.environ, "PATH": NODE_PATH},
+    )
 
 
 def setup_apt(inputs: Dict[str, Any], root: Path) -> None:
@@ -121,7 +197,9 @@ def setup_apt(inputs: Dict[str, Any], root: Path) -> None:
     repo.mkdir(parents=True)
     for deb in inputs["debs"]:
         shutil.copy(deb, repo)
-    packages = subprocess.run(["dpkg-scanpackages", "-m", "."], cwd=repo, capture_output=True, check=True).stdout
+    packages = subprocess.run(
+        ["dpkg-scanpackages", "-m", "."], cwd=repo, capture_output=True, check=True
+    ).stdout
     (repo / "Packages").write_bytes(packages)
     (root / "etc/apt/sources.list").write_text("deb [trusted=yes] file:/var/cache/bench-repo ./\n")
     timed(["chroot", str(root), "apt-get", "update", "-qq"], {**os.environ, "PATH": NODE_PATH})
@@ -129,19 +207,28 @@ def setup_apt(inputs: Dict[str, Any], root: Path) -> None:
 
 def run_apt(inputs: Dict[str, Any], root: Path) -> float:
     env = {**os.environ, "PATH": NODE_PATH, "DEBIAN_FRONTEND": "noninteractive"}
-    return timed(["chroot", str(root), "apt-get", "install", "-y", "-qq", "--no-install-recommends", *TOOLKIT], env)
+    return timed(
+        ["chroot", str(root), "apt-get", "install", "-y", "-qq", "--no-install-recommends", *TOOLKIT], env
+    )
 
 
 METHODS: Dict[str, Callable[[Dict[str, Any], Path], float]] = {
-    "dpkg": run_dpkg, "gpu-airgap": run_zipapp, "gpu-airgap (venv)": run_console, "apt-get": run_apt,
-}  # fmt: skip
+    "dpkg": run_dpkg,
+    "gpu-airgap": run_zipapp,
+    "gpu-airgap (venv)": run_console,
+    "apt-get": run_apt,
+}
 
 
 def compare(inputs: Dict[str, Any], work: Path) -> Dict[str, List[float]]:
     """Wall seconds per method (``NAME``) and CPU seconds (``NAME cpu``), ``RUNS`` rounds."""
     times: Dict[str, List[float]] = defaultdict(list)
-    subprocess.run(["/usr/bin/python3", "-I", "-S", str(inputs["pyz"]), "--help"], capture_output=True, check=True,
-                   env={"PATH": NODE_PATH, "GPU_AIRGAP_NODE_CACHE": str(inputs["pyz"].parent / "node-cache")})  # warm cache
+    subprocess.run(
+        ["/usr/bin/python3", "-I", "-S", str(inputs["pyz"]), "--help"],
+        capture_output=True,
+        check=True,
+        env={"PATH": NODE_PATH, "GPU_AIRGAP_NODE_CACHE": str(inputs["pyz"].parent / "node-cache")},
+    )  # warm cache
     for _ in range(RUNS):
         for name, method in METHODS.items():
             root = fresh_root(inputs["tarball"], work / "root")
@@ -185,15 +272,23 @@ def breakdown(inputs: Dict[str, Any], work: Path) -> Dict[str, float]:
 
     root = fresh_root(inputs["tarball"], work / "root")
     env = NodeEnv()
-    undo = [wrap(install_mod, "plan_install", "plan (detect, preflight, engine plans)"), wrap(plan_mod, "_preflight", "  preflight"),
-            wrap(install_mod, "_install_packages", "install packages"), wrap(install_mod, "_register", "engine registration (write)"),
-            wrap(install_mod, "save_state", "state"), wrap(plan_mod, "load_state", "state"), wrap(env, "opener", "verify + extract"),
-            wrap(env, "detect", "  detect node")]  # fmt: skip
+    undo = [
+        wrap(install_mod, "plan_install", "plan (detect, preflight, engine plans)"),
+        wrap(plan_mod, "_preflight", "  preflight"),
+        wrap(install_mod, "_install_packages", "install packages"),
+        wrap(install_mod, "_register", "engine registration (write)"),
+        wrap(install_mod, "save_state", "state"),
+        wrap(plan_mod, "load_state", "state"),
+        wrap(env, "opener", "verify + extract"),
+        wrap(env, "detect", "  detect node"),
+    ]
     proc.run = counted_run
     try:
         start = time.perf_counter()
         key: TestKey = inputs["key"]
-        result = install_mod.install(inputs["bundle"], key.public, plan_mod.InstallOptions(root=root, runtime="containerd"), env)
+        result = install_mod.install(
+            inputs["bundle"], key.public, plan_mod.InstallOptions(root=root, runtime="containerd"), env
+        )
         phases["total (in-process)"] = time.perf_counter() - start
         assert result.outcome == "installed", result
     finally:
@@ -201,8 +296,13 @@ def breakdown(inputs: Dict[str, Any], work: Path) -> Dict[str, float]:
         for restore in undo:
             restore()
         shutil.rmtree(root, ignore_errors=True)
-    start_times = [timed(["/usr/bin/python3", "-I", "-S", str(inputs["pyz"]), "--help"],
-                         {"PATH": NODE_PATH, "GPU_AIRGAP_NODE_CACHE": str(inputs["pyz"].parent / "node-cache")}) for _ in range(5)]  # fmt: skip
+    start_times = [
+        timed(
+            ["/usr/bin/python3", "-I", "-S", str(inputs["pyz"]), "--help"],
+            {"PATH": NODE_PATH, "GPU_AIRGAP_NODE_CACHE": str(inputs["pyz"].parent / "node-cache")},
+        )
+        for _ in range(5)
+    ]
     phases["python start-up (zipapp --help, warm)"] = statistics.median(start_times)
     phases.update({f"calls {k}": float(v) for k, v in calls.items()})
     return dict(phases)
@@ -231,29 +331,45 @@ def with_prepared_inputs(name: str, measure: Callable[[Dict[str, Any], Path], T]
 
 
 def main() -> int:
-    measured = with_prepared_inputs("bench_real_install", lambda inputs, work: (compare(inputs, work), breakdown(inputs, work)))
+    measured = with_prepared_inputs(
+        "bench_real_install", lambda inputs, work: (compare(inputs, work), breakdown(inputs, work))
+    )
     if measured is None:
         return 0
     times, phases = measured
     floor = statistics.median(times["dpkg"])
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
-    print(f"install of NVIDIA's 1.20.0 packages (4 .debs, 7.6 MB) into a fresh minimal Debian root, median of {RUNS} "
-          f"({os.cpu_count()} CPUs, load average {load} at the end):")  # fmt: skip
+    print(
+        f"install of NVIDIA's 1.20.0 packages (4 .debs, 7.6 MB) into a fresh minimal Debian root, median of {RUNS} "
+        f"({os.cpu_count()} CPUs, load average {load} at the end):"
+    )
     cpu_floor = statistics.median(times["dpkg cpu"])
     for name in METHODS:
         median, cpu = statistics.median(times[name]), statistics.median(times[f"{name} cpu"])
-        print(f"  {name:18} {median:6.2f} s  {median / floor:5.2f}x raw dpkg   (runs: {', '.join(f'{v:.2f}' for v in times[name])});"
-              f"  CPU {cpu:5.2f} s, {cpu / cpu_floor:4.2f}x dpkg's")  # fmt: skip
+        print(
+            f"  {name:18} {median:6.2f} s  {median / floor:5.2f}x raw dpkg   (runs: {', '.join(f'{v:.2f}' for v in times[name])});"
+            f"  CPU {cpu:5.2f} s, {cpu / cpu_floor:4.2f}x dpkg's"
+        )
     ours = statistics.median(times["gpu-airgap"]) / floor
     # Each round runs the methods back to back, so a round's ratio is less exposed to the load drifting.
     per_round = [g / d for g, d in zip(times["gpu-airgap"], times["dpkg"])]
-    print(f"  gpu-airgap / dpkg per round: {', '.join(f'{r:.2f}' for r in per_round)} (median {statistics.median(per_round):.2f}x)")
-    print(f"  gpu-airgap / apt-get: {statistics.median(times['gpu-airgap']) / statistics.median(times['apt-get']):.2f}x; "
-          f"target <= {TARGET}x raw dpkg: {'met' if ours <= TARGET else 'missed'} ({ours:.2f}x)")  # fmt: skip
-    print("where gpu-airgap's time goes (one in-process install; subprocess time is inside the phases that ran it):")
+    print(
+        f"  gpu-airgap / dpkg per round: {', '.join(f'{r:.2f}' for r in per_round)} (median {statistics.median(per_round):.2f}x)"
+    )
+    print(
+        f"  gpu-airgap / apt-get: {statistics.median(times['gpu-airgap']) / statistics.median(times['apt-get']):.2f}x; "
+        f"target <= {TARGET}x raw dpkg: {'met' if ours <= TARGET else 'missed'} ({ours:.2f}x)"
+    )
+    print(
+        "where gpu-airgap's time goes (one in-process install; subprocess time is inside the phases that ran it):"
+    )
     for label in sorted(phases, key=lambda k: (k.startswith("calls"), -phases[k])):
         value = phases[label]
-        print(f"  {label:40} {int(value):5d}" if label.startswith("calls") else f"  {label:40} {value * 1000:7.0f} ms")
+        print(
+            f"  {label:40} {int(value):5d}"
+            if label.startswith("calls")
+            else f"  {label:40} {value * 1000:7.0f} ms"
+        )
     return 0  # a missed target is reported above; it must not stop the other benches of `make bench`
 
 

@@ -83,7 +83,15 @@ def measure_registry(bundle: Path, key: TestKey, work: Path) -> Dict[str, float]
     central = Registry(work / "central")
     _logged(central)
     with central:
-        pushed = run_cli("bundle", "push", str(bundle), central.ref("fleet/nvct:1.20.0"), "--keyring", str(key.public), "--json")
+        pushed = run_cli(
+            "bundle",
+            "push",
+            str(bundle),
+            central.ref("fleet/nvct:1.20.0"),
+            "--keyring",
+            str(key.public),
+            "--json",
+        )
         if pushed.exit_code != 0:
             raise RuntimeError(f"bundle push failed: {pushed.stderr.strip()}")
         digest = json.loads(pushed.stdout)["digest"]
@@ -102,12 +110,15 @@ def measure_registry(bundle: Path, key: TestKey, work: Path) -> Dict[str, float]
     later = [sum(u[0] for u in upstream[1:]) / (PULLS - 1), sum(u[1] for u in upstream[1:]) / (PULLS - 1)]
     # a rack's first node fills its cache; the others are served by it (and cost the central registry `later`)
     return {
-        "requests_per_pull": direct[0] / PULLS, "bytes_per_pull": direct[1] / PULLS,
-        "first_through_cache": upstream[0][0], "first_through_cache_bytes": upstream[0][1],
-        "later_through_cache": later[0], "later_through_cache_bytes": later[1],
+        "requests_per_pull": direct[0] / PULLS,
+        "bytes_per_pull": direct[1] / PULLS,
+        "first_through_cache": upstream[0][0],
+        "first_through_cache_bytes": upstream[0][1],
+        "later_through_cache": later[0],
+        "later_through_cache_bytes": later[1],
         "central_requests_per_cache": round(upstream[0][0] + (NODES_PER_CACHE - 1) * later[0]),
         "central_bytes_per_cache": round(upstream[0][1] + (NODES_PER_CACHE - 1) * later[1]),
-    }  # fmt: skip
+    }
 
 
 def _duration(seconds: float) -> str:
@@ -119,27 +130,37 @@ def _duration(seconds: float) -> str:
 
 
 #: (label, maxUnavailable, canary first)
-DAEMONSET = (("maxUnavailable 1 (the old default)", "1", False), ("maxUnavailable 10%", "10%", False),
-             ("canary, then maxUnavailable 10% (default)", "10%", True), ("canary, then maxUnavailable 25%", "25%", True))  # fmt: skip
+DAEMONSET = (
+    ("maxUnavailable 1 (the old default)", "1", False),
+    ("maxUnavailable 10%", "10%", False),
+    ("canary, then maxUnavailable 10% (default)", "10%", True),
+    ("canary, then maxUnavailable 25%", "25%", True),
+)
 #: (label, serial, forks, transport)
-ANSIBLE = (("copy, serial [1, 25%], forks 5 (Ansible's default)", ["1", "25%"], 5, "copy"),
-           ("copy, serial [1, 25%], forks 50", ["1", "25%"], 50, "copy"),
-           ("http, serial [1, 25%], forks 50", ["1", "25%"], 50, "http"),
-           ("oci, serial [1, 25%], forks 200", ["1", "25%"], 200, "oci"))  # fmt: skip
+ANSIBLE = (
+    ("copy, serial [1, 25%], forks 5 (Ansible's default)", ["1", "25%"], 5, "copy"),
+    ("copy, serial [1, 25%], forks 50", ["1", "25%"], 50, "copy"),
+    ("http, serial [1, 25%], forks 50", ["1", "25%"], 50, "http"),
+    ("oci, serial [1, 25%], forks 200", ["1", "25%"], 200, "oci"),
+)
 
 
 def report(cost: model.NodeCost, installs: List[float], pulls: Dict[str, float]) -> None:
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     print(f"({os.cpu_count()} CPUs, load average {load} at the end)")
-    print(f"measured: install {statistics.median(installs):.2f} s (median of {', '.join(f'{t:.2f}' for t in installs)}), "
-          f"bundle {cost.bundle_bytes / 1e6:.1f} MB, {pulls['requests_per_pull']:.0f} requests per pull, "
-          f"through a pull-through cache the first pull costs the central registry {pulls['first_through_cache']:.0f} requests and "
-          f"{pulls['first_through_cache_bytes'] / 1e6:.1f} MB, each later one {pulls['later_through_cache']:.0f} requests and "
-          f"{pulls['later_through_cache_bytes'] / 1e6:.1f} MB; "
-          f"{pulls['central_requests_per_cache']:.0f} requests and {pulls['central_bytes_per_cache'] / 1e6:.1f} MB per rack of {NODES_PER_CACHE}")  # fmt: skip
-    print(f"assumed: pod restart {cost.pod_restart_s:.0f} s, readiness probe every {cost.probe_period_s:.0f} s, links "
-          f"{cost.server_link_bps * 8 / 1e9:.0f} Gbit/s (registry/HTTP server, nodes), {cost.controller_link_bps * 8 / 1e9:.0f} Gbit/s "
-          f"(Ansible controller), {cost.ssh_task_s} s per Ansible task per host")  # fmt: skip
+    print(
+        f"measured: install {statistics.median(installs):.2f} s (median of {', '.join(f'{t:.2f}' for t in installs)}), "
+        f"bundle {cost.bundle_bytes / 1e6:.1f} MB, {pulls['requests_per_pull']:.0f} requests per pull, "
+        f"through a pull-through cache the first pull costs the central registry {pulls['first_through_cache']:.0f} requests and "
+        f"{pulls['first_through_cache_bytes'] / 1e6:.1f} MB, each later one {pulls['later_through_cache']:.0f} requests and "
+        f"{pulls['later_through_cache_bytes'] / 1e6:.1f} MB; "
+        f"{pulls['central_requests_per_cache']:.0f} requests and {pulls['central_bytes_per_cache'] / 1e6:.1f} MB per rack of {NODES_PER_CACHE}"
+    )
+    print(
+        f"assumed: pod restart {cost.pod_restart_s:.0f} s, readiness probe every {cost.probe_period_s:.0f} s, links "
+        f"{cost.server_link_bps * 8 / 1e9:.0f} Gbit/s (registry/HTTP server, nodes), {cost.controller_link_bps * 8 / 1e9:.0f} Gbit/s "
+        f"(Ansible controller), {cost.ssh_task_s} s per Ansible task per host"
+    )
     print(f"{'time to finish':58} {'1,000 nodes':>12} {'10,000 nodes':>13}")
     for label, unavailable, canary in DAEMONSET:
         times = [model.daemonset_rollout_s(cost, n, unavailable, canary) for n in (1000, 10000)]
@@ -150,9 +171,17 @@ def report(cost: model.NodeCost, installs: List[float], pulls: Dict[str, float])
     print(f"central registry per rollout (a pull-through cache per {NODES_PER_CACHE} nodes):")
     for n in (1000, 10000):
         plain = model.server_load(n, int(pulls["bytes_per_pull"]), round(pulls["requests_per_pull"]))
-        cached = model.server_load(n, int(pulls["central_bytes_per_cache"]), 0, NODES_PER_CACHE, int(pulls["central_requests_per_cache"]))
-        print(f"  {n:>6,} nodes: without {plain.bytes / 1e9:6.1f} GB {plain.requests:>7,} requests;"
-              f"  with {cached.bytes / 1e9:5.2f} GB {cached.requests:>6,} requests")  # fmt: skip
+        cached = model.server_load(
+            n,
+            int(pulls["central_bytes_per_cache"]),
+            0,
+            NODES_PER_CACHE,
+            int(pulls["central_requests_per_cache"]),
+        )
+        print(
+            f"  {n:>6,} nodes: without {plain.bytes / 1e9:6.1f} GB {plain.requests:>7,} requests;"
+            f"  with {cached.bytes / 1e9:5.2f} GB {cached.requests:>6,} requests"
+        )
 
 
 def main() -> int:
@@ -162,7 +191,9 @@ def main() -> int:
     measured = real.with_prepared_inputs("bench_rollout", measure)
     if measured is not None:
         installs, pulls = measured
-        cost = model.NodeCost(statistics.median(installs), int(pulls["bytes_per_pull"]), round(pulls["requests_per_pull"]))
+        cost = model.NodeCost(
+            statistics.median(installs), int(pulls["bytes_per_pull"]), round(pulls["requests_per_pull"])
+        )
         report(cost, installs, pulls)
     return 0
 

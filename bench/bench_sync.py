@@ -47,13 +47,23 @@ def _our_sync(upstream: str, public_key: Path, dest: Path, jobs: int) -> tuple[f
 def _curl(urls: list[str], out: Path, jobs: int, *, hash_after: bool) -> float:
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
-    argv = ["curl", "--no-progress-meter", "--fail", "--parallel", "--parallel-immediate", "--parallel-max", str(jobs)]
+    argv = [
+        "curl",
+        "--no-progress-meter",
+        "--fail",
+        "--parallel",
+        "--parallel-immediate",
+        "--parallel-max",
+        str(jobs),
+    ]
     for i, url in enumerate(urls):
         argv += ["-o", str(out / f"{i}-{url.rsplit('/', 1)[-1]}"), url]
     started = time.perf_counter()
     subprocess.run(argv, check=True)
     if hash_after:
-        subprocess.run(["sha512sum", *sorted(str(p) for p in out.iterdir())], check=True, stdout=subprocess.DEVNULL)
+        subprocess.run(
+            ["sha512sum", *sorted(str(p) for p in out.iterdir())], check=True, stdout=subprocess.DEVNULL
+        )
     return time.perf_counter() - started
 
 
@@ -67,7 +77,10 @@ def main() -> int:
 
     t0 = time.perf_counter()
     tree = cached_upstream(
-        payload_mb=args.payload_mb, stable_versions=("1.20.1-1",), experimental_versions=("1.20.0~rc.1-1",), workers=2
+        payload_mb=args.payload_mb,
+        stable_versions=("1.20.1-1",),
+        experimental_versions=("1.20.0~rc.1-1",),
+        workers=2,
     )
     print(f"upstream: {tree.root} (ready in {time.perf_counter() - t0:.1f} s)")
     work = Path(tempfile.mkdtemp(prefix="bench-sync-"))
@@ -83,10 +96,15 @@ def main() -> int:
             )
         paths = [t.path(p) for t in planned for p in t.packages]
         total = sum(t.total_bytes for t in planned)
-        print(f"set: {len(paths)} packages, {total / 1048576:.1f} MiB, jobs={args.jobs}, repeat={args.repeat} (best of)")
+        print(
+            f"set: {len(paths)} packages, {total / 1048576:.1f} MiB, jobs={args.jobs}, repeat={args.repeat} (best of)"
+        )
 
         rows: list[tuple[str, float, float, float]] = []
-        for label, url, hashed in (("throttled 20 MiB/s/conn", slow_url, False), ("unthrottled loopback", fast_url, True)):
+        for label, url, hashed in (
+            ("throttled 20 MiB/s/conn", slow_url, False),
+            ("unthrottled loopback", fast_url, True),
+        ):
             urls = [f"{url}/{p}" for p in paths]
 
             def base_run(urls: list[str] = urls, hashed: bool = hashed) -> float:
@@ -105,20 +123,39 @@ def main() -> int:
             rows.append((label, base, mine, mine / base))
         noop, result = _our_sync(fast_url, tree.public_key, work / "mirror", args.jobs)
         assert result.downloaded_bytes == 0
-        cli = [str(Path(sys.executable).with_name("gpu-airgap")), "mirror", "sync", "--dest", str(work / "mirror"),
-               "--upstream", fast_url, "--keyring", str(tree.public_key), "--quiet"]  # fmt: skip
+        cli = [
+            str(Path(sys.executable).with_name("gpu-airgap")),
+            "mirror",
+            "sync",
+            "--dest",
+            str(work / "mirror"),
+            "--upstream",
+            fast_url,
+            "--keyring",
+            str(tree.public_key),
+            "--quiet",
+        ]
         started = time.perf_counter()
         subprocess.run(cli, check=True)
         noop_cli = time.perf_counter() - started
 
-        baseline_names = {"throttled 20 MiB/s/conn": "curl --parallel", "unthrottled loopback": "curl --parallel + sha512sum"}
+        baseline_names = {
+            "throttled 20 MiB/s/conn": "curl --parallel",
+            "unthrottled loopback": "curl --parallel + sha512sum",
+        }
         print(f"{'case':<26} {'baseline':<28} {'base s':>8} {'sync s':>8} {'ratio':>6}  target")
         for label, base, mine, ratio in rows:
             ok = ratio <= 1.3
             failed |= not ok
-            print(f"{label:<26} {baseline_names[label]:<28} {base:8.2f} {mine:8.2f} {ratio:6.2f}  <= 1.3 {'ok' if ok else 'MISSED'}")
-        print(f"{'no-op re-sync':<26} {'-':<28} {'':>8} {noop:8.3f} {'':>6}  < 1 s {'ok' if noop < 1 else 'MISSED'}")
-        print(f"{'no-op re-sync (CLI process)':<26} {'-':<28} {'':>8} {noop_cli:8.3f} {'':>6}  < 1 s {'ok' if noop_cli < 1 else 'MISSED'}")
+            print(
+                f"{label:<26} {baseline_names[label]:<28} {base:8.2f} {mine:8.2f} {ratio:6.2f}  <= 1.3 {'ok' if ok else 'MISSED'}"
+            )
+        print(
+            f"{'no-op re-sync':<26} {'-':<28} {'':>8} {noop:8.3f} {'':>6}  < 1 s {'ok' if noop < 1 else 'MISSED'}"
+        )
+        print(
+            f"{'no-op re-sync (CLI process)':<26} {'-':<28} {'':>8} {noop_cli:8.3f} {'':>6}  < 1 s {'ok' if noop_cli < 1 else 'MISSED'}"
+        )
         failed |= noop >= 1 or noop_cli >= 1
     finally:
         nginx.stop()

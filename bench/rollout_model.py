@@ -122,8 +122,13 @@ class ServerLoad:
     requests: int
 
 
-def server_load(nodes: int, bytes_per_pull: int, requests_per_pull: int, nodes_per_cache: int = 0,
-                central_requests_per_cache: int = 0) -> ServerLoad:  # fmt: skip
+def server_load(
+    nodes: int,
+    bytes_per_pull: int,
+    requests_per_pull: int,
+    nodes_per_cache: int = 0,
+    central_requests_per_cache: int = 0,
+) -> ServerLoad:
     """Without a cache every node pulls from the central server; with a pull-through cache per
     ``nodes_per_cache`` nodes, only each cache's first pull reaches it."""
     if not nodes_per_cache:

@@ -55,7 +55,9 @@ class FileChange:
     old: Optional[bytes]
     new: bytes
     mode: Optional[int] = None  #: permission bits for a new file
-    owner: Optional[Tuple[int, int]] = None  #: (uid, gid) of a new file and the directories made for it (a user's ~/.config)
+    owner: Optional[Tuple[int, int]] = (
+        None  #: (uid, gid) of a new file and the directories made for it (a user's ~/.config)
+    )
 
     @property
     def changed(self) -> bool:
@@ -98,4 +100,6 @@ def unified_diff(changes: Sequence[FileChange]) -> str:
         new = change.new.decode("utf-8", "replace").splitlines(keepends=True)
         fromfile = str(change.path) if change.old is not None else "/dev/null"
         chunks.extend(difflib.unified_diff(old, new, fromfile=fromfile, tofile=str(change.path)))
-    return "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in chunks)
+    return "".join(
+        line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in chunks
+    )

@@ -49,23 +49,33 @@ _ROOT = typer.Option(Path("/"), "--root", metavar="DIR", help=ROOT_HELP, callbac
 _CONFIG = typer.Option(None, "--config", metavar="PATH", help="Main config file (node path).")
 _DROP_IN = typer.Option(None, "--drop-in", metavar="PATH", help="Write our settings to this drop-in.")
 _NO_DROP_IN = typer.Option(False, "--no-drop-in", help="Edit the main config in place.")
-_RUNTIME_NAME = typer.Option("nvidia", "--runtime-name", help="Name of the runtime (and RuntimeClass handler).")
-_RUNTIME_PATH = typer.Option("/usr/bin/nvidia-container-runtime", "--runtime-path", help="The runtime binary.")
+_RUNTIME_NAME = typer.Option(
+    "nvidia", "--runtime-name", help="Name of the runtime (and RuntimeClass handler)."
+)
+_RUNTIME_PATH = typer.Option(
+    "/usr/bin/nvidia-container-runtime", "--runtime-path", help="The runtime binary."
+)
 _SET_AS_DEFAULT = typer.Option(False, "--set-as-default", help="Make it the default runtime (not advised).")
 _CDI = typer.Option(
-    "off", "--cdi", click_type=click.Choice(CDI_CHOICES),
+    "off",
+    "--cdi",
+    click_type=click.Choice(CDI_CHOICES),
     help="Enable CDI in the engine: on | off | auto (when an NVIDIA driver is present), as for install "
     "(`configure cdi` writes the spec).",
-)  # fmt: skip
+)
 _SYSTEMD_CGROUP = typer.Option(SystemdCgroup.auto, "--systemd-cgroup", help="SystemdCgroup value.")
 _DRY_RUN = typer.Option(False, "--dry-run", help="Print the diff of every file; write nothing.")
 _JSON = typer.Option(False, "--json", help="Print one JSON object.")
 _HOOK = typer.Option(False, "--hook", help="CRI-O/podman: write the OCI hook instead.")
 _DISTRO = typer.Option(
-    None, "--distro", click_type=click.Choice(DISTROS),
+    None,
+    "--distro",
+    click_type=click.Choice(DISTROS),
     help="Which containerd the kubelet uses (default: detected from the files under --root).",
-)  # fmt: skip
-_TAKE_OVER = typer.Option(False, "--force", help="Take the runtime configuration over from the NVIDIA GPU Operator.")
+)
+_TAKE_OVER = typer.Option(
+    False, "--force", help="Take the runtime configuration over from the NVIDIA GPU Operator."
+)
 
 
 def add_configure_commands(group: typer.Typer) -> None:
@@ -104,10 +114,18 @@ def containerd_command(
     On k3s, RKE2, MicroK8s and k0s it writes where that distribution reads (see README).
     """
     options = RuntimeOptions(
-        root=root, config=config, drop_in=drop_in, no_drop_in=no_drop_in, runtime_name=runtime_name,
-        runtime_path=runtime_path, set_as_default=set_as_default, cdi=commands.cdi_in_engine(cdi, root),
-        systemd_cgroup=systemd_cgroup.value, distro=distro, force=force,
-    )  # fmt: skip
+        root=root,
+        config=config,
+        drop_in=drop_in,
+        no_drop_in=no_drop_in,
+        runtime_name=runtime_name,
+        runtime_path=runtime_path,
+        set_as_default=set_as_default,
+        cdi=commands.cdi_in_engine(cdi, root),
+        systemd_cgroup=systemd_cgroup.value,
+        distro=distro,
+        force=force,
+    )
     _configure("containerd", options, dry_run, as_json)
 
 
@@ -126,9 +144,16 @@ def docker_command(
 ) -> None:
     """Register the NVIDIA runtime with docker (backups kept; `configure revert` undoes it)."""
     options = RuntimeOptions(
-        root=root, config=config, drop_in=drop_in, no_drop_in=no_drop_in, runtime_name=runtime_name,
-        runtime_path=runtime_path, set_as_default=set_as_default, cdi=commands.cdi_in_engine(cdi, root), systemd_cgroup=systemd_cgroup.value,
-    )  # fmt: skip
+        root=root,
+        config=config,
+        drop_in=drop_in,
+        no_drop_in=no_drop_in,
+        runtime_name=runtime_name,
+        runtime_path=runtime_path,
+        set_as_default=set_as_default,
+        cdi=commands.cdi_in_engine(cdi, root),
+        systemd_cgroup=systemd_cgroup.value,
+    )
     _configure("docker", options, dry_run, as_json)
 
 
@@ -148,20 +173,34 @@ def crio_command(
 ) -> None:
     """Register the NVIDIA runtime with crio (backups kept; `configure revert` undoes it)."""
     options = RuntimeOptions(
-        root=root, config=config, drop_in=drop_in, no_drop_in=no_drop_in, runtime_name=runtime_name,
-        runtime_path=runtime_path, set_as_default=set_as_default, cdi=commands.cdi_in_engine(cdi, root), systemd_cgroup=systemd_cgroup.value,
+        root=root,
+        config=config,
+        drop_in=drop_in,
+        no_drop_in=no_drop_in,
+        runtime_name=runtime_name,
+        runtime_path=runtime_path,
+        set_as_default=set_as_default,
+        cdi=commands.cdi_in_engine(cdi, root),
+        systemd_cgroup=systemd_cgroup.value,
         hook=hook,
-    )  # fmt: skip
+    )
     _configure("crio", options, dry_run, as_json)
 
 
-_PODMAN_HOOK = typer.Option(False, "--hook", help="Write the OCI hook instead of using CDI (podman before 4.1 always does).")
+_PODMAN_HOOK = typer.Option(
+    False, "--hook", help="Write the OCI hook instead of using CDI (podman before 4.1 always does)."
+)
 _HOOKS_DIR = typer.Option(
-    None, "--hooks-dir", metavar="DIR", help="--hook: write it here (default: the strongest directory podman reads)."
+    None,
+    "--hooks-dir",
+    metavar="DIR",
+    help="--hook: write it here (default: the strongest directory podman reads).",
 )
 
 
-_USER = typer.Option(None, "--user", metavar="NAME", help="Rootless: configure NAME's podman (their ~/.config/containers).")
+_USER = typer.Option(
+    None, "--user", metavar="NAME", help="Rootless: configure NAME's podman (their ~/.config/containers)."
+)
 
 
 def podman_command(
@@ -176,13 +215,21 @@ def podman_command(
     """Give podman the GPUs: the CDI spec it loads (written when none is valid), or NVIDIA's OCI hook."""
     if hooks_dir is not None and not hook:
         raise UsageError("--hooks-dir belongs to --hook")
-    options = RuntimeOptions(root=root, runtime_path=runtime_path, cdi=True, hook=hook, hooks_dir=hooks_dir, user=user)
+    options = RuntimeOptions(
+        root=root, runtime_path=runtime_path, cdi=True, hook=hook, hooks_dir=hooks_dir, user=user
+    )
     _configure("podman", options, dry_run, as_json)
 
 
-_CONTAINER = typer.Option(..., "--container", metavar="NAME", help="The LXC container (unprivileged) to give the GPUs.")
-_LXCPATH = typer.Option(None, "--lxcpath", metavar="DIR", help="Where the containers are (lxc-start -P; default /var/lib/lxc).")
-_DEVICES = typer.Option("all", "--visible-devices", metavar="DEVICES", help="NVIDIA_VISIBLE_DEVICES: all, or 0,1,...")
+_CONTAINER = typer.Option(
+    ..., "--container", metavar="NAME", help="The LXC container (unprivileged) to give the GPUs."
+)
+_LXCPATH = typer.Option(
+    None, "--lxcpath", metavar="DIR", help="Where the containers are (lxc-start -P; default /var/lib/lxc)."
+)
+_DEVICES = typer.Option(
+    "all", "--visible-devices", metavar="DEVICES", help="NVIDIA_VISIBLE_DEVICES: all, or 0,1,..."
+)
 _CAPABILITIES = typer.Option("compute,utility", "--capabilities", help="NVIDIA_DRIVER_CAPABILITIES.")
 
 
@@ -198,7 +245,7 @@ def lxc_command(
     """Add LXC's nvidia mount hook and its environment to an unprivileged container's config (revert removes them)."""
     options = RuntimeOptions(
         root=root, container=container, lxcpath=lxcpath, devices=devices, capabilities=capabilities
-    )  # fmt: skip
+    )
     _configure("lxc", options, dry_run, as_json)
 
 
@@ -223,7 +270,9 @@ def _configure(engine_name: str, options: RuntimeOptions, dry_run: bool, as_json
     for message in plan.warnings:
         warn(message)
     if result.already_configured and plan.notes.get("agent_registers"):
-        emit_lines([f"nothing written: {plan.facts['DISTRO']} registers the runtime itself; {plan.facts['RESTART']}"])
+        emit_lines(
+            [f"nothing written: {plan.facts['DISTRO']} registers the runtime itself; {plan.facts['RESTART']}"]
+        )
     elif result.already_configured:
         what = plan.next_step or f"{engine_name} has the {options.runtime_name} runtime"
         emit_lines([f"already configured: {what}; nothing written"])
@@ -243,9 +292,14 @@ def _configure(engine_name: str, options: RuntimeOptions, dry_run: bool, as_json
 REVERTIBLE = (*KNOWN, cdi_spec.ENGINE, toolkit.ENGINE, runtimeclass.ENGINE)
 
 _REPORT_RUNTIME = typer.Option(
-    "containerd", "--runtime", click_type=click.Choice(KNOWN), help="Engine to read back: containerd, docker, crio, podman or lxc."
+    "containerd",
+    "--runtime",
+    click_type=click.Choice(KNOWN),
+    help="Engine to read back: containerd, docker, crio, podman or lxc.",
 )
-_REPORT_RUNTIME_NAME = typer.Option(None, "--runtime-name", help="Runtime to describe (default: as configured).")
+_REPORT_RUNTIME_NAME = typer.Option(
+    None, "--runtime-name", help="Runtime to describe (default: as configured)."
+)
 _REPORT_CONFIG = typer.Option(
     None, "--config", metavar="PATH", help="Main config to read (default: the one configure edited)."
 )
@@ -253,19 +307,28 @@ _VERIFY_RUNTIME = typer.Option(
     None, "--runtime", click_type=click.Choice(KNOWN), help="Engine(s) to check (default: those configured)."
 )
 _REVERT_RUNTIME = typer.Option(
-    None, "--runtime", click_type=click.Choice(REVERTIBLE), help="What to restore, repeatable (default: all changed)."
+    None,
+    "--runtime",
+    click_type=click.Choice(REVERTIBLE),
+    help="What to restore, repeatable (default: all changed).",
 )
 _FORCE = typer.Option(
-    False, "--force", help="Restore even files edited after gpu-airgap wrote them (the edit is kept as FILE.gpu-airgap-old)."
+    False,
+    "--force",
+    help="Restore even files edited after gpu-airgap wrote them (the edit is kept as FILE.gpu-airgap-old).",
 )
-_REVERT_DRY_RUN = typer.Option(False, "--dry-run", help="Print what would be restored and deleted; change nothing.")
+_REVERT_DRY_RUN = typer.Option(
+    False, "--dry-run", help="Print what would be restored and deleted; change nothing."
+)
 
 
 _ALL = typer.Option(False, "--all", help="Print every fact, not only the walk-through's five lines.")
 _EVIDENCE = typer.Option(
-    None, "--evidence", metavar="DIR",
+    None,
+    "--evidence",
+    metavar="DIR",
     help="Also write the walk-through's evidence files into DIR (report.txt, default.txt, parsed.txt, cdi-keys.txt, runtimeclass.yaml).",
-)  # fmt: skip
+)
 
 
 def report_command(
@@ -290,7 +353,11 @@ def report_command(
     if as_json:
         data = json_facts(facts)
         if gathered is not None and written is not None:
-            data["evidence"] = {"dir": str(evidence), "written": [str(p) for p in written], "problems": gathered.problems}
+            data["evidence"] = {
+                "dir": str(evidence),
+                "written": [str(p) for p in written],
+                "problems": gathered.problems,
+            }
         emit_json(data)
     else:
         emit_lines(report.report_lines(facts, every=every))
@@ -300,7 +367,9 @@ def report_command(
         raise ProblemsFound(f"the evidence in {evidence} is incomplete", gathered.problems)
 
 
-_LIVE = typer.Option(False, "--live", help="Also start a throwaway container through the runtime on the running engine.")
+_LIVE = typer.Option(
+    False, "--live", help="Also start a throwaway container through the runtime on the running engine."
+)
 _ADDRESS = typer.Option(None, "--address", metavar="SOCKET", help="--live: the engine's socket (one engine).")
 _IMAGE = typer.Option(None, "--image", help="--live: an image already on the node (never pulled).")
 _VISIBLE_DEVICES = typer.Option(
@@ -364,10 +433,15 @@ def revert_command(
     if as_json:
         emit_json(result.to_dict())
         return
-    verbs = {"restore": "would restore", "delete": "would delete", "keep": "would keep"} if dry_run else {
-        "restore": "restored", "delete": "deleted", "keep": "kept"}  # fmt: skip
+    verbs = (
+        {"restore": "would restore", "delete": "would delete", "keep": "would keep"}
+        if dry_run
+        else {"restore": "restored", "delete": "deleted", "keep": "kept"}
+    )
     lines = [
-        f"{verbs['restore']} {r.path}" if r.action == "restore" else f"{verbs['delete']} {r.path} (gpu-airgap had created it)"
+        f"{verbs['restore']} {r.path}"
+        if r.action == "restore"
+        else f"{verbs['delete']} {r.path} (gpu-airgap had created it)"
         for r in result.plan.restores
     ]
     lines += [f"{verbs['keep']} your edit of {path} as {copy}" for path, copy in result.outcome.kept.items()]

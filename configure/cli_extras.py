@@ -66,9 +66,11 @@ def render_result(result: Dict[str, Any], as_json: bool) -> None:
 
 _ROOT = typer.Option("/", "--root", metavar="DIR", help=ROOT_HELP, callback=existing_root)
 _MODE = typer.Option(
-    None, "--mode", click_type=click.Choice(toolkit.MODES),
+    None,
+    "--mode",
+    click_type=click.Choice(toolkit.MODES),
     help=f"Runtime mode: {'|'.join(toolkit.MODES)}; without it, show the current mode.",
-)  # fmt: skip
+)
 _DRY_RUN = typer.Option(False, "--dry-run", help="Print the diff instead of writing.")
 _JSON = typer.Option(False, "--json", help="Print one JSON object.")
 _CDI_OUTPUT = typer.Option(cdi_spec.CDI_SPEC, "--output", help="Node path of the CDI spec.")
@@ -96,13 +98,19 @@ def toolkit_command(
         raw = read_optional(path)
         current = toolkit.current_mode(decode_utf8(raw, path), path) if raw is not None else None
         facts = {"MODE": current or "auto (default)"}
-        emit_json({"facts": json_facts(facts)}) if as_json else emit_lines(f"{k}={v}" for k, v in facts.items())
+        emit_json({"facts": json_facts(facts)}) if as_json else emit_lines(
+            f"{k}={v}" for k, v in facts.items()
+        )
         return
     render_result(apply_plan(toolkit.plan_mode(Path(root), mode), Path(root), dry_run=dry_run), as_json)
 
 
 def cdi_command(
-    root: str = _ROOT, output: str = _CDI_OUTPUT, force: bool = _FORCE, dry_run: bool = _DRY_RUN, as_json: bool = _JSON
+    root: str = _ROOT,
+    output: str = _CDI_OUTPUT,
+    force: bool = _FORCE,
+    dry_run: bool = _DRY_RUN,
+    as_json: bool = _JSON,
 ) -> None:
     """Write a CDI spec for the GPUs (nvidia-ctk on /, else from /dev/nvidia* nodes); validate an existing one.
 
@@ -135,16 +143,22 @@ def runtimeclass_command(
 
 _PROFILE = typer.Option("default", "--profile", help="The profile to give the GPUs.")
 _CAPABILITIES = typer.Option("compute,utility", "--capabilities", help="nvidia.driver.capabilities.")
-_APPLY = typer.Option(False, "--apply", help="Run the commands with the daemon's client instead of printing them.")
+_APPLY = typer.Option(
+    False, "--apply", help="Run the commands with the daemon's client instead of printing them."
+)
 _UNDO = typer.Option(False, "--undo", help="Take the settings out of the profile again.")
 
 
-def lxd_command(profile: str = _PROFILE, capabilities: str = _CAPABILITIES, apply: bool = _APPLY, undo: bool = _UNDO) -> None:
+def lxd_command(
+    profile: str = _PROFILE, capabilities: str = _CAPABILITIES, apply: bool = _APPLY, undo: bool = _UNDO
+) -> None:
     """Print (or --apply, through the lxc client) the LXD profile settings for the GPUs: nvidia.runtime, a gpu device."""
     _profile("lxd", profile, capabilities, apply, undo)
 
 
-def incus_command(profile: str = _PROFILE, capabilities: str = _CAPABILITIES, apply: bool = _APPLY, undo: bool = _UNDO) -> None:
+def incus_command(
+    profile: str = _PROFILE, capabilities: str = _CAPABILITIES, apply: bool = _APPLY, undo: bool = _UNDO
+) -> None:
     """Print (or --apply, through the incus client) the Incus profile settings for the GPUs: nvidia.runtime, a gpu device."""
     _profile("incus", profile, capabilities, apply, undo)
 
@@ -152,15 +166,28 @@ def incus_command(profile: str = _PROFILE, capabilities: str = _CAPABILITIES, ap
 def _profile(daemon: str, profile: str, capabilities: str, apply: bool, undo: bool) -> None:
     """The daemon's own client changes its database; we never touch it."""
     if not apply:
-        commands = lxd.undo_commands(daemon, profile) if undo else lxd.setup_commands(daemon, profile, capabilities)
+        commands = (
+            lxd.undo_commands(daemon, profile) if undo else lxd.setup_commands(daemon, profile, capabilities)
+        )
         emit_lines(lxd.render(commands))
         return
     current = lxd.current_profile(daemon, profile, _client_runner)
-    commands = lxd.undo_commands(daemon, profile, current) if undo else lxd.setup_commands(daemon, profile, capabilities, current)
+    commands = (
+        lxd.undo_commands(daemon, profile, current)
+        if undo
+        else lxd.setup_commands(daemon, profile, capabilities, current)
+    )
     done = lxd.apply(commands, _client_runner)
-    emit_lines([f"ran {line}" for line in done] or [f"{daemon}: the profile {profile} is already {'without' if undo else 'set up for'} the GPUs"])
+    emit_lines(
+        [f"ran {line}" for line in done]
+        or [f"{daemon}: the profile {profile} is already {'without' if undo else 'set up for'} the GPUs"]
+    )
 
 
 def _client_runner(argv: Sequence[str]) -> Tuple[int, str, str]:
     result = proc.run(argv, check=False, timeout=120)
-    return result.returncode, result.stdout.decode("utf-8", "replace"), result.stderr.decode("utf-8", "replace")
+    return (
+        result.returncode,
+        result.stdout.decode("utf-8", "replace"),
+        result.stderr.decode("utf-8", "replace"),
+    )

@@ -180,7 +180,10 @@ def verify_engines(root: Path, engines: Optional[Sequence[str]] = None) -> List[
 
 
 def verify(
-    root: Path, engines: Optional[Sequence[str]] = None, distro: Optional[str] = None, cdi: Optional[CdiReport] = None
+    root: Path,
+    engines: Optional[Sequence[str]] = None,
+    distro: Optional[str] = None,
+    cdi: Optional[CdiReport] = None,
 ) -> List[str]:
     """Check what the node will actually use; return the checks that passed.
 
@@ -211,7 +214,11 @@ def verify(
         if name == "containerd" and facts.get("DISTRO", "containerd") == "containerd":
             problems.extend(f"{name}: {p}" for p in containerd_leftovers(root, config, runtime))
         if not facts.get("RUNTIME"):
-            restart = f" ({facts['RESTART']} so {facts['DISTRO']} regenerates its config)" if facts.get("DISTRO") in RANCHER else ""
+            restart = (
+                f" ({facts['RESTART']} so {facts['DISTRO']} regenerates its config)"
+                if facts.get("DISTRO") in RANCHER
+                else ""
+            )
             problems.append(f"{name}: the runtime {runtime!r} is not registered{restart}")
             continue
         passed.append(f"{name}: runtime {runtime} is registered")

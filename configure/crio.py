@@ -54,7 +54,6 @@ def parse_toml(text: str, path: object) -> Dict[str, Any]:
     return tomledit.parse_text(text, path).unwrap()
 
 
-
 def merge(base: Dict[str, Any], override: Dict[str, Any]) -> Dict[str, Any]:
     """Deep-merge ``override`` into a copy of ``base``: tables merge key by key, other values replace."""
     merged = dict(base)
@@ -72,7 +71,9 @@ def source_files(root: Path, config: str, extra: Optional[Path] = None) -> List[
     drop_ins: Dict[str, Path] = {}  # CRI-O orders them by the name in the directory, a link's own name
     if directory.is_dir():
         for entry in directory.iterdir():
-            resolved = rooted(root, f"{CRIO_DROP_IN_DIR}/{entry.name}")  # a linked drop-in, read inside the root
+            resolved = rooted(
+                root, f"{CRIO_DROP_IN_DIR}/{entry.name}"
+            )  # a linked drop-in, read inside the root
             if entry.suffix in (".conf", ".toml") and resolved.is_file():
                 drop_ins[entry.name] = resolved
     if extra is not None and extra.parent == directory:
@@ -193,10 +194,16 @@ def hook_problems(raw: bytes) -> List[str]:
     if data.get("version") != "1.0.0":
         problems.append(f"version is {data.get('version')!r}, not '1.0.0'")
     hook = data.get("hook")
-    if not isinstance(hook, dict) or not isinstance(hook.get("path"), str) or not hook["path"].startswith("/"):
+    if (
+        not isinstance(hook, dict)
+        or not isinstance(hook.get("path"), str)
+        or not hook["path"].startswith("/")
+    ):
         problems.append("hook.path must be an absolute path")
     when = data.get("when")
-    if not isinstance(when, dict) or not any(when.get(k) for k in ("always", "annotations", "commands", "hasBindMounts")):
+    if not isinstance(when, dict) or not any(
+        when.get(k) for k in ("always", "annotations", "commands", "hasBindMounts")
+    ):
         problems.append("when must set always, annotations, commands or hasBindMounts")
     stages = data.get("stages")
     if not isinstance(stages, list) or not stages or any(stage not in HOOK_STAGES for stage in stages):

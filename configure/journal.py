@@ -107,7 +107,9 @@ class Journal:
 
     def mark(self) -> JournalMark:
         """Where the journal stands now; :meth:`undo_since` takes everything after it back."""
-        return JournalMark(len(self.entries()), read_optional(self.path), (self.directory.is_dir(), self.backups.is_dir()))
+        return JournalMark(
+            len(self.entries()), read_optional(self.path), (self.directory.is_dir(), self.backups.is_dir())
+        )
 
     def undo_since(self, mark: JournalMark) -> List[Path]:
         """Put back every file written after ``mark`` and the journal as it was then; return the files.
@@ -171,11 +173,15 @@ def apply_changes(
         for change in changes:
             if not change.changed:
                 continue
-            made = _missing_dirs(change.path.parent) if change.owner is not None and change.old is None else []
+            made = (
+                _missing_dirs(change.path.parent) if change.owner is not None and change.old is None else []
+            )
             journal.record(engine, change, notes)
             write_config(change.path, change.new, mode=change.mode)
             written.append(change.path)
-            if change.owner is not None and change.old is None:  # a user's new file, in directories made for it
+            if (
+                change.owner is not None and change.old is None
+            ):  # a user's new file, in directories made for it
                 for path in (*made, change.path):
                     os.chown(path, *change.owner)
     except BaseException:
@@ -233,18 +239,29 @@ def restores_of(entries: Sequence[JournalEntry], engines: Optional[Sequence[str]
             if data is None:
                 raise ToolError(f"the backup {entry.backup} of {path} is missing; cannot restore it")
         current = read_optional(Path(path))
-        edited = current if current is not None and hashlib.sha256(current).hexdigest() != last[path].sha256 else None
+        edited = (
+            current
+            if current is not None and hashlib.sha256(current).hexdigest() != last[path].sha256
+            else None
+        )
         owned = lineedits.owned_lines(notes[path])
         if edited is not None and owned is not None:
             # A line edit (LXC config): take out exactly our lines and keep whatever else changed.
-            data, edited = lineedits.remove_lines(edited.decode("utf-8", "surrogateescape"), owned).encode("utf-8", "surrogateescape"), None
+            data, edited = (
+                lineedits.remove_lines(edited.decode("utf-8", "surrogateescape"), owned).encode(
+                    "utf-8", "surrogateescape"
+                ),
+                None,
+            )
         restores.append(Restore(entry.engine, Path(path), data, entry.mode, tuple(entry.created), edited))
     return restores
 
 
 def remove_created(restores: Sequence[Restore]) -> None:
     """Directories made for several files (a user's ~/.config tree) go once all of them are gone, deepest first."""
-    for directory in sorted({d for r in restores if r.data is None for d in r.created}, key=lambda d: -d.count("/")):
+    for directory in sorted(
+        {d for r in restores if r.data is None for d in r.created}, key=lambda d: -d.count("/")
+    ):
         with contextlib.suppress(OSError):
             Path(directory).rmdir()
 

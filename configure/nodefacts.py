@@ -106,7 +106,9 @@ def parse_os_release(text: str) -> OsRelease:
     )
 
 
-def detect_package_format(root: Path, which: Callable[[str], Optional[str]]) -> Tuple[Optional[str], Optional[str]]:
+def detect_package_format(
+    root: Path, which: Callable[[str], Optional[str]]
+) -> Tuple[Optional[str], Optional[str]]:
     """Return ``(format, rpm_dbpath)``: the database under the root decides, then the tools on PATH.
 
     A dpkg database wins over rpm because Debian hosts often carry an ``rpm`` binary too.
@@ -219,7 +221,9 @@ def parse_containerd_version(text: str) -> Optional[ContainerdVersion]:
     return (int(match.group(1)), int(match.group(2))) if match else None
 
 
-def dpkg_containerd_version(status: str, packages: Sequence[str] = _CONTAINERD_PACKAGES) -> Optional[ContainerdVersion]:
+def dpkg_containerd_version(
+    status: str, packages: Sequence[str] = _CONTAINERD_PACKAGES
+) -> Optional[ContainerdVersion]:
     """Find the installed package among ``packages`` (containerd's by default) in the text of a dpkg status file."""
     for stanza in re.split(r"\n\s*\n", status):
         fields = dict(re.findall(r"^([A-Za-z-]+):[ \t]*(.*)$", stanza, flags=re.MULTILINE))
@@ -235,7 +239,9 @@ def tool_version(root: Path, command: str, packages: Sequence[str]) -> Optional[
         binary = which(command)
         if binary is not None:
             try:
-                found = parse_containerd_version(run([binary, "--version"], check=False, timeout=20).stdout.decode())
+                found = parse_containerd_version(
+                    run([binary, "--version"], check=False, timeout=20).stdout.decode()
+                )
             except ToolError:
                 found = None
             if found is not None:

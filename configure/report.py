@@ -67,7 +67,9 @@ def gather(root: Path, facts: Mapping[str, str]) -> Evidence:
         evidence.problems.append("the engine's configuration names no default runtime")
     if "CONFIG_VERSION" in facts and "RUNTIMES" in facts:
         names = [name for name in facts["RUNTIMES"].split(",") if name]
-        evidence.files["parsed.txt"] = _text([f"version = {facts['CONFIG_VERSION']}", f"runtimes = {json.dumps(names)}"])
+        evidence.files["parsed.txt"] = _text(
+            [f"version = {facts['CONFIG_VERSION']}", f"runtimes = {json.dumps(names)}"]
+        )
     else:
         evidence.problems.append("parsed.txt is containerd's (a TOML config with a version and runtimes)")
     _cdi_keys(root, evidence)
@@ -99,11 +101,15 @@ def _cdi_keys(root: Path, evidence: Evidence) -> None:
 def _runtimeclass(root: Path, evidence: Evidence) -> None:
     record = read_record(root)
     if record is None:
-        evidence.problems.append("no RuntimeClass was written (run `gpu-airgap configure runtimeclass --output FILE`)")
+        evidence.problems.append(
+            "no RuntimeClass was written (run `gpu-airgap configure runtimeclass --output FILE`)"
+        )
         return
     output: Optional[str] = record.get("output")
     if not output:  # printed to stdout back then: the record holds what it said
-        evidence.files["runtimeclass.yaml"] = render_manifest(str(record.get("name", "nvidia")), str(record["handler"])).encode()
+        evidence.files["runtimeclass.yaml"] = render_manifest(
+            str(record.get("name", "nvidia")), str(record["handler"])
+        ).encode()
         return
     raw = read_optional(rooted(root, output))
     if raw is None:

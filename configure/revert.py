@@ -33,7 +33,11 @@ class RevertPlan:
     @property
     def problems(self) -> List[str]:
         """Every file edited since gpu-airgap wrote it (a revert without ``force`` refuses)."""
-        return [f"{r.path} was edited after gpu-airgap wrote it (use --force to restore anyway)" for r in self.restores if r.edited is not None]
+        return [
+            f"{r.path} was edited after gpu-airgap wrote it (use --force to restore anyway)"
+            for r in self.restores
+            if r.edited is not None
+        ]
 
 
 @dataclass
@@ -54,7 +58,9 @@ def plan_revert(journal: Journal, engines: Sequence[str]) -> RevertPlan:
     recorded = {entry.engine for entry in entries}
     for engine in engines:
         if engine not in recorded:
-            raise ToolError(f"nothing to revert: gpu-airgap has not changed any {engine} configuration under {journal.root}")
+            raise ToolError(
+                f"nothing to revert: gpu-airgap has not changed any {engine} configuration under {journal.root}"
+            )
     return RevertPlan(list(engines), restores_of(entries, engines))
 
 

@@ -92,7 +92,9 @@ def read_checksum_list(base: Path, verifier: Optional[SignatureCheck]) -> dict[s
         data = listing.read_bytes()
         signature = listing.with_name(listing.name + ".asc").read_bytes() if verifier is not None else b""
     except OSError as exc:
-        raise BundleOpenError(f"cannot read the checksum list of split bundle {base.name}: {exc.strerror or exc}") from exc
+        raise BundleOpenError(
+            f"cannot read the checksum list of split bundle {base.name}: {exc.strerror or exc}"
+        ) from exc
     if verifier is not None:
         verifier.verify_detached(data, signature, what=listing.name)
     sums: dict[str, str] = {}

@@ -141,7 +141,13 @@ class _Scan:
     """One streaming pass over a bundle; see the module docstring for the order of checks."""
 
     def __init__(
-        self, path: Path, keyring: Optional[SignatureCheck], *, sink: Optional[Path], stop_early: bool, meter: Optional[Meter] = None
+        self,
+        path: Path,
+        keyring: Optional[SignatureCheck],
+        *,
+        sink: Optional[Path],
+        stop_early: bool,
+        meter: Optional[Meter] = None,
     ) -> None:
         self.path = path
         self.meter = meter or NoMeter()
@@ -169,7 +175,10 @@ class _Scan:
     def _run(self, manifest_only: bool) -> BundleVerifyReport:
         last = "(start of archive)"
         try:
-            with open_stream(self.path, self.keyring) as stream, tarfile.open(fileobj=stream, mode="r|") as tar:
+            with (
+                open_stream(self.path, self.keyring) as stream,
+                tarfile.open(fileobj=stream, mode="r|") as tar,
+            ):
                 for count, info in enumerate(tar, start=1):
                     last = info.name
                     if count > MAX_MEMBERS + 2:
@@ -204,11 +213,17 @@ class _Scan:
     def _member(self, tar: tarfile.TarFile, info: tarfile.TarInfo) -> None:
         name = info.name
         if not is_plain_relative(name):
-            self.fail(name, "refusing an absolute, '..' or otherwise unsafe member name", fatal=self.sink is not None)
+            self.fail(
+                name,
+                "refusing an absolute, '..' or otherwise unsafe member name",
+                fatal=self.sink is not None,
+            )
             return
         if not info.isreg() or info.issparse():
             kind = "symlink" if info.issym() else "hard link" if info.islnk() else "special file or directory"
-            self.fail(name, f"refusing a {kind}: a bundle holds only regular files", fatal=self.sink is not None)
+            self.fail(
+                name, f"refusing a {kind}: a bundle holds only regular files", fatal=self.sink is not None
+            )
             return
         if name in self._seen:
             self.fail(name, "appears twice in the archive", fatal=self.sink is not None)
@@ -218,14 +233,22 @@ class _Scan:
             self._head_member(tar, info)
             return
         if self.report.manifest is None:
-            self.fail(name, f"comes before {MANIFEST_NAME} and {SIGNATURE_NAME}; refusing an unsigned archive", fatal=True)
+            self.fail(
+                name,
+                f"comes before {MANIFEST_NAME} and {SIGNATURE_NAME}; refusing an unsigned archive",
+                fatal=True,
+            )
         # An unlisted member, or one of another size, stops the scan at its header: stepping over
         # its data would mean reading (decompressing) all of it, and its size is the attacker's to choose.
         if name not in self._expected:
             self.fail(name, "is not listed in the signed manifest; stopped before reading it", fatal=True)
         size, sha256 = self._expected[name]
         if info.size != size or info.size > MAX_MEMBER_SIZE:
-            self.fail(name, f"has {info.size} bytes, the manifest says {size}; stopped before reading it", fatal=True)
+            self.fail(
+                name,
+                f"has {info.size} bytes, the manifest says {size}; stopped before reading it",
+                fatal=True,
+            )
         self._check_data(tar, info, sha256)
 
     def _head_member(self, tar: tarfile.TarFile, info: tarfile.TarInfo) -> None:
@@ -245,7 +268,9 @@ class _Scan:
     def _trust_manifest(self, data: bytes, signature: bytes) -> None:
         if self.keyring is not None:
             try:
-                self.report.signer = self.keyring.verify_detached(data, signature, what=MANIFEST_NAME).fingerprint
+                self.report.signer = self.keyring.verify_detached(
+                    data, signature, what=MANIFEST_NAME
+                ).fingerprint
             except VerificationError as exc:
                 # A BADSIG is a well-formed signature by the trusted key over other bytes: the
                 # manifest changed. A damaged armor (its CRC covers every byte) or a signature by
@@ -269,7 +294,9 @@ class _Scan:
         handle = tar.extractfile(info)
         assert handle is not None  # regular file
         hasher = hashlib.sha256()
-        kept: Optional[List[bytes]] = [] if info.name in (NODE_SUMS, NODE_SUMS_SIGNATURE) and info.size <= MAX_SUMS_SIZE else None
+        kept: Optional[List[bytes]] = (
+            [] if info.name in (NODE_SUMS, NODE_SUMS_SIGNATURE) and info.size <= MAX_SUMS_SIZE else None
+        )
         out: Optional[BinaryIO] = None
         if self.sink is not None:
             target = safe_join(self.sink, info.name)
@@ -293,7 +320,9 @@ class _Scan:
         self.report.members_checked += 1
         self.report.bytes_checked += info.size
         if hasher.hexdigest() != sha256:
-            self.fail(info.name, "does not match its sha256 in the signed manifest", fatal=self.sink is not None)
+            self.fail(
+                info.name, "does not match its sha256 in the signed manifest", fatal=self.sink is not None
+            )
         elif kept is not None:
             self._node[info.name] = b"".join(kept)
 
@@ -322,7 +351,9 @@ class _Scan:
         self.report.node_check = has_node_check(manifest)
         if self.keyring is None or self.report.signer is None:
             return  # no trusted manifest to compare with
-        for member, message in check_node(manifest, self._node.get(NODE_SUMS), self._node.get(NODE_SUMS_SIGNATURE), self.keyring):
+        for member, message in check_node(
+            manifest, self._node.get(NODE_SUMS), self._node.get(NODE_SUMS_SIGNATURE), self.keyring
+        ):
             self.fail(member, message)
 
 

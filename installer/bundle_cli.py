@@ -19,7 +19,9 @@ if TYPE_CHECKING:
 
 _FILE = typer.Argument(..., help="The bundle file, or FILE.part001 of a split bundle.")
 _JSON = typer.Option(False, "--json", help="Print one JSON object.")
-_KEYRING = typer.Option(..., "--keyring", help="The operator's public key file (armored or binary); the only key trusted.")
+_KEYRING = typer.Option(
+    ..., "--keyring", help="The operator's public key file (armored or binary); the only key trusted."
+)
 
 
 def add_bundle_commands(app: typer.Typer) -> None:
@@ -60,7 +62,9 @@ def verify_command(file: Path = _FILE, keyring: Path = _KEYRING, json_output: bo
         output.emit_lines([f"FAILED: {file.name}"] + [f"  {problem}" for problem in report.problems])
         report.raise_for_problems(listed=True)
     output.emit_lines(
-        [f"OK: {file.name} is signed by {report.signer}; {report.members_checked} members, {report.bytes_checked} bytes checked"]
+        [
+            f"OK: {file.name} is signed by {report.signer}; {report.members_checked} members, {report.bytes_checked} bytes checked"
+        ]
     )
     if not report.node_check:
         from installer.nodecheck import MISSING_NOTE
@@ -76,21 +80,28 @@ def manifest_lines(manifest: Manifest) -> List[str]:
         f"upstream: {manifest.upstream_url} (key {manifest.upstream_fingerprint})",
     ]
     for target in manifest.targets:
-        lines.append(f"target {target.format}/{target.arch}: toolkit {target.toolkit_version}, repo {target.repo_dir}/")
+        lines.append(
+            f"target {target.format}/{target.arch}: toolkit {target.toolkit_version}, repo {target.repo_dir}/"
+        )
         prov = target.provenance
-        lines.append(f"  verified upstream metadata signed by {prov.fingerprint} at {prov.signed_at or 'unknown time'}")
+        lines.append(
+            f"  verified upstream metadata signed by {prov.fingerprint} at {prov.signed_at or 'unknown time'}"
+        )
         for signed in prov.signed_files:
             digest = f"sha256={signed.sha256}" if signed.sha256 else f"sha512={(signed.sha512 or '-')[:32]}…"
             lines.append(f"    {signed.path} {signed.size} B {digest}")
         for pkg in target.packages:
-            lines.append(f"  {pkg.install_order + 1}. {pkg.name} {pkg.version} {pkg.arch} {pkg.size} B sha256={pkg.sha256[:16]}…")
+            lines.append(
+                f"  {pkg.install_order + 1}. {pkg.name} {pkg.version} {pkg.arch} {pkg.size} B sha256={pkg.sha256[:16]}…"
+            )
             if pkg.breaks:
                 lines.append(f"     breaks {', '.join(pkg.breaks)}")
             if pkg.header:
-                lines.append("     own header: " + "; ".join(f"{name}: {value}" for name, value in pkg.header))
+                lines.append(
+                    "     own header: " + "; ".join(f"{name}: {value}" for name, value in pkg.header)
+                )
         if target.node_requirements:
             lines.append(f"  node requirements: {', '.join(target.node_requirements)}")
     total = sum(f.size for f in manifest.files)
     lines.append(f"other members: {len(manifest.files)} ({total} B)")
     return lines
-

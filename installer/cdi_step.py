@@ -22,7 +22,9 @@ from installer.rollback import RunLog
 from plumbing.errors import ToolError
 
 
-def write_or_skip(plan: InstallPlan, options: InstallOptions, journal: Journal, env: NodeEnv, run: RunLog) -> Tuple[bool, str]:
+def write_or_skip(
+    plan: InstallPlan, options: InstallOptions, journal: Journal, env: NodeEnv, run: RunLog
+) -> Tuple[bool, str]:
     """Write the static CDI spec when the plan says so; it is planned only now, with the installed ``nvidia-ctk``.
 
     Enabled nvidia-cdi-refresh units own the spec (toolkit 1.18+): then nothing is written, CDI is
@@ -31,10 +33,17 @@ def write_or_skip(plan: InstallPlan, options: InstallOptions, journal: Journal, 
     """
     refresh = detect_refresh(options.root)
     if options.cdi == "off":
-        still = f"; nvidia-cdi-refresh still writes {refresh.output} (disable its units to stop it)" if refresh.active else ""
+        still = (
+            f"; nvidia-cdi-refresh still writes {refresh.output} (disable its units to stop it)"
+            if refresh.active
+            else ""
+        )
         return False, plan.cdi_skipped + still
     if refresh.active:
-        return True, f"from nvidia-cdi-refresh, which writes {refresh.output} at boot and when the driver changes; gpu-airgap writes no static spec"
+        return (
+            True,
+            f"from nvidia-cdi-refresh, which writes {refresh.output} at boot and when the driver changes; gpu-airgap writes no static spec",
+        )
     if plan.cdi_refresh:
         return False, (
             f"skipped: the packages ship nvidia-cdi-refresh but it will not run under {options.root} ({refresh.describe()}); "
@@ -60,7 +69,6 @@ def write_or_skip(plan: InstallPlan, options: InstallOptions, journal: Journal, 
     return True, (f"written to {CDI_SPEC} (from {source})" if written else f"{CDI_SPEC} is already current")
 
 
-
 def retire_static_spec(options: InstallOptions, journal: Journal) -> Tuple[bool, Optional[str]]:
     """Put back what was at the static spec's place when enabled refresh units now own the spec: one spec per kind.
 
@@ -76,7 +84,10 @@ def retire_static_spec(options: InstallOptions, journal: Journal) -> Tuple[bool,
     except ToolError as exc:  # edited since: it is the admin's file now, verify names the duplicate
         return False, f"kept the static CDI spec gpu-airgap wrote earlier: {exc}"
     where = ", ".join(map(str, paths))
-    return True, f"removed the static CDI spec gpu-airgap wrote earlier ({where}): nvidia-cdi-refresh owns the spec now"
+    return (
+        True,
+        f"removed the static CDI spec gpu-airgap wrote earlier ({where}): nvidia-cdi-refresh owns the spec now",
+    )
 
 
 def outcome(options: InstallOptions) -> Tuple[Dict[str, Any], str, List[str]]:

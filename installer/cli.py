@@ -84,7 +84,9 @@ def _root_callback(
     """Get the NVIDIA Container Toolkit onto air-gapped GPU nodes and wire it into their container engines."""
     global _debug
     _debug = debug
-    logging.basicConfig(level=logging.DEBUG if debug else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.DEBUG if debug else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
+    )
     # python-gnupg logs every non-zero gpg exit as a warning; we turn those into one ToolError sentence.
     logging.getLogger("gnupg").setLevel(logging.DEBUG if debug else logging.CRITICAL)
 
@@ -110,7 +112,11 @@ def make_app(
     lazy_groups: Optional[Mapping[str, Tuple[str, str, str]]] = None,
 ) -> typer.Typer:
     """Build the root app; ``lazy_groups`` (like :data:`LAZY_GROUPS`) adds the connected-side groups."""
-    root = type("_RootGroup", (_RootGroup,), {"more_lazy": dict(lazy_groups or {})}) if lazy_groups else _RootGroup
+    root = (
+        type("_RootGroup", (_RootGroup,), {"more_lazy": dict(lazy_groups or {})})
+        if lazy_groups
+        else _RootGroup
+    )
     app = typer.Typer(
         name=PROG,
         cls=root,

@@ -120,7 +120,9 @@ def plan_cdi(root: Path) -> ConfigPlan:
     return cdi_spec.plan_spec(root)
 
 
-def default_opener(bundle: Path, keyring: Path, staging_dir: Path, meter: Optional[Meter] = None) -> StagedBundle:
+def default_opener(
+    bundle: Path, keyring: Path, staging_dir: Path, meter: Optional[Meter] = None
+) -> StagedBundle:
     """Verify and stage with :mod:`installer.bundle` (see :mod:`installer.source`), reporting bytes to ``meter``."""
     from installer.source import open_verified
 
@@ -143,7 +145,9 @@ class NodeEnv:
 
     opener: BundleOpener = default_opener
     detect: Callable[[Path], NodeFacts] = lambda root: detect_node(root, proc_runner, proc.which)
-    backend: Callable[[NodeFacts], PackageBackend] = lambda f: make_backend(f.package_format, f.root, f.rpm_dbpath)
+    backend: Callable[[NodeFacts], PackageBackend] = lambda f: make_backend(
+        f.package_format, f.root, f.rpm_dbpath
+    )
     engine: Callable[[str], Engine] = default_engine
     services: ServiceManager = Systemd()  # noqa: RUF009 - stateless, sharing it is fine
     cdi: Callable[[Path], ConfigPlan] = plan_cdi

@@ -51,7 +51,9 @@ class InstallResult:
     cdi_source: str = ""
     cdi_report: Dict[str, Any] = field(default_factory=dict)  #: configure.cdi.node's report after the run
     diff: str = ""  #: configuration diff (dry-run)
-    failed_engines: List[str] = field(default_factory=list)  #: engines that did not come back; config restored
+    failed_engines: List[str] = field(
+        default_factory=list
+    )  #: engines that did not come back; config restored
     #: engines still to restart (``--no-restart``, or under another root): ``gpu-airgap restart`` does it
     restart_pending: List[str] = field(default_factory=list)
     #: engine -> the units that may run it (k3s/k3s-agent, ...; empty: k0s reloads by itself), for a restart elsewhere
@@ -141,22 +143,46 @@ def _execute(plan: InstallPlan, options: InstallOptions, env: NodeEnv) -> Instal
     result.cdi_report, result.cdi_source, problems = cdi_step.outcome(options)
     result.messages.extend(f"CDI problem: {p}" for p in problems)
     check, old_state = plan.preflight, plan.old_state
-    nothing = check.nothing_to_do and not changed and "written" not in result.cdi and not plan.hold and not restarted and not retired
+    nothing = (
+        check.nothing_to_do
+        and not changed
+        and "written" not in result.cdi
+        and not plan.hold
+        and not restarted
+        and not retired
+    )
     if nothing and plan.recorded:
         result.outcome = "up-to-date"
         result.changed = False
         result.messages.insert(0, "already installed: this bundle is on the node and nothing changed")
         return result
-    touched = {*(old_state.engines if old_state else []), *changed, *(["cdi"] if "written" in result.cdi else [])}
+    touched = {
+        *(old_state.engines if old_state else []),
+        *changed,
+        *(["cdi"] if "written" in result.cdi else []),
+    }
     if retired:
         touched.discard("cdi")
-    state = record(plan, options, journal, engines=sorted(touched), restart_pending=result.restart_pending, cdi=result.cdi, complete=True)
+    state = record(
+        plan,
+        options,
+        journal,
+        engines=sorted(touched),
+        restart_pending=result.restart_pending,
+        cdi=result.cdi,
+        complete=True,
+    )
     result.messages.append(f"recorded the install in {save_state(options.root, state)}")
     return result
 
 
 def _change_node(
-    plan: InstallPlan, options: InstallOptions, env: NodeEnv, journal: Journal, run: RunLog, result: InstallResult
+    plan: InstallPlan,
+    options: InstallOptions,
+    env: NodeEnv,
+    journal: Journal,
+    run: RunLog,
+    result: InstallResult,
 ) -> List[str]:
     """The steps that change the node, each recorded in ``run`` first; return the engines changed."""
     check, backend, target = plan.preflight, plan.backend, plan.target
@@ -170,7 +196,9 @@ def _change_node(
         run.begin()
         _say(env, f"installing {len(check.to_install)} package(s) with {backend.name}")
         _install_packages(backend, check, plan.previous, options)
-        result.messages.append("installed " + ", ".join(f"{p.name} {p.version}" for p in install_order(check.to_install)))
+        result.messages.append(
+            "installed " + ", ".join(f"{p.name} {p.version}" for p in install_order(check.to_install))
+        )
     if plan.hold:
         run.begin()
         run.held = True
@@ -186,7 +214,10 @@ def _say(env: NodeEnv, line: str) -> None:
 
 
 def _install_packages(
-    backend: PackageBackend, check: preflight.Preflight, previous: Dict[str, Optional[str]], options: InstallOptions
+    backend: PackageBackend,
+    check: preflight.Preflight,
+    previous: Dict[str, Optional[str]],
+    options: InstallOptions,
 ) -> None:
     ordered = install_order(check.to_install)
     fresh = [p.name for p in reversed(ordered) if previous.get(p.name) is None]
@@ -210,7 +241,13 @@ def _install_packages(
 
 
 def _register(
-    plan: InstallPlan, cdi_on: bool, options: InstallOptions, journal: Journal, env: NodeEnv, result: InstallResult, run: RunLog
+    plan: InstallPlan,
+    cdi_on: bool,
+    options: InstallOptions,
+    journal: Journal,
+    env: NodeEnv,
+    result: InstallResult,
+    run: RunLog,
 ) -> List[str]:
     changed: List[str] = []
     runtime = runtime_options(options, cdi_on)
@@ -218,7 +255,9 @@ def _register(
         result.messages.append("no container engine registered (none detected or --runtime none)")
     for name, planned in plan.engines.items():
         # The planned change, unless CDI turned out otherwise or a file changed since it was planned.
-        config = planned if runtime == plan.runtime and _still_current(planned) else env.engine(name).plan(runtime)
+        config = (
+            planned if runtime == plan.runtime and _still_current(planned) else env.engine(name).plan(runtime)
+        )
         result.messages.extend(f"{name}: {w}" for w in config.warnings)
         if config.changed:
             run.begin()
@@ -227,11 +266,15 @@ def _register(
             result.engines[name] = f"registered runtime {options.runtime_name!r}"
         elif config.notes.get("restart_needed"):
             changed.append(name)
-            result.engines[name] = f"{config.notes['distro']} registers runtime {options.runtime_name!r} itself when it restarts"
+            result.engines[name] = (
+                f"{config.notes['distro']} registers runtime {options.runtime_name!r} itself when it restarts"
+            )
         else:
             result.engines[name] = f"runtime {options.runtime_name!r} already registered"
         if config.next_step:  # podman and LXC have no runtime entry: say what was done or what to run
-            result.engines[name] = f"{'configured' if name in changed else 'nothing written'}: {config.next_step}"
+            result.engines[name] = (
+                f"{'configured' if name in changed else 'nothing written'}: {config.next_step}"
+            )
     _note_units(result, changed, options)
     return changed
 
@@ -266,13 +309,17 @@ def _still_current(config: ConfigPlan) -> bool:
     return all(read_optional(change.path) == change.old for change in config.changes)
 
 
-def restart_engines(changed: List[str], options: InstallOptions, journal: Journal, env: NodeEnv, result: InstallResult) -> List[str]:
+def restart_engines(
+    changed: List[str], options: InstallOptions, journal: Journal, env: NodeEnv, result: InstallResult
+) -> List[str]:
     """Restart the changed engines; return those whose change stayed (a reverted one is not recorded)."""
     if not changed:
         return changed
     if not _may_restart(options):
         why = "--no-restart" if options.no_restart else f"--root is {options.root}"
-        result.messages.append(f"not restarting {', '.join(changed)} ({why}); restart them to use the runtime")
+        result.messages.append(
+            f"not restarting {', '.join(changed)} ({why}); restart them to use the runtime"
+        )
         return changed
     kept: List[str] = []
     for name in changed:
@@ -325,7 +372,9 @@ def _render_dry_run(plan: InstallPlan, options: InstallOptions) -> InstallResult
     for name, version, why in check.remove_first:
         result.messages.append(f"would remove {name} {version}: {why}")
     if check.to_install:
-        result.messages.append("would install " + ", ".join(f"{p.name} {p.version}" for p in install_order(check.to_install)))
+        result.messages.append(
+            "would install " + ", ".join(f"{p.name} {p.version}" for p in install_order(check.to_install))
+        )
     else:
         result.messages.append("packages: already at the bundle's versions")
     if plan.hold:
@@ -333,20 +382,29 @@ def _render_dry_run(plan: InstallPlan, options: InstallOptions) -> InstallResult
     for name, config in plan.engines.items():
         result.engines[name] = "would register" if config.changed else "already registered"
         if config.next_step:
-            result.engines[name] = f"{'would configure' if config.changed else 'nothing to write'}: {config.next_step}"
+            result.engines[name] = (
+                f"{'would configure' if config.changed else 'nothing to write'}: {config.next_step}"
+            )
     result.restart_pending = _left_pending(plan.restart_due, options)
     result.diff = "".join(unified_diff(config.changes) for config in plan.engines.values())
     # A valid existing CDI spec is kept by a real run, so only a missing one would be written.
     cdi_change = plan.cdi and not rooted(options.root, CDI_SPEC).exists()
     # A run that changes nothing else still records this bundle when the node has no record of it.
     result.changed = bool(
-        check.to_install or check.remove_first or plan.hold or plan.engines_changing or cdi_change or not plan.recorded
+        check.to_install
+        or check.remove_first
+        or plan.hold
+        or plan.engines_changing
+        or cdi_change
+        or not plan.recorded
         or (plan.pending_before and _may_restart(options))
     )
     if options.cdi == "off":
         result.cdi, result.cdi_source = "off", "off"
     elif plan.cdi_refresh:
-        result.cdi = "from nvidia-cdi-refresh: the packages' units write the spec at boot and when the driver changes"
+        result.cdi = (
+            "from nvidia-cdi-refresh: the packages' units write the spec at boot and when the driver changes"
+        )
         result.cdi_source = SOURCE_REFRESH
     else:
         result.cdi = "would generate" if plan.cdi else plan.cdi_skipped

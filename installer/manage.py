@@ -103,13 +103,19 @@ def uninstall(
         state = _require_state(root)
         drift = file_drift(state)
         if drift and not force:
-            raise ProblemsFound("refusing to uninstall (use --force to restore the recorded files anyway)", drift)
+            raise ProblemsFound(
+                "refusing to uninstall (use --force to restore the recorded files anyway)", drift
+            )
         journal = Journal(root)
         recorded = {entry.engine for entry in journal.entries()}
         engines = [engine for engine in state.engines if engine in recorded]
         plan = plan_revert(journal, engines) if engines else RevertPlan([], [])
         backend = env.backend(env.detect(root)) if not keep_packages else None
-        names = [n for n in reversed(list(state.packages)) if is_present(backend, n)] if backend is not None else []
+        names = (
+            [n for n in reversed(list(state.packages)) if is_present(backend, n)]
+            if backend is not None
+            else []
+        )
         result.restored = [str(r.path) for r in plan.restores]
         result.deleted = [str(r.path) for r in plan.restores if r.action == "delete"]
         result.removed = names
@@ -125,7 +131,9 @@ def uninstall(
         # After the packages are gone: k3s/RKE2 register whatever runtime binary they find at start.
         if is_live_root(root):
             for engine in state.engines:
-                unit = engine_unit(env.services, engine, root, state.distro) if engine in SERVICE_UNITS else ""
+                unit = (
+                    engine_unit(env.services, engine, root, state.distro) if engine in SERVICE_UNITS else ""
+                )
                 # an engine the admin stopped stays stopped: it reads the restored file when started
                 if unit and not env.services.is_stopped(unit):
                     env.services.restart(unit)
@@ -141,16 +149,21 @@ def _explain(state: NodeState, result: UninstallResult, keep_packages: bool) -> 
     older = {n: v for n, v in state.previous.items() if v is not None and n in result.removed}
     if older:
         result.messages.append(
-            "before the install the node had " + ", ".join(f"{n} {v}" for n, v in older.items())
+            "before the install the node had "
+            + ", ".join(f"{n} {v}" for n, v in older.items())
             + "; those versions are not in the bundle, reinstall them from their own media if needed"
         )
     if state.removed:
         result.messages.append(
-            "the install had removed " + ", ".join(f"{n} {v}" for n, v in state.removed.items()) + "; reinstall them if you still need them"
+            "the install had removed "
+            + ", ".join(f"{n} {v}" for n, v in state.removed.items())
+            + "; reinstall them if you still need them"
         )
 
 
-def restart_pending(root: Path, env: NodeEnv, engines: Optional[List[str]] = None, distro: Optional[str] = None) -> InstallResult:
+def restart_pending(
+    root: Path, env: NodeEnv, engines: Optional[List[str]] = None, distro: Optional[str] = None
+) -> InstallResult:
     """Restart the engines the recorded install changed but did not restart (``install --no-restart``).
 
     What ``install`` does after registering the runtime, run later (an Ansible handler, the
@@ -162,15 +175,23 @@ def restart_pending(root: Path, env: NodeEnv, engines: Optional[List[str]] = Non
     :raises UsageError: under another ``--root``: its engines are not ours to restart.
     """
     if not is_live_root(root):
-        raise UsageError(f"engines are restarted only on the running system; {root} is another root, restart them there")
+        raise UsageError(
+            f"engines are restarted only on the running system; {root} is another root, restart them there"
+        )
     with node_lock(root):
         state = load_state(root)
-        result = InstallResult(outcome="restarted", node="", target=state.target if state else "",
-                               bundle_id=state.bundle_id if state else "")  # fmt: skip
+        result = InstallResult(
+            outcome="restarted",
+            node="",
+            target=state.target if state else "",
+            bundle_id=state.bundle_id if state else "",
+        )
         due = sorted(set(engines)) if engines else list(state.restart_pending if state else [])
         unknown = [name for name in due if name not in SERVICE_UNITS]
         if unknown:
-            raise UsageError(f"cannot restart {', '.join(unknown)}: the engines are {', '.join(SERVICE_UNITS)}")
+            raise UsageError(
+                f"cannot restart {', '.join(unknown)}: the engines are {', '.join(SERVICE_UNITS)}"
+            )
         if not due:
             result.outcome = "nothing to restart"
             return result
@@ -191,7 +212,9 @@ def _distro(given: Optional[str], state: Optional[NodeState]) -> Optional[str]:
     return given or (state.distro if state else None)
 
 
-def status(root: Path, env: NodeEnv, runtime_name: str = "nvidia", distro: Optional[str] = None) -> Dict[str, Any]:
+def status(
+    root: Path, env: NodeEnv, runtime_name: str = "nvidia", distro: Optional[str] = None
+) -> Dict[str, Any]:
     """Report packages, engine registration, the CDI spec and drift from ``state.json``.
 
     The returned dict has ``problems`` (a list): empty means the node matches its record.
@@ -216,7 +239,10 @@ def status(root: Path, env: NodeEnv, runtime_name: str = "nvidia", distro: Optio
         try:
             engine = engine_for(engine_name, chosen) if chosen else env.engine(engine_name)
             engines[engine_name] = engine.report(root, name)
-            if engine_name == "containerd" and engines[engine_name].get("DISTRO", "containerd") == "containerd":
+            if (
+                engine_name == "containerd"
+                and engines[engine_name].get("DISTRO", "containerd") == "containerd"
+            ):
                 problems.extend(f"containerd: {p}" for p in containerd_leftovers(root, runtime_name=name))
         except ToolError as exc:
             engines[engine_name] = {"error": str(exc)}

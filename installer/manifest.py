@@ -119,7 +119,9 @@ class Manifest:
     toolkit_version: str  #: upstream version (``1.17.8``)
     upstream_url: str
     upstream_fingerprint: str
-    signer: str  #: fingerprint of the operator key that signed the manifest (as claimed; ``verify`` proves it)
+    signer: (
+        str  #: fingerprint of the operator key that signed the manifest (as claimed; ``verify`` proves it)
+    )
     targets: Tuple[TargetEntry, ...]
     files: Tuple[FileEntry, ...]
     schema: int = SCHEMA_VERSION
@@ -186,7 +188,8 @@ def _target_dict(t: TargetEntry) -> Dict[str, Any]:
             "fingerprint": prov.fingerprint,
             "signed_at": prov.signed_at,
             "signed_files": [
-                {"path": s.path, "size": s.size, "sha256": s.sha256, "sha512": s.sha512} for s in prov.signed_files
+                {"path": s.path, "size": s.size, "sha256": s.sha256, "sha512": s.sha512}
+                for s in prov.signed_files
             ],
         },
         "packages": [

@@ -77,7 +77,9 @@ class _Parser:
             return 0
         return value if isinstance(value, int) else 0
 
-    def _digest(self, obj: Any, key: str, where: str, pattern: re.Pattern[str], *, optional: bool = False) -> str:
+    def _digest(
+        self, obj: Any, key: str, where: str, pattern: re.Pattern[str], *, optional: bool = False
+    ) -> str:
         value = self._str(obj, key, where, optional=optional)
         if value and not pattern.match(value):
             self.problems.append(f"{where}.{key} is not a lower-case hex digest")
@@ -108,16 +110,32 @@ class _Parser:
             raise ManifestError(["the top level is not a JSON object"])
         schema = self._get(raw, "schema", int, "manifest")
         if isinstance(schema, int) and schema != SCHEMA_VERSION:
-            self.problems.append(f"schema {schema} is not supported (this tool reads schema {SCHEMA_VERSION})")
+            self.problems.append(
+                f"schema {schema} is not supported (this tool reads schema {SCHEMA_VERSION})"
+            )
         upstream = self._get(raw, "upstream", dict, "manifest")
         upstream_fpr = self._str(upstream, "fingerprint", "manifest.upstream")
         signer = self._str(raw, "signer", "manifest")
         for label, fpr in (("upstream.fingerprint", upstream_fpr), ("signer", signer)):
             if fpr and not _FPR.match(fpr):
                 self.problems.append(f"manifest.{label} is not a 40-hex-digit fingerprint")
-        targets = tuple(self._target(t, f"targets[{i}]") for i, t in enumerate(self._list(raw, "targets", "manifest")))
-        files = tuple(self._file(f, f"files[{i}]") for i, f in enumerate(self._list(raw, "files", "manifest")))
-        known = {"schema", "tool_version", "created", "channel", "toolkit_version", "upstream", "signer", "targets", "files"}
+        targets = tuple(
+            self._target(t, f"targets[{i}]") for i, t in enumerate(self._list(raw, "targets", "manifest"))
+        )
+        files = tuple(
+            self._file(f, f"files[{i}]") for i, f in enumerate(self._list(raw, "files", "manifest"))
+        )
+        known = {
+            "schema",
+            "tool_version",
+            "created",
+            "channel",
+            "toolkit_version",
+            "upstream",
+            "signer",
+            "targets",
+            "files",
+        }
         manifest = Manifest(
             schema=schema if isinstance(schema, int) else 0,
             tool_version=self._str(raw, "tool_version", "manifest"),
@@ -181,8 +199,10 @@ class _Parser:
             SignedFile(
                 path=self._str(s, "path", f"{pwhere}.signed_files[{i}]"),
                 size=self._size(s, f"{pwhere}.signed_files[{i}]"),
-                sha256=self._digest(s, "sha256", f"{pwhere}.signed_files[{i}]", _SHA256, optional=True) or None,
-                sha512=self._digest(s, "sha512", f"{pwhere}.signed_files[{i}]", _SHA512, optional=True) or None,
+                sha256=self._digest(s, "sha256", f"{pwhere}.signed_files[{i}]", _SHA256, optional=True)
+                or None,
+                sha512=self._digest(s, "sha512", f"{pwhere}.signed_files[{i}]", _SHA512, optional=True)
+                or None,
             )
             for i, s in enumerate(self._list(prov_raw, "signed_files", pwhere))
         )
@@ -192,7 +212,10 @@ class _Parser:
             signed_at=self._str(prov_raw, "signed_at", pwhere, optional=True) or None,
             signed_files=signed,
         )
-        packages = tuple(self._package(p, f"{where}.packages[{i}]") for i, p in enumerate(self._list(raw, "packages", where)))
+        packages = tuple(
+            self._package(p, f"{where}.packages[{i}]")
+            for i, p in enumerate(self._list(raw, "packages", where))
+        )
         orders = sorted(p.install_order for p in packages)
         if orders != list(range(len(packages))):
             self.problems.append(f"{where} install_order must number the packages 0..{len(packages) - 1}")
@@ -230,7 +253,9 @@ class _Parser:
         if not isinstance(raw, dict) or raw.get(key) is None:
             return None
         items = self._list(raw, key, where)
-        if any(not (isinstance(i, list) and len(i) == 2 and all(isinstance(x, str) for x in i)) for i in items):
+        if any(
+            not (isinstance(i, list) and len(i) == 2 and all(isinstance(x, str) for x in i)) for i in items
+        ):
             self.problems.append(f"{where}.{key} must be a list of [name, value] string pairs")
             return None
         return tuple((i[0], i[1]) for i in items)

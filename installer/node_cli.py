@@ -27,13 +27,22 @@ def _progress(line: str) -> None:
     sys.stderr.write(line + "\n")
 
 
-_BUNDLE = typer.Argument(..., help="The signed bundle (.tar, .tar.zst, the first of its parts, or oci://HOST/REPO:TAG|@sha256:…).")
+_BUNDLE = typer.Argument(
+    ..., help="The signed bundle (.tar, .tar.zst, the first of its parts, or oci://HOST/REPO:TAG|@sha256:…)."
+)
 _KEYRING = typer.Option(..., "--keyring", help="The operator's public key file; nothing else is trusted.")
 _ROOT = typer.Option("/", "--root", metavar="DIR", help=ROOT_HELP, callback=existing_root)
-_RUNTIME = typer.Option("auto", "--runtime", click_type=click.Choice(RUNTIME_CHOICES), help="auto | containerd | docker | crio | podman | lxc | none")
+_RUNTIME = typer.Option(
+    "auto",
+    "--runtime",
+    click_type=click.Choice(RUNTIME_CHOICES),
+    help="auto | containerd | docker | crio | podman | lxc | none",
+)
 _RUNTIME_NAME = typer.Option("nvidia", "--runtime-name", help="Name of the runtime entry.")
 _SET_AS_DEFAULT = typer.Option(False, "--set-as-default", help="Make it the engine's default runtime.")
-_CDI = typer.Option("auto", "--cdi", click_type=click.Choice(CDI_CHOICES), help="auto (when a driver is present) | on | off")
+_CDI = typer.Option(
+    "auto", "--cdi", click_type=click.Choice(CDI_CHOICES), help="auto (when a driver is present) | on | off"
+)
 _HOLD = typer.Option(False, "--hold", help="Keep the node on this release (dpkg hold / dnf versionlock).")
 _ALLOW_DOWNGRADE = typer.Option(False, "--allow-downgrade", help="Install over newer versions.")
 _NO_RESTART = typer.Option(False, "--no-restart", help="Do not restart changed engines.")
@@ -41,17 +50,31 @@ _DRY_RUN = typer.Option(False, "--dry-run", help="Print the plan and change noth
 _JSON = typer.Option(False, "--json", help="Print one JSON object.")
 _KEEP_PACKAGES = typer.Option(False, "--keep-packages", help="Restore the configuration only.")
 _FORCE = typer.Option(
-    False, "--force", help="Restore files even if they were edited since the install (each edit is kept as FILE.gpu-airgap-old)."
+    False,
+    "--force",
+    help="Restore files even if they were edited since the install (each edit is kept as FILE.gpu-airgap-old).",
 )
-_UNINSTALL_DRY_RUN = typer.Option(False, "--dry-run", help="Print what would be restored, deleted and removed; change nothing.")
+_UNINSTALL_DRY_RUN = typer.Option(
+    False, "--dry-run", help="Print what would be restored, deleted and removed; change nothing."
+)
 _ENGINE = typer.Option(
-    [], "--engine", click_type=click.Choice(sorted(SERVICE_ENGINES)), help="Restart this engine instead of the pending ones; repeat."
+    [],
+    "--engine",
+    click_type=click.Choice(sorted(SERVICE_ENGINES)),
+    help="Restart this engine instead of the pending ones; repeat.",
 )
 _DISTRO = typer.Option(
-    None, "--distro", click_type=click.Choice(DISTRO_CHOICES), help="Which containerd the kubelet uses (default: detected)."
+    None,
+    "--distro",
+    click_type=click.Choice(DISTRO_CHOICES),
+    help="Which containerd the kubelet uses (default: detected).",
 )
-_TAKE_OVER = typer.Option(False, "--force", help="Take the runtime configuration over from the NVIDIA GPU Operator.")
-_STATUS_RUNTIME_NAME = typer.Option("nvidia", "--runtime-name", help="Runtime to look for when nothing was recorded.")
+_TAKE_OVER = typer.Option(
+    False, "--force", help="Take the runtime configuration over from the NVIDIA GPU Operator."
+)
+_STATUS_RUNTIME_NAME = typer.Option(
+    "nvidia", "--runtime-name", help="Runtime to look for when nothing was recorded."
+)
 
 
 def add_node_commands(app: typer.Typer) -> None:
@@ -103,12 +126,16 @@ def install_command(
         force=force,
     )
     with oci_cli.local_bundle(bundle, keyring, username, password_stdin, ca_file, plain_http) as local:
-        env = NodeEnv(log=_progress, opener=metered_opener(terminal_meter("verifying the bundle", quiet=as_json)))
+        env = NodeEnv(
+            log=_progress, opener=metered_opener(terminal_meter("verifying the bundle", quiet=as_json))
+        )
         result = install_lib.install(local, Path(keyring), options, env)
     if as_json:
         emit_json(result.to_dict())
     else:
-        lines: List[str] = [f"{result.outcome}: bundle {result.bundle_id[:16]}… for {result.target} on {result.node}"]
+        lines: List[str] = [
+            f"{result.outcome}: bundle {result.bundle_id[:16]}… for {result.target} on {result.node}"
+        ]
         lines += [f"  {m}" for m in result.messages]
         lines += [f"  {name}: {what}" for name, what in result.engines.items()]
         lines.append(f"  CDI: {result.cdi}")
@@ -132,18 +159,23 @@ def uninstall_command(
     from installer import manage
     from installer.env import NodeEnv
 
-    result = manage.uninstall(Path(root), NodeEnv(log=_progress), keep_packages=keep_packages, force=force, dry_run=dry_run)
+    result = manage.uninstall(
+        Path(root), NodeEnv(log=_progress), keep_packages=keep_packages, force=force, dry_run=dry_run
+    )
     if as_json:
         emit_json(result.to_dict())
     else:
         would = "would " if dry_run else ""
         lines = [
-            f"{would}{'delete' if dry_run else 'deleted'} {path} (the install had created it)" if path in result.deleted
+            f"{would}{'delete' if dry_run else 'deleted'} {path} (the install had created it)"
+            if path in result.deleted
             else f"{would}{'restore' if dry_run else 'restored'} {path}"
             for path in result.restored
-        ]  # fmt: skip
-        lines += [f"{would}keep your edit of {path} as {copy}" if dry_run else f"kept your edit of {path} as {copy}"
-                  for path, copy in result.kept.items()]  # fmt: skip
+        ]
+        lines += [
+            f"{would}keep your edit of {path} as {copy}" if dry_run else f"kept your edit of {path} as {copy}"
+            for path, copy in result.kept.items()
+        ]
         lines += [f"{would}{'remove' if dry_run else 'removed'} {name}" for name in result.removed]
         lines += result.messages
         lines += ["dry run: nothing changed"] if dry_run else []
@@ -184,7 +216,9 @@ def status_command(
 
     report = manage.status(Path(root), NodeEnv(), runtime_name, distro)
     if as_json:
-        emit_json({**report, "engines": {name: json_facts(facts) for name, facts in report["engines"].items()}})
+        emit_json(
+            {**report, "engines": {name: json_facts(facts) for name, facts in report["engines"].items()}}
+        )
     else:
         emit_lines(_status_lines(report))
     return int(ExitCode.PROBLEMS_FOUND if report["problems"] else ExitCode.OK)
@@ -193,20 +227,32 @@ def status_command(
 def _status_lines(report: Dict[str, Any]) -> List[str]:
     lines = [f"node: {report['node']}"]
     if report["installed_by_gpu_airgap"]:
-        lines.append(f"bundle: {report['bundle_id']} (release {report['release']}, signed by {report['signer']})")
+        lines.append(
+            f"bundle: {report['bundle_id']} (release {report['release']}, signed by {report['signer']})"
+        )
     else:
         lines.append("bundle: no install recorded by gpu-airgap")
     for name, version in report["packages"].items():
-        lines.append(f"  {name}: {version or 'not installed'}" + (" (held)" if report["held"] and version else ""))
+        lines.append(
+            f"  {name}: {version or 'not installed'}" + (" (held)" if report["held"] and version else "")
+        )
     for engine, facts in report["engines"].items():
         runtime = facts.get("RUNTIME") or "not registered"
-        pending = " (restart pending: `gpu-airgap restart`)" if engine in report.get("restart_pending", []) else ""
+        pending = (
+            " (restart pending: `gpu-airgap restart`)" if engine in report.get("restart_pending", []) else ""
+        )
         of = f" of {facts['DISTRO']}" if facts.get("DISTRO") not in (None, "containerd") else ""
-        lines.append(f"  {engine}{of}: runtime {runtime}" + (f", default {facts['DEFAULT']}" if facts.get("DEFAULT") else "") + pending)
+        lines.append(
+            f"  {engine}{of}: runtime {runtime}"
+            + (f", default {facts['DEFAULT']}" if facts.get("DEFAULT") else "")
+            + pending
+        )
         if facts.get("OWNER"):
             lines.append(f"  {engine}: the runtime configuration is managed by {facts['OWNER']}")
     cdi = report["cdi"]
-    lines.append(f"  CDI {cdi['path']}: " + ("valid" if cdi["valid"] else "invalid" if cdi["present"] else "absent"))
+    lines.append(
+        f"  CDI {cdi['path']}: " + ("valid" if cdi["valid"] else "invalid" if cdi["present"] else "absent")
+    )
     lines.append(f"  CDI source: {cdi['source']}: {cdi['summary']}")
     lines += [f"problem: {p}" for p in report["problems"]] or ["no drift from the recorded install"]
     return lines

@@ -47,7 +47,9 @@ _LINE = re.compile(r"^([0-9a-f]{64})  (\S+)$")
 
 def render_sums(files: Mapping[str, bytes]) -> bytes:
     """``NODE-SHA256SUMS`` for ``files`` (name -> content), in ``sha256sum`` format and :data:`NODE_FILES` order."""
-    return "".join(f"{hashlib.sha256(files[name]).hexdigest()}  {name}\n" for name in NODE_FILES).encode("ascii")
+    return "".join(f"{hashlib.sha256(files[name]).hexdigest()}  {name}\n" for name in NODE_FILES).encode(
+        "ascii"
+    )
 
 
 def parse_sums(data: bytes) -> Dict[str, str]:
@@ -93,7 +95,12 @@ def check(
     if NODE_SUMS not in members:
         return []
     if NODE_SUMS_SIGNATURE not in members:
-        return [(NODE_SUMS_SIGNATURE, f"is not listed in the signed manifest, so {NODE_SUMS} cannot be checked on the node")]
+        return [
+            (
+                NODE_SUMS_SIGNATURE,
+                f"is not listed in the signed manifest, so {NODE_SUMS} cannot be checked on the node",
+            )
+        ]
     if sums is None or signature is None:
         return []  # not in the archive: the reader already names the missing member
     try:

@@ -22,16 +22,25 @@ from plumbing.errors import UsageError
 if TYPE_CHECKING:
     from installer.oci.client import RegistryAccess
 
-USERNAME = typer.Option(None, "--username", help="Registry user (default: from $DOCKER_CONFIG or ~/.docker/config.json).")
-PASSWORD_STDIN = typer.Option(False, "--password-stdin", help="Read the registry password (or token) from stdin.")
+USERNAME = typer.Option(
+    None, "--username", help="Registry user (default: from $DOCKER_CONFIG or ~/.docker/config.json)."
+)
+PASSWORD_STDIN = typer.Option(
+    False, "--password-stdin", help="Read the registry password (or token) from stdin."
+)
 CA_FILE = typer.Option(None, "--ca-file", help="PEM file of the CA that signed the registry's certificate.")
 PLAIN_HTTP = typer.Option(
-    False, "--plain-http", "--insecure-http", help="Speak plain http to the registry (loopback registries need not)."
+    False,
+    "--plain-http",
+    "--insecure-http",
+    help="Speak plain http to the registry (loopback registries need not).",
 )
 _JSON = typer.Option(False, "--json", help="Print one JSON object.")
 _PUSH_FILE = typer.Argument(..., help="The bundle file, or FILE.part001 of a split bundle.")
 _PUSH_TO = typer.Argument(..., metavar="oci://HOST[:PORT]/REPO:TAG", help="Where to store it.")
-_PULL_FROM = typer.Argument(..., metavar="oci://HOST[:PORT]/REPO:TAG|@sha256:DIGEST", help="The bundle to fetch.")
+_PULL_FROM = typer.Argument(
+    ..., metavar="oci://HOST[:PORT]/REPO:TAG|@sha256:DIGEST", help="The bundle to fetch."
+)
 _OUTPUT = typer.Option(..., "--output", help="The bundle file to write, or an existing directory.")
 _KEYRING = typer.Option(..., "--keyring", help="The operator's public key file; the only key trusted.")
 
@@ -61,19 +70,28 @@ def registry_access(
         credentials = from_docker_config(host, os.environ)
     if ca_file is not None and not Path(ca_file).is_file():
         raise UsageError(f"the CA file {ca_file} does not exist")
-    return RegistryAccess(credentials=credentials, ca_file=Path(ca_file) if ca_file else None, plain_http=plain_http)
+    return RegistryAccess(
+        credentials=credentials, ca_file=Path(ca_file) if ca_file else None, plain_http=plain_http
+    )
 
 
 @contextlib.contextmanager
 def local_bundle(
-    bundle: str, keyring: str, username: Optional[str], password_stdin: bool, ca_file: Optional[str], plain_http: bool
+    bundle: str,
+    keyring: str,
+    username: Optional[str],
+    password_stdin: bool,
+    ca_file: Optional[str],
+    plain_http: bool,
 ) -> Iterator[Path]:
     """The bundle file to install: ``bundle`` itself, or an ``oci://`` artifact pulled into a private spool directory."""
     from installer.oci import is_oci_reference
 
     if not is_oci_reference(bundle):
         if username or password_stdin or ca_file or plain_http:
-            raise UsageError("--username, --password-stdin, --ca-file and --plain-http apply only to an oci:// bundle")
+            raise UsageError(
+                "--username, --password-stdin, --ca-file and --plain-http apply only to an oci:// bundle"
+            )
         yield Path(bundle)
         return
     from installer.oci.reference import parse_reference
@@ -113,7 +131,9 @@ def push_command(
     ref = parse_reference(reference)
     require_bundle(file)
     check_key_file(keyring)
-    client = RegistryClient.for_reference(ref, registry_access(ref.host, username, password_stdin, ca_file, plain_http))
+    client = RegistryClient.for_reference(
+        ref, registry_access(ref.host, username, password_stdin, ca_file, plain_http)
+    )
     result = push_bundle(file, ref, keyring, client, _progress)
     if json_output:
         output.emit_json(result.to_dict())
@@ -152,7 +172,12 @@ def pull_command(
     pulled, report = result.pulled, result.report
     if json_output:
         data = report.to_dict()
-        data.update(reference=str(ref), digest=pulled.digest, pinned=str(pulled.pinned), files=[str(f) for f in pulled.files])
+        data.update(
+            reference=str(ref),
+            digest=pulled.digest,
+            pinned=str(pulled.pinned),
+            files=[str(f) for f in pulled.files],
+        )
         data["bundle"] = str(pulled.entry)
         output.emit_json(data)
         return

@@ -81,18 +81,28 @@ class InstallPlan:
     @property
     def recorded(self) -> bool:
         """The node's install record already names this bundle, as a finished install."""
-        return self.old_state is not None and self.old_state.bundle_id == self.bundle.bundle_id and self.old_state.complete
+        return (
+            self.old_state is not None
+            and self.old_state.bundle_id == self.bundle.bundle_id
+            and self.old_state.complete
+        )
 
     @property
     def engines_changing(self) -> List[str]:
         """The engines whose configuration this run changes."""
         # k3s/RKE2 register the runtime themselves: a restart is their change, with no file written.
-        return [name for name, config in self.engines.items() if config.changed or config.notes.get("restart_needed")]
+        return [
+            name
+            for name, config in self.engines.items()
+            if config.changed or config.notes.get("restart_needed")
+        ]
 
     @property
     def restart_due(self) -> List[str]:
         """The engines to restart after the run (or to leave pending): those it changes and those still pending."""
-        return sorted({*(name for name in self.engines_changing if name in SERVICE_ENGINES), *self.pending_before})
+        return sorted(
+            {*(name for name in self.engines_changing if name in SERVICE_ENGINES), *self.pending_before}
+        )
 
 
 def plan_install(bundle: StagedBundle, options: InstallOptions, env: NodeEnv) -> InstallPlan:
@@ -149,8 +159,12 @@ def files_written(plan: InstallPlan, root: Path) -> List[Path]:
     paths = [*configs, *(Journal(root).files() if configs else []), state_path(root)]
     check = plan.preflight
     if check.to_install or check.remove_first or plan.hold:
-        database = "/var/lib/dpkg" if plan.backend.name == "dpkg" else (plan.facts.rpm_dbpath or "/var/lib/rpm")
-        paths.append(rooted(root, database) / "gpu-airgap-probe")  # the directory: dpkg and rpm replace files in it
+        database = (
+            "/var/lib/dpkg" if plan.backend.name == "dpkg" else (plan.facts.rpm_dbpath or "/var/lib/rpm")
+        )
+        paths.append(
+            rooted(root, database) / "gpu-airgap-probe"
+        )  # the directory: dpkg and rpm replace files in it
     if plan.hold and plan.backend.name == "rpm":
         paths.append(rooted(root, VERSIONLOCK))
     return paths
@@ -174,8 +188,12 @@ def refresh_expected(target: StagedTarget, root: Path) -> bool:
 def runtime_options(options: InstallOptions, cdi: bool) -> RuntimeOptions:
     """The engines' options for this install; ``cdi`` when the CDI spec is (or will be) written."""
     return RuntimeOptions(
-        root=options.root, runtime_name=options.runtime_name, set_as_default=options.set_as_default, cdi=cdi,
-        distro=options.distro, force=options.force,
+        root=options.root,
+        runtime_name=options.runtime_name,
+        set_as_default=options.set_as_default,
+        cdi=cdi,
+        distro=options.distro,
+        force=options.force,
     )
 
 
@@ -198,7 +216,9 @@ def _preflight(
         root_label=str(options.root),
     )
     if options.cdi == "on" and not facts.driver:
-        check.problems.append("--cdi on needs an NVIDIA driver, but neither /proc/driver/nvidia/version nor /dev/nvidiactl exists")
+        check.problems.append(
+            "--cdi on needs an NVIDIA driver, but neither /proc/driver/nvidia/version nor /dev/nvidiactl exists"
+        )
     if options.runtime not in ("auto", "none") and options.runtime not in facts.engines:
         check.notes.append(f"{options.runtime} was not detected on the node; configuring it as asked")
     check.raise_for_problems()

@@ -14,7 +14,12 @@ from installer.target import Requirement, StagedPackage, StagedTarget
 from plumbing.errors import ExitCode, ProblemsFound
 
 #: Packages of the old nvidia-docker world that a toolkit install should talk about.
-LEGACY_PACKAGES = ("nvidia-docker2", "nvidia-container-runtime", "nvidia-container-runtime-hook", "nvidia-docker")
+LEGACY_PACKAGES = (
+    "nvidia-docker2",
+    "nvidia-container-runtime",
+    "nvidia-container-runtime-hook",
+    "nvidia-docker",
+)
 
 #: Unpacked size is not in the manifest; a package's files plus dpkg/rpm's own copies fit in 3x.
 DISK_FACTOR = 3
@@ -122,7 +127,11 @@ def check(
 
 
 def _plan_legacy(
-    target: StagedTarget, names: Set[str], installed: Mapping[str, Optional[str]], compare: Compare, result: Preflight
+    target: StagedTarget,
+    names: Set[str],
+    installed: Mapping[str, Optional[str]],
+    compare: Compare,
+    result: Preflight,
 ) -> None:
     broken: Dict[str, str] = {}
     for pkg in target.packages:

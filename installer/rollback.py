@@ -90,10 +90,22 @@ class RunLog:
         if self.begun:
             return
         plan, old = self.plan, self.plan.old_state
-        engines = sorted({*(old.engines if old else []), *plan.engines_changing, *(["cdi"] if plan.cdi else [])})
+        engines = sorted(
+            {*(old.engines if old else []), *plan.engines_changing, *(["cdi"] if plan.cdi else [])}
+        )
         pending = old.restart_pending if old else []
-        save_state(self.options.root, record(plan, self.options, self.journal, engines=engines, restart_pending=pending,
-                                             cdi="", complete=False))  # fmt: skip
+        save_state(
+            self.options.root,
+            record(
+                plan,
+                self.options,
+                self.journal,
+                engines=engines,
+                restart_pending=pending,
+                cdi="",
+                complete=False,
+            ),
+        )
         self.begun = True
 
     def undo(self, error: BaseException) -> Optional[ToolError]:
@@ -116,8 +128,11 @@ class RunLog:
                 done.append("released the hold")
             except ToolError as exc:
                 failed.append(f"the hold could not be released ({exc})")
-        fresh = [p.name for p in reversed(install_order(self.plan.target.packages))
-                 if self.plan.previous.get(p.name) is None and is_present(backend, p.name)]  # fmt: skip
+        fresh = [
+            p.name
+            for p in reversed(install_order(self.plan.target.packages))
+            if self.plan.previous.get(p.name) is None and is_present(backend, p.name)
+        ]
         if fresh:
             try:
                 backend.remove(fresh)

@@ -74,7 +74,9 @@ def _breaks(pkg: PackageEntry) -> Tuple[Requirement, ...]:
     return tuple(Requirement.parse(text) for text in pkg.breaks)
 
 
-def open_verified(bundle: Path, keyring: Path, staging_dir: Path, meter: Optional[Meter] = None) -> StagedBundle:
+def open_verified(
+    bundle: Path, keyring: Path, staging_dir: Path, meter: Optional[Meter] = None
+) -> StagedBundle:
     """Verify ``bundle`` with the key(s) in ``keyring`` and extract it below ``staging_dir``.
 
     :raises VerificationError: a bad or missing signature, a key that is not the signer's, or any

@@ -84,7 +84,9 @@ class NodeState:
             files = [ChangedFile(**item) for item in raw.pop("files", [])]
             return cls(files=files, **raw)
         except (ValueError, TypeError) as exc:
-            raise ConfigFormatError(path, "is not a gpu-airgap state record; move it away and reinstall") from exc
+            raise ConfigFormatError(
+                path, "is not a gpu-airgap state record; move it away and reinstall"
+            ) from exc
 
 
 def state_path(root: Path) -> Path:

@@ -22,7 +22,9 @@ TOOLKIT_ORDER = (
     "nvidia-container-toolkit",
 )
 
-_RELATION = re.compile(r"^\s*([A-Za-z0-9_.+:\-()/]+?)\s*(?:\(\s*(<<|<=|>=|>>|=|<|>)\s*([^)\s]+)\s*\)|(<<|<=|>=|>>|=|<|>)\s*(\S+))?\s*$")
+_RELATION = re.compile(
+    r"^\s*([A-Za-z0-9_.+:\-()/]+?)\s*(?:\(\s*(<<|<=|>=|>>|=|<|>)\s*([^)\s]+)\s*\)|(<<|<=|>=|>>|=|<|>)\s*(\S+))?\s*$"
+)
 _OPS = {"<": "<<", ">": ">>"}
 
 
@@ -122,7 +124,9 @@ def install_order(packages: Sequence[StagedPackage]) -> List[StagedPackage]:
     return done
 
 
-def pick_target(bundle: StagedBundle, package_format: Optional[str], arch: str, distro_ids: Sequence[str]) -> StagedTarget:
+def pick_target(
+    bundle: StagedBundle, package_format: Optional[str], arch: str, distro_ids: Sequence[str]
+) -> StagedTarget:
     """Choose the target matching the node, preferring one made for the node's distribution.
 
     :raises ToolError: naming what the bundle has and what the node is, when nothing matches.
@@ -138,7 +142,9 @@ def pick_target(bundle: StagedBundle, package_format: Optional[str], arch: str, 
         return matches[0]
     has = ", ".join(t.describe() for t in bundle.targets) or "no targets"
     if not package_format:
-        raise TargetMismatch(f"found neither a dpkg nor an rpm database on this node, and the bundle has {has}")
+        raise TargetMismatch(
+            f"found neither a dpkg nor an rpm database on this node, and the bundle has {has}"
+        )
     node = f"{package_format}/{arch}"
     raise TargetMismatch(f"the bundle has {has} but this node is {node}; build a bundle for {node}")
 

@@ -40,14 +40,18 @@ def node_lock(root: Path) -> Iterator[Path]:
     try:
         state_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise ConfigFormatError(state_dir, why_unwritable(state_dir) or f"cannot be created: {exc.strerror or exc}") from exc
+        raise ConfigFormatError(
+            state_dir, why_unwritable(state_dir) or f"cannot be created: {exc.strerror or exc}"
+        ) from exc
     fd = os.open(state_dir, os.O_RDONLY)
     try:
         try:
             # distinct bits, so + is |; vermin's union-types check misreads a | between attributes
             fcntl.flock(fd, fcntl.LOCK_EX + fcntl.LOCK_NB)
         except BlockingIOError as exc:
-            raise BusyError(f"another gpu-airgap process is working on {root}; try again when it finishes") from exc
+            raise BusyError(
+                f"another gpu-airgap process is working on {root}; try again when it finishes"
+            ) from exc
         for stale in state_dir.glob(f"{STAGING_PREFIX}*"):  # left by a run that was killed
             shutil.rmtree(stale, ignore_errors=True)
         yield state_dir
@@ -67,7 +71,10 @@ def staging(state_dir: Path) -> Iterator[Path]:
     try:
         path = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=state_dir))
     except OSError as exc:
-        raise ConfigFormatError(state_dir, why_unwritable(state_dir / STAGING_PREFIX) or f"cannot be written: {exc.strerror or exc}") from exc
+        raise ConfigFormatError(
+            state_dir,
+            why_unwritable(state_dir / STAGING_PREFIX) or f"cannot be written: {exc.strerror or exc}",
+        ) from exc
     try:
         yield path
     finally:

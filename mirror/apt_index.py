@@ -55,11 +55,23 @@ _DEB_OPS = {"<<": "<<", "<=": "<=", "=": "=", ">=": ">=", ">>": ">>", "<": "<=",
 _MODELLED = frozenset(
     f.lower()
     for f in (
-        "Package", "Version", "Architecture", "Filename", "Size", "SHA256", "SHA512",
-        "Depends", "Pre-Depends", "Breaks", "Conflicts", "Replaces", "Provides",
-        "MD5sum", "SHA1",  # weak digests: never used for verification, not worth 50,000 copies
+        "Package",
+        "Version",
+        "Architecture",
+        "Filename",
+        "Size",
+        "SHA256",
+        "SHA512",
+        "Depends",
+        "Pre-Depends",
+        "Breaks",
+        "Conflicts",
+        "Replaces",
+        "Provides",
+        "MD5sum",
+        "SHA1",  # weak digests: never used for verification, not worth 50,000 copies
     )
-)  # fmt: skip
+)
 
 
 @dataclass(frozen=True)

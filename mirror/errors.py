@@ -25,7 +25,9 @@ class FetchError(ToolError):
 
     exit_code = ExitCode.NETWORK
 
-    def __init__(self, url: str, status: int | None, detail: str = "", *, attempts: int = 1, hint: str = "") -> None:
+    def __init__(
+        self, url: str, status: int | None, detail: str = "", *, attempts: int = 1, hint: str = ""
+    ) -> None:
         self.url = url
         self.status = status
         self.detail = detail
@@ -112,7 +114,9 @@ class HeaderMismatch(VerificationError):
         self.what = what
         self.index = index
         self.detail = detail
-        super().__init__(f"{what} is not the package the signed {index} entry it was fetched for describes: {detail}")
+        super().__init__(
+            f"{what} is not the package the signed {index} entry it was fetched for describes: {detail}"
+        )
 
 
 class UnreadablePackage(VerificationError):

@@ -31,7 +31,9 @@ def signed_entries(mirror: Path, repo: RepoRecord) -> dict[str, Package]:
     """
     recorded = {f.path: f for f in repo.provenance.signed_files}
     if repo.format == "deb":
-        name = next((f"{repo.key}/{n}" for n in ("Packages.xz", "Packages") if f"{repo.key}/{n}" in recorded), None)
+        name = next(
+            (f"{repo.key}/{n}" for n in ("Packages.xz", "Packages") if f"{repo.key}/{n}" in recorded), None
+        )
         if name is None:
             raise MirrorStateError(mirror, f"it records no Packages index for {repo.key}; sync it again")
         data = _verified(mirror, recorded[name])
@@ -58,7 +60,9 @@ def _verified(mirror: Path, stored: StoredFile) -> bytes:
     try:
         data = path.read_bytes()
     except OSError as exc:
-        raise MirrorStateError(mirror, f"cannot read {stored.path} ({exc.strerror or exc}); sync it again") from exc
+        raise MirrorStateError(
+            mirror, f"cannot read {stored.path} ({exc.strerror or exc}); sync it again"
+        ) from exc
     algo, digest = ("sha512", stored.sha512) if stored.sha512 else ("sha256", stored.sha256 or "")
     try:
         check_digest(stored.path, data, algo, digest, stored.size)

@@ -149,7 +149,12 @@ class Lockfile:
                 for t in raw.get("target", [])
             )
             lock = cls(channel=str(raw["channel"]), upstream=str(raw.get("upstream", "")), targets=targets)
-        except (AttributeError, KeyError, TypeError, ValueError) as exc:  # AttributeError: a value where a table belongs
+        except (
+            AttributeError,
+            KeyError,
+            TypeError,
+            ValueError,
+        ) as exc:  # AttributeError: a value where a table belongs
             raise ConfigFormatError(path, f"lacks a required field ({exc})") from exc
         if not lock.targets or any(not t.packages for t in lock.targets):
             raise ConfigFormatError(path, "names no packages to lock")

@@ -61,7 +61,9 @@ class PackageHeader:
     def depends(self) -> tuple[str, ...]:
         """The dependencies as the manifest lists them: deb Pre-Depends then Depends items; rpm requires."""
         if self.format == "deb":
-            value = ", ".join(v for key in ("Pre-Depends", "Depends") for k, v in self.fields if k.lower() == key.lower())
+            value = ", ".join(
+                v for key in ("Pre-Depends", "Depends") for k, v in self.fields if k.lower() == key.lower()
+            )
             return tuple(d.strip() for d in value.replace("\n", " ").split(",") if d.strip())
         return tuple(_requirement_text(r) for r in self.requires)
 
@@ -74,19 +76,31 @@ class PackageHeader:
 
     def to_json(self) -> dict[str, Any]:
         """The cacheable form."""
-        return {"format": self.format, "name": self.name, "version": self.version, "arch": self.arch,
-                "fields": [list(f) for f in self.fields], "requires": [list(r) for r in self.requires],
-                "provides": list(self.provides)}  # fmt: skip
+        return {
+            "format": self.format,
+            "name": self.name,
+            "version": self.version,
+            "arch": self.arch,
+            "fields": [list(f) for f in self.fields],
+            "requires": [list(r) for r in self.requires],
+            "provides": list(self.provides),
+        }
 
     @classmethod
     def from_json(cls, raw: dict[str, Any]) -> PackageHeader:
         """Inverse of :meth:`to_json`; raises KeyError/TypeError/ValueError on anything else."""
         return cls(
-            format=str(raw["format"]), name=str(raw["name"]), version=str(raw["version"]), arch=str(raw["arch"]),
+            format=str(raw["format"]),
+            name=str(raw["name"]),
+            version=str(raw["version"]),
+            arch=str(raw["arch"]),
             fields=tuple((str(k), str(v)) for k, v in raw["fields"]),
-            requires=tuple((str(n), o if o is None else str(o), v if v is None else str(v)) for n, o, v in raw["requires"]),
+            requires=tuple(
+                (str(n), o if o is None else str(o), v if v is None else str(v))
+                for n, o, v in raw["requires"]
+            ),
             provides=tuple(str(p) for p in raw["provides"]),
-        )  # fmt: skip
+        )
 
 
 #: primary.xml's op spelling -> rpm's (``<<`` -> ``<``).
@@ -124,7 +138,9 @@ def _read_rpm(path: Path) -> PackageHeader:
         fields.insert(1, ("Epoch", epoch_text))
     requires: list[Requirement] = []
     for req_name, flags, req_version in zip(
-        _list(headers.get("requirename")), _list(headers.get("requireflags")), _list(headers.get("requireversion"))
+        _list(headers.get("requirename")),
+        _list(headers.get("requireflags")),
+        _list(headers.get("requireversion")),
     ):
         text, bound = _text(req_name), _text(req_version).removeprefix("0:")
         if text.startswith("rpmlib("):
@@ -150,8 +166,11 @@ def check_agrees(header: PackageHeader, entry: Package, *, what: str) -> None:
 
 def _disagreement(header: PackageHeader, entry: Package) -> str | None:
     own = "its own control data" if header.format == "deb" else "its own header"
-    for field, mine, listed in (("name", header.name, entry.name), ("version", header.version, entry.version),
-                                ("arch", header.arch, entry.arch)):  # fmt: skip
+    for field, mine, listed in (
+        ("name", header.name, entry.name),
+        ("version", header.version, entry.version),
+        ("arch", header.arch, entry.arch),
+    ):
         if mine != listed:
             return f"{own} says {field} {mine}, the entry says {listed}"
     if header.format == "deb":
@@ -179,7 +198,11 @@ def _deb_relations(header: PackageHeader, entry: Package) -> list[tuple[str, Rel
         ("Breaks", parsed("Breaks"), entry.breaks),
         ("Conflicts", parsed("Conflicts"), entry.conflicts),
         ("Replaces", parsed("Replaces"), entry.replaces),
-        ("Provides", tuple((r,) for group in parsed("Provides") for r in group), tuple((r,) for r in entry.provides)),
+        (
+            "Provides",
+            tuple((r,) for group in parsed("Provides") for r in group),
+            tuple((r,) for r in entry.provides),
+        ),
     ]
 
 
@@ -192,7 +215,9 @@ def _requirement_text(requirement: Requirement) -> str:
     return f"{name} {_RPM_SHOWN_BY_OP[op]} {version}" if op and version else name
 
 
-def _left_out_by_createrepo(requirement: Requirement, header: PackageHeader, listed: Sequence[Requirement]) -> bool:
+def _left_out_by_createrepo(
+    requirement: Requirement, header: PackageHeader, listed: Sequence[Requirement]
+) -> bool:
     """True for a require createrepo_c keeps out of primary.xml: file and soname requires, and self-provided ones."""
     name = requirement[0]
     if name.startswith("/") or "(" in name:

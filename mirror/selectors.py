@@ -47,7 +47,9 @@ class VersionSelector:
         if any(ch in value for ch in "<>=,"):
             value = "".join(value.split())  # spaces around operators and commas are fine
         if not value:
-            raise SelectorError(text, "it is empty; use latest, all, 1.17.8, 1.17.8-1, 1.17.* or '>=1.17,<1.18'")
+            raise SelectorError(
+                text, "it is empty; use latest, all, 1.17.8, 1.17.8-1, 1.17.* or '>=1.17,<1.18'"
+            )
         if value in ("latest", "all"):
             return cls(value, value)
         if "*" in value:

@@ -86,15 +86,27 @@ def package_headers(
 
 
 def apt_metadata(
-    entries: Sequence[AptEntry], *, arch: str, key: OperatorKey, epoch: int, channel: str, labels: ReleaseLabels
+    entries: Sequence[AptEntry],
+    *,
+    arch: str,
+    key: OperatorKey,
+    epoch: int,
+    channel: str,
+    labels: ReleaseLabels,
 ) -> dict[str, bytes]:
     """``Packages``, ``Packages.xz`` and ``InRelease`` (signed at ``epoch``) of a flat repo holding ``entries``."""
     stanzas = []
     for entry in sorted(entries, key=lambda e: (e.source.name, e.source.version, e.source.path.name)):
         fields = [
-            (k, v) for k, v in entry.control if k.lower() not in ("filename", "size", "md5sum", "sha1", "sha256", "sha512")
+            (k, v)
+            for k, v in entry.control
+            if k.lower() not in ("filename", "size", "md5sum", "sha1", "sha256", "sha512")
         ]
-        fields += [("Filename", f"./{entry.source.path.name}"), ("Size", str(entry.source.size)), ("SHA256", entry.sha256)]
+        fields += [
+            ("Filename", f"./{entry.source.path.name}"),
+            ("Size", str(entry.source.size)),
+            ("SHA256", entry.sha256),
+        ]
         if entry.source.sha512:
             fields.append(("SHA512", entry.source.sha512))
         stanzas.append("".join(f"{k}: {v}\n" for k, v in fields))
@@ -115,7 +127,11 @@ def apt_metadata(
         for name, data in (("Packages", packages_bytes), ("Packages.xz", packages_xz)):
             lines.append(f" {hashlib.new(algo.lower(), data).hexdigest()} {len(data):>16} {name}")
     release = ("\n".join(lines) + "\n").encode("utf-8")
-    return {"Packages": packages_bytes, "Packages.xz": packages_xz, "InRelease": key.clearsign(release, at=epoch)}
+    return {
+        "Packages": packages_bytes,
+        "Packages.xz": packages_xz,
+        "InRelease": key.clearsign(release, at=epoch),
+    }
 
 
 def yum_metadata(files: Sequence[Path], *, key: OperatorKey, epoch: int) -> dict[str, bytes]:
@@ -127,12 +143,20 @@ def yum_metadata(files: Sequence[Path], *, key: OperatorKey, epoch: int) -> dict
             (work / path.name).symlink_to(path)
         run(
             [
-                "createrepo_c", "--quiet", "--no-database", "--workers", "1",
-                "--revision", str(epoch), "--set-timestamp-to-revision",
-                "--general-compress-type", "gz", str(work),
+                "createrepo_c",
+                "--quiet",
+                "--no-database",
+                "--workers",
+                "1",
+                "--revision",
+                str(epoch),
+                "--set-timestamp-to-revision",
+                "--general-compress-type",
+                "gz",
+                str(work),
             ],
             timeout=600,
-        )  # fmt: skip
+        )
         out = {f"repodata/{p.name}": p.read_bytes() for p in sorted((work / "repodata").iterdir())}
     out["repodata/repomd.xml.asc"] = key.sign_detached(out["repodata/repomd.xml"], at=epoch)
     return out
@@ -160,7 +184,12 @@ def _cached_facts(fmt: str, pkg: SourcePackage, cache: Path | None, verified: bo
     if entry is not None:
         with contextlib.suppress(OSError):  # a cache that cannot be written only costs time
             entry.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write(entry, json.dumps({"v": _CACHE_VERSION, "sha256": facts.sha256, "header": facts.header.to_json()}).encode())
+            atomic_write(
+                entry,
+                json.dumps(
+                    {"v": _CACHE_VERSION, "sha256": facts.sha256, "header": facts.header.to_json()}
+                ).encode(),
+            )
     return facts
 
 
@@ -184,7 +213,10 @@ def _checked_sha256(pkg: SourcePackage) -> str:
             sha256.update(block)
             if not pkg.sha256:
                 sha512.update(block)
-    for algo, recorded, actual in (("sha256", pkg.sha256, sha256), ("sha512", pkg.sha512 if not pkg.sha256 else None, sha512)):
+    for algo, recorded, actual in (
+        ("sha256", pkg.sha256, sha256),
+        ("sha512", pkg.sha512 if not pkg.sha256 else None, sha512),
+    ):
         if recorded and recorded != actual.hexdigest():
             raise PackageChangedError(pkg.path, f"{algo} {recorded[:16]}…", f"{actual.hexdigest()[:16]}…")
     return sha256.hexdigest()

@@ -44,7 +44,9 @@ class OperatorKey:
                 f"--sign-key {key_id} is not a secret key in {where} (`gpg --list-secret-keys` lists the keys there)"
             )
         if len(fprs) > 1:
-            raise UsageError(f"--sign-key {key_id} matches {len(fprs)} secret keys in {where}; name exactly one")
+            raise UsageError(
+                f"--sign-key {key_id} matches {len(fprs)} secret keys in {where}; name exactly one"
+            )
         return cls(key_id, gnupghome, fprs[0])
 
     def sign_detached(self, data: bytes, *, at: int | None = None) -> bytes:
@@ -73,7 +75,9 @@ def _gpg(gnupghome: Path | None, *args: str, data: bytes | None = None, what: st
     try:
         return run([*argv, *args], input_bytes=data if data is not None else b"", timeout=300).stdout
     except CommandError as exc:
-        hint = exc.stderr.strip().splitlines()[-1] if exc.stderr.strip() else f"gpg exited with {exc.returncode}"
+        hint = (
+            exc.stderr.strip().splitlines()[-1] if exc.stderr.strip() else f"gpg exited with {exc.returncode}"
+        )
         if "in the future" in exc.stderr:
             hint += " (SOURCE_DATE_EPOCH is older than the signing key; use a later SOURCE_DATE_EPOCH)"
         elif "can't get input" in exc.stderr or "No passphrase given" in exc.stderr:

@@ -144,12 +144,19 @@ class MirrorState:
         try:
             raw = json.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
-            raise MirrorStateError(dest, "it has no state file (run `gpu-airgap mirror sync` first)") from None
+            raise MirrorStateError(
+                dest, "it has no state file (run `gpu-airgap mirror sync` first)"
+            ) from None
         except (OSError, ValueError) as exc:
             raise MirrorStateError(dest, f"cannot read {path.name}: {exc}") from exc
         try:
             return cls.from_dict(raw)
-        except (AttributeError, KeyError, TypeError, ValueError) as exc:  # AttributeError: a list where an object belongs
+        except (
+            AttributeError,
+            KeyError,
+            TypeError,
+            ValueError,
+        ) as exc:  # AttributeError: a list where an object belongs
             raise MirrorStateError(dest, f"{path.name} is malformed ({exc})") from exc
 
     @classmethod
@@ -183,7 +190,9 @@ class MirrorState:
             )
             for r in raw["repos"]
         )
-        return cls(upstream=raw["upstream"], channel=raw["channel"], repos=repos, selector=raw.get("selector", ""))
+        return cls(
+            upstream=raw["upstream"], channel=raw["channel"], repos=repos, selector=raw.get("selector", "")
+        )
 
     def to_json(self) -> bytes:
         """The ``state.json`` bytes (stable key order, so unchanged state renders identically)."""
@@ -223,7 +232,9 @@ def locked(dest: Path, *, shared: bool = False) -> Iterator[None]:
             if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
                 if shared:
                     raise BusyError(f"a sync or prune is changing {dest}; wait for it to finish") from exc
-                raise BusyError(f"another sync is running on {dest} (or a publish is reading it); wait for it to finish") from exc
+                raise BusyError(
+                    f"another sync is running on {dest} (or a publish is reading it); wait for it to finish"
+                ) from exc
             raise
         yield
     finally:
@@ -249,13 +260,16 @@ def reading(dest: Path) -> Iterator[MirrorState]:
             raise
         except ToolError as exc:
             raise MirrorStateError(
-                dest, f"a sync was interrupted while switching in its files and this command cannot finish it ({exc}); "
-                "run `gpu-airgap mirror sync` on it"
+                dest,
+                f"a sync was interrupted while switching in its files and this command cannot finish it ({exc}); "
+                "run `gpu-airgap mirror sync` on it",
             ) from exc
     MirrorState.load(dest)  # a clear error for a directory that holds no mirror, before any lock file is made
     with locked(dest, shared=True):
         if switch.pending(meta):  # a sync was killed mid-switch since the check above
-            raise MirrorStateError(dest, "a sync was interrupted while switching in its files; run the command again")
+            raise MirrorStateError(
+                dest, "a sync was interrupted while switching in its files; run the command again"
+            )
         yield MirrorState.load(dest)
 
 
@@ -319,4 +333,3 @@ def check_file(dest: Path, stored: StoredFile) -> str | None:
     if file_digest(path, algo) != expected:
         return f"{stored.path} does not match its recorded {algo}"
     return None
-

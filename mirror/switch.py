@@ -86,7 +86,9 @@ def _replay(dest: Path, meta: Path) -> None:
         if raw.get("version") != _VERSION:
             raise ValueError(f"unknown version {raw.get('version')!r}")
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise SwitchError(f"{journal} of an interrupted sync is unreadable ({exc}); remove it and sync again") from exc
+        raise SwitchError(
+            f"{journal} of an interrupted sync is unreadable ({exc}); remove it and sync again"
+        ) from exc
     touched: set[Path] = set()
     for source_rel, target_rel in moves:
         source, target = safe_join(dest, source_rel), safe_join(dest, target_rel)
@@ -96,11 +98,15 @@ def _replay(dest: Path, meta: Path) -> None:
                 os.replace(source, target)
             except OSError as exc:
                 if NoSpaceError.matches(exc):
-                    raise NoSpaceError(target, "the new files are staged and the next sync finishes switching them in") from exc
+                    raise NoSpaceError(
+                        target, "the new files are staged and the next sync finishes switching them in"
+                    ) from exc
                 raise SwitchError(f"cannot switch {target_rel} into {dest}: {exc.strerror or exc}") from exc
             touched.add(target.parent)
         elif not target.exists():
-            raise SwitchError(f"{journal} names {target_rel}, which is neither staged nor in place; remove the journal and sync again")
+            raise SwitchError(
+                f"{journal} names {target_rel}, which is neither staged nor in place; remove the journal and sync again"
+            )
     for directory in sorted(touched):
         fsync_dir(directory)
     journal.unlink()

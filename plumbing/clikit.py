@@ -144,7 +144,8 @@ def rewrite_legacy(
 
 
 def legacy_spellings(
-    renamed: Optional[Mapping[str, str]] = None, bare: Optional[Mapping[str, Tuple[str, Sequence[str]]]] = None
+    renamed: Optional[Mapping[str, str]] = None,
+    bare: Optional[Mapping[str, Tuple[str, Sequence[str]]]] = None,
 ) -> Type[TyperCommand]:
     """A command class that accepts the old spellings of renamed options (see :func:`rewrite_legacy`)."""
     old_names = dict(renamed or {})
@@ -178,7 +179,9 @@ def error_object(message: str, exit_code: int, problems: Optional[Sequence[str]]
     return {"ok": False, "error": error}
 
 
-def report_error_as_json(args: Sequence[str], message: str, exit_code: int, problems: Optional[Sequence[str]] = None) -> None:
+def report_error_as_json(
+    args: Sequence[str], message: str, exit_code: int, problems: Optional[Sequence[str]] = None
+) -> None:
     """With ``--json``, print the error as the run's one JSON object (unless the command printed its own)."""
     if wants_json(args) and not output.json_emitted():
         output.emit_json(error_object(message, exit_code, problems))

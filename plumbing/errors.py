@@ -28,7 +28,9 @@ class ExitCode(IntEnum):
     BUSY = 8  #: another gpu-airgap process holds the lock
     PROBLEMS_FOUND = 9  #: a check (verify, status) found problems and listed them
     NO_SPACE = 10  #: the disk (or its inodes, or the user's quota) ran out; nothing was changed
-    ENGINE_RESTORED = 11  #: an engine did not come back after the change; its previous configuration was put back
+    ENGINE_RESTORED = (
+        11  #: an engine did not come back after the change; its previous configuration was put back
+    )
 
 
 class ToolError(Exception):
@@ -99,7 +101,9 @@ class NoSpaceError(ToolError):
         return False
 
     @classmethod
-    def of(cls, exc: BaseException, path: Union[str, os.PathLike[str]], outcome: str = UNCHANGED) -> NoSpaceError:
+    def of(
+        cls, exc: BaseException, path: Union[str, os.PathLike[str]], outcome: str = UNCHANGED
+    ) -> NoSpaceError:
         """The one-sentence error for ``exc`` (which :meth:`matches`) with ``outcome``, naming the file it names (else ``path``)."""
         where = exc.path if isinstance(exc, cls) else getattr(exc, "filename", None) or path
         return cls(where, outcome)
@@ -112,7 +116,9 @@ class CommandError(ToolError):
         self.argv = list(argv)
         self.returncode = returncode
         self.stderr = stderr
-        super().__init__(f"{self.argv[0]} exited with status {returncode}: {_telling_line(self.argv[0], stderr)}")
+        super().__init__(
+            f"{self.argv[0]} exited with status {returncode}: {_telling_line(self.argv[0], stderr)}"
+        )
 
 
 def _telling_line(program: str, stderr: str) -> str:
@@ -145,7 +151,9 @@ class ChecksumMismatch(VerificationError):
         self.what = what
         self.expected = expected
         self.actual = actual
-        super().__init__(f"{what} does not match its signed checksum (expected {expected[:16]}…, got {actual[:16]}…)")
+        super().__init__(
+            f"{what} does not match its signed checksum (expected {expected[:16]}…, got {actual[:16]}…)"
+        )
 
 
 class UnsafePathError(VerificationError):

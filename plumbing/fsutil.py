@@ -102,7 +102,10 @@ def resolve_in_root(root: Union[str, os.PathLike[str]], path: Path) -> Path:
         if part == "..":
             if current == base:
                 shown = link.readlink() if link else path
-                raise ConfigFormatError(link or path, f"is a symbolic link to {shown}, which leads outside {base}; refusing to follow it")
+                raise ConfigFormatError(
+                    link or path,
+                    f"is a symbolic link to {shown}, which leads outside {base}; refusing to follow it",
+                )
             current = current.parent
             continue
         candidate = current / part
@@ -116,7 +119,9 @@ def resolve_in_root(root: Union[str, os.PathLike[str]], path: Path) -> Path:
         target = str(candidate.readlink())
         if target.startswith("/"):
             current = base
-        pending[:0] = list(PurePosixPath(target).parts[1:] if target.startswith("/") else PurePosixPath(target).parts)
+        pending[:0] = list(
+            PurePosixPath(target).parts[1:] if target.startswith("/") else PurePosixPath(target).parts
+        )
     return current
 
 

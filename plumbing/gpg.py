@@ -83,7 +83,9 @@ def check_key_file(path: Union[str, os.PathLike[str]]) -> None:
         raise UsageError(f"cannot read the key file {path}: {exc.strerror or exc}") from exc
     for test, kind in _FILE_KINDS:
         if test(info.st_mode):
-            raise UsageError(f"the key file {path} is {kind}, not a public key file (gpg --export KEY > FILE)")
+            raise UsageError(
+                f"the key file {path} is {kind}, not a public key file (gpg --export KEY > FILE)"
+            )
     if info.st_size == 0:
         raise UsageError(f"the key file {path} is empty, not a public key (gpg --export KEY > FILE)")
 

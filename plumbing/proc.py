@@ -77,7 +77,9 @@ class FilterPipe:
         assert self._proc.stdin is not None and self._proc.stdout is not None
         self.stdout: IO[bytes] = self._proc.stdout
         self.feed_error: Optional[BaseException] = None
-        self._thread = threading.Thread(target=self._feed, args=(source, self._proc.stdin, chunk), daemon=True)
+        self._thread = threading.Thread(
+            target=self._feed, args=(source, self._proc.stdin, chunk), daemon=True
+        )
         self._thread.start()
 
     def _feed(self, source: BinaryIO, sink: BinaryIO, chunk: int) -> None:

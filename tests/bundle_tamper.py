@@ -49,7 +49,10 @@ def write(entries: Iterable[Tuple[tarfile.TarInfo, bytes]], out: Path) -> Path:
 def repack(bundle: Path, out: Path, replace: Mapping[str, bytes] = {}, drop: Iterable[str] = ()) -> Path:
     """``bundle`` with the members in ``replace`` given new content and those in ``drop`` left out."""
     dropped = set(drop)
-    return write(((info, replace.get(info.name, data)) for info, data in members(bundle) if info.name not in dropped), out)
+    return write(
+        ((info, replace.get(info.name, data)) for info, data in members(bundle) if info.name not in dropped),
+        out,
+    )
 
 
 def marker_script(marker: Path) -> bytes:
@@ -81,7 +84,9 @@ def resigned_node_check(bundle: Path, signer: TestKey, replace: Mapping[str, byt
     return {**replace, NODE_SUMS: sums, NODE_SUMS_SIGNATURE: signer.sign_detached(sums)}
 
 
-def resigned_manifest(bundle: Path, out: Path, signer: TestKey, replace: Mapping[str, bytes] = {}, drop: Iterable[str] = ()) -> Path:
+def resigned_manifest(
+    bundle: Path, out: Path, signer: TestKey, replace: Mapping[str, bytes] = {}, drop: Iterable[str] = ()
+) -> Path:
     """``bundle`` with members replaced or dropped and a manifest that says so, signed by ``signer``.
 
     With the real operator key this is a bundle the operator signed (an older build's layout, or a
@@ -90,13 +95,19 @@ def resigned_manifest(bundle: Path, out: Path, signer: TestKey, replace: Mapping
     import hashlib
 
     dropped = set(drop)
-    entries = [(info, replace.get(info.name, data)) for info, data in members(bundle) if info.name not in dropped]
+    entries = [
+        (info, replace.get(info.name, data)) for info, data in members(bundle) if info.name not in dropped
+    ]
     manifest = json.loads(dict((i.name, d) for i, d in entries)[MANIFEST_NAME])
     manifest["files"] = [
-        {**f, "size": len(replace[f["path"]]), "sha256": hashlib.sha256(replace[f["path"]]).hexdigest()} if f["path"] in replace else f
+        {**f, "size": len(replace[f["path"]]), "sha256": hashlib.sha256(replace[f["path"]]).hexdigest()}
+        if f["path"] in replace
+        else f
         for f in manifest["files"]
         if f["path"] not in dropped
     ]
-    manifest_bytes = (json.dumps(manifest, sort_keys=True, separators=(",", ":"), ensure_ascii=False) + "\n").encode()
+    manifest_bytes = (
+        json.dumps(manifest, sort_keys=True, separators=(",", ":"), ensure_ascii=False) + "\n"
+    ).encode()
     fresh = {MANIFEST_NAME: manifest_bytes, SIGNATURE_NAME: signer.sign_detached(manifest_bytes)}
     return write(((info, fresh.get(info.name, data)) for info, data in entries), out)

@@ -56,28 +56,53 @@ def upstream_server(_upstream_session_server: UpstreamServer) -> Iterator[Upstre
 
 def _sync(tree: UpstreamTree, server: UpstreamServer, dest: Path, formats: str, *extra: str) -> Path:
     result = run_cli(
-        "mirror", "sync", "--dest", str(dest), "--upstream", server.url, "--keyring", str(tree.public_key),
-        "--version", "1.17.8", "--format", formats, "--arch", "amd64", "--quiet", *extra,
-    )  # fmt: skip
+        "mirror",
+        "sync",
+        "--dest",
+        str(dest),
+        "--upstream",
+        server.url,
+        "--keyring",
+        str(tree.public_key),
+        "--version",
+        "1.17.8",
+        "--format",
+        formats,
+        "--arch",
+        "amd64",
+        "--quiet",
+        *extra,
+    )
     assert result.exit_code == 0, result.stderr
     return dest
 
 
 @pytest.fixture(scope="session")
 def synced_mirror(
-    upstream_tree: UpstreamTree, _upstream_session_server: UpstreamServer, tmp_path_factory: pytest.TempPathFactory
+    upstream_tree: UpstreamTree,
+    _upstream_session_server: UpstreamServer,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Path:
     """A mirror synced with the real ``mirror sync``: 1.17.8, deb/amd64 + rpm/x86_64, with its ``gpu-airgap.lock``.
 
     Read-only, like :func:`deb_mirror`.
     """
     dest = tmp_path_factory.mktemp("mirror")
-    return _sync(upstream_tree, _upstream_session_server, dest, "deb,rpm", "--write-lock", str(dest / "gpu-airgap.lock"))
+    return _sync(
+        upstream_tree,
+        _upstream_session_server,
+        dest,
+        "deb,rpm",
+        "--write-lock",
+        str(dest / "gpu-airgap.lock"),
+    )
 
 
 @pytest.fixture(scope="session")
 def deb_mirror(
-    upstream_tree: UpstreamTree, _upstream_session_server: UpstreamServer, tmp_path_factory: pytest.TempPathFactory
+    upstream_tree: UpstreamTree,
+    _upstream_session_server: UpstreamServer,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Path:
     """A mirror synced with the real ``mirror sync``: 1.17.8, deb/amd64 only.
 
@@ -144,34 +169,76 @@ def deb_bundle(deb_mirror: Path, operator_key: TestKey, tmp_path_factory: pytest
     """A signed zstd deb/amd64 bundle of 1.17.8, built by ``bundle build`` from a real ``mirror sync``. Read-only."""
     out = tmp_path_factory.mktemp("deb-bundle") / "nvct-1.17.8.tar.zst"
     built = run_cli(
-        "bundle", "build", "--mirror", str(deb_mirror), "--version", "1.17.8", "--target", "deb/amd64",
-        "--sign-key", operator_key.fingerprint, "--gnupghome", str(operator_key.home), "--output", str(out),
-    )  # fmt: skip
+        "bundle",
+        "build",
+        "--mirror",
+        str(deb_mirror),
+        "--version",
+        "1.17.8",
+        "--target",
+        "deb/amd64",
+        "--sign-key",
+        operator_key.fingerprint,
+        "--gnupghome",
+        str(operator_key.home),
+        "--output",
+        str(out),
+    )
     assert built.exit_code == 0, built.stderr
     return out
 
 
 @pytest.fixture(scope="session")
-def split_bundle(upstream_tree: UpstreamTree, operator_key: TestKey, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def split_bundle(
+    upstream_tree: UpstreamTree, operator_key: TestKey, tmp_path_factory: pytest.TempPathFactory
+) -> Path:
     """A zstd bundle built with ``--split 1M`` (the smallest part size) from packages padded to 1 MiB: 5 parts.
 
     Parts must be that large for zstd to decode a wrong part before its checksum is checked at its end.
     """
     cache = upstream_tree.root.parent.parent  # the session's cache directory (see conftest.upstream_tree)
-    tree = cached_upstream(cache, payload_mb=1.0, stable_versions=("1.17.8-1",), experimental_versions=("1.20.0~rc.1-1",))
+    tree = cached_upstream(
+        cache, payload_mb=1.0, stable_versions=("1.17.8-1",), experimental_versions=("1.20.0~rc.1-1",)
+    )
     work = tmp_path_factory.mktemp("split-bundle")
     with UpstreamServer(tree.root) as server:
         synced = run_cli(
-            "mirror", "sync", "--dest", str(work / "mirror"), "--upstream", server.url, "--keyring", str(tree.public_key),
-            "--version", "1.17.8", "--format", "deb", "--arch", "amd64", "--quiet",
-        )  # fmt: skip
+            "mirror",
+            "sync",
+            "--dest",
+            str(work / "mirror"),
+            "--upstream",
+            server.url,
+            "--keyring",
+            str(tree.public_key),
+            "--version",
+            "1.17.8",
+            "--format",
+            "deb",
+            "--arch",
+            "amd64",
+            "--quiet",
+        )
     assert synced.exit_code == 0, synced.stderr
     (work / "out").mkdir()
     built = run_cli(
-        "bundle", "build", "--mirror", str(work / "mirror"), "--version", "1.17.8", "--target", "deb/amd64",
-        "--sign-key", operator_key.fingerprint, "--gnupghome", str(operator_key.home),
-        "--output", str(work / "out" / "nvct.tar.zst"), "--split", "1M",
-    )  # fmt: skip
+        "bundle",
+        "build",
+        "--mirror",
+        str(work / "mirror"),
+        "--version",
+        "1.17.8",
+        "--target",
+        "deb/amd64",
+        "--sign-key",
+        operator_key.fingerprint,
+        "--gnupghome",
+        str(operator_key.home),
+        "--output",
+        str(work / "out" / "nvct.tar.zst"),
+        "--split",
+        "1M",
+    )
     assert built.exit_code == 0, built.stderr
     assert len(list((work / "out").glob("nvct.tar.zst.part*"))) >= 4
     return work / "out"

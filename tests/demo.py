@@ -131,7 +131,9 @@ NODE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 def run(argv: list[str], *, cwd: Path | None = None, env: dict[str, str] | None = None) -> str:
     """Show ``$ argv`` like a terminal session, run it, show its output, fail the demo on error."""
-    shown = " ".join(shlex.quote(a.replace(GPU_AIRGAP, "gpu-airgap").replace(str(Path.cwd()) + "/", "")) for a in argv)
+    shown = " ".join(
+        shlex.quote(a.replace(GPU_AIRGAP, "gpu-airgap").replace(str(Path.cwd()) + "/", "")) for a in argv
+    )
     say(f"$ {shown}")
     result = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, check=False)
     for line in (result.stdout + result.stderr).splitlines():
@@ -155,9 +157,23 @@ def stage_sync(ctx: DemoContext) -> None:
     mirror = ctx.work / "mirror"
     if mirror.exists():
         shutil.rmtree(mirror)
-    sync = [GPU_AIRGAP, "mirror", "sync", "--dest", str(mirror), "--upstream", ctx.server.url,
-            "--keyring", str(ctx.tree.public_key), "--version", RELEASE, "--format", "deb,rpm",
-            "--arch", "amd64"]  # fmt: skip
+    sync = [
+        GPU_AIRGAP,
+        "mirror",
+        "sync",
+        "--dest",
+        str(mirror),
+        "--upstream",
+        ctx.server.url,
+        "--keyring",
+        str(ctx.tree.public_key),
+        "--version",
+        RELEASE,
+        "--format",
+        "deb,rpm",
+        "--arch",
+        "amd64",
+    ]
     run(sync)
     before = len(ctx.server.log)
     run([*sync, "--quiet"])
@@ -173,20 +189,58 @@ def stage_bundle(ctx: DemoContext) -> None:
     home = operator / "gnupg"
     home.mkdir(mode=0o700)
     gpg = ["gpg", "--homedir", str(home), "--batch", "--quiet"]
-    subprocess.run([*gpg, "--passphrase", "", "--quick-gen-key", "Demo operator <ops@example.invalid>",
-                    "ed25519", "sign", "never"], check=True, capture_output=True)  # fmt: skip
-    listing = subprocess.run([*gpg, "--with-colons", "--list-keys"], check=True, capture_output=True, text=True)
+    subprocess.run(
+        [
+            *gpg,
+            "--passphrase",
+            "",
+            "--quick-gen-key",
+            "Demo operator <ops@example.invalid>",
+            "ed25519",
+            "sign",
+            "never",
+        ],
+        check=True,
+        capture_output=True,
+    )
+    listing = subprocess.run(
+        [*gpg, "--with-colons", "--list-keys"], check=True, capture_output=True, text=True
+    )
     fingerprint = next(line.split(":")[9] for line in listing.stdout.splitlines() if line.startswith("fpr:"))
     public = operator / "operator.asc"
-    public.write_bytes(subprocess.run([*gpg, "--armor", "--export", fingerprint], check=True, capture_output=True).stdout)
-    subprocess.run(["gpgconf", "--homedir", str(home), "--kill", "gpg-agent"], check=False, capture_output=True)
+    public.write_bytes(
+        subprocess.run([*gpg, "--armor", "--export", fingerprint], check=True, capture_output=True).stdout
+    )
+    subprocess.run(
+        ["gpgconf", "--homedir", str(home), "--kill", "gpg-agent"], check=False, capture_output=True
+    )
     say(f"   operator key {fingerprint} (public half: {public})")
     bundle = ctx.work / f"gpu-airgap-{RELEASE}.tar.zst"
-    run([GPU_AIRGAP, "bundle", "build", "--mirror", str(ctx.work / "mirror"), "--version", RELEASE,
-         "--target", "deb/amd64", "--target", "rpm/x86_64", "--sign-key", fingerprint,
-         "--gnupghome", str(home), "--output", str(bundle)])  # fmt: skip
+    run(
+        [
+            GPU_AIRGAP,
+            "bundle",
+            "build",
+            "--mirror",
+            str(ctx.work / "mirror"),
+            "--version",
+            RELEASE,
+            "--target",
+            "deb/amd64",
+            "--target",
+            "rpm/x86_64",
+            "--sign-key",
+            fingerprint,
+            "--gnupghome",
+            str(home),
+            "--output",
+            str(bundle),
+        ]
+    )
     # signing started the operator's gpg-agent again; the demo leaves no process behind
-    subprocess.run(["gpgconf", "--homedir", str(home), "--kill", "gpg-agent"], check=False, capture_output=True)
+    subprocess.run(
+        ["gpgconf", "--homedir", str(home), "--kill", "gpg-agent"], check=False, capture_output=True
+    )
     run([GPU_AIRGAP, "bundle", "inspect", str(bundle)])
     run([GPU_AIRGAP, "bundle", "verify", str(bundle), "--keyring", str(public)])
     ctx.values.update(bundle=str(bundle.resolve()), keyring=str(public.resolve()))
@@ -202,14 +256,18 @@ def debian_root(work: Path) -> Path:
         raise SystemExit(f"demo: {reason}")
     root = fresh(work / "node-root")
     tarball = cached_debian_tarball(fresh(work / "debootstrap"))
-    subprocess.run(["tar", "--numeric-owner", "--xattrs", "-I", "zstd", "-C", str(root), "-xf", str(tarball)], check=True)
+    subprocess.run(
+        ["tar", "--numeric-owner", "--xattrs", "-I", "zstd", "-C", str(root), "-xf", str(tarball)], check=True
+    )
     say(f"   node root: minimal Debian from {tarball}")
     return root
 
 
 def stage_install(ctx: DemoContext) -> None:
     """Node admin: a minimal Debian node with containerd's config, then install.sh from the bundle."""
-    say("== node admin: check the node files with the node's own tools, then install (into a minimal Debian root)")
+    say(
+        "== node admin: check the node files with the node's own tools, then install (into a minimal Debian root)"
+    )
     root = debian_root(ctx.work)
     config = root / "etc/containerd/config.toml"
     config.parent.mkdir(parents=True)
@@ -230,9 +288,23 @@ def stage_install(ctx: DemoContext) -> None:
     checked = node_command(ctx.values["bundle"], ctx.values["keyring"]) + " " + shlex.join(options)
     run(["sh", "-c", checked], cwd=unpacked, env=node_env)
     # the second run changes nothing (install.sh checks the node tool again before running it)
-    run(["sh", "install.sh", ctx.values["bundle"], "--keyring", ctx.values["keyring"], *options], cwd=unpacked, env=node_env)
-    run(["chroot", str(root), "dpkg-query", "-W", "libnvidia-container1", "libnvidia-container-tools",
-         "nvidia-container-toolkit-base", "nvidia-container-toolkit"])  # fmt: skip
+    run(
+        ["sh", "install.sh", ctx.values["bundle"], "--keyring", ctx.values["keyring"], *options],
+        cwd=unpacked,
+        env=node_env,
+    )
+    run(
+        [
+            "chroot",
+            str(root),
+            "dpkg-query",
+            "-W",
+            "libnvidia-container1",
+            "libnvidia-container-tools",
+            "nvidia-container-toolkit-base",
+            "nvidia-container-toolkit",
+        ]
+    )
     run(["chroot", str(root), "nvidia-ctk", "--version"])  # NVIDIA's binary, inside the node
     ctx.values["root"] = str(root)
 
@@ -241,7 +313,17 @@ def stage_configure(ctx: DemoContext) -> None:
     """Node admin: RuntimeClass, then read back what the node will use."""
     say("== node admin: RuntimeClass, report, verify, status")
     root = ctx.values["root"]
-    run([GPU_AIRGAP, "configure", "runtimeclass", "--root", root, "--output", "/etc/kubernetes/runtimeclass-nvidia.yaml"])
+    run(
+        [
+            GPU_AIRGAP,
+            "configure",
+            "runtimeclass",
+            "--root",
+            root,
+            "--output",
+            "/etc/kubernetes/runtimeclass-nvidia.yaml",
+        ]
+    )
     run([GPU_AIRGAP, "configure", "report", "--root", root])
     run([GPU_AIRGAP, "configure", "verify", "--root", root])
     run([GPU_AIRGAP, "status", "--root", root])
@@ -260,8 +342,13 @@ def stage_uninstall(ctx: DemoContext) -> None:
 
 #: Stages after the upstream is up, in order.
 STAGES: list[Callable[[DemoContext], None]] = [
-    stage_show_upstream, stage_sync, stage_bundle, stage_install, stage_configure, stage_uninstall,
-]  # fmt: skip
+    stage_show_upstream,
+    stage_sync,
+    stage_bundle,
+    stage_install,
+    stage_configure,
+    stage_uninstall,
+]
 
 
 def main() -> int:

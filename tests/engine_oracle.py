@@ -45,7 +45,9 @@ CRI_PLUGIN = {2: "io.containerd.grpc.v1.cri", 3: "io.containerd.cri.v1.runtime"}
 class Effective:
     """What the engine will use, as far as the NVIDIA runtime is concerned."""
 
-    runtime: Dict[str, Any]  #: runtime_type / BinaryName / SystemdCgroup (containerd), path (docker), runtime_path... (crio)
+    runtime: Dict[
+        str, Any
+    ]  #: runtime_type / BinaryName / SystemdCgroup (containerd), path (docker), runtime_path... (crio)
     default: Optional[str]
     cdi: Optional[bool]
     error: str = ""  #: the engine refused the config (then the rest is empty)
@@ -81,7 +83,11 @@ def _cached(name: str, source: Path, make: Any) -> Path:
 
 def nvidia_ctk() -> Path:
     """The real nvidia-ctk 1.20.0, extracted from NVIDIA's -base .deb into the cache."""
-    home = _cached("nvidia-ctk", BASE_DEB, lambda d: subprocess.run(["dpkg-deb", "-x", str(BASE_DEB), str(d)], check=True))
+    home = _cached(
+        "nvidia-ctk",
+        BASE_DEB,
+        lambda d: subprocess.run(["dpkg-deb", "-x", str(BASE_DEB), str(d)], check=True),
+    )
     return home / "usr/bin/nvidia-ctk"
 
 
@@ -114,8 +120,18 @@ def run_nvidia_ctk(runtime: str, config: Path, flags: List[str]) -> Tuple[int, D
         "top-level": ...}`` for a containerd drop-in, ``{"drop-in": ...}`` for a CRI-O drop-in (it
         leaves crio.conf alone) and ``{"config": ...}`` when it edits the file in place.
     """
-    argv = [str(nvidia_ctk()), "runtime", "configure", f"--runtime={runtime}", f"--config={config}", "--dry-run", *flags]
-    done = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False, timeout=60)
+    argv = [
+        str(nvidia_ctk()),
+        "runtime",
+        "configure",
+        f"--runtime={runtime}",
+        f"--config={config}",
+        "--dry-run",
+        *flags,
+    ]
+    done = subprocess.run(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False, timeout=60
+    )
     parts: Dict[str, List[str]] = {"config": []}
     current = "config"
     log: List[str] = []
@@ -147,7 +163,10 @@ def _retarget_imports(path: Path, root: Path, seen: set[Path]) -> None:
     imports = doc.get("imports")
     if not imports:
         return
-    moved = [str(root) + item if item.startswith("/") and not item.startswith(str(root)) else item for item in imports]
+    moved = [
+        str(root) + item if item.startswith("/") and not item.startswith(str(root)) else item
+        for item in imports
+    ]
     doc["imports"] = moved
     path.write_text(tomlkit.dumps(doc))
     for pattern in moved:
@@ -196,12 +215,21 @@ def _containerd_effective(root: Path, node_path: str) -> Effective:
     runtimes = cri.get("containerd", {}).get("runtimes", {})
     nvidia = runtimes.get("nvidia", {})
     options = nvidia.get("options", {}) or {}
-    runtime = {
-        "runtime_type": nvidia.get("runtime_type"),
-        "BinaryName": options.get("BinaryName"),
-        "SystemdCgroup": options.get("SystemdCgroup"),
-    } if nvidia else {}  # fmt: skip
-    return Effective(runtime, cri.get("containerd", {}).get("default_runtime_name"), bool(cdi), runtimes=tuple(sorted(runtimes)))
+    runtime = (
+        {
+            "runtime_type": nvidia.get("runtime_type"),
+            "BinaryName": options.get("BinaryName"),
+            "SystemdCgroup": options.get("SystemdCgroup"),
+        }
+        if nvidia
+        else {}
+    )
+    return Effective(
+        runtime,
+        cri.get("containerd", {}).get("default_runtime_name"),
+        bool(cdi),
+        runtimes=tuple(sorted(runtimes)),
+    )
 
 
 def _cdi_of_old_config(config: Path) -> Optional[bool]:
@@ -212,17 +240,27 @@ def _cdi_of_old_config(config: Path) -> Optional[bool]:
     default and imports the node's config: only a key the node's files really set turns it on.
     """
     wrapper = config.with_name(f".cdi-probe-{os.getpid()}.toml")
-    wrapper.write_text(f'version = 2\nimports = ["{config}"]\n[plugins."io.containerd.grpc.v1.cri"]\n  enable_cdi = false\n')
+    wrapper.write_text(
+        f'version = 2\nimports = ["{config}"]\n[plugins."io.containerd.grpc.v1.cri"]\n  enable_cdi = false\n'
+    )
     try:
         dump = _dump(str(containerd_2()), wrapper)
     finally:
         wrapper.unlink()
-    return dump.get("plugins", {}).get(CRI_PLUGIN[3], {}).get("enable_cdi") if isinstance(dump, dict) else None
+    return (
+        dump.get("plugins", {}).get(CRI_PLUGIN[3], {}).get("enable_cdi") if isinstance(dump, dict) else None
+    )
 
 
 def _dump(binary: str, config: Path) -> Dict[str, Any] | str:
     """``containerd --config FILE config dump`` parsed, or the line saying why containerd refused it."""
-    done = subprocess.run([binary, "--config", str(config), "config", "dump"], capture_output=True, text=True, check=False, timeout=60)
+    done = subprocess.run(
+        [binary, "--config", str(config), "config", "dump"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
     if done.returncode != 0:
         return done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "config dump failed"
     return tomllib.loads(done.stdout)
@@ -237,7 +275,12 @@ def docker_effective(root: Path, node_path: str = "/etc/docker/daemon.json") -> 
         return Effective({}, None, None, error=f"not JSON: {exc}")
     nvidia = data.get("runtimes", {}).get("nvidia")
     runtime = {"path": nvidia.get("path"), "runtimeArgs": nvidia.get("runtimeArgs")} if nvidia else {}
-    return Effective(runtime, data.get("default-runtime"), bool(data.get("features", {}).get("cdi", False)), runtimes=tuple(sorted(data.get("runtimes", {}))))
+    return Effective(
+        runtime,
+        data.get("default-runtime"),
+        bool(data.get("features", {}).get("cdi", False)),
+        runtimes=tuple(sorted(data.get("runtimes", {}))),
+    )
 
 
 def _merge(into: Dict[str, Any], update: Dict[str, Any]) -> None:
@@ -248,7 +291,9 @@ def _merge(into: Dict[str, Any], update: Dict[str, Any]) -> None:
             into[key] = value
 
 
-def crio_effective(root: Path, main: str = "/etc/crio/crio.conf", drop_ins: str = "/etc/crio/crio.conf.d") -> Effective:
+def crio_effective(
+    root: Path, main: str = "/etc/crio/crio.conf", drop_ins: str = "/etc/crio/crio.conf.d"
+) -> Effective:
     """crio.conf, then every file of crio.conf.d in lexical order, merged table by table."""
     merged: Dict[str, Any] = {}
     files = [root / main.lstrip("/")]
@@ -263,6 +308,10 @@ def crio_effective(root: Path, main: str = "/etc/crio/crio.conf", drop_ins: str 
     runtime_table = merged.get("crio", {}).get("runtime", {})
     runtimes = runtime_table.get("runtimes", {})
     nvidia = runtimes.get("nvidia", {})
-    runtime = {k: nvidia.get(k) for k in ("runtime_path", "runtime_type", "monitor_path", "runtime_root")} if nvidia else {}
+    runtime = (
+        {k: nvidia.get(k) for k in ("runtime_path", "runtime_type", "monitor_path", "runtime_root")}
+        if nvidia
+        else {}
+    )
     # CRI-O reads CDI specs unless cdi_spec_dirs is emptied; nvidia-ctk has nothing to enable for it.
     return Effective(runtime, runtime_table.get("default_runtime"), None, runtimes=tuple(sorted(runtimes)))

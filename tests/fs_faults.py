@@ -18,7 +18,13 @@ import pytest
 
 #: run a command as root that lacks CAP_DAC_OVERRIDE/CAP_DAC_READ_SEARCH: file modes then bind root too,
 #: so a 0555 directory is really read-only for it (what a non-root admin meets)
-WITHOUT_DAC_OVERRIDE = ["setpriv", "--bounding-set", "-dac_override,-dac_read_search", "--inh-caps=-all", "--"]
+WITHOUT_DAC_OVERRIDE = [
+    "setpriv",
+    "--bounding-set",
+    "-dac_override,-dac_read_search",
+    "--inh-caps=-all",
+    "--",
+]
 #: the real console entry point in a child process
 GPU_AIRGAP = [sys.executable, "-m", "mirror"]
 

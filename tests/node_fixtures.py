@@ -18,8 +18,16 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from installer.target import Requirement, StagedPackage, StagedTarget
 
-TOOLKIT = ("libnvidia-container1", "libnvidia-container-tools", "nvidia-container-toolkit-base", "nvidia-container-toolkit")
-BREAKS = (Requirement("nvidia-container-runtime", "<=", "3.5.0-1"), Requirement("nvidia-container-runtime-hook"))
+TOOLKIT = (
+    "libnvidia-container1",
+    "libnvidia-container-tools",
+    "nvidia-container-toolkit-base",
+    "nvidia-container-toolkit",
+)
+BREAKS = (
+    Requirement("nvidia-container-runtime", "<=", "3.5.0-1"),
+    Requirement("nvidia-container-runtime-hook"),
+)
 DEB_REQUIREMENTS = ("libc6 (>= 2.14)", "libcap2 (>= 1:2.10)", "libseccomp2 (>= 0.0.0~20120605)")
 RPM_REQUIREMENTS = ("glibc >= 2.17", "libcap >= 2.10", "libseccomp")
 DEB_SEED = {"libc6": "2.36-9", "libcap2": "1:2.66-4", "libseccomp2": "2.5.4-1"}
@@ -55,7 +63,9 @@ def _deb_depends(name: str, version: str) -> str:
     }.get(name, "")
 
 
-def build_deb(out: Path, name: str, version: str, arch: str = "amd64", depends: str = "", breaks: str = "") -> Path:
+def build_deb(
+    out: Path, name: str, version: str, arch: str = "amd64", depends: str = "", breaks: str = ""
+) -> Path:
     """Build ``name_version_arch.deb`` with dpkg-deb."""
     work = out / f"build-{name}-{version}"
     (work / "DEBIAN").mkdir(parents=True)
@@ -70,18 +80,26 @@ def build_deb(out: Path, name: str, version: str, arch: str = "amd64", depends: 
         path.write_text(body)
         path.chmod(mode)
     target = out / f"{name}_{version}_{arch}.deb"
-    subprocess.run(["dpkg-deb", "--root-owner-group", "-Zgzip", "--build", str(work), str(target)], check=True, capture_output=True)
+    subprocess.run(
+        ["dpkg-deb", "--root-owner-group", "-Zgzip", "--build", str(work), str(target)],
+        check=True,
+        capture_output=True,
+    )
     shutil.rmtree(work)
     return target
 
 
-def build_rpm(out: Path, name: str, version: str, arch: str = "x86_64", requires: Sequence[str] = (), files: bool = True) -> Path:
+def build_rpm(
+    out: Path, name: str, version: str, arch: str = "x86_64", requires: Sequence[str] = (), files: bool = True
+) -> Path:
     """Build ``name-version.arch.rpm`` with rpmbuild (``version`` is ``V-R``)."""
     ver, rel = version.rsplit("-", 1)
     top = out / f"rpmbuild-{name}-{version}"
     install_lines = []
     file_lines = []
-    for path, (body, mode) in (_files_for(name, version) if files else {f"usr/share/doc/{name}/README": ("stand-in\n", 0o644)}).items():
+    for path, (body, mode) in (
+        _files_for(name, version) if files else {f"usr/share/doc/{name}/README": ("stand-in\n", 0o644)}
+    ).items():
         install_lines.append(f"mkdir -p %{{buildroot}}/{Path(path).parent}")
         install_lines.append(f"printf '%s' {_sh_quote(body)} > %{{buildroot}}/{path}")
         install_lines.append(f"chmod {mode:o} %{{buildroot}}/{path}")
@@ -98,10 +116,21 @@ def build_rpm(out: Path, name: str, version: str, arch: str = "x86_64", requires
         """
     )
     spec += "".join(f"Requires: {r}\n" for r in requires)
-    spec += "\n%description\nstand-in\n\n%install\n" + "\n".join(install_lines) + "\n\n%files\n" + "\n".join(file_lines) + "\n"
+    spec += (
+        "\n%description\nstand-in\n\n%install\n"
+        + "\n".join(install_lines)
+        + "\n\n%files\n"
+        + "\n".join(file_lines)
+        + "\n"
+    )
     top.mkdir(parents=True)
     (top / "p.spec").write_text(spec)
-    defines = ["_topdir " + str(top), "debug_package %{nil}", "__os_install_post %{nil}", "_build_id_links none"]
+    defines = [
+        "_topdir " + str(top),
+        "debug_package %{nil}",
+        "__os_install_post %{nil}",
+        "_build_id_links none",
+    ]
     argv = ["rpmbuild", "-bb", "--quiet"]
     for d in defines:
         argv += ["--define", d]
@@ -122,7 +151,10 @@ def _rpm_requires(name: str, version: str) -> List[str]:
         "libnvidia-container1": ["glibc >= 2.17", "libcap >= 2.10", "libseccomp"],
         "libnvidia-container-tools": [f"libnvidia-container1 >= {version}", "glibc >= 2.17"],
         "nvidia-container-toolkit-base": [],
-        "nvidia-container-toolkit": [f"nvidia-container-toolkit-base = {version}", f"libnvidia-container-tools >= {version}"],
+        "nvidia-container-toolkit": [
+            f"nvidia-container-toolkit-base = {version}",
+            f"libnvidia-container-tools >= {version}",
+        ],
     }.get(name, [])
 
 
@@ -132,19 +164,41 @@ def build_target(out: Path, fmt: str, version: str, arch: str) -> StagedTarget:
     packages = []
     for name in TOOLKIT:
         if fmt == "deb":
-            breaks = "nvidia-container-runtime (<= 3.5.0-1), nvidia-container-runtime-hook" if "toolkit" in name else ""
+            breaks = (
+                "nvidia-container-runtime (<= 3.5.0-1), nvidia-container-runtime-hook"
+                if "toolkit" in name
+                else ""
+            )
             path = build_deb(out, name, version, arch, _deb_depends(name, version), breaks)
         else:
             path = build_rpm(out, name, version, arch, _rpm_requires(name, version))
-        deps = tuple(n for n in TOOLKIT if n in (_deb_depends(name, version) if fmt == "deb" else " ".join(_rpm_requires(name, version))))
+        deps = tuple(
+            n
+            for n in TOOLKIT
+            if n in (_deb_depends(name, version) if fmt == "deb" else " ".join(_rpm_requires(name, version)))
+        )
         packages.append(
-            StagedPackage(name, version, arch, path, path.stat().st_size, depends=deps, breaks=BREAKS if "toolkit" in name else ())
+            StagedPackage(
+                name,
+                version,
+                arch,
+                path,
+                path.stat().st_size,
+                depends=deps,
+                breaks=BREAKS if "toolkit" in name else (),
+            )
         )
     reqs = DEB_REQUIREMENTS if fmt == "deb" else RPM_REQUIREMENTS
-    return StagedTarget(f"{fmt}-{arch}", fmt, arch, tuple(packages), tuple(Requirement.parse(r) for r in reqs))
+    return StagedTarget(
+        f"{fmt}-{arch}", fmt, arch, tuple(packages), tuple(Requirement.parse(r) for r in reqs)
+    )
 
 
-def seed_dpkg_root(root: Path, os_release: str = "ID=ubuntu\nID_LIKE=debian\nVERSION_ID=\"22.04\"\n", libraries: Dict[str, str] = DEB_SEED) -> None:
+def seed_dpkg_root(
+    root: Path,
+    os_release: str = 'ID=ubuntu\nID_LIKE=debian\nVERSION_ID="22.04"\n',
+    libraries: Dict[str, str] = DEB_SEED,
+) -> None:
     """A Debian-like root: an empty-but-real dpkg database with the node libraries as installed entries."""
     admin = root / "var/lib/dpkg"
     for sub in ("info", "updates", "triggers"):
@@ -172,13 +226,19 @@ def seed_containerd_node(root: Path) -> Path:
 
 def seed_rpm_root(root: Path, packages_dir: Path, libraries: Dict[str, str] = RPM_SEED) -> None:
     """A RHEL-like root: ``rpm --initdb`` at /var/lib/rpm, then stand-in glibc/libcap/libseccomp installed."""
-    subprocess.run(["rpm", "--root", str(root), "--dbpath", "/var/lib/rpm", "--initdb"], check=True, capture_output=True)
+    subprocess.run(
+        ["rpm", "--root", str(root), "--dbpath", "/var/lib/rpm", "--initdb"], check=True, capture_output=True
+    )
     files = []
     for name, version in libraries.items():
         existing = list(packages_dir.glob(f"{name}-{version}-1.*.rpm"))
         files.append(existing[0] if existing else build_rpm(packages_dir, name, f"{version}-1", files=False))
     if files:
-        subprocess.run(["rpm", "--root", str(root), "--dbpath", "/var/lib/rpm", "-i", *map(str, files)], check=True, capture_output=True)
+        subprocess.run(
+            ["rpm", "--root", str(root), "--dbpath", "/var/lib/rpm", "-i", *map(str, files)],
+            check=True,
+            capture_output=True,
+        )
     (root / "etc").mkdir(exist_ok=True)
     (root / "etc/os-release").write_text('ID="rhel"\nID_LIKE="fedora"\nVERSION_ID="9.4"\n')
 
@@ -186,9 +246,17 @@ def seed_rpm_root(root: Path, packages_dir: Path, libraries: Dict[str, str] = RP
 def dpkg_versions(root: Path, names: Sequence[str] = TOOLKIT) -> Dict[str, str]:
     """``{package: version}`` of ``names`` installed in the dpkg database under ``root`` (others left out)."""
     out = subprocess.run(
-        ["dpkg-query", f"--admindir={root}/var/lib/dpkg", "-W", "-f=${Package} ${db:Status-Abbrev} ${Version}\n", *names],
-        capture_output=True, text=True, check=False,
-    ).stdout  # fmt: skip
+        [
+            "dpkg-query",
+            f"--admindir={root}/var/lib/dpkg",
+            "-W",
+            "-f=${Package} ${db:Status-Abbrev} ${Version}\n",
+            *names,
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout
     return {line.split()[0]: line.split()[2] for line in out.splitlines() if line.split()[1][1:2] == "i"}
 
 
@@ -208,7 +276,13 @@ def tree_digest(root: Path) -> Dict[str, str]:
 
 
 def write_signed_bundle(
-    out: Path, targets: Sequence[StagedTarget], key_home: Path, fingerprint: str, release: str = "1.17.8", *, tamper: bool = False,
+    out: Path,
+    targets: Sequence[StagedTarget],
+    key_home: Path,
+    fingerprint: str,
+    release: str = "1.17.8",
+    *,
+    tamper: bool = False,
     split: Optional[int] = None,
 ) -> Path:
     """Write a real signed bundle (manifest + detached signature + packages) readable by ``installer.bundle``.
@@ -239,16 +313,32 @@ def write_signed_bundle(
             members[member] = pkg.path
             digest = hashlib.sha256(pkg.path.read_bytes()).hexdigest()
             breaks = tuple(str(r) if target.format == "deb" else _rpm_text(r) for r in pkg.breaks)
-            packages.append(PackageEntry(pkg.name, pkg.version, pkg.arch, member, pkg.size, digest, order, pkg.depends, breaks=breaks))
+            packages.append(
+                PackageEntry(
+                    pkg.name,
+                    pkg.version,
+                    pkg.arch,
+                    member,
+                    pkg.size,
+                    digest,
+                    order,
+                    pkg.depends,
+                    breaks=breaks,
+                )
+            )
         entries.append(
             TargetEntry(
                 format=target.format,
                 arch=target.arch,
                 repo_dir=f"targets/{target.name}",
                 toolkit_version=target.packages[0].version,
-                provenance=Provenance("http://127.0.0.1/stand-in", "C95B321B61E88C1809C4F759DDCAE044F796ECB0", None),
+                provenance=Provenance(
+                    "http://127.0.0.1/stand-in", "C95B321B61E88C1809C4F759DDCAE044F796ECB0", None
+                ),
                 packages=tuple(packages),
-                node_requirements=tuple(str(r) if target.format == "deb" else _rpm_text(r) for r in target.requirements),
+                node_requirements=tuple(
+                    str(r) if target.format == "deb" else _rpm_text(r) for r in target.requirements
+                ),
             )
         )
     filler = hashlib.shake_256(b"filler").digest(3 * split // 2) if split else b""
@@ -267,8 +357,19 @@ def write_signed_bundle(
 
     def sign(payload: bytes) -> bytes:
         return subprocess.run(
-            ["gpg", "--homedir", str(key_home), "--batch", "--armor", "--detach-sign", "--local-user", fingerprint],
-            input=payload, check=True, capture_output=True,
+            [
+                "gpg",
+                "--homedir",
+                str(key_home),
+                "--batch",
+                "--armor",
+                "--detach-sign",
+                "--local-user",
+                fingerprint,
+            ],
+            input=payload,
+            check=True,
+            capture_output=True,
         ).stdout
 
     signature = sign(data)

@@ -50,7 +50,9 @@ def free_port() -> int:
 class Registry:
     """``docker-registry serve CONFIG`` on 127.0.0.1:<free port>; a context manager."""
 
-    def __init__(self, workdir: Path, *, auth: Optional[Dict[str, Any]] = None, tls: Optional[Tuple[Path, Path]] = None) -> None:
+    def __init__(
+        self, workdir: Path, *, auth: Optional[Dict[str, Any]] = None, tls: Optional[Tuple[Path, Path]] = None
+    ) -> None:
         self.workdir = workdir
         self.storage = workdir / "storage"
         self.port = free_port()
@@ -75,11 +77,15 @@ class Registry:
 
     def __enter__(self) -> Registry:
         with open(self.log, "wb") as log:
-            self._proc = subprocess.Popen(["docker-registry", "serve", str(self.config)], stdout=log, stderr=subprocess.STDOUT)
+            self._proc = subprocess.Popen(
+                ["docker-registry", "serve", str(self.config)], stdout=log, stderr=subprocess.STDOUT
+            )
         deadline = time.monotonic() + 15
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:
-                raise RuntimeError(f"docker-registry exited with {self._proc.returncode}: {self.log.read_text()[-2000:]}")
+                raise RuntimeError(
+                    f"docker-registry exited with {self._proc.returncode}: {self.log.read_text()[-2000:]}"
+                )
             with socket.socket() as sock:
                 if sock.connect_ex(("127.0.0.1", self.port)) == 0:
                     return self
@@ -109,7 +115,9 @@ class Registry:
 def htpasswd_file(path: Path, users: Dict[str, str]) -> Path:
     """An htpasswd file with bcrypt entries (what distribution accepts), made by ``htpasswd -B``."""
     lines = [
-        subprocess.run(["htpasswd", "-Bbn", user, password], check=True, capture_output=True, text=True).stdout.strip()
+        subprocess.run(
+            ["htpasswd", "-Bbn", user, password], check=True, capture_output=True, text=True
+        ).stdout.strip()
         for user, password in users.items()
     ]
     path.write_text("\n".join(lines) + "\n")
@@ -125,13 +133,42 @@ def make_tls(directory: Path) -> Tuple[Path, Path, Path]:
         subprocess.run(["openssl", *args], check=True, capture_output=True)
 
     curve = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
-    openssl("req", "-x509", *curve, "-keyout", str(ca_key), "-out", str(ca), "-days", "2", "-subj", "/CN=gpu-airgap test CA")
+    openssl(
+        "req",
+        "-x509",
+        *curve,
+        "-keyout",
+        str(ca_key),
+        "-out",
+        str(ca),
+        "-days",
+        "2",
+        "-subj",
+        "/CN=gpu-airgap test CA",
+    )
     csr = directory / "server.csr"
     openssl("req", *curve, "-keyout", str(key), "-out", str(csr), "-subj", "/CN=127.0.0.1")
     ext = directory / "server.ext"
-    ext.write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\nbasicConstraints=CA:FALSE\n")
-    openssl("x509", "-req", "-in", str(csr), "-CA", str(ca), "-CAkey", str(ca_key), "-CAcreateserial",
-            "-out", str(cert), "-days", "2", "-extfile", str(ext))  # fmt: skip
+    ext.write_text(
+        "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\nbasicConstraints=CA:FALSE\n"
+    )
+    openssl(
+        "x509",
+        "-req",
+        "-in",
+        str(csr),
+        "-CA",
+        str(ca),
+        "-CAkey",
+        str(ca_key),
+        "-CAcreateserial",
+        "-out",
+        str(cert),
+        "-days",
+        "2",
+        "-extfile",
+        str(ext),
+    )
     return ca, cert, key
 
 
@@ -161,10 +198,15 @@ class TokenServer:
         name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, ISSUER)])
         now = datetime.datetime.now(datetime.timezone.utc)
         cert = (
-            x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(self._key.public_key())
-            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(hours=1))
-            .not_valid_after(now + datetime.timedelta(days=2)).sign(self._key, hashes.SHA256())
-        )  # fmt: skip
+            x509.CertificateBuilder()
+            .subject_name(name)
+            .issuer_name(name)
+            .public_key(self._key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(hours=1))
+            .not_valid_after(now + datetime.timedelta(days=2))
+            .sign(self._key, hashes.SHA256())
+        )
         self.certificate = self.workdir / "token-cert.pem"
         self.certificate.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
         self._kid = libtrust_kid(self._key.public_key())
@@ -183,8 +225,14 @@ class TokenServer:
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length", "0"))
                 form = dict(urllib.parse.parse_qsl(self.rfile.read(length).decode()))
-                server.requests.append({"method": "POST", **{k: v for k, v in form.items() if k != "refresh_token"}})
-                user = server.refresh_tokens.get(form.get("refresh_token", "")) if form.get("grant_type") == "refresh_token" else None
+                server.requests.append(
+                    {"method": "POST", **{k: v for k, v in form.items() if k != "refresh_token"}}
+                )
+                user = (
+                    server.refresh_tokens.get(form.get("refresh_token", ""))
+                    if form.get("grant_type") == "refresh_token"
+                    else None
+                )
                 self._answer(user, form)
 
             def _answer(self, user: Optional[str], params: Dict[str, str]) -> None:
@@ -192,7 +240,9 @@ class TokenServer:
                     self.send_response(401)
                     self.end_headers()
                     return
-                body = json.dumps({"token": server.issue(user, params.get("scope", "")), "expires_in": 300}).encode()
+                body = json.dumps(
+                    {"token": server.issue(user, params.get("scope", "")), "expires_in": 300}
+                ).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))
@@ -201,7 +251,9 @@ class TokenServer:
 
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.realm = f"http://127.0.0.1:{self._httpd.server_address[1]}/token"
-        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
         self._thread.start()
 
     def _basic_user(self, header: str) -> Optional[str]:
@@ -222,15 +274,30 @@ class TokenServer:
             access.append({"type": "repository", "name": name, "actions": actions.split(",")})
         now = int(time.time())
         header = {"typ": "JWT", "alg": "ES256", "kid": self._kid}
-        claims = {"iss": ISSUER, "sub": user, "aud": SERVICE, "exp": now + 300, "nbf": now - 10, "iat": now,
-                  "jti": os.urandom(8).hex(), "access": access}  # fmt: skip
+        claims = {
+            "iss": ISSUER,
+            "sub": user,
+            "aud": SERVICE,
+            "exp": now + 300,
+            "nbf": now - 10,
+            "iat": now,
+            "jti": os.urandom(8).hex(),
+            "access": access,
+        }
         signing_input = f"{_b64url(json.dumps(header).encode())}.{_b64url(json.dumps(claims).encode())}"
         r, s = decode_dss_signature(self._key.sign(signing_input.encode(), ec.ECDSA(hashes.SHA256())))
         return f"{signing_input}.{_b64url(r.to_bytes(32, 'big') + s.to_bytes(32, 'big'))}"
 
     def registry_auth(self) -> Dict[str, Any]:
         """The registry's ``auth`` section for this token service."""
-        return {"token": {"realm": self.realm, "service": SERVICE, "issuer": ISSUER, "rootcertbundle": str(self.certificate)}}
+        return {
+            "token": {
+                "realm": self.realm,
+                "service": SERVICE,
+                "issuer": ISSUER,
+                "rootcertbundle": str(self.certificate),
+            }
+        }
 
     def close(self) -> None:
         self._httpd.shutdown()
@@ -256,10 +323,14 @@ def basic_entry(user: str, password: str) -> Dict[str, str]:
 
 
 @contextmanager
-def registry_with_login(work: Path, user: str = "ops", password: str = "s3cret") -> Iterator[Tuple[Registry, DockerConfig]]:
+def registry_with_login(
+    work: Path, user: str = "ops", password: str = "s3cret"
+) -> Iterator[Tuple[Registry, DockerConfig]]:
     """A running registry that wants ``user``/``password`` (htpasswd), and a ``$DOCKER_CONFIG`` holding that login."""
     users = htpasswd_file(work / "htpasswd", {user: password})
-    with Registry(work / "registry", auth={"htpasswd": {"realm": "gpu-airgap-test", "path": str(users)}}) as registry:
+    with Registry(
+        work / "registry", auth={"htpasswd": {"realm": "gpu-airgap-test", "path": str(users)}}
+    ) as registry:
         yield registry, DockerConfig.write(work / "docker", registry.host, basic_entry(user, password))
 
 

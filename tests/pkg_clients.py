@@ -38,11 +38,20 @@ def apt(sandbox: Path, *args: str, cwd: Path | None = None) -> subprocess.Comple
 def new_apt_sandbox(sandbox: Path, armored_key: bytes, sources: str, *, keyring_name: str) -> Path:
     """Make ``sandbox`` with ``sources`` as its sources.list and ``armored_key`` dearmored as ``keyring_name``
     (what ``curl gpgkey | gpg --dearmor -o /usr/share/keyrings/…`` does on a node); returns the keyring path."""
-    for sub in ("state/lists/partial", "cache/archives/partial", "sources.list.d", "apt.conf.d", "preferences.d", "dl"):
+    for sub in (
+        "state/lists/partial",
+        "cache/archives/partial",
+        "sources.list.d",
+        "apt.conf.d",
+        "preferences.d",
+        "dl",
+    ):
         (sandbox / sub).mkdir(parents=True)
     (sandbox / "state/status").touch()
     keyring = sandbox / keyring_name
-    keyring.write_bytes(subprocess.run(["gpg", "--dearmor"], input=armored_key, capture_output=True, check=True).stdout)
+    keyring.write_bytes(
+        subprocess.run(["gpg", "--dearmor"], input=armored_key, capture_output=True, check=True).stdout
+    )
     (sandbox / "sources.list").write_text(sources)
     return keyring
 
@@ -54,7 +63,9 @@ def dnf_with_repo(base: Path, repo_text: str, *args: str) -> subprocess.Complete
     (base / "dnf.conf").write_text("[main]\n")
     (base / "repos/nvidia-container-toolkit.repo").write_text(repo_text)
     argv = [
-        "dnf", "-y", "-q",
+        "dnf",
+        "-y",
+        "-q",
         f"--installroot={base / 'root'}",
         f"--config={base / 'dnf.conf'}",
         f"--setopt=reposdir={base / 'repos'}",
@@ -62,7 +73,7 @@ def dnf_with_repo(base: Path, repo_text: str, *args: str) -> subprocess.Complete
         f"--setopt=logdir={base / 'log'}",
         "--releasever=1",
         "--forcearch=x86_64",
-    ]  # fmt: skip
+    ]
     try:
         return subprocess.run([*argv, *args], capture_output=True, text=True, timeout=120)
     finally:

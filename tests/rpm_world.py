@@ -58,10 +58,25 @@ _EXTRA_PROVIDES = {"glibc": ("rtld(GNU_HASH)",)}
 #: directories it had to create for a package behind on erase, so without an owner an uninstall
 #: would not give back the tree it found.
 FILESYSTEM_DIRS = (
-    "/etc", "/tmp", "/var", "/var/lib", "/var/log", "/var/tmp", "/usr", "/usr/bin", "/usr/lib", "/usr/lib64",
-    "/usr/share", "/usr/share/doc", "/usr/share/licenses", "/usr/lib/systemd", "/usr/lib/systemd/system",
-    "/usr/lib/systemd/system-preset", "/usr/lib/udev", "/usr/lib/udev/rules.d",
-)  # fmt: skip
+    "/etc",
+    "/tmp",
+    "/var",
+    "/var/lib",
+    "/var/log",
+    "/var/tmp",
+    "/usr",
+    "/usr/bin",
+    "/usr/lib",
+    "/usr/lib64",
+    "/usr/share",
+    "/usr/share/doc",
+    "/usr/share/licenses",
+    "/usr/lib/systemd",
+    "/usr/lib/systemd/system",
+    "/usr/lib/systemd/system-preset",
+    "/usr/lib/udev",
+    "/usr/lib/udev/rules.d",
+)
 OS_RELEASE = (
     'NAME="gpu-airgap rpm world"\nID="gpu-airgap-rpm-world"\nID_LIKE="rhel fedora"\nVERSION_ID="1"\n'
     'PRETTY_NAME="Debian 12 binaries repackaged as rpms (gpu-airgap tests)"\n'
@@ -136,7 +151,9 @@ def _build_rpm(deb_name: str, rpm_name: str, work: Path, out: Path) -> Path:
     payload = base / "payload"
     payload.mkdir(parents=True)
     subprocess.run(["dpkg-deb", "-x", str(deb), str(payload)], check=True, capture_output=True)
-    version = subprocess.run(["dpkg-deb", "-f", str(deb), "Version"], check=True, capture_output=True, text=True).stdout.strip()
+    version = subprocess.run(
+        ["dpkg-deb", "-f", str(deb), "Version"], check=True, capture_output=True, text=True
+    ).stdout.strip()
     spec = base / f"{rpm_name}.spec"
     spec.write_text(_spec(rpm_name, deb, version, payload))
     defines = {
@@ -159,12 +176,40 @@ def _build_rpm(deb_name: str, rpm_name: str, work: Path, out: Path) -> Path:
 
 def _filesystem_rpm(work: Path, out: Path) -> Path:
     spec = work / "filesystem.spec"
-    head = ["Name: filesystem", "Version: 1", "Release: 1", "Summary: the directories of an rpm node", "License: none"]
-    spec.write_text("\n".join([
-        *head, "BuildArch: noarch", "", "%description", "Directories only.", "", "%install",
-        *(f"mkdir -p %{{buildroot}}{d}" for d in FILESYSTEM_DIRS), "", "%files", *(f"%dir {d}" for d in FILESYSTEM_DIRS), "",
-    ]))  # fmt: skip
-    argv = ["rpmbuild", "-bb", "--quiet", "--define", f"_topdir {work / 'fs-top'}", "--define", f"_rpmdir {out}"]
+    head = [
+        "Name: filesystem",
+        "Version: 1",
+        "Release: 1",
+        "Summary: the directories of an rpm node",
+        "License: none",
+    ]
+    spec.write_text(
+        "\n".join(
+            [
+                *head,
+                "BuildArch: noarch",
+                "",
+                "%description",
+                "Directories only.",
+                "",
+                "%install",
+                *(f"mkdir -p %{{buildroot}}{d}" for d in FILESYSTEM_DIRS),
+                "",
+                "%files",
+                *(f"%dir {d}" for d in FILESYSTEM_DIRS),
+                "",
+            ]
+        )
+    )
+    argv = [
+        "rpmbuild",
+        "-bb",
+        "--quiet",
+        "--define",
+        f"_topdir {work / 'fs-top'}",
+        "--define",
+        f"_rpmdir {out}",
+    ]
     subprocess.run([*argv, str(spec)], check=True, capture_output=True)
     return out / "noarch" / "filesystem-1-1.noarch.rpm"
 
@@ -173,7 +218,10 @@ def build_rpm_world(root: Path, work: Path) -> None:
     """Build the system rpms into ``work`` and install them into the new root ``root`` with a fresh rpm database."""
     rpms = work / "rpms"
     rpms.mkdir(parents=True)
-    built = [_filesystem_rpm(work, rpms), *(_build_rpm(deb, name, work, rpms) for deb, name in PACKAGES.items())]
+    built = [
+        _filesystem_rpm(work, rpms),
+        *(_build_rpm(deb, name, work, rpms) for deb, name in PACKAGES.items()),
+    ]
     root.mkdir(parents=True)
     rpm = ["rpm", "--root", str(root), "--dbpath", DBPATH]
     subprocess.run([*rpm, "--initdb"], check=True, capture_output=True)
@@ -201,8 +249,9 @@ def rpm_world_tarball() -> Path:
         partial = Path(tmp) / "root.tar.zst"
         subprocess.run(
             ["tar", "--numeric-owner", "-I", "zstd -T0 -3", "-C", str(root), "-cf", str(partial), "."],
-            check=True, capture_output=True,
-        )  # fmt: skip
+            check=True,
+            capture_output=True,
+        )
         for old in ROOTS.glob("*.tar.zst"):
             old.unlink()
         os.replace(partial, final)
@@ -212,5 +261,9 @@ def rpm_world_tarball() -> Path:
 def unpack(tarball: Path, root: Path) -> Path:
     """Unpack a cached root tarball into the new directory ``root``."""
     root.mkdir(parents=True)
-    subprocess.run(["tar", "--numeric-owner", "-I", "zstd", "-C", str(root), "-xf", str(tarball)], check=True, capture_output=True)
+    subprocess.run(
+        ["tar", "--numeric-owner", "-I", "zstd", "-C", str(root), "-xf", str(tarball)],
+        check=True,
+        capture_output=True,
+    )
     return root

@@ -56,11 +56,21 @@ def build_yum_repo(root: Path, versions: list[str]) -> Path:
         spec.parent.mkdir(parents=True, exist_ok=True)
         spec.write_text(SPEC.format(version=version))
         subprocess.run(
-            ["rpmbuild", "-bb", "--quiet", "--define", f"_topdir {top}", "--define", f"_rpmdir {root}",
-             "--define", "_build_name_fmt %%{NAME}-%%{VERSION}-%%{RELEASE}.%%{ARCH}.rpm", str(spec)],
+            [
+                "rpmbuild",
+                "-bb",
+                "--quiet",
+                "--define",
+                f"_topdir {top}",
+                "--define",
+                f"_rpmdir {root}",
+                "--define",
+                "_build_name_fmt %%{NAME}-%%{VERSION}-%%{RELEASE}.%%{ARCH}.rpm",
+                str(spec),
+            ],
             check=True,
             capture_output=True,
-        )  # fmt: skip
+        )
     subprocess.run(
         ["createrepo_c", "--quiet", "--checksum", "sha512", str(root)], check=True, capture_output=True
     )

@@ -83,7 +83,9 @@ def _violations(package: str, bad: Callable[[Import], bool]) -> List[str]:
     ],
 )
 def test_each_package_imports_only_the_packages_below_it(package: str, may_import: tuple[str, ...]) -> None:
-    found = _violations(package, lambda i: _top(i.module) in (*OURS, "tests") and _top(i.module) not in may_import)
+    found = _violations(
+        package, lambda i: _top(i.module) in (*OURS, "tests") and _top(i.module) not in may_import
+    )
     assert found == [], f"{package} may import only {', '.join(may_import)}"
 
 
@@ -100,9 +102,12 @@ def test_a_mirror_wing_imports_no_other_wing_and_nothing_above_it(wing: str) -> 
 
 def test_the_mirror_root_imports_no_wing_except_the_command_line_on_top() -> None:
     found = [
-        str(i) for i in imports_of("mirror")
-        if not _wing(i.file) and i.file not in MIRROR_TOP and (_wing(i.module) or i.module.startswith("mirror.groups"))
-    ]  # fmt: skip
+        str(i)
+        for i in imports_of("mirror")
+        if not _wing(i.file)
+        and i.file not in MIRROR_TOP
+        and (_wing(i.module) or i.module.startswith("mirror.groups"))
+    ]
     assert found == [], "shared mirror modules sit below the wings"
 
 
@@ -116,7 +121,11 @@ def test_the_node_side_never_needs_a_connected_host_library(package: str) -> Non
 
 
 @pytest.mark.parametrize(
-    "script", ["mirror/fleet/data/k8s-node.py", "deploy/ansible/collections/ansible_collections/airgap/gpu_airgap/plugins/modules/gpu_airgap_node.py"]
+    "script",
+    [
+        "mirror/fleet/data/k8s-node.py",
+        "deploy/ansible/collections/ansible_collections/airgap/gpu_airgap/plugins/modules/gpu_airgap_node.py",
+    ],
 )
 def test_programs_that_run_alone_on_a_node_import_none_of_our_packages(script: str) -> None:
     assert _violations(script, lambda i: _top(i.module) in (*OURS, "tests")) == []
@@ -125,7 +134,9 @@ def test_programs_that_run_alone_on_a_node_import_none_of_our_packages(script: s
 def test_the_scan_sees_the_imports_it_judges() -> None:
     # A rule over an empty scan would pass for nothing: the lazy import in installer/cli.py and the
     # optional zstandard import in installer/archive.py must both be found, the latter not at module level.
-    lazy = [i for i in imports_of("installer/cli.py") if i.module == "installer.bundle_cli.add_bundle_commands"]
+    lazy = [
+        i for i in imports_of("installer/cli.py") if i.module == "installer.bundle_cli.add_bundle_commands"
+    ]
     optional = [i for i in imports_of("installer/archive.py") if i.module == "zstandard"]
     assert lazy and not lazy[0].top_level
     assert optional and not optional[0].top_level

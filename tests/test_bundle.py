@@ -48,13 +48,22 @@ def epoch(operator_key: TestKey) -> int:
 
 def _build(mirror: Path, key: TestKey, output: Path, epoch: int, **kwargs: object) -> BuildResult:
     return build_bundle(
-        mirror, version="1.17.8", channel=None, targets=list(TARGETS), sign_key=key.fingerprint,
-        gnupghome=key.home, output=output, epoch=epoch, **kwargs,  # type: ignore[arg-type]
-    )  # fmt: skip
+        mirror,
+        version="1.17.8",
+        channel=None,
+        targets=list(TARGETS),
+        sign_key=key.fingerprint,
+        gnupghome=key.home,
+        output=output,
+        epoch=epoch,
+        **kwargs,  # type: ignore[arg-type]
+    )
 
 
 @pytest.fixture(scope="session")
-def plain_bundle(synced_mirror: Path, operator_key: TestKey, epoch: int, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def plain_bundle(
+    synced_mirror: Path, operator_key: TestKey, epoch: int, tmp_path_factory: pytest.TempPathFactory
+) -> Path:
     """An uncompressed bundle (member bytes sit in the file as-is, so they can be flipped in place)."""
     out = tmp_path_factory.mktemp("plain") / "bundle.tar"
     _build(synced_mirror, operator_key, out, epoch, compression="none")
@@ -92,10 +101,24 @@ def test_cli_builds_from_a_synced_mirror_and_inspect_and_verify_pass(
 ) -> None:
     out = tmp_path / "bundle.tar.zst"
     built = run_cli(
-        "bundle", "build", "--mirror", str(synced_mirror), "--version", "1.17.8", "--target", "deb/amd64",
-        "--target", "rpm/x86_64", "--sign-key", operator_key.fingerprint, "--gnupghome", str(operator_key.home),
-        "--output", str(out), "--json",
-    )  # fmt: skip
+        "bundle",
+        "build",
+        "--mirror",
+        str(synced_mirror),
+        "--version",
+        "1.17.8",
+        "--target",
+        "deb/amd64",
+        "--target",
+        "rpm/x86_64",
+        "--sign-key",
+        operator_key.fingerprint,
+        "--gnupghome",
+        str(operator_key.home),
+        "--output",
+        str(out),
+        "--json",
+    )
     assert built.exit_code == 0, built.stderr
     assert json.loads(built.stdout)["targets"] == ["deb-amd64", "rpm-x86_64"]
     assert archive.detect_compression(out.read_bytes()[:8]) == "zstd"
@@ -106,8 +129,11 @@ def test_cli_builds_from_a_synced_mirror_and_inspect_and_verify_pass(
     assert data["signer"] == operator_key.fingerprint and data["toolkit_version"] == "1.17.8"
     deb = next(t for t in data["targets"] if t["format"] == "deb")
     assert [p["name"] for p in deb["packages"]] == [
-        "libnvidia-container1", "libnvidia-container-tools", "nvidia-container-toolkit-base", "nvidia-container-toolkit",
-    ]  # fmt: skip
+        "libnvidia-container1",
+        "libnvidia-container-tools",
+        "nvidia-container-toolkit-base",
+        "nvidia-container-toolkit",
+    ]
     assert {p["version"] for p in deb["packages"]} == {"1.17.8-1"}
     assert deb["provenance"]["signed_files"] and "libc6 (>= 2.14)" in deb["node_requirements"]
 
@@ -115,7 +141,9 @@ def test_cli_builds_from_a_synced_mirror_and_inspect_and_verify_pass(
     assert verified.exit_code == 0, verified.stdout + verified.stderr
     report = json.loads(verified.stdout)
     assert report["ok"] and report["signer"] == operator_key.fingerprint and report["members_checked"] == 22
-    assert report["node_check"] is True  # NODE-SHA256SUMS and its signature, checked against the manifest and the key
+    assert (
+        report["node_check"] is True
+    )  # NODE-SHA256SUMS and its signature, checked against the manifest and the key
 
 
 def test_locked_build_takes_exactly_the_lockfile_set_and_refuses_a_set_the_mirror_lacks(
@@ -123,9 +151,17 @@ def test_locked_build_takes_exactly_the_lockfile_set_and_refuses_a_set_the_mirro
 ) -> None:
     lock = Lockfile.load(synced_mirror / "gpu-airgap.lock")
     result = build_bundle(
-        synced_mirror, version="latest", channel=None, targets=[], sign_key=operator_key.fingerprint,
-        gnupghome=operator_key.home, output=tmp_path / "b.tar", compression="none", locked=lock, epoch=epoch,
-    )  # fmt: skip
+        synced_mirror,
+        version="latest",
+        channel=None,
+        targets=[],
+        sign_key=operator_key.fingerprint,
+        gnupghome=operator_key.home,
+        output=tmp_path / "b.tar",
+        compression="none",
+        locked=lock,
+        epoch=epoch,
+    )
     for locked, target in zip(lock.targets, result.manifest.targets):
         assert [(p.name, p.version, p.size) for p in locked.packages] == [
             (p.name, p.version, p.size) for p in target.packages
@@ -134,10 +170,17 @@ def test_locked_build_takes_exactly_the_lockfile_set_and_refuses_a_set_the_mirro
     bad_target = dataclasses.replace(lock.targets[0], packages=(changed, *lock.targets[0].packages[1:]))
     with pytest.raises(SourceError, match="does not hold the locked set"):
         build_bundle(
-            synced_mirror, version="latest", channel=None, targets=[], sign_key=operator_key.fingerprint,
-            gnupghome=operator_key.home, output=tmp_path / "c.tar", compression="none", epoch=epoch,
+            synced_mirror,
+            version="latest",
+            channel=None,
+            targets=[],
+            sign_key=operator_key.fingerprint,
+            gnupghome=operator_key.home,
+            output=tmp_path / "c.tar",
+            compression="none",
+            epoch=epoch,
             locked=dataclasses.replace(lock, targets=(bad_target,)),
-        )  # fmt: skip
+        )
     assert not (tmp_path / "c.tar").exists()
 
 
@@ -157,14 +200,18 @@ def test_flipping_any_single_byte_of_any_member_fails_verify_naming_it(
         assert report.first_bad == name, (name, [str(p) for p in report.problems])
 
 
-def test_a_removed_member_fails_verify_naming_it(plain_bundle: Path, operator_keyring: Keyring, tmp_path: Path) -> None:
+def test_a_removed_member_fails_verify_naming_it(
+    plain_bundle: Path, operator_keyring: Keyring, tmp_path: Path
+) -> None:
     victim = "targets/deb-amd64/nvidia-container-toolkit_1.17.8-1_amd64.deb"
     _rewrite(plain_bundle, tmp_path / "b.tar", drop=victim)
     report = verify(tmp_path / "b.tar", operator_keyring)
     assert report.first_bad == victim and "missing from the archive" in report.problems[0].message
 
 
-def test_an_added_member_fails_verify_naming_it(plain_bundle: Path, operator_key: TestKey, tmp_path: Path) -> None:
+def test_an_added_member_fails_verify_naming_it(
+    plain_bundle: Path, operator_key: TestKey, tmp_path: Path
+) -> None:
     _rewrite(plain_bundle, tmp_path / "b.tar", add=("targets/deb-amd64/evil_1.0_amd64.deb", b"payload"))
     result = run_cli("bundle", "verify", str(tmp_path / "b.tar"), "--keyring", str(operator_key.public))
     assert result.exit_code == 3
@@ -177,7 +224,10 @@ def test_a_replaced_signature_fails_verify_naming_the_signature(
     with tarfile.open(plain_bundle) as tar:
         manifest = tar.extractfile(MANIFEST_NAME).read()  # type: ignore[union-attr]
     forged = other_key.sign_detached(manifest)
-    with tarfile.open(plain_bundle) as old, tarfile.open(tmp_path / "b.tar", "w", format=tarfile.GNU_FORMAT) as new:
+    with (
+        tarfile.open(plain_bundle) as old,
+        tarfile.open(tmp_path / "b.tar", "w", format=tarfile.GNU_FORMAT) as new,
+    ):
         for member in old.getmembers():
             if member.name == SIGNATURE_NAME:
                 member.size = len(forged)
@@ -201,7 +251,9 @@ def test_a_keyring_without_the_signing_key_fails_verify(plain_bundle: Path, othe
 
 
 @pytest.fixture(scope="session")
-def extracted(plain_bundle: Path, operator_keyring: Keyring, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def extracted(
+    plain_bundle: Path, operator_keyring: Keyring, tmp_path_factory: pytest.TempPathFactory
+) -> Path:
     return extract_verified(plain_bundle, operator_keyring, tmp_path_factory.mktemp("staging")).root
 
 
@@ -210,30 +262,60 @@ def test_embedded_apt_repo_is_accepted_by_a_real_sandboxed_apt_get_update(
     extracted: Path, operator_key: TestKey, tmp_path: Path
 ) -> None:
     sandbox = tmp_path / "apt"
-    for sub in ("state/lists/partial", "cache/archives/partial", "sources.list.d", "apt.conf.d", "preferences.d"):
+    for sub in (
+        "state/lists/partial",
+        "cache/archives/partial",
+        "sources.list.d",
+        "apt.conf.d",
+        "preferences.d",
+    ):
         (sandbox / sub).mkdir(parents=True)
     (sandbox / "state/status").touch()
     keyring = sandbox / "operator.gpg"
-    keyring.write_bytes(subprocess.run(["gpg", "--dearmor"], input=operator_key.public.read_bytes(), capture_output=True, check=True).stdout)
-    (sandbox / "sources.list").write_text(f"deb [signed-by={keyring}] file:{extracted / 'targets/deb-amd64'} ./\n")
+    keyring.write_bytes(
+        subprocess.run(
+            ["gpg", "--dearmor"], input=operator_key.public.read_bytes(), capture_output=True, check=True
+        ).stdout
+    )
+    (sandbox / "sources.list").write_text(
+        f"deb [signed-by={keyring}] file:{extracted / 'targets/deb-amd64'} ./\n"
+    )
     update = apt(sandbox, "update")
     assert update.returncode == 0 and "W:" not in update.stderr, update.stdout + update.stderr
     policy = subprocess.run(
-        ["apt-cache", "-o", f"Dir::State={sandbox / 'state'}", "-o", f"Dir::Cache={sandbox / 'cache'}",
-         "-o", f"Dir::Etc::SourceList={sandbox / 'sources.list'}", "-o", f"Dir::Etc::SourceParts={sandbox / 'sources.list.d'}",
-         "policy", "nvidia-container-toolkit"],
-        capture_output=True, text=True, check=True,
-    )  # fmt: skip
+        [
+            "apt-cache",
+            "-o",
+            f"Dir::State={sandbox / 'state'}",
+            "-o",
+            f"Dir::Cache={sandbox / 'cache'}",
+            "-o",
+            f"Dir::Etc::SourceList={sandbox / 'sources.list'}",
+            "-o",
+            f"Dir::Etc::SourceParts={sandbox / 'sources.list.d'}",
+            "policy",
+            "nvidia-container-toolkit",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert "1.17.8-1" in policy.stdout
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("dnf") is None, reason="dnf is not installed")
 def test_embedded_yum_repo_verifies_with_gpg_and_is_read_by_dnf(
-    extracted: Path, operator_keyring: Keyring, operator_key: TestKey, tmp_path: Path, upstream_tree: UpstreamTree
+    extracted: Path,
+    operator_keyring: Keyring,
+    operator_key: TestKey,
+    tmp_path: Path,
+    upstream_tree: UpstreamTree,
 ) -> None:
     repodata = extracted / "targets/rpm-x86_64/repodata"
-    operator_keyring.verify_detached((repodata / "repomd.xml").read_bytes(), (repodata / "repomd.xml.asc").read_bytes())
+    operator_keyring.verify_detached(
+        (repodata / "repomd.xml").read_bytes(), (repodata / "repomd.xml.asc").read_bytes()
+    )
     repo_url = (extracted / "targets/rpm-x86_64").as_uri()
     # Reuse the upstream engineer's sandboxed dnf with a tree whose .repo points at our local repo.
     fake = tmp_path / "tree"
@@ -254,8 +336,11 @@ def test_extracted_zipapp_runs_help_without_site_packages(extracted: Path, pytho
         pytest.skip(f"{python} is not installed")
     result = subprocess.run(
         [str(python), "-I", str(extracted / "gpu-airgap-node.pyz"), "bundle", "--help"],
-        capture_output=True, text=True, timeout=60, cwd="/",
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd="/",
+    )
     assert result.returncode == 0, result.stderr
     assert "verify" in result.stdout and "inspect" in result.stdout
 
@@ -285,7 +370,8 @@ def test_manifest_and_sbom_carry_everything_the_bundle_promises(plain_bundle: Pa
     assert sbom["spdxVersion"] == "SPDX-2.3"
     listed_packages = {(p.name, p.version, p.sha256, p.origin) for t in manifest.targets for p in t.packages}
     assert {
-        (p["name"], p["versionInfo"], p["checksums"][0]["checksumValue"], p["downloadLocation"]) for p in sbom["packages"]
+        (p["name"], p["versionInfo"], p["checksums"][0]["checksumValue"], p["downloadLocation"])
+        for p in sbom["packages"]
     } == listed_packages
 
 
@@ -305,8 +391,12 @@ def test_split_size_takes_binary_units_and_refuses_what_is_not_a_size() -> None:
     from plumbing.errors import UsageError
 
     assert [parse_size(s) for s in ("650M", "650MiB", "1.5g", "4GB", "1048576")] == [
-        650 << 20, 650 << 20, 3 << 29, 4 << 30, 1 << 20,
-    ]  # fmt: skip
+        650 << 20,
+        650 << 20,
+        3 << 29,
+        4 << 30,
+        1 << 20,
+    ]
     for bad in ("lots", "M", "infM", "1e999G", "nanK"):
         with pytest.raises(UsageError, match=f"--split '{bad}' is not a size like 650M or 4G"):
             parse_size(bad)
@@ -332,12 +422,19 @@ def test_two_builds_with_the_same_epoch_are_byte_identical_apart_from_the_signat
     differing = [name for name in a if a[name] != b[name]]
     assert differing in ([], [SIGNATURE_NAME])
     with tarfile.open(fileobj=io.BytesIO(b"".join(h + d for h, d in a.values()) + b"\0" * 1024)) as tar:
-        assert {(m.uid, m.gid, m.uname, m.gname, m.mtime) for m in tar.getmembers()} == {(0, 0, "", "", epoch)}
+        assert {(m.uid, m.gid, m.uname, m.gname, m.mtime) for m in tar.getmembers()} == {
+            (0, 0, "", "", epoch)
+        }
 
 
 @pytest.mark.parametrize("compression", ["gzip", "xz"])
 def test_gzip_and_xz_bundles_verify(
-    synced_mirror: Path, operator_key: TestKey, epoch: int, tmp_path: Path, operator_keyring: Keyring, compression: str
+    synced_mirror: Path,
+    operator_key: TestKey,
+    epoch: int,
+    tmp_path: Path,
+    operator_keyring: Keyring,
+    compression: str,
 ) -> None:
     out = _build(synced_mirror, operator_key, tmp_path / "bundle", epoch, compression=compression).outputs[0]
     assert archive.detect_compression(out.read_bytes()[:8]) == compression
@@ -345,7 +442,11 @@ def test_gzip_and_xz_bundles_verify(
 
 
 def test_zstd_bundle_verifies_through_the_zstd_command_when_the_module_is_missing(
-    synced_mirror: Path, operator_key: TestKey, epoch: int, tmp_path: Path, operator_keyring: Keyring,
+    synced_mirror: Path,
+    operator_key: TestKey,
+    epoch: int,
+    tmp_path: Path,
+    operator_keyring: Keyring,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     out = _build(synced_mirror, operator_key, tmp_path / "bundle.tar.zst", epoch).outputs[0]
@@ -378,17 +479,25 @@ def test_split_bundle_verifies_from_its_first_part_and_a_bad_part_is_named(
     wheels = _padded_wheel_cache(tmp_path / "wheels", 3 << 20)  # the bundle alone is under 1 MiB
     # The first part must hold the node check whole (the zipapp is most of it), so the part size goes
     # halfway between the end of the node check and the end of the archive: two parts.
-    probe = _build(synced_mirror, operator_key, tmp_path / "probe.tar", epoch, compression="none", wheel_cache=wheels).outputs[0]
+    probe = _build(
+        synced_mirror, operator_key, tmp_path / "probe.tar", epoch, compression="none", wheel_cache=wheels
+    ).outputs[0]
     with tarfile.open(probe) as tar:
         head = head_size([m.size for m in tar.getmembers()[:6]])
     split = head + (probe.stat().st_size - head) // 2
     result = _build(
-        synced_mirror, operator_key, tmp_path / "bundle.tar", epoch, compression="none", split=split, wheel_cache=wheels
+        synced_mirror,
+        operator_key,
+        tmp_path / "bundle.tar",
+        epoch,
+        compression="none",
+        split=split,
+        wheel_cache=wheels,
     )
     names = [p.name for p in result.outputs]
     parts = [n for n in names if ".part" in n]
     assert len(parts) == 2 and parts == [f"bundle.tar.part{i:03d}" for i in range(1, len(parts) + 1)]
-    assert names[len(parts):] == ["bundle.tar.sha256sums", "bundle.tar.sha256sums.asc"]
+    assert names[len(parts) :] == ["bundle.tar.sha256sums", "bundle.tar.sha256sums.asc"]
     assert all((tmp_path / n).stat().st_size == split for n in parts[:-1])
     assert verify(tmp_path / "bundle.tar.part001", operator_keyring).ok
     staged = extract_verified(tmp_path / "bundle.tar.part001", operator_keyring, tmp_path / "staging")

@@ -46,9 +46,16 @@ def _packages(mirror: Path) -> list[Path]:
 
 def _build(mirror: Path, key: TestKey, output: Path, compression: str = "zstd", **kwargs: Any) -> BuildResult:
     return build_bundle(
-        mirror, version="1.17.8", channel=None, targets=[("deb", "amd64")], sign_key=key.fingerprint,
-        gnupghome=key.home, output=output, compression=compression, **kwargs,
-    )  # fmt: skip
+        mirror,
+        version="1.17.8",
+        channel=None,
+        targets=[("deb", "amd64")],
+        sign_key=key.fingerprint,
+        gnupghome=key.home,
+        output=output,
+        compression=compression,
+        **kwargs,
+    )
 
 
 @pytest.mark.parametrize("where", ["middle", "end"])
@@ -56,7 +63,9 @@ def test_build_fails_naming_a_package_modified_after_sync_and_leaves_no_output(
     mirror: Path, operator_key: TestKey, tmp_path: Path, where: str
 ) -> None:
     victim = _packages(mirror)[-1]
-    recorded = next(p.sha256 for r in MirrorState.load(mirror).repos for p in r.packages if p.path.endswith(victim.name))
+    recorded = next(
+        p.sha256 for r in MirrorState.load(mirror).repos for p in r.packages if p.path.endswith(victim.name)
+    )
     data = bytearray(victim.read_bytes())
     # Same size, so only the digest can tell. In the middle the package's own control data breaks;
     # at the end only the data payload changes.
@@ -82,10 +91,21 @@ def test_cli_build_of_a_package_that_grew_after_sync_exits_non_zero_naming_it(
     out_dir = tmp_path / "out"
     out_dir.mkdir()
     result = run_cli(
-        "bundle", "build", "--mirror", str(mirror), "--version", "1.17.8", "--target", "deb/amd64",
-        "--sign-key", operator_key.fingerprint, "--gnupghome", str(operator_key.home),
-        "--output", str(out_dir / "bundle.tar.zst"),
-    )  # fmt: skip
+        "bundle",
+        "build",
+        "--mirror",
+        str(mirror),
+        "--version",
+        "1.17.8",
+        "--target",
+        "deb/amd64",
+        "--sign-key",
+        operator_key.fingerprint,
+        "--gnupghome",
+        str(operator_key.home),
+        "--output",
+        str(out_dir / "bundle.tar.zst"),
+    )
     assert result.exit_code != 0
     assert str(victim) in result.stderr
     assert list(out_dir.iterdir()) == []
@@ -96,7 +116,8 @@ def test_a_package_recorded_by_sha512_alone_ships_with_its_sha256_and_is_still_c
 ) -> None:
     state = MirrorState.load(mirror)
     repos = tuple(
-        dataclasses.replace(r, packages=tuple(dataclasses.replace(p, sha256=None) for p in r.packages)) for r in state.repos
+        dataclasses.replace(r, packages=tuple(dataclasses.replace(p, sha256=None) for p in r.packages))
+        for r in state.repos
     )
     write_state(mirror, dataclasses.replace(state, repos=repos))
     _build(mirror, operator_key, tmp_path / "ok.tar", compression="none")
@@ -164,7 +185,9 @@ def test_an_error_on_a_worker_thread_reaches_the_producer() -> None:
 
 def test_bundle_build_command_line_does_not_import_the_mirror_sync_stack() -> None:
     code = "import sys, mirror.cli; print(sorted(m for m in ('requests', 'mirror.sync.core', 'mirror.sync.http') if m in sys.modules))"
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, capture_output=True, text=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, check=True, capture_output=True, text=True
+    ).stdout
     assert out.strip() == "[]"
 
 
@@ -175,17 +198,43 @@ def test_the_cli_default_upstream_is_the_sync_default() -> None:
     assert cli.DEFAULT_UPSTREAM == sync.DEFAULT_UPSTREAM
 
 
-def test_a_passphrase_protected_key_says_how_to_unlock_it_and_leaves_no_output(deb_mirror: Path, tmp_path: Path) -> None:
+def test_a_passphrase_protected_key_says_how_to_unlock_it_and_leaves_no_output(
+    deb_mirror: Path, tmp_path: Path
+) -> None:
     home = tmp_path / "gnupg"
     home.mkdir(mode=0o700)
     gpg = ["gpg", "--homedir", str(home), "--batch", "--quiet", "--pinentry-mode", "loopback"]
-    subprocess.run([*gpg, "--passphrase", "secret", "--quick-gen-key", "ops <ops@example.invalid>", "ed25519", "sign", "never"],
-                   check=True, capture_output=True)  # fmt: skip
+    subprocess.run(
+        [
+            *gpg,
+            "--passphrase",
+            "secret",
+            "--quick-gen-key",
+            "ops <ops@example.invalid>",
+            "ed25519",
+            "sign",
+            "never",
+        ],
+        check=True,
+        capture_output=True,
+    )
     try:
         out = tmp_path / "out"
         out.mkdir()
-        built = run_cli("bundle", "build", "--mirror", str(deb_mirror), "--target", "deb/amd64", "--sign-key", "ops@example.invalid",
-                        "--gnupghome", str(home), "--output", str(out / "b.tar.zst"))  # fmt: skip
+        built = run_cli(
+            "bundle",
+            "build",
+            "--mirror",
+            str(deb_mirror),
+            "--target",
+            "deb/amd64",
+            "--sign-key",
+            "ops@example.invalid",
+            "--gnupghome",
+            str(home),
+            "--output",
+            str(out / "b.tar.zst"),
+        )
         assert built.exit_code != 0
         (line,) = built.stderr.strip().splitlines()
         assert "protected by a passphrase" in line and "export GPG_TTY=$(tty)" in line, line

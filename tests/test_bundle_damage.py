@@ -49,15 +49,28 @@ def test_a_flipped_byte_in_a_zstd_bundle_reads_as_damaged_on_the_host_as_on_a_no
     deb_bundle: Path, operator_key: TestKey, node_tool: Path, tmp_path: Path, where: float
 ) -> None:
     size = deb_bundle.stat().st_size
-    bundle = _flipped(deb_bundle, tmp_path / "damaged.tar.zst", int(size * where) if where > 0 else size + int(where))
+    bundle = _flipped(
+        deb_bundle, tmp_path / "damaged.tar.zst", int(size * where) if where > 0 else size + int(where)
+    )
 
     host = run_cli("bundle", "verify", str(bundle), "--keyring", str(operator_key.public))
     assert host.exit_code == 3
     assert DAMAGED in _one_sentence(host)
     node = subprocess.run(
-        [str(PY39), "-I", str(node_tool), "bundle", "verify", str(bundle), "--keyring", str(operator_key.public)],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
+        [
+            str(PY39),
+            "-I",
+            str(node_tool),
+            "bundle",
+            "verify",
+            str(bundle),
+            "--keyring",
+            str(operator_key.public),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert node.returncode == 3 and DAMAGED in node.stderr
     # inspect reads only the manifest at the start, on both sides: the damage further on is verify's to find.
     inspected = run_cli("bundle", "inspect", str(bundle))
@@ -65,7 +78,9 @@ def test_a_flipped_byte_in_a_zstd_bundle_reads_as_damaged_on_the_host_as_on_a_no
     assert "NVIDIA Container Toolkit 1.17.8" in inspected.stdout
 
 
-def test_a_zstd_bundle_damaged_at_its_start_cannot_be_inspected_and_says_so(deb_bundle: Path, tmp_path: Path) -> None:
+def test_a_zstd_bundle_damaged_at_its_start_cannot_be_inspected_and_says_so(
+    deb_bundle: Path, tmp_path: Path
+) -> None:
     bundle = _flipped(deb_bundle, tmp_path / "damaged.tar.zst", 6)  # the frame header
     result = run_cli("bundle", "inspect", str(bundle))
     assert result.exit_code == 3
@@ -123,14 +138,29 @@ def _bytes_read() -> int:
 
 
 @pytest.fixture(scope="module")
-def plain_members(deb_mirror: Path, operator_key: TestKey, tmp_path_factory: pytest.TempPathFactory) -> list[tuple[tarfile.TarInfo, bytes]]:
+def plain_members(
+    deb_mirror: Path, operator_key: TestKey, tmp_path_factory: pytest.TempPathFactory
+) -> list[tuple[tarfile.TarInfo, bytes]]:
     """The members of an uncompressed deb bundle built by ``bundle build``, in order."""
     out = tmp_path_factory.mktemp("plain-bundle") / "b.tar"
     built = run_cli(
-        "bundle", "build", "--mirror", str(deb_mirror), "--version", "1.17.8", "--target", "deb/amd64",
-        "--sign-key", operator_key.fingerprint, "--gnupghome", str(operator_key.home), "--output", str(out),
-        "--compression", "none",
-    )  # fmt: skip
+        "bundle",
+        "build",
+        "--mirror",
+        str(deb_mirror),
+        "--version",
+        "1.17.8",
+        "--target",
+        "deb/amd64",
+        "--sign-key",
+        operator_key.fingerprint,
+        "--gnupghome",
+        str(operator_key.home),
+        "--output",
+        str(out),
+        "--compression",
+        "none",
+    )
     assert built.exit_code == 0, built.stderr
     with tarfile.open(out) as tar:
         return [(m, tar.extractfile(m).read()) for m in tar.getmembers()]  # type: ignore[union-attr]
@@ -152,7 +182,9 @@ def test_verify_stops_at_the_header_of_a_member_the_manifest_does_not_vouch_for(
         index = next(i for i, (m, _) in enumerate(members) if m.name == name)
         members[index] = (members[index][0], HUGE)
     bundle = _plain_tar(tmp_path / "padded.tar", members)
-    assert bundle.stat().st_size > HUGE and bundle.stat().st_blocks * 512 < 64 << 20  # a 1 GiB hole, little on disk
+    assert (
+        bundle.stat().st_size > HUGE and bundle.stat().st_blocks * 512 < 64 << 20
+    )  # a 1 GiB hole, little on disk
 
     before = _bytes_read()
     result = run_cli("bundle", "verify", str(bundle), "--keyring", str(operator_key.public))

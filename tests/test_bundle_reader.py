@@ -52,7 +52,9 @@ def _manifest(fpr: str, listed: dict[str, bytes]) -> Manifest:
     )
 
 
-def _info(name: str, data: bytes = b"", kind: bytes = tarfile.REGTYPE, **attrs: object) -> tuple[tarfile.TarInfo, bytes]:
+def _info(
+    name: str, data: bytes = b"", kind: bytes = tarfile.REGTYPE, **attrs: object
+) -> tuple[tarfile.TarInfo, bytes]:
     info = tarfile.TarInfo(name)
     info.type = kind
     info.size = len(data) if kind == tarfile.REGTYPE else 0
@@ -62,7 +64,12 @@ def _info(name: str, data: bytes = b"", kind: bytes = tarfile.REGTYPE, **attrs: 
 
 
 def craft(
-    path: Path, key: TestKey, members: list[tuple[tarfile.TarInfo, bytes]], listed: dict[str, bytes], *, head_first: bool = True
+    path: Path,
+    key: TestKey,
+    members: list[tuple[tarfile.TarInfo, bytes]],
+    listed: dict[str, bytes],
+    *,
+    head_first: bool = True,
 ) -> Path:
     """Write a tar whose signed manifest lists ``listed`` and whose other members are ``members``."""
     manifest = _manifest(key.fingerprint, listed).to_json()
@@ -77,9 +84,18 @@ def craft(
 UNSAFE = {
     "absolute path": ([_info("/tmp/gpu-airgap-evil", GOOD)], {}),
     "dot-dot escape": ([_info("../gpu-airgap-evil", GOOD)], {}),
-    "symlink": ([_info("payload", GOOD), _info("link", kind=tarfile.SYMTYPE, linkname="/etc/passwd")], {"payload": GOOD}),
-    "hard link": ([_info("payload", GOOD), _info("hard", kind=tarfile.LNKTYPE, linkname="payload")], {"payload": GOOD}),
-    "character device": ([_info("payload", GOOD), _info("null", kind=tarfile.CHRTYPE, devmajor=1, devminor=3)], {"payload": GOOD}),
+    "symlink": (
+        [_info("payload", GOOD), _info("link", kind=tarfile.SYMTYPE, linkname="/etc/passwd")],
+        {"payload": GOOD},
+    ),
+    "hard link": (
+        [_info("payload", GOOD), _info("hard", kind=tarfile.LNKTYPE, linkname="payload")],
+        {"payload": GOOD},
+    ),
+    "character device": (
+        [_info("payload", GOOD), _info("null", kind=tarfile.CHRTYPE, devmajor=1, devminor=3)],
+        {"payload": GOOD},
+    ),
     "fifo": ([_info("payload", GOOD), _info("pipe", kind=tarfile.FIFOTYPE)], {"payload": GOOD}),
     "directory entry": ([_info("dir", kind=tarfile.DIRTYPE)], {}),
     "duplicate name": ([_info("payload", GOOD), _info("payload", GOOD)], {"payload": GOOD}),
@@ -108,23 +124,33 @@ def test_crafted_unsafe_archive_is_refused_with_nothing_written_outside_staging(
     assert not report.ok and report.signer == operator_key.fingerprint
 
 
-def test_a_member_before_the_signed_manifest_is_refused(operator_key: TestKey, keyring: Keyring, tmp_path: Path) -> None:
-    bundle = craft(tmp_path / "b.tar", operator_key, [_info("payload", GOOD)], {"payload": GOOD}, head_first=False)
+def test_a_member_before_the_signed_manifest_is_refused(
+    operator_key: TestKey, keyring: Keyring, tmp_path: Path
+) -> None:
+    bundle = craft(
+        tmp_path / "b.tar", operator_key, [_info("payload", GOOD)], {"payload": GOOD}, head_first=False
+    )
     report = verify(bundle, keyring)
     assert report.first_bad == "payload" and "comes before manifest.json" in report.problems[0].message
 
 
-def test_a_good_crafted_archive_extracts_exactly_its_members(operator_key: TestKey, keyring: Keyring, tmp_path: Path) -> None:
+def test_a_good_crafted_archive_extracts_exactly_its_members(
+    operator_key: TestKey, keyring: Keyring, tmp_path: Path
+) -> None:
     bundle = craft(tmp_path / "b.tar", operator_key, [_info("dir/payload", GOOD)], {"dir/payload": GOOD})
     staged = extract_verified(bundle, keyring, tmp_path / "staging")
     assert sorted(str(p.relative_to(staged.root)) for p in staged.root.rglob("*") if p.is_file()) == [
-        "dir/payload", MANIFEST_NAME, SIGNATURE_NAME,
-    ]  # fmt: skip
+        "dir/payload",
+        MANIFEST_NAME,
+        SIGNATURE_NAME,
+    ]
     assert staged.path_of("dir/payload").read_bytes() == GOOD and staged.signer == operator_key.fingerprint
     assert (staged.root.stat().st_mode & 0o777) == 0o700
 
 
-def test_verify_lists_every_problem_and_names_the_first_bad_member(operator_key: TestKey, keyring: Keyring, tmp_path: Path) -> None:
+def test_verify_lists_every_problem_and_names_the_first_bad_member(
+    operator_key: TestKey, keyring: Keyring, tmp_path: Path
+) -> None:
     members = [_info("a", b"changed bytes"), _info("b", GOOD), _info("c", b"changed bytes")]
     bundle = craft(tmp_path / "b.tar", operator_key, members, {"a": GOOD, "b": GOOD, "c": GOOD, "d": GOOD})
     report = verify(bundle, keyring)
@@ -145,12 +171,19 @@ def test_verify_lists_every_problem_and_names_the_first_bad_member(operator_key:
     ids=["unlisted", "larger-than-listed"],
 )
 def test_verify_stops_at_a_member_it_would_have_to_read_blindly(
-    operator_key: TestKey, keyring: Keyring, tmp_path: Path, member: tuple[tarfile.TarInfo, bytes], problem: str
+    operator_key: TestKey,
+    keyring: Keyring,
+    tmp_path: Path,
+    member: tuple[tarfile.TarInfo, bytes],
+    problem: str,
 ) -> None:
     members = [_info("a", b"changed bytes"), member, _info("e", GOOD)]
     bundle = craft(tmp_path / "b.tar", operator_key, members, {"a": GOOD, "b": GOOD, "d": GOOD, "e": GOOD})
     report = verify(bundle, keyring)
-    assert [str(p) for p in report.problems] == ["a: does not match its sha256 in the signed manifest", problem]
+    assert [str(p) for p in report.problems] == [
+        "a: does not match its sha256 in the signed manifest",
+        problem,
+    ]
     assert report.members_checked == 1  # neither that member's data nor anything after it was read
 
 
@@ -159,8 +192,12 @@ def test_inspect_needs_no_key_and_reads_only_the_manifest(operator_key: TestKey,
     assert inspect(bundle).signer == operator_key.fingerprint
 
 
-def test_a_truncated_archive_is_reported_not_crashed_on(operator_key: TestKey, keyring: Keyring, tmp_path: Path) -> None:
-    bundle = craft(tmp_path / "b.tar", operator_key, [_info("payload", GOOD * 4000)], {"payload": GOOD * 4000})
+def test_a_truncated_archive_is_reported_not_crashed_on(
+    operator_key: TestKey, keyring: Keyring, tmp_path: Path
+) -> None:
+    bundle = craft(
+        tmp_path / "b.tar", operator_key, [_info("payload", GOOD * 4000)], {"payload": GOOD * 4000}
+    )
     data = bundle.read_bytes()
     bundle.write_bytes(data[: len(data) // 2])
     report = verify(bundle, keyring)
@@ -171,17 +208,42 @@ def test_a_truncated_archive_is_reported_not_crashed_on(operator_key: TestKey, k
 
 
 def _full_manifest() -> Manifest:
-    pkg = PackageEntry("libnvidia-container1", "1.17.8-1", "amd64", "targets/deb-amd64/l.deb", 10, "a" * 64, 0, ("libc6 (>= 2.27)",), "https://x/l.deb")
+    pkg = PackageEntry(
+        "libnvidia-container1",
+        "1.17.8-1",
+        "amd64",
+        "targets/deb-amd64/l.deb",
+        10,
+        "a" * 64,
+        0,
+        ("libc6 (>= 2.27)",),
+        "https://x/l.deb",
+    )
     target = TargetEntry(
-        "deb", "amd64", "targets/deb-amd64", "1.17.8-1",
-        Provenance("https://x/stable/deb/amd64", "C95B321B61E88C1809C4F759DDCAE044F796ECB0", "2026-09-18T21:09:04Z",
-                   (SignedFile("stable/deb/amd64/InRelease", 1477, None, "b" * 128),)),
-        (pkg,), ("libc6 (>= 2.27)",),
-    )  # fmt: skip
+        "deb",
+        "amd64",
+        "targets/deb-amd64",
+        "1.17.8-1",
+        Provenance(
+            "https://x/stable/deb/amd64",
+            "C95B321B61E88C1809C4F759DDCAE044F796ECB0",
+            "2026-09-18T21:09:04Z",
+            (SignedFile("stable/deb/amd64/InRelease", 1477, None, "b" * 128),),
+        ),
+        (pkg,),
+        ("libc6 (>= 2.27)",),
+    )
     return Manifest(
-        "0.1.0", "2026-01-01T00:00:00Z", "stable", "1.17.8", "https://x", "C95B321B61E88C1809C4F759DDCAE044F796ECB0",
-        "C95B321B61E88C1809C4F759DDCAE044F796ECB0", (target,), (FileEntry("install.sh", 5, "c" * 64, "node-installer"),),
-    )  # fmt: skip
+        "0.1.0",
+        "2026-01-01T00:00:00Z",
+        "stable",
+        "1.17.8",
+        "https://x",
+        "C95B321B61E88C1809C4F759DDCAE044F796ECB0",
+        "C95B321B61E88C1809C4F759DDCAE044F796ECB0",
+        (target,),
+        (FileEntry("install.sh", 5, "c" * 64, "node-installer"),),
+    )
 
 
 def test_manifest_json_is_canonical_and_round_trips() -> None:
@@ -223,8 +285,12 @@ def test_manifest_carries_breaks_per_package_and_a_manifest_without_them_still_p
     import json
 
     manifest = _full_manifest()
-    pkg = dataclasses.replace(manifest.targets[0].packages[0], breaks=("nvidia-container-runtime (<= 3.5.0-1)", "old-hook"))
-    with_breaks = dataclasses.replace(manifest, targets=(dataclasses.replace(manifest.targets[0], packages=(pkg,)),))
+    pkg = dataclasses.replace(
+        manifest.targets[0].packages[0], breaks=("nvidia-container-runtime (<= 3.5.0-1)", "old-hook")
+    )
+    with_breaks = dataclasses.replace(
+        manifest, targets=(dataclasses.replace(manifest.targets[0], packages=(pkg,)),)
+    )
     raw = json.loads(with_breaks.to_json())
     assert raw["targets"][0]["packages"][0]["breaks"] == ["nvidia-container-runtime (<= 3.5.0-1)", "old-hook"]
     assert Manifest.from_json(with_breaks.to_json()) == with_breaks
@@ -238,7 +304,9 @@ def test_manifest_refuses_a_breaks_entry_that_is_not_a_relation() -> None:
 
     raw = json.loads(_full_manifest().to_json())
     raw["targets"][0]["packages"][0]["breaks"] = ["good-name (>= 1)", "(a if b) or worse"]
-    with pytest.raises(ManifestError, match=r"breaks has '\(a if b\) or worse', which is not a package relation"):
+    with pytest.raises(
+        ManifestError, match=r"breaks has '\(a if b\) or worse', which is not a package relation"
+    ):
         Manifest.from_json(json.dumps(raw).encode())
 
 
@@ -252,7 +320,9 @@ def test_manifest_refuses_member_and_total_sizes_beyond_the_limits() -> None:
     with pytest.raises(ManifestError, match=r"files\[0\]\.size \d+ is outside"):
         Manifest.from_json(json.dumps(raw).encode())
     count = MAX_TOTAL_SIZE // MAX_MEMBER_SIZE + 1  # each member within its limit, together too much
-    raw["files"] = [{"path": f"f{i}", "size": MAX_MEMBER_SIZE, "sha256": "c" * 64, "role": ""} for i in range(count)]
+    raw["files"] = [
+        {"path": f"f{i}", "size": MAX_MEMBER_SIZE, "sha256": "c" * 64, "role": ""} for i in range(count)
+    ]
     with pytest.raises(ManifestError, match=r"the members add up to \d+ bytes, more than"):
         Manifest.from_json(json.dumps(raw).encode())
 
@@ -266,7 +336,9 @@ def test_an_archive_with_more_members_than_the_limit_is_refused_before_extractin
     listed = {f"m{i}": GOOD for i in range(3)}
     members = [_info(f"m{i}", GOOD) for i in range(3)] + [_info(f"x{i}", GOOD) for i in range(50)]
     bundle = craft(tmp_path / "many.tar", operator_key, members, listed)
-    report = verify(bundle, keyring)  # verify keeps going after ordinary problems, but not past the count limit
+    report = verify(
+        bundle, keyring
+    )  # verify keeps going after ordinary problems, but not past the count limit
     assert report.problems[-1].message == "the archive has more than 3 members"
     assert len(report.problems) < 10
     staging = tmp_path / "staging"
@@ -295,11 +367,14 @@ def test_verify_writes_nothing_outside_its_private_temporary_directory(
     result = run_cli("bundle", "verify", str(bundle), "--keyring", str(operator_key.public), "--json")
     assert result.exit_code == 0, result.stdout + result.stderr
     assert json.loads(result.stdout)["ok"] is True
-    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before  # the gpg home came and went
+    assert (
+        sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+    )  # the gpg home came and went
 
 
-
-def test_verify_command_lists_every_problem_and_exits_3_naming_the_first(operator_key: TestKey, tmp_path: Path) -> None:
+def test_verify_command_lists_every_problem_and_exits_3_naming_the_first(
+    operator_key: TestKey, tmp_path: Path
+) -> None:
     from tests.cli_runner import run_cli
 
     members = [_info("a", b"changed bytes"), _info("b", GOOD), _info("c", b"changed bytes")]
@@ -312,5 +387,8 @@ def test_verify_command_lists_every_problem_and_exits_3_naming_the_first(operato
         "  c: does not match its sha256 in the signed manifest",
         "  d: is listed in the manifest but missing from the archive",
     ]
-    assert result.stderr.count("\n") == 1 and "failed verification at a: does not match its sha256" in result.stderr
+    assert (
+        result.stderr.count("\n") == 1
+        and "failed verification at a: does not match its sha256" in result.stderr
+    )
     assert "2 more problem(s): listed above" in result.stderr

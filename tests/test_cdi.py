@@ -282,7 +282,9 @@ def test_cli_writes_once_then_says_already_configured(tmp_path: Path) -> None:
     second = run_cli("configure", "cdi", "--root", str(root))
     assert second.exit_code == 0 and "already configured" in second.stdout
     # a second spec for the kind elsewhere is refused, even as a dry run: one spec per kind
-    second_spec = run_cli("configure", "cdi", "--root", str(root), "--output", "/var/run/cdi/nvidia.yaml", "--dry-run")
+    second_spec = run_cli(
+        "configure", "cdi", "--root", str(root), "--output", "/var/run/cdi/nvidia.yaml", "--dry-run"
+    )
     assert second_spec.exit_code == ExitCode.CONFIG and second_spec.stdout == ""
     assert second_spec.stderr == (
         "gpu-airgap: error: /etc/cdi/nvidia.yaml already defines nvidia.com/gpu, so a spec at /var/run/cdi/nvidia.yaml "
@@ -293,7 +295,9 @@ def test_cli_writes_once_then_says_already_configured(tmp_path: Path) -> None:
 
 def test_a_custom_output_path_works_where_no_other_spec_defines_the_kind(tmp_path: Path) -> None:
     root = _devices(tmp_path, "nvidia0", "nvidiactl")
-    custom = run_cli("configure", "cdi", "--root", str(root), "--output", "/var/run/cdi/nvidia.yaml", "--dry-run")
+    custom = run_cli(
+        "configure", "cdi", "--root", str(root), "--output", "/var/run/cdi/nvidia.yaml", "--dry-run"
+    )
     assert custom.exit_code == 0 and "+kind: nvidia.com/gpu" in custom.stdout
     assert not rooted(root, "/var/run/cdi/nvidia.yaml").exists()
 

@@ -34,7 +34,9 @@ needs_systemctl = pytest.mark.skipif(shutil.which("systemctl") is None, reason="
 
 
 def systemctl(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["systemctl", "--root", str(root), *args], capture_output=True, text=True, check=False)
+    return subprocess.run(
+        ["systemctl", "--root", str(root), *args], capture_output=True, text=True, check=False
+    )
 
 
 def systemd_says(root: Path) -> Dict[str, str]:
@@ -64,9 +66,20 @@ def rpm_root(tmp_path: Path) -> Path:
     root = tmp_path / "rpm-root"
     root.mkdir()
     subprocess.run(
-        ["rpm", "--root", str(root), "--dbpath", "/var/lib/rpm", "-i", "--nodeps", "--noscripts", str(BASE_RPM)],
-        check=True, capture_output=True,
-    )  # fmt: skip
+        [
+            "rpm",
+            "--root",
+            str(root),
+            "--dbpath",
+            "/var/lib/rpm",
+            "-i",
+            "--nodeps",
+            "--noscripts",
+            str(BASE_RPM),
+        ],
+        check=True,
+        capture_output=True,
+    )
     return root
 
 
@@ -82,18 +95,31 @@ def test_the_real_deb_units_are_found_in_lib_and_read_as_systemd_reads_them(deb_
     refresh = detect_refresh(deb_root)
     assert refresh.present and not refresh.active
     assert refresh.unit(REFRESH_SERVICE_UNIT).path == "/lib/systemd/system/nvidia-cdi-refresh.service"
-    assert we_say(deb_root) == systemd_says(deb_root) == {REFRESH_PATH_UNIT: "disabled", REFRESH_SERVICE_UNIT: "disabled"}
+    assert (
+        we_say(deb_root)
+        == systemd_says(deb_root)
+        == {REFRESH_PATH_UNIT: "disabled", REFRESH_SERVICE_UNIT: "disabled"}
+    )
     # the service's own Environment= line; NVIDIA's env file only has it commented out
-    assert (refresh.output, refresh.output_from) == (REFRESH_OUTPUT, "/lib/systemd/system/nvidia-cdi-refresh.service")
+    assert (refresh.output, refresh.output_from) == (
+        REFRESH_OUTPUT,
+        "/lib/systemd/system/nvidia-cdi-refresh.service",
+    )
 
 
 @needs_systemctl
 def test_enabling_the_path_unit_makes_the_refresh_the_spec_source(deb_root: Path) -> None:
     systemctl(deb_root, "enable", REFRESH_PATH_UNIT)
-    assert we_say(deb_root) == systemd_says(deb_root) == {REFRESH_PATH_UNIT: "enabled", REFRESH_SERVICE_UNIT: "disabled"}
+    assert (
+        we_say(deb_root)
+        == systemd_says(deb_root)
+        == {REFRESH_PATH_UNIT: "enabled", REFRESH_SERVICE_UNIT: "disabled"}
+    )
     refresh = detect_refresh(deb_root)
     assert refresh.active
-    assert refresh.unit(REFRESH_PATH_UNIT).links == ("/etc/systemd/system/multi-user.target.wants/nvidia-cdi-refresh.path",)
+    assert refresh.unit(REFRESH_PATH_UNIT).links == (
+        "/etc/systemd/system/multi-user.target.wants/nvidia-cdi-refresh.path",
+    )
     assert refresh.describe().startswith(f"nvidia-cdi-refresh writes {REFRESH_OUTPUT} at boot")
 
 
@@ -101,7 +127,11 @@ def test_enabling_the_path_unit_makes_the_refresh_the_spec_source(deb_root: Path
 def test_a_masked_service_never_writes_a_spec_even_with_the_path_unit_enabled(deb_root: Path) -> None:
     systemctl(deb_root, "enable", REFRESH_PATH_UNIT)
     systemctl(deb_root, "mask", REFRESH_SERVICE_UNIT)
-    assert we_say(deb_root) == systemd_says(deb_root) == {REFRESH_PATH_UNIT: "enabled", REFRESH_SERVICE_UNIT: "masked"}
+    assert (
+        we_say(deb_root)
+        == systemd_says(deb_root)
+        == {REFRESH_PATH_UNIT: "enabled", REFRESH_SERVICE_UNIT: "masked"}
+    )
     assert not detect_refresh(deb_root).active
 
 
@@ -114,7 +144,11 @@ def test_the_real_rpm_preset_enables_both_units_as_systemctl_preset_does(rpm_roo
     assert release_for("1.20.0-1") is not None and release_for("1.20.0-1").refresh_preset == preset  # type: ignore[union-attr]
 
     systemctl(rpm_root, "preset", *REFRESH_UNITS)  # what NVIDIA's %post asks for
-    assert we_say(rpm_root) == systemd_says(rpm_root) == {REFRESH_PATH_UNIT: "enabled", REFRESH_SERVICE_UNIT: "enabled"}
+    assert (
+        we_say(rpm_root)
+        == systemd_says(rpm_root)
+        == {REFRESH_PATH_UNIT: "enabled", REFRESH_SERVICE_UNIT: "enabled"}
+    )
     assert detect_refresh(rpm_root).active
 
 
@@ -125,14 +159,21 @@ def test_a_disable_line_in_an_etc_preset_file_wins_over_the_vendor_preset(rpm_ro
     (etc / "10-site.preset").write_text("disable nvidia-cdi-*\n")
     assert {u.preset for u in detect_refresh(rpm_root).units} == {"disable"}
     systemctl(rpm_root, "preset", *REFRESH_UNITS)
-    assert we_say(rpm_root) == systemd_says(rpm_root) == {REFRESH_PATH_UNIT: "disabled", REFRESH_SERVICE_UNIT: "disabled"}
+    assert (
+        we_say(rpm_root)
+        == systemd_says(rpm_root)
+        == {REFRESH_PATH_UNIT: "disabled", REFRESH_SERVICE_UNIT: "disabled"}
+    )
 
 
 def test_the_env_file_moves_the_spec_the_service_writes(deb_root: Path) -> None:
     env = deb_root / "etc/nvidia-container-toolkit/nvidia-cdi-refresh.env"
     env.write_text(env.read_text() + "NVIDIA_CTK_CDI_OUTPUT_FILE_PATH=/etc/cdi/nvidia.yaml\n")
     refresh = detect_refresh(deb_root)
-    assert (refresh.output, refresh.output_from) == ("/etc/cdi/nvidia.yaml", "/etc/nvidia-container-toolkit/nvidia-cdi-refresh.env")
+    assert (refresh.output, refresh.output_from) == (
+        "/etc/cdi/nvidia.yaml",
+        "/etc/nvidia-container-toolkit/nvidia-cdi-refresh.env",
+    )
 
 
 def test_units_in_etc_systemd_system_as_118_and_119_ship_them_are_found_there(deb_root: Path) -> None:
@@ -153,7 +194,9 @@ def test_units_in_etc_systemd_system_as_118_and_119_ship_them_are_found_there(de
 def test_podman_writes_no_static_spec_where_the_refresh_units_own_it(deb_root: Path) -> None:
     (deb_root / "dev").mkdir()
     for name in ("nvidia0", "nvidiactl"):
-        (deb_root / "dev" / name).touch()  # a driver: without the units podman's plan would write /etc/cdi/nvidia.yaml
+        (
+            deb_root / "dev" / name
+        ).touch()  # a driver: without the units podman's plan would write /etc/cdi/nvidia.yaml
     without = PodmanEngine(version=lambda root: (5, 0)).plan(RuntimeOptions(root=deb_root, cdi=True))
     assert [c.path.name for c in without.changes] == ["nvidia.yaml"]
     systemctl(deb_root, "enable", REFRESH_PATH_UNIT)

@@ -20,7 +20,9 @@ def spec(*devices: str, mounts: Optional[List[str]] = None, kind: str = "nvidia.
     return {
         "cdiVersion": "0.5.0",
         "kind": kind,
-        "devices": [{"name": d, "containerEdits": {"deviceNodes": [{"path": f"/dev/nvidia{d}"}]}} for d in devices],
+        "devices": [
+            {"name": d, "containerEdits": {"deviceNodes": [{"path": f"/dev/nvidia{d}"}]}} for d in devices
+        ],
         "containerEdits": edits,
     }
 
@@ -61,7 +63,10 @@ def test_two_specs_in_one_directory_make_their_shared_devices_unusable(tmp_path:
     put(tmp_path, "/etc/cdi/nvidia.json", spec("0", "1"))
     found = find_specs(tmp_path)
     assert found.conflicts == ("0",)
-    assert found.providers == {"1": "/etc/cdi/nvidia.json", "all": "/etc/cdi/nvidia.yaml"}  # .json is read first
+    assert found.providers == {
+        "1": "/etc/cdi/nvidia.json",
+        "all": "/etc/cdi/nvidia.yaml",
+    }  # .json is read first
     assert "unusable (nvidia.com/gpu=0)" in (found.duplicate_problem() or "")
 
 
@@ -79,7 +84,9 @@ def test_a_broken_nvidia_file_is_reported_invalid_not_used(tmp_path: Path) -> No
     assert found.invalid[0].problems[0].startswith("not valid YAML")
 
 
-def test_var_run_as_the_absolute_link_to_run_that_debian_has_is_followed_inside_the_root(tmp_path: Path) -> None:
+def test_var_run_as_the_absolute_link_to_run_that_debian_has_is_followed_inside_the_root(
+    tmp_path: Path,
+) -> None:
     (tmp_path / "var").mkdir()
     (tmp_path / "var/run").symlink_to("/run")
     put(tmp_path, "/run/cdi/nvidia.yaml", spec("0"))
@@ -91,14 +98,18 @@ def test_a_spec_file_that_is_an_absolute_link_is_read_inside_the_root(tmp_path: 
     (tmp_path / "etc/cdi").mkdir(parents=True)
     (tmp_path / "etc/cdi/nvidia.yaml").symlink_to("/usr/share/cdi/nvidia.yaml")
     found = find_specs(tmp_path)
-    assert [(f.path, f.kind, f.devices) for f in found.files] == [("/etc/cdi/nvidia.yaml", "nvidia.com/gpu", ("0",))]
+    assert [(f.path, f.kind, f.devices) for f in found.files] == [
+        ("/etc/cdi/nvidia.yaml", "nvidia.com/gpu", ("0",))
+    ]
 
 
 def test_a_spec_naming_a_missing_device_node_is_stale(tmp_path: Path) -> None:
     devices(tmp_path, "nvidia0", "nvidiactl")
     put(tmp_path, "/etc/cdi/nvidia.yaml", spec("0", "1"))
     (only,) = find_specs(tmp_path).files
-    assert stale_reasons(tmp_path, only, None) == ["devices[1] (1).deviceNodes: /dev/nvidia1 does not exist on the node"]
+    assert stale_reasons(tmp_path, only, None) == [
+        "devices[1] (1).deviceNodes: /dev/nvidia1 does not exist on the node"
+    ]
 
 
 def test_a_spec_made_for_another_driver_version_is_stale(tmp_path: Path) -> None:
@@ -106,8 +117,11 @@ def test_a_spec_made_for_another_driver_version_is_stale(tmp_path: Path) -> None
     lib = "/usr/lib/x86_64-linux-gnu/libcuda.so.550.54.14"
     put(tmp_path, lib, "")
     put(tmp_path, "/etc/cdi/nvidia.yaml", spec("0", mounts=[lib]))
-    put(tmp_path, "/proc/driver/nvidia/version",
-        "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  570.86.15  Release Build  (dvs-builder@U16)\n")  # fmt: skip
+    put(
+        tmp_path,
+        "/proc/driver/nvidia/version",
+        "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  570.86.15  Release Build  (dvs-builder@U16)\n",
+    )
     assert driver_version(tmp_path) == "570.86.15"
     (only,) = find_specs(tmp_path).files
     assert stale_reasons(tmp_path, only, "570.86.15") == [
@@ -122,11 +136,18 @@ def test_a_device_node_with_other_numbers_than_the_spec_says_is_stale(tmp_path: 
     (tmp_path / "dev").mkdir()
     os.mknod(tmp_path / "dev/nvidia-uvm", 0o666 | 0o020000, os.makedev(499, 0))
     data = spec()
-    data["devices"] = [{"name": "0", "containerEdits": {"deviceNodes": [{"path": "/dev/nvidia-uvm", "major": 498, "minor": 0}]}}]
+    data["devices"] = [
+        {
+            "name": "0",
+            "containerEdits": {"deviceNodes": [{"path": "/dev/nvidia-uvm", "major": 498, "minor": 0}]},
+        }
+    ]
     data["containerEdits"] = {"env": ["A=b"]}
     put(tmp_path, "/etc/cdi/nvidia.yaml", data)
     (only,) = find_specs(tmp_path).files
-    assert stale_reasons(tmp_path, only, None) == ["/dev/nvidia-uvm is device 499:0 on the node, the spec says 498:0"]
+    assert stale_reasons(tmp_path, only, None) == [
+        "/dev/nvidia-uvm is device 499:0 on the node, the spec says 498:0"
+    ]
 
 
 @pytest.mark.parametrize(

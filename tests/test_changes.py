@@ -43,10 +43,15 @@ def test_revert_restores_original_bytes_and_removes_created_files(tmp_path: Path
     existing.chmod(0o640)
     created = tmp_path / "etc/containerd/conf.d/99-nvidia.toml"
     journal = Journal(tmp_path)
-    apply_changes("containerd", [FileChange(existing, existing.read_bytes(), b"version = 2\n# v1\n")], journal)
+    apply_changes(
+        "containerd", [FileChange(existing, existing.read_bytes(), b"version = 2\n# v1\n")], journal
+    )
     apply_changes(
         "containerd",
-        [FileChange(existing, existing.read_bytes(), b"version = 2\n# v2\n"), FileChange(created, None, b"x\n")],
+        [
+            FileChange(existing, existing.read_bytes(), b"version = 2\n# v2\n"),
+            FileChange(created, None, b"x\n"),
+        ],
         journal,
     )
     assert len(journal.entries()) == 3

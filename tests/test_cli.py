@@ -52,7 +52,10 @@ def test_command_errors_quote_the_line_that_says_what_went_wrong() -> None:
         "Note: root's PATH should usually contain /usr/local/sbin, /usr/sbin and /sbin\n"
     )
     message = str(CommandError(["/usr/bin/dpkg", "-i", "x.deb"], 2, stderr))
-    assert message == "/usr/bin/dpkg exited with status 2: dpkg: error: 1 expected program not found in PATH or not executable"
+    assert (
+        message
+        == "/usr/bin/dpkg exited with status 2: dpkg: error: 1 expected program not found in PATH or not executable"
+    )
     assert str(CommandError(["gpg"], 2, "")).endswith("no error output")
     assert str(CommandError(["rpm"], 1, "one\ntwo\n")).endswith(": two")
 
@@ -70,8 +73,20 @@ def test_a_mirror_command_loads_neither_the_bundle_builder_nor_the_fleet_rendere
         "import json, sys; from mirror.cli import main; main(['mirror', 'status', '--help']); "
         "print(json.dumps(sorted(sys.modules)))"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                          env={**os.environ, "TYPER_USE_RICH": "0"}, cwd=Path(__file__).parent.parent)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "TYPER_USE_RICH": "0"},
+        cwd=Path(__file__).parent.parent,
+    )
     loaded = set(json.loads(done.stdout.strip().splitlines()[-1]))
     assert "--mirror" in done.stdout and "mirror.sync.cli" in loaded
-    assert not loaded & {"mirror.bundle.build", "mirror.fleet.cli", "mirror.fleet.k8s", "yaml", "configure.cli"}
+    assert not loaded & {
+        "mirror.bundle.build",
+        "mirror.fleet.cli",
+        "mirror.fleet.k8s",
+        "yaml",
+        "configure.cli",
+    }

@@ -71,16 +71,26 @@ def test_configure_toolkit_help_names_the_setting_it_changes() -> None:
 
 def test_debug_after_the_subcommand_is_the_global_debug_flag(tmp_path: Path) -> None:
     missing = tmp_path / "nowhere"
-    for argv in (["--debug", "configure", "report", "--root", str(missing)],
-                 ["configure", "report", "--root", str(missing), "--debug"]):  # fmt: skip
+    for argv in (
+        ["--debug", "configure", "report", "--root", str(missing)],
+        ["configure", "report", "--root", str(missing), "--debug"],
+    ):
         result = run_cli(*argv)
         assert result.exit_code == ExitCode.USAGE
         assert "No such option" not in result.stderr
-        assert "Traceback" in result.stderr and result.stderr.rstrip().endswith(f"the root {missing} is not a directory")
+        assert "Traceback" in result.stderr and result.stderr.rstrip().endswith(
+            f"the root {missing} is not a directory"
+        )
 
 
 def test_hoisting_stops_at_the_end_of_options() -> None:
-    assert hoist_global_flags(["a", "--debug", "b", "--", "--debug"]) == ["--debug", "a", "b", "--", "--debug"]
+    assert hoist_global_flags(["a", "--debug", "b", "--", "--debug"]) == [
+        "--debug",
+        "a",
+        "b",
+        "--",
+        "--debug",
+    ]
 
 
 def test_the_node_tools_bundle_help_lists_only_the_commands_it_has() -> None:
@@ -101,20 +111,33 @@ def test_the_node_tools_bundle_help_lists_only_the_commands_it_has() -> None:
 def test_a_repeated_single_value_option_is_refused_naming_both_values() -> None:
     result = run_cli("mirror", "plan", "--version", "1.17.8", "--version", "1.18.0")
     assert result.exit_code == ExitCode.USAGE
-    assert result.stderr.strip() == "gpu-airgap: error: --version was given more than once (1.17.8, 1.18.0); give it once"
+    assert (
+        result.stderr.strip()
+        == "gpu-airgap: error: --version was given more than once (1.17.8, 1.18.0); give it once"
+    )
 
 
 def test_repeatable_options_and_option_values_that_look_like_options_are_not_repeats() -> None:
     command = typer.main.get_command(make_app())
     assert isinstance(command, click.Group)
-    plan = command.get_command(click.Context(command), "mirror").load().get_command(click.Context(command), "plan")  # type: ignore[union-attr]
+    plan = (
+        command.get_command(click.Context(command), "mirror")
+        .load()
+        .get_command(click.Context(command), "plan")
+    )  # type: ignore[union-attr]
     assert repeated_option(plan, ["--arch", "amd64", "--arch", "arm64"]) is None
     assert repeated_option(plan, ["--upstream", "--version", "--version", "1"]) is None
     assert repeated_option(plan, ["--version=1", "--version", "2"]) == ("--version", ["1", "2"])
 
 
-@pytest.mark.parametrize("command", [["mirror", "sync", "--dest", "D"], ["mirror", "plan"],
-                                     ["bundle", "build", "--mirror", "M", "--sign-key", "K", "--output", "o.tar.zst"]])  # fmt: skip
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["mirror", "sync", "--dest", "D"],
+        ["mirror", "plan"],
+        ["bundle", "build", "--mirror", "M", "--sign-key", "K", "--output", "o.tar.zst"],
+    ],
+)
 def test_locked_with_version_is_refused(tmp_path: Path, command: List[str]) -> None:
     lock = tmp_path / "gpu-airgap.lock"
     lock.write_text("{}")
@@ -124,13 +147,30 @@ def test_locked_with_version_is_refused(tmp_path: Path, command: List[str]) -> N
     assert not (tmp_path / "D").exists()
 
 
-@pytest.mark.parametrize(("name", "compression", "says"), [("b.tar.zst", "xz", "zstd"), ("b.tar.xz", "zstd", "xz"),
-                                                           ("b.tgz", "none", "gzip")])  # fmt: skip
-def test_a_compression_the_output_name_contradicts_is_refused(tmp_path: Path, name: str, compression: str, says: str) -> None:
-    result = run_cli("bundle", "build", "--mirror", str(tmp_path), "--sign-key", "K", "--output", str(tmp_path / name),
-                     "--compression", compression)  # fmt: skip
+@pytest.mark.parametrize(
+    ("name", "compression", "says"),
+    [("b.tar.zst", "xz", "zstd"), ("b.tar.xz", "zstd", "xz"), ("b.tgz", "none", "gzip")],
+)
+def test_a_compression_the_output_name_contradicts_is_refused(
+    tmp_path: Path, name: str, compression: str, says: str
+) -> None:
+    result = run_cli(
+        "bundle",
+        "build",
+        "--mirror",
+        str(tmp_path),
+        "--sign-key",
+        "K",
+        "--output",
+        str(tmp_path / name),
+        "--compression",
+        compression,
+    )
     assert result.exit_code == ExitCode.USAGE
-    assert f"--compression {compression} does not match the output name {name}, which says {says}" in result.stderr
+    assert (
+        f"--compression {compression} does not match the output name {name}, which says {says}"
+        in result.stderr
+    )
     assert not (tmp_path / name).exists()
 
 
@@ -145,12 +185,17 @@ def test_the_output_name_chooses_the_compression_when_none_is_given() -> None:
 
 @pytest.mark.parametrize("engine", ["docker", "crio"])
 @pytest.mark.parametrize("value", ["true", "false"])
-def test_systemd_cgroup_for_an_engine_that_ignores_it_is_refused(tmp_path: Path, engine: str, value: str) -> None:
+def test_systemd_cgroup_for_an_engine_that_ignores_it_is_refused(
+    tmp_path: Path, engine: str, value: str
+) -> None:
     root = seed_containerd_node(tmp_path / "root")
     before = sorted(p.relative_to(root) for p in root.rglob("*"))
     result = run_cli("configure", engine, "--root", str(root), "--systemd-cgroup", value)
     assert result.exit_code == ExitCode.USAGE
-    assert f"--systemd-cgroup applies to containerd only; {engine} sets its cgroup driver itself" in result.stderr
+    assert (
+        f"--systemd-cgroup applies to containerd only; {engine} sets its cgroup driver itself"
+        in result.stderr
+    )
     assert sorted(p.relative_to(root) for p in root.rglob("*")) == before
 
 
@@ -159,24 +204,56 @@ def test_systemd_cgroup_for_an_engine_that_ignores_it_is_refused(tmp_path: Path,
 
 @pytest.fixture(scope="module")
 def all_releases_mirror(
-    upstream_tree, _upstream_session_server, tmp_path_factory: pytest.TempPathFactory  # type: ignore[no-untyped-def]
+    upstream_tree,
+    _upstream_session_server,
+    tmp_path_factory: pytest.TempPathFactory,  # type: ignore[no-untyped-def]
 ) -> Path:
     dest = tmp_path_factory.mktemp("all-mirror")
-    result = run_cli("mirror", "sync", "--dest", str(dest), "--upstream", _upstream_session_server.url,
-                     "--keyring", str(upstream_tree.public_key), "--version", "all", "--format", "deb",
-                     "--arch", "amd64", "--quiet")  # fmt: skip
+    result = run_cli(
+        "mirror",
+        "sync",
+        "--dest",
+        str(dest),
+        "--upstream",
+        _upstream_session_server.url,
+        "--keyring",
+        str(upstream_tree.public_key),
+        "--version",
+        "all",
+        "--format",
+        "deb",
+        "--arch",
+        "amd64",
+        "--quiet",
+    )
     assert result.exit_code == 0, result.stderr
     return dest
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("selector", "chosen"), [(">=1.18,<1.20", "1.18.0"), ("1.20.*", "1.20.1"), (">=1.17", "1.20.1")])
+@pytest.mark.parametrize(
+    ("selector", "chosen"), [(">=1.18,<1.20", "1.18.0"), ("1.20.*", "1.20.1"), (">=1.17", "1.20.1")]
+)
 def test_bundle_build_takes_version_ranges_like_sync(
     all_releases_mirror: Path, operator_key: TestKey, tmp_path: Path, selector: str, chosen: str
 ) -> None:
-    built = run_cli("bundle", "build", "--mirror", str(all_releases_mirror), "--version", selector,
-                    "--sign-key", operator_key.fingerprint, "--gnupghome", str(operator_key.home),
-                    "--output", str(tmp_path / "b.tar"), "--target", "deb/amd64", "--json")  # fmt: skip
+    built = run_cli(
+        "bundle",
+        "build",
+        "--mirror",
+        str(all_releases_mirror),
+        "--version",
+        selector,
+        "--sign-key",
+        operator_key.fingerprint,
+        "--gnupghome",
+        str(operator_key.home),
+        "--output",
+        str(tmp_path / "b.tar"),
+        "--target",
+        "deb/amd64",
+        "--json",
+    )
     assert built.exit_code == 0, built.stderr
     assert '"toolkit_version": "' + chosen + '"' in built.stdout
 
@@ -185,14 +262,39 @@ def test_bundle_build_takes_version_ranges_like_sync(
 def test_bundle_build_names_the_range_it_cannot_meet_and_what_the_mirror_has(
     all_releases_mirror: Path, operator_key: TestKey, tmp_path: Path
 ) -> None:
-    built = run_cli("bundle", "build", "--mirror", str(all_releases_mirror), "--version", ">=1.21",
-                    "--sign-key", operator_key.fingerprint, "--gnupghome", str(operator_key.home),
-                    "--output", str(tmp_path / "b.tar"), "--target", "deb/amd64")  # fmt: skip
+    built = run_cli(
+        "bundle",
+        "build",
+        "--mirror",
+        str(all_releases_mirror),
+        "--version",
+        ">=1.21",
+        "--sign-key",
+        operator_key.fingerprint,
+        "--gnupghome",
+        str(operator_key.home),
+        "--output",
+        str(tmp_path / "b.tar"),
+        "--target",
+        "deb/amd64",
+    )
     assert built.exit_code != 0
     assert "has no toolkit >=1.21 (it has 1.17.8-1, 1.18.0-1, 1.20.1-1)" in built.stderr
     assert not list(tmp_path.iterdir())
-    bad = run_cli("bundle", "build", "--mirror", str(all_releases_mirror), "--version", "all",
-                  "--sign-key", operator_key.fingerprint, "--output", str(tmp_path / "b.tar"), "--target", "deb/amd64")  # fmt: skip
+    bad = run_cli(
+        "bundle",
+        "build",
+        "--mirror",
+        str(all_releases_mirror),
+        "--version",
+        "all",
+        "--sign-key",
+        operator_key.fingerprint,
+        "--output",
+        str(tmp_path / "b.tar"),
+        "--target",
+        "deb/amd64",
+    )
     assert bad.exit_code == ExitCode.USAGE and "a bundle carries one release" in bad.stderr
 
 
@@ -220,4 +322,8 @@ def test_the_node_tool_on_python39_takes_dash_h_debug_anywhere_and_answers_json_
     missing = tmp_path / "nvct.tar.zst"
     failed = node("bundle", "inspect", str(missing), "--json", "--debug")
     assert failed.returncode == ExitCode.USAGE and "Traceback" in failed.stderr
-    assert json.loads(failed.stdout)["error"] == {"code": "usage", "exit_code": 2, "message": f"the bundle {missing} does not exist"}
+    assert json.loads(failed.stdout)["error"] == {
+        "code": "usage",
+        "exit_code": 2,
+        "message": f"the bundle {missing} does not exist",
+    }

@@ -48,8 +48,9 @@ def _json(result: CliResult) -> Any:
 
 
 def test_the_style_check_finds_what_it_judges() -> None:
-    assert _style_problems({"RUNTIME": "nvidia", "ok": "true", "packages": {"nvidia-container-toolkit": "1"}}) == [
-        "$: key 'RUNTIME' is not snake_case", "$.ok: the boolean 'true' is a string"]  # fmt: skip
+    assert _style_problems(
+        {"RUNTIME": "nvidia", "ok": "true", "packages": {"nvidia-container-toolkit": "1"}}
+    ) == ["$: key 'RUNTIME' is not snake_case", "$.ok: the boolean 'true' is a string"]
 
 
 def test_configure_json_is_snake_case_and_typed(tmp_path: Path) -> None:
@@ -69,9 +70,15 @@ def test_configure_json_is_snake_case_and_typed(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_bundle_and_mirror_json_is_snake_case_and_typed(deb_bundle: Path, deb_mirror: Path, operator_key: TestKey) -> None:
-    for argv in (["bundle", "inspect", str(deb_bundle)], ["bundle", "verify", str(deb_bundle), "--keyring", str(operator_key.public)],
-                 ["mirror", "verify", "--mirror", str(deb_mirror)], ["mirror", "status", "--mirror", str(deb_mirror), "--offline"]):  # fmt: skip
+def test_bundle_and_mirror_json_is_snake_case_and_typed(
+    deb_bundle: Path, deb_mirror: Path, operator_key: TestKey
+) -> None:
+    for argv in (
+        ["bundle", "inspect", str(deb_bundle)],
+        ["bundle", "verify", str(deb_bundle), "--keyring", str(operator_key.public)],
+        ["mirror", "verify", "--mirror", str(deb_mirror)],
+        ["mirror", "status", "--mirror", str(deb_mirror), "--offline"],
+    ):
         result = run_cli(*argv, "--json")
         assert result.exit_code == 0, result.stderr
         assert _style_problems(_json(result)) == [], argv
@@ -83,7 +90,11 @@ def test_bundle_and_mirror_json_is_snake_case_and_typed(deb_bundle: Path, deb_mi
 def _error(result: CliResult, code: ExitCode) -> dict[str, Any]:
     assert result.exit_code == code, result.stderr
     data = _json(result)
-    assert data["ok"] is False and data["error"]["exit_code"] == int(code) and data["error"]["code"] == code.name.lower()
+    assert (
+        data["ok"] is False
+        and data["error"]["exit_code"] == int(code)
+        and data["error"]["code"] == code.name.lower()
+    )
     assert data["error"]["message"] in result.stderr  # the sentence is on stderr as without --json
     assert _style_problems(data) == []
     return data  # type: ignore[no-any-return]
@@ -94,7 +105,10 @@ def test_a_usage_error_with_json_is_one_json_object_on_stdout(tmp_path: Path) ->
     data = _error(run_cli("configure", "containerd", "--root", str(missing), "--json"), ExitCode.USAGE)
     assert data["error"]["message"] == f"the root {missing} is not a directory"
     _error(run_cli("mirror", "plan", "--version", "1", "--version", "2", "--json"), ExitCode.USAGE)
-    bad_choice = _error(run_cli("configure", "containerd", "--root", str(tmp_path), "--cdi", "maybe", "--json"), ExitCode.USAGE)
+    bad_choice = _error(
+        run_cli("configure", "containerd", "--root", str(tmp_path), "--cdi", "maybe", "--json"),
+        ExitCode.USAGE,
+    )
     assert "--cdi" in bad_choice["error"]["message"]
 
 
@@ -114,10 +128,18 @@ def test_a_check_that_lists_problems_prints_one_object_not_two(tmp_path: Path) -
 # -- exit codes of the fault matrix -------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("argv", [["bundle", "verify", "{b}", "--keyring", "{k}"], ["bundle", "inspect", "{b}"],
-                                  ["install", "{b}", "--keyring", "{k}", "--root", "{r}"],
-                                  ["bundle", "push", "{b}", "oci://127.0.0.1:9/x:1", "--keyring", "{k}"]])  # fmt: skip
-def test_a_bundle_file_that_does_not_exist_is_a_usage_error(tmp_path: Path, test_key: TestKey, argv: List[str]) -> None:
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["bundle", "verify", "{b}", "--keyring", "{k}"],
+        ["bundle", "inspect", "{b}"],
+        ["install", "{b}", "--keyring", "{k}", "--root", "{r}"],
+        ["bundle", "push", "{b}", "oci://127.0.0.1:9/x:1", "--keyring", "{k}"],
+    ],
+)
+def test_a_bundle_file_that_does_not_exist_is_a_usage_error(
+    tmp_path: Path, test_key: TestKey, argv: List[str]
+) -> None:
     bundle = tmp_path / "nvct.tar.zst"
     args = [a.format(b=bundle, k=test_key.public, r=tmp_path) for a in argv]
     result = run_cli(*args)
@@ -128,28 +150,74 @@ def test_a_bundle_file_that_does_not_exist_is_a_usage_error(tmp_path: Path, test
     bundle.symlink_to(gone)  # a link left behind after the bundle was moved
     dangling = run_cli(*args)
     assert dangling.exit_code == ExitCode.USAGE, dangling.stderr
-    assert dangling.stderr.strip() == f"gpu-airgap: error: the bundle {bundle} is a link to {gone}, which does not exist"
+    assert (
+        dangling.stderr.strip()
+        == f"gpu-airgap: error: the bundle {bundle} is a link to {gone}, which does not exist"
+    )
 
 
 @pytest.mark.slow
-def test_an_unknown_sign_key_is_a_usage_error(deb_mirror: Path, operator_key: TestKey, tmp_path: Path) -> None:
+def test_an_unknown_sign_key_is_a_usage_error(
+    deb_mirror: Path, operator_key: TestKey, tmp_path: Path
+) -> None:
     unknown = "0123456789ABCDEF0123456789ABCDEF01234567"
-    built = run_cli("bundle", "build", "--mirror", str(deb_mirror), "--target", "deb/amd64", "--sign-key", unknown,
-                    "--gnupghome", str(operator_key.home), "--output", str(tmp_path / "b.tar.zst"))  # fmt: skip
+    built = run_cli(
+        "bundle",
+        "build",
+        "--mirror",
+        str(deb_mirror),
+        "--target",
+        "deb/amd64",
+        "--sign-key",
+        unknown,
+        "--gnupghome",
+        str(operator_key.home),
+        "--output",
+        str(tmp_path / "b.tar.zst"),
+    )
     assert built.exit_code == ExitCode.USAGE, built.stderr
     assert f"--sign-key {unknown} is not a secret key in {operator_key.home}" in built.stderr
     assert not list(tmp_path.iterdir())
-    published = run_cli("mirror", "publish", "--mirror", str(deb_mirror), "--output", str(tmp_path / "www"),
-                        "--base-url", "http://m/", "--sign-key", unknown, "--gnupghome", str(operator_key.home), "--json")  # fmt: skip
+    published = run_cli(
+        "mirror",
+        "publish",
+        "--mirror",
+        str(deb_mirror),
+        "--output",
+        str(tmp_path / "www"),
+        "--base-url",
+        "http://m/",
+        "--sign-key",
+        unknown,
+        "--gnupghome",
+        str(operator_key.home),
+        "--json",
+    )
     _error(published, ExitCode.USAGE)
     assert not (tmp_path / "www").exists()
 
 
 @pytest.mark.slow
-def test_a_release_the_mirror_lacks_is_unresolvable_as_in_sync(deb_mirror: Path, operator_key: TestKey, tmp_path: Path) -> None:
-    built = run_cli("bundle", "build", "--mirror", str(deb_mirror), "--target", "deb/amd64", "--version", "9.9.9",
-                    "--sign-key", operator_key.fingerprint, "--gnupghome", str(operator_key.home),
-                    "--output", str(tmp_path / "b.tar.zst"), "--json")  # fmt: skip
+def test_a_release_the_mirror_lacks_is_unresolvable_as_in_sync(
+    deb_mirror: Path, operator_key: TestKey, tmp_path: Path
+) -> None:
+    built = run_cli(
+        "bundle",
+        "build",
+        "--mirror",
+        str(deb_mirror),
+        "--target",
+        "deb/amd64",
+        "--version",
+        "9.9.9",
+        "--sign-key",
+        operator_key.fingerprint,
+        "--gnupghome",
+        str(operator_key.home),
+        "--output",
+        str(tmp_path / "b.tar.zst"),
+        "--json",
+    )
     data = _error(built, ExitCode.UNRESOLVABLE)
     assert "has no toolkit 9.9.9 (it has 1.17.8-1)" in data["error"]["message"]
 

@@ -18,10 +18,19 @@ from tests.gpgkeys import TestKey
 from tests.node_fixtures import seed_containerd_node
 
 ROOT_COMMANDS = [
-    ["configure", "containerd"], ["configure", "docker"], ["configure", "crio"], ["configure", "toolkit", "--mode", "cdi"],
-    ["configure", "cdi"], ["configure", "runtimeclass", "--output", "/etc/rc.yaml"], ["configure", "report"],
-    ["configure", "verify"], ["configure", "revert"], ["status"], ["uninstall"], ["restart"],
-]  # fmt: skip
+    ["configure", "containerd"],
+    ["configure", "docker"],
+    ["configure", "crio"],
+    ["configure", "toolkit", "--mode", "cdi"],
+    ["configure", "cdi"],
+    ["configure", "runtimeclass", "--output", "/etc/rc.yaml"],
+    ["configure", "report"],
+    ["configure", "verify"],
+    ["configure", "revert"],
+    ["status"],
+    ["uninstall"],
+    ["restart"],
+]
 
 
 @pytest.mark.parametrize("argv", ROOT_COMMANDS, ids=lambda argv: " ".join(argv[:2]))
@@ -34,12 +43,23 @@ def test_a_root_that_does_not_exist_is_refused_and_not_created(tmp_path: Path, a
 
 
 @pytest.mark.parametrize("engine", ["containerd", "docker", "crio"])
-def test_configure_refuses_a_runtime_name_as_install_does(tmp_path: Path, engine: str, test_key: TestKey) -> None:
+def test_configure_refuses_a_runtime_name_as_install_does(
+    tmp_path: Path, engine: str, test_key: TestKey
+) -> None:
     root = seed_containerd_node(tmp_path / "root")
     bundle = tmp_path / "bundle.tar"
     bundle.write_bytes(b"never read")
     configured = run_cli("configure", engine, "--root", str(root), "--runtime-name", "x y")
-    installed = run_cli("install", str(bundle), "--keyring", str(test_key.public), "--root", str(root), "--runtime-name", "x y")
+    installed = run_cli(
+        "install",
+        str(bundle),
+        "--keyring",
+        str(test_key.public),
+        "--root",
+        str(root),
+        "--runtime-name",
+        "x y",
+    )
     sentence = "gpu-airgap: error: --runtime-name 'x y' must be letters, digits, '-' or '_'"
     assert (configured.exit_code, configured.stderr.strip()) == (ExitCode.USAGE, sentence)
     assert (installed.exit_code, installed.stderr.strip()) == (ExitCode.USAGE, sentence)
@@ -57,7 +77,9 @@ def test_configure_refuses_a_relative_runtime_path(tmp_path: Path, path: str) ->
 
 def test_a_bare_runtime_command_name_stays_allowed_as_docker_looks_it_up_on_its_path(tmp_path: Path) -> None:
     root = seed_containerd_node(tmp_path / "root")
-    result = run_cli("configure", "docker", "--root", str(root), "--runtime-path", "nvidia-container-runtime", "--dry-run")
+    result = run_cli(
+        "configure", "docker", "--root", str(root), "--runtime-path", "nvidia-container-runtime", "--dry-run"
+    )
     assert result.exit_code == 0 and '"path": "nvidia-container-runtime"' in result.stdout
 
 
@@ -72,21 +94,46 @@ def _keyring_commands(tmp_path: Path, key: str) -> List[List[str]]:
         ["install", "oci://127.0.0.1:9/nvct:1.17.8", "--keyring", key, "--root", str(root)],
         ["bundle", "push", str(bundle), "oci://127.0.0.1:9/nvct:1.17.8", "--keyring", key],
         ["bundle", "pull", "oci://127.0.0.1:9/nvct:1.17.8", "--keyring", key, "--output", str(tmp_path)],
-        ["mirror", "sync", "--dest", str(tmp_path / "m"), "--keyring", key, "--upstream", "http://127.0.0.1:9/"],
+        [
+            "mirror",
+            "sync",
+            "--dest",
+            str(tmp_path / "m"),
+            "--keyring",
+            key,
+            "--upstream",
+            "http://127.0.0.1:9/",
+        ],
         ["mirror", "plan", "--keyring", key, "--upstream", "http://127.0.0.1:9/"],
-        ["mirror", "publish", "--mirror", str(tmp_path / "m"), "--output", str(tmp_path / "o"), "--base-url", "http://m/",
-         "--preserve-upstream", "--keyring", key],
+        [
+            "mirror",
+            "publish",
+            "--mirror",
+            str(tmp_path / "m"),
+            "--output",
+            str(tmp_path / "o"),
+            "--base-url",
+            "http://m/",
+            "--preserve-upstream",
+            "--keyring",
+            key,
+        ],
         ["fleet", "k8s", "--bundle-url", "http://m/b.tar", "--keyring", key],
-    ]  # fmt: skip
+    ]
 
 
 @pytest.mark.parametrize(("key", "what"), [("DIR", "is a directory"), ("/dev/null", "is a character device")])
-def test_every_command_taking_a_keyring_says_what_a_non_key_file_is(tmp_path: Path, key: str, what: str) -> None:
+def test_every_command_taking_a_keyring_says_what_a_non_key_file_is(
+    tmp_path: Path, key: str, what: str
+) -> None:
     path = str(tmp_path) if key == "DIR" else key
     for argv in _keyring_commands(tmp_path, path):
         result = run_cli(*argv)
         assert result.exit_code == ExitCode.USAGE, (argv, result.stderr)
-        assert result.stderr.strip() == f"gpu-airgap: error: the key file {path} {what}, not a public key file (gpg --export KEY > FILE)", argv
+        assert (
+            result.stderr.strip()
+            == f"gpu-airgap: error: the key file {path} {what}, not a public key file (gpg --export KEY > FILE)"
+        ), argv
 
 
 BAD_CHOICES = [
@@ -98,8 +145,14 @@ BAD_CHOICES = [
     (["configure", "report", "--runtime", "bogus"], "--runtime"),
     (["configure", "verify", "--runtime", "bogus"], "--runtime"),
     (["configure", "revert", "--runtime", "bogus"], "--runtime"),
-    (["bundle", "build", "--mirror", "M", "--sign-key", "K", "--output", "O", "--compression", "bogus"], "--compression"),
-    (["bundle", "build", "--mirror", "M", "--sign-key", "K", "--output", "O", "--channel", "bogus"], "--channel"),
+    (
+        ["bundle", "build", "--mirror", "M", "--sign-key", "K", "--output", "O", "--compression", "bogus"],
+        "--compression",
+    ),
+    (
+        ["bundle", "build", "--mirror", "M", "--sign-key", "K", "--output", "O", "--channel", "bogus"],
+        "--channel",
+    ),
     (["mirror", "sync", "--dest", "D", "--channel", "bogus"], "--channel"),
     (["mirror", "plan", "--channel", "bogus"], "--channel"),
     (["fleet", "k8s", "--bundle-url", "http://m/b", "--runtime", "bogus"], "--runtime"),
@@ -108,7 +161,9 @@ BAD_CHOICES = [
 ]
 
 
-@pytest.mark.parametrize(("argv", "option"), BAD_CHOICES, ids=lambda v: " ".join(v) if isinstance(v, list) else v)
+@pytest.mark.parametrize(
+    ("argv", "option"), BAD_CHOICES, ids=lambda v: " ".join(v) if isinstance(v, list) else v
+)
 def test_a_value_outside_an_options_choices_is_clicks_usage_error(argv: List[str], option: str) -> None:
     result = run_cli(*argv)
     assert result.exit_code == ExitCode.USAGE, result.stderr

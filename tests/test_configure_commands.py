@@ -82,7 +82,10 @@ def test_verify_lists_every_problem_with_a_non_zero_exit(tmp_path: Path) -> None
 def test_unknown_engine_is_a_clear_usage_error(tmp_path: Path) -> None:
     result = run_cli("configure", "report", "--root", str(tmp_path), "--runtime", "rkt")
     assert result.exit_code == ExitCode.USAGE
-    assert "Invalid value for '--runtime': 'rkt' is not one of 'containerd', 'docker', 'crio', 'podman', 'lxc'" in result.stderr
+    assert (
+        "Invalid value for '--runtime': 'rkt' is not one of 'containerd', 'docker', 'crio', 'podman', 'lxc'"
+        in result.stderr
+    )
 
 
 def test_invalid_config_is_a_config_error_naming_the_file(tmp_path: Path) -> None:
@@ -116,16 +119,24 @@ def test_report_and_verify_read_back_the_config_a_custom_config_run_edited(
     report = run_cli("configure", "report", "--root", root, "--runtime", engine_name)
     assert report.exit_code == 0, report.stderr
     assert "RUNTIME=nvidia" in report.stdout.splitlines()
-    as_json = json.loads(run_cli("configure", "report", "--root", root, "--runtime", engine_name, "--json").stdout)
+    as_json = json.loads(
+        run_cli("configure", "report", "--root", root, "--runtime", engine_name, "--json").stdout
+    )
     assert as_json["runtime"] == "nvidia" and as_json["runtime_path"] == "/usr/bin/nvidia-container-runtime"
     for engine_flags in (["--json"], ["--json", "--dry-run"]):  # configure --json: one object, run after run
-        again = json.loads(run_cli("configure", engine_name, "--root", root, "--config", node_path, *flags, *engine_flags).stdout)
+        again = json.loads(
+            run_cli(
+                "configure", engine_name, "--root", root, "--config", node_path, *flags, *engine_flags
+            ).stdout
+        )
         assert again["already_configured"] is True and again["written"] == []
     verify = run_cli("configure", "verify", "--root", root, "--json")
     assert verify.exit_code == 0, verify.stdout
     assert f"{engine_name}: runtime nvidia is registered" in json.loads(verify.stdout)["passed"]
     # --config still reads another file on request.
-    elsewhere = run_cli("configure", "report", "--root", root, "--runtime", engine_name, "--config", "/nowhere.conf")
+    elsewhere = run_cli(
+        "configure", "report", "--root", root, "--runtime", engine_name, "--config", "/nowhere.conf"
+    )
     assert "RUNTIME=nvidia" not in elsewhere.stdout.splitlines()
 
 
@@ -165,8 +176,12 @@ def test_a_read_only_config_is_refused_with_a_sentence_and_nothing_is_written(
         before = {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
         result = subprocess.run(
             [*AS_NOBODY, sys.executable, "-m", "mirror", "configure", engine_name, "--root", str(root)],
-            capture_output=True, text=True, timeout=60, check=False, cwd=root,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+            cwd=root,
+        )
         assert result.returncode == ExitCode.CONFIG, result.stderr
         assert "is read-only for this user (mode 0444)" in result.stderr
         assert len(result.stderr.strip().splitlines()) == 1
@@ -197,9 +212,24 @@ def test_a_read_only_toolkit_config_is_refused_before_its_backup_is_journaled(
         for directory in (root, *(p for p in config.parents if root in p.parents)):
             directory.chmod(0o755)
         result = subprocess.run(
-            [*AS_NOBODY, sys.executable, "-m", "mirror", "configure", "toolkit", "--root", str(root), "--mode", "cdi"],
-            capture_output=True, text=True, timeout=60, check=False, cwd=root,
-        )  # fmt: skip
+            [
+                *AS_NOBODY,
+                sys.executable,
+                "-m",
+                "mirror",
+                "configure",
+                "toolkit",
+                "--root",
+                str(root),
+                "--mode",
+                "cdi",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+            cwd=root,
+        )
         assert result.returncode == ExitCode.CONFIG, result.stderr
         assert "is read-only for this user (mode 0444)" in result.stderr
         assert config.read_text() == '[nvidia-container-runtime]\nmode = "auto"\n'
@@ -216,7 +246,9 @@ def test_configure_and_revert_keep_the_owner_and_mode_and_one_backup_per_change(
     config.chmod(0o600)
     assert run_cli("configure", "containerd", "--root", str(tmp_path)).exit_code == 0
     assert run_cli("configure", "containerd", "--root", str(tmp_path), "--cdi", "on").exit_code == 0
-    assert run_cli("configure", "containerd", "--root", str(tmp_path), "--cdi", "on").exit_code == 0  # no change
+    assert (
+        run_cli("configure", "containerd", "--root", str(tmp_path), "--cdi", "on").exit_code == 0
+    )  # no change
     stat = config.stat()
     assert (stat.st_uid, stat.st_gid, stat.st_mode & 0o7777) == (65534, 65534, 0o600)
     backups = sorted((tmp_path / "var/lib/gpu-airgap/configure/backups").iterdir())

@@ -28,9 +28,11 @@ class FakeRunner:
     """Replies by the first script entry whose words appear in the command; records every call and config file."""
 
     def __init__(
-        self, script: Sequence[Tuple[str, Reply]] = (), programs: Sequence[str] = ("crictl", "ctr", "docker", "podman"),
+        self,
+        script: Sequence[Tuple[str, Reply]] = (),
+        programs: Sequence[str] = ("crictl", "ctr", "docker", "podman"),
         sockets: Sequence[str] = (SOCKET,),
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.script = list(script)
         self.programs = set(programs)
         self.sockets = set(sockets)
@@ -42,7 +44,9 @@ class FakeRunner:
         for arg in argv:
             if arg.endswith(".json") and Path(arg).is_file():
                 self.files[Path(arg).name] = json.loads(Path(arg).read_text())
-        reply = next((reply for pattern, reply in self.script if _contains(argv, pattern.split())), Completed(0))
+        reply = next(
+            (reply for pattern, reply in self.script if _contains(argv, pattern.split())), Completed(0)
+        )
         return reply(list(argv)) if callable(reply) else reply
 
     def which(self, name: str) -> Optional[str]:
@@ -73,30 +77,49 @@ def check(root: Path, runner: FakeRunner, engine: str = "containerd", **options:
     return live.check_engine(engine, root, live.LiveOptions(**options), runner)  # type: ignore[arg-type]
 
 
-def test_crictl_runs_a_pod_with_the_runtimeclass_handler_in_the_node_network_and_removes_it(containerd_root: Path) -> None:
-    assert run_cli("configure", "runtimeclass", "--root", str(containerd_root), "--handler", "nvidia").exit_code == 0
-    runner = FakeRunner([
-        ("info -o json", Completed(0, json.dumps({"config": {"sandboxImage": PAUSE}}))),
-        ("runp", Completed(0, "pod-1\n")),
-        ("create --no-pull", Completed(0, "ctr-1\n")),
-        ("inspect -o json ctr-1", Completed(0, json.dumps({"status": {"state": "CONTAINER_RUNNING", "exitCode": 0}}))),
-    ])  # fmt: skip
+def test_crictl_runs_a_pod_with_the_runtimeclass_handler_in_the_node_network_and_removes_it(
+    containerd_root: Path,
+) -> None:
+    assert (
+        run_cli("configure", "runtimeclass", "--root", str(containerd_root), "--handler", "nvidia").exit_code
+        == 0
+    )
+    runner = FakeRunner(
+        [
+            ("info -o json", Completed(0, json.dumps({"config": {"sandboxImage": PAUSE}}))),
+            ("runp", Completed(0, "pod-1\n")),
+            ("create --no-pull", Completed(0, "ctr-1\n")),
+            (
+                "inspect -o json ctr-1",
+                Completed(0, json.dumps({"status": {"state": "CONTAINER_RUNNING", "exitCode": 0}})),
+            ),
+        ]
+    )
     result = check(containerd_root, runner, visible_devices="nvidia.com/gpu=all")
     assert result.outcome is Outcome.RAN and result.client == "crictl" and result.image == PAUSE
     assert "runtime handler nvidia" in result.detail
     (runp,) = runner.ran("runp")
     assert runp[runp.index("--runtime") + 1] == "nvidia" and f"unix://{SOCKET}" in runp
     assert runner.files["pod.json"]["linux"]["security_context"]["namespace_options"]["network"] == 2  # type: ignore[index]
-    assert runner.files["container.json"]["envs"] == [{"key": "NVIDIA_VISIBLE_DEVICES", "value": "nvidia.com/gpu=all"}]  # type: ignore[index]
+    assert runner.files["container.json"]["envs"] == [
+        {"key": "NVIDIA_VISIBLE_DEVICES", "value": "nvidia.com/gpu=all"}
+    ]  # type: ignore[index]
     assert runner.ran("stopp", "pod-1") and runner.ran("rmp", "pod-1")
     assert not runner.ran("ctr")  # crictl wins when both are there
 
 
 def test_a_handler_the_engine_refuses_is_a_problem_and_exits_9(containerd_root: Path) -> None:
-    runner = FakeRunner([
-        ("info -o json", Completed(0, json.dumps({"config": {"sandboxImage": PAUSE}}))),
-        ("runp", Completed(1, "", 'E1201 ... run pod sandbox: rpc error: no runtime for "nvidia" is configured\n')),
-    ])  # fmt: skip
+    runner = FakeRunner(
+        [
+            ("info -o json", Completed(0, json.dumps({"config": {"sandboxImage": PAUSE}}))),
+            (
+                "runp",
+                Completed(
+                    1, "", 'E1201 ... run pod sandbox: rpc error: no runtime for "nvidia" is configured\n'
+                ),
+            ),
+        ]
+    )
     result = check(containerd_root, runner)
     assert result.outcome is Outcome.FAILED and 'no runtime for "nvidia" is configured' in result.detail
     assert not runner.ran("create")
@@ -105,7 +128,9 @@ def test_a_handler_the_engine_refuses_is_a_problem_and_exits_9(containerd_root: 
     assert raised.value.exit_code == ExitCode.PROBLEMS_FOUND
 
 
-def test_without_crictl_ctr_runs_the_configured_binary_on_the_sandbox_image_and_cleans_up(containerd_root: Path) -> None:
+def test_without_crictl_ctr_runs_the_configured_binary_on_the_sandbox_image_and_cleans_up(
+    containerd_root: Path,
+) -> None:
     def tasks(status: str) -> Reply:
         return lambda _argv: Completed(0, f"TASK PID STATUS\n{runner.ran('run', '-d')[-1][-1]} 42 {status}\n")
 
@@ -119,7 +144,9 @@ def test_without_crictl_ctr_runs_the_configured_binary_on_the_sandbox_image_and_
     assert run[-2] == PAUSE and run[run.index("--namespace") + 1] == "k8s.io"  # the CRI sandbox image
     assert runner.ran("tasks", "delete", "--force", name) and runner.ran("containers", "delete", name)
 
-    runner = FakeRunner([("images ls -q", Completed(0, f"{PAUSE}\n")), ("tasks delete", Completed(3))], programs=("ctr",))
+    runner = FakeRunner(
+        [("images ls -q", Completed(0, f"{PAUSE}\n")), ("tasks delete", Completed(3))], programs=("ctr",)
+    )
     runner.script.insert(0, ("tasks ls", tasks("STOPPED")))
     stopped = check(containerd_root, runner)
     assert stopped.outcome is Outcome.FAILED and "is exited (exit code 3)" in stopped.detail
@@ -130,11 +157,20 @@ def test_without_crictl_ctr_runs_the_configured_binary_on_the_sandbox_image_and_
     [
         ((), (SOCKET,), None, "neither crictl nor ctr is installed"),
         (("crictl",), (), None, f"no socket at {SOCKET}"),
-        (("crictl",), (), "/run/k3s/containerd/containerd.sock", "no socket at /run/k3s/containerd/containerd.sock"),
+        (
+            ("crictl",),
+            (),
+            "/run/k3s/containerd/containerd.sock",
+            "no socket at /run/k3s/containerd/containerd.sock",
+        ),
     ],
 )
 def test_no_client_or_no_engine_cannot_run_and_nothing_is_tried(
-    containerd_root: Path, programs: Tuple[str, ...], sockets: Tuple[str, ...], address: Optional[str], said: str
+    containerd_root: Path,
+    programs: Tuple[str, ...],
+    sockets: Tuple[str, ...],
+    address: Optional[str],
+    said: str,
 ) -> None:
     runner = FakeRunner(programs=programs, sockets=sockets)
     result = check(containerd_root, runner, address=address or SOCKET)
@@ -166,14 +202,22 @@ def test_docker_with_the_runtime_not_loaded_yet_is_a_problem(tmp_path: Path) -> 
     assert run_cli("configure", "docker", "--root", str(tmp_path)).exit_code == 0
     runner = FakeRunner([("info --format", Completed(0, json.dumps({"runc": {"path": "runc"}})))])
     result = check(tmp_path, runner, engine="docker", address="/tmp/d.sock", image="busybox:1.36")
-    assert result.outcome is Outcome.FAILED and "dockerd has not loaded the runtime nvidia (it has runc)" in result.detail
+    assert (
+        result.outcome is Outcome.FAILED
+        and "dockerd has not loaded the runtime nvidia (it has runc)" in result.detail
+    )
     assert runner.calls[0][:3] == ["docker", "--host", "unix:///tmp/d.sock"] and not runner.ran("create")
 
-    runner = FakeRunner([
-        ("info --format", Completed(0, json.dumps({"nvidia": {"path": "/usr/bin/nvidia-container-runtime"}}))),
-        ("create", Completed(0, "c0ffee\n")),
-        ("inspect --format", Completed(0, "exited 0\n")),
-    ])  # fmt: skip
+    runner = FakeRunner(
+        [
+            (
+                "info --format",
+                Completed(0, json.dumps({"nvidia": {"path": "/usr/bin/nvidia-container-runtime"}})),
+            ),
+            ("create", Completed(0, "c0ffee\n")),
+            ("inspect --format", Completed(0, "exited 0\n")),
+        ]
+    )
     result = check(tmp_path, runner, engine="docker", address="/tmp/d.sock", image="busybox:1.36")
     assert result.outcome is Outcome.RAN
     (create,) = runner.ran("create")
@@ -183,13 +227,18 @@ def test_docker_with_the_runtime_not_loaded_yet_is_a_problem(tmp_path: Path) -> 
 
 def test_a_container_that_cannot_be_removed_is_named_in_the_result(tmp_path: Path) -> None:
     assert run_cli("configure", "crio", "--hook", "--root", str(tmp_path)).exit_code == 0
-    runner = FakeRunner([
-        ("create", Completed(0, "abc\n")), ("inspect", Completed(0, "running 0\n")),
-        ("rm", Completed(125, "", "Error: cannot remove container abc: device or resource busy\n")),
-    ])  # fmt: skip
+    runner = FakeRunner(
+        [
+            ("create", Completed(0, "abc\n")),
+            ("inspect", Completed(0, "running 0\n")),
+            ("rm", Completed(125, "", "Error: cannot remove container abc: device or resource busy\n")),
+        ]
+    )
     result = live.check_engine("crio", tmp_path, live.LiveOptions(image="busybox:1.36"), runner)
     assert result.outcome is Outcome.RAN
-    assert result.detail.endswith("; the container abc could not be removed (Error: cannot remove container abc: device or resource busy)")
+    assert result.detail.endswith(
+        "; the container abc could not be removed (Error: cannot remove container abc: device or resource busy)"
+    )
     assert runner.ran("kill", "abc")  # killed first, so removing never waits for a graceful stop
 
 
@@ -197,8 +246,14 @@ def test_podman_checks_crio_hook_mode_with_the_hooks_dir_gpu_airgap_wrote(tmp_pa
     assert run_cli("configure", "crio", "--hook", "--root", str(tmp_path)).exit_code == 0
     runner = FakeRunner([("create", Completed(0, "abc\n")), ("inspect", Completed(0, "running 0\n"))])
     result = live.check_engine("crio", tmp_path, live.LiveOptions(image="busybox:1.36"), runner)
-    assert result.outcome is Outcome.RAN and result.client == "podman" and "with the OCI hook" in result.detail
-    assert runner.calls[0][:3] == ["podman", "--hooks-dir", str(tmp_path / "usr/share/containers/oci/hooks.d")]
+    assert (
+        result.outcome is Outcome.RAN and result.client == "podman" and "with the OCI hook" in result.detail
+    )
+    assert runner.calls[0][:3] == [
+        "podman",
+        "--hooks-dir",
+        str(tmp_path / "usr/share/containers/oci/hooks.d"),
+    ]
     (create,) = runner.ran("create")
     assert "--runtime" not in create
 
@@ -227,7 +282,9 @@ def test_live_options_without_live_are_a_usage_error(containerd_root: Path) -> N
 
 def test_static_problems_stop_the_check_before_any_container(containerd_root: Path) -> None:
     # the runtime binary is missing under the root: exit 9 from the static checks, no live line
-    result = run_cli("configure", "verify", "--root", str(containerd_root), "--live", "--address", "/nonexistent.sock")
+    result = run_cli(
+        "configure", "verify", "--root", str(containerd_root), "--live", "--address", "/nonexistent.sock"
+    )
     assert result.exit_code == ExitCode.PROBLEMS_FOUND
     assert "live:" not in result.stdout
 
@@ -235,21 +292,43 @@ def test_static_problems_stop_the_check_before_any_container(containerd_root: Pa
 def test_cli_says_cannot_run_with_exit_1_and_lists_the_static_checks_first(containerd_root: Path) -> None:
     (containerd_root / "usr/bin").mkdir(parents=True)
     (containerd_root / "usr/bin/nvidia-container-runtime").write_text("#!/bin/sh\n")
-    result = run_cli("configure", "verify", "--root", str(containerd_root), "--live", "--address", "/nonexistent.sock")
+    result = run_cli(
+        "configure", "verify", "--root", str(containerd_root), "--live", "--address", "/nonexistent.sock"
+    )
     assert result.exit_code == ExitCode.ERROR
     lines = result.stdout.splitlines()
     assert lines[0].startswith("ok: containerd: runtime nvidia is registered")
-    assert lines[-1] == "CANNOT RUN: containerd: live: containerd is not running here: no socket at /nonexistent.sock (see --address)"
+    assert (
+        lines[-1]
+        == "CANNOT RUN: containerd: live: containerd is not running here: no socket at /nonexistent.sock (see --address)"
+    )
     assert "the live check could not run for containerd" in result.stderr
-    as_json = json.loads(run_cli("configure", "verify", "--root", str(containerd_root), "--live", "--json",
-                                 "--address", "/nonexistent.sock").stdout)  # fmt: skip
+    as_json = json.loads(
+        run_cli(
+            "configure",
+            "verify",
+            "--root",
+            str(containerd_root),
+            "--live",
+            "--json",
+            "--address",
+            "/nonexistent.sock",
+        ).stdout
+    )
     assert as_json["ok"] is False and as_json["live"][0]["outcome"] == "cannot-run"
 
 
 @pytest.mark.parametrize(
     ("ref", "pause"),
-    [(PAUSE, True), ("pause:3.6", True), ("localhost:5000/pause", True), ("registry.internal/k8s/pause@sha256:ab", True),
-     ("busybox:1.36", False), ("registry.internal/pause-helper:1", False), ("localhost:5000/busybox", False)],
-)  # fmt: skip
+    [
+        (PAUSE, True),
+        ("pause:3.6", True),
+        ("localhost:5000/pause", True),
+        ("registry.internal/k8s/pause@sha256:ab", True),
+        ("busybox:1.36", False),
+        ("registry.internal/pause-helper:1", False),
+        ("localhost:5000/busybox", False),
+    ],
+)
 def test_pause_images_are_recognised_by_their_repository_name(ref: str, pause: bool) -> None:
     assert is_pause_image(ref) is pause

@@ -19,7 +19,13 @@ from tests.cli_runner import run_cli
 from tests.containerd_helpers import CONFIG, FIXTURES
 
 CRI = "io.containerd.grpc.v1.cri"
-SEED = ["CONFIG_VERSION=2", "RUNTIME=nvidia", "RUNTIME_TYPE=io.containerd.runc.v2", "SYSTEMD_CGROUP=true", "HANDLER=nvidia"]
+SEED = [
+    "CONFIG_VERSION=2",
+    "RUNTIME=nvidia",
+    "RUNTIME_TYPE=io.containerd.runc.v2",
+    "SYSTEMD_CGROUP=true",
+    "HANDLER=nvidia",
+]
 MANIFEST = "/etc/kubernetes/runtimeclass-nvidia.yaml"
 
 
@@ -49,7 +55,9 @@ def test_all_and_json_give_the_other_facts_too(tmp_path: Path) -> None:
     every = run_cli("configure", "report", "--root", str(root), "--all").stdout.splitlines()
     assert every[:5] == SEED and "DEFAULT=runc" in every and "RUNTIMES=nvidia,runc" in every
     as_json = json.loads(run_cli("configure", "report", "--root", str(root), "--json").stdout)
-    assert as_json["default"] == "runc" and as_json["systemd_cgroup"] is True and as_json["config_version"] == 2
+    assert (
+        as_json["default"] == "runc" and as_json["systemd_cgroup"] is True and as_json["config_version"] == 2
+    )
 
 
 def test_evidence_writes_the_walkthroughs_files_from_what_is_on_disk(tmp_path: Path) -> None:
@@ -65,7 +73,9 @@ def test_evidence_writes_the_walkthroughs_files_from_what_is_on_disk(tmp_path: P
     assert (evidence / "default.txt").read_text() == "DEFAULT=runc\nWHY=runtimeclass\n"
     config = tomllib.loads((root / CONFIG).read_text())
     runtimes = sorted(config["plugins"][CRI]["containerd"]["runtimes"])
-    assert (evidence / "parsed.txt").read_text() == f"version = {config['version']}\nruntimes = {json.dumps(runtimes)}\n"
+    assert (
+        evidence / "parsed.txt"
+    ).read_text() == f"version = {config['version']}\nruntimes = {json.dumps(runtimes)}\n"
     spec = yaml.safe_load((root / "etc/cdi/nvidia.yaml").read_text())
     assert (evidence / "cdi-keys.txt").read_text().splitlines() == list(spec) and "kind" in spec
     assert (evidence / "runtimeclass.yaml").read_bytes() == (root / MANIFEST.lstrip("/")).read_bytes()
@@ -85,7 +95,12 @@ def test_evidence_without_a_cdi_spec_writes_the_rest_and_lists_what_is_missing(t
     result = run_cli("configure", "report", "--root", str(root), "--evidence", str(evidence))
     assert result.exit_code == ExitCode.PROBLEMS_FOUND
     assert "no CDI spec at /etc/cdi/nvidia.yaml (run `gpu-airgap configure cdi`)" in result.stderr
-    assert sorted(p.name for p in evidence.iterdir()) == ["default.txt", "parsed.txt", "report.txt", "runtimeclass.yaml"]
+    assert sorted(p.name for p in evidence.iterdir()) == [
+        "default.txt",
+        "parsed.txt",
+        "report.txt",
+        "runtimeclass.yaml",
+    ]
 
 
 @pytest.mark.parametrize("where", ["missing/parent/dir", "a-file"])

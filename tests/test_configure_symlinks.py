@@ -54,7 +54,9 @@ def test_a_relative_link_is_written_at_its_target_and_revert_restores_it_exactly
     done = run_cli("configure", "containerd", "--root", str(root))
     assert done.exit_code == 0, done.stderr
     assert link.is_symlink() and os.readlink(link) == "real/config.toml"
-    assert b"runtimes.nvidia" in real.read_bytes() and real.read_bytes().startswith(b"# the admin's own config")
+    assert b"runtimes.nvidia" in real.read_bytes() and real.read_bytes().startswith(
+        b"# the admin's own config"
+    )
     assert f"wrote {real}" in done.stdout
     assert run_cli("configure", "containerd", "--root", str(root)).stdout.startswith("already configured")
     reverted = run_cli("configure", "revert", "--root", str(root))
@@ -71,13 +73,18 @@ def test_an_absolute_link_is_a_node_path_mapped_under_the_root_not_read_from_the
     done = run_cli("configure", "containerd", "--root", str(root))
     assert done.exit_code == 0, done.stderr
     assert link.is_symlink() and os.readlink(link) == node_path
-    assert target.read_bytes().startswith(b"# the admin's own config") and b"runtimes.nvidia" in target.read_bytes()
+    assert (
+        target.read_bytes().startswith(b"# the admin's own config")
+        and b"runtimes.nvidia" in target.read_bytes()
+    )
     assert not Path(node_path).exists()
     assert run_cli("configure", "revert", "--root", str(root)).exit_code == 0
     assert target.read_bytes() == ORIGINAL and link.is_symlink()
 
 
-def test_a_link_that_leaves_the_root_is_refused_with_one_sentence_and_nothing_is_written(tmp_path: Path) -> None:
+def test_a_link_that_leaves_the_root_is_refused_with_one_sentence_and_nothing_is_written(
+    tmp_path: Path,
+) -> None:
     outside = tmp_path / "outside.toml"
     outside.write_bytes(ORIGINAL)
     root = _root_with_linked_config(tmp_path, "../../../outside.toml")
@@ -113,7 +120,9 @@ def test_install_and_uninstall_keep_an_absolute_in_root_link_and_restore_its_tar
     assert _etc(root) == configs
 
 
-def test_a_drop_in_directory_linked_to_a_node_path_is_read_and_written_inside_the_root(tmp_path: Path) -> None:
+def test_a_drop_in_directory_linked_to_a_node_path_is_read_and_written_inside_the_root(
+    tmp_path: Path,
+) -> None:
     # conf.d -> /etc/containerd/site.d (absolute, so a node path): the site's drop-in is read from the
     # root's site.d, ours is written there, the import already covers it and the link stays.
     root = tmp_path / "root"
@@ -122,12 +131,16 @@ def test_a_drop_in_directory_linked_to_a_node_path_is_read_and_written_inside_th
     (root / "etc/containerd/conf.d").symlink_to("/etc/containerd/site.d")
     config = root / "etc/containerd/config.toml"
     config.write_text('version = 2\nimports = ["/etc/containerd/conf.d/*.toml"]\n')
-    (site / "10-site.toml").write_text('version = 2\n[plugins."io.containerd.grpc.v1.cri"]\n  sandbox_image = "site/pause:3.9"\n')
+    (site / "10-site.toml").write_text(
+        'version = 2\n[plugins."io.containerd.grpc.v1.cri"]\n  sandbox_image = "site/pause:3.9"\n'
+    )
     before = _etc(root)
     done = run_cli("configure", "containerd", "--root", str(root))
     assert done.exit_code == 0, done.stderr
     ours = (site / "99-nvidia.toml").read_text()
-    assert 'sandbox_image = "site/pause:3.9"' in ours and "runtimes.nvidia]" in ours  # the site's CRI table, carried over
+    assert (
+        'sandbox_image = "site/pause:3.9"' in ours and "runtimes.nvidia]" in ours
+    )  # the site's CRI table, carried over
     assert config.read_text() == 'version = 2\nimports = ["/etc/containerd/conf.d/*.toml"]\n'
     assert (root / "etc/containerd/conf.d").is_symlink()
     assert run_cli("configure", "revert", "--root", str(root)).exit_code == 0

@@ -196,7 +196,8 @@ def test_v1_config_is_edited_in_place_even_with_imports_and_refuses_a_drop_in(tm
 
 
 @pytest.mark.parametrize(
-    ("version", "name"), [(1, "cri"), (2, "cri"), (2, "io.containerd.grpc.v1.cri"), (3, "io.containerd.cri.v1.runtime")]
+    ("version", "name"),
+    [(1, "cri"), (2, "cri"), (2, "io.containerd.grpc.v1.cri"), (3, "io.containerd.cri.v1.runtime")],
 )
 def test_config_that_disables_cri_is_refused_untouched(tmp_path: Path, version: int, name: str) -> None:
     config = make_root(tmp_path, text=f'version = {version}\ndisabled_plugins = ["{name}"]\n')
@@ -303,7 +304,9 @@ def test_fixtures_are_the_shared_ones() -> None:
     ours = sorted(FIXTURES.iterdir())
     assert ours, f"no containerd fixtures in {FIXTURES}"
     for path in ours:
-        assert path.read_bytes() == (shared / path.name).read_bytes(), f"{path.name} differs from {shared / path.name}"
+        assert path.read_bytes() == (shared / path.name).read_bytes(), (
+            f"{path.name} differs from {shared / path.name}"
+        )
 
 
 def _is_subsequence(small: list[str], big: list[str]) -> bool:
@@ -353,7 +356,9 @@ DEBIAN_PACKAGED = """version = 2
 """
 
 
-def test_a_second_configure_of_debians_packaged_config_keeps_its_bytes_and_reports_no_change(tmp_path: Path) -> None:
+def test_a_second_configure_of_debians_packaged_config_keeps_its_bytes_and_reports_no_change(
+    tmp_path: Path,
+) -> None:
     config = make_root(tmp_path, text=DEBIAN_PACKAGED)
     first = engine().plan(RuntimeOptions(root=tmp_path))
     assert first.changed

@@ -115,9 +115,7 @@ def test_containerd_starts_with_our_config_and_lists_the_nvidia_runtime(tmp_path
                 daemon.wait(timeout=10)
 
 
-def _wait_for_cri(
-    socket: Path, daemon: subprocess.Popen[bytes], timeout: float = 20
-) -> Optional[list[str]]:
+def _wait_for_cri(socket: Path, daemon: subprocess.Popen[bytes], timeout: float = 20) -> Optional[list[str]]:
     """Poll ``ctr plugins ls`` until CRI reports, the daemon dies, or ``timeout`` passes."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and daemon.poll() is None:

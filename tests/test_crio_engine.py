@@ -147,7 +147,9 @@ def test_invalid_toml_in_crio_conf_is_refused(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("text", ['crio = "x"\n', "[crio]\nruntime = 3\n"])
-def test_a_crio_conf_without_runtime_tables_inherits_nothing_instead_of_crashing(tmp_path: Path, text: str) -> None:
+def test_a_crio_conf_without_runtime_tables_inherits_nothing_instead_of_crashing(
+    tmp_path: Path, text: str
+) -> None:
     root = _node(tmp_path, crio_conf=False)
     rooted(root, CRIO_CONF).write_text(text)
     plan = CrioEngine().plan(RuntimeOptions(root=root))

@@ -44,8 +44,14 @@ def _ctk_1180_files(root: Path) -> Dict[str, str]:
     """
     config = root / CONFIG
     before = config.read_text()
-    argv = [str(nvidia_ctk()), "runtime", "configure", "--runtime=containerd", f"--config={config}",
-            f"--drop-in-config={root}{OLD}"]  # fmt: skip
+    argv = [
+        str(nvidia_ctk()),
+        "runtime",
+        "configure",
+        "--runtime=containerd",
+        f"--config={config}",
+        f"--drop-in-config={root}{OLD}",
+    ]
     done = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=60)
     assert done.returncode == 0, done.stderr
     top_level = config.read_text().replace(str(root), "")

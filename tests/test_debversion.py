@@ -13,11 +13,29 @@ from plumbing.errors import ToolError
 #: pairs where dpkg's rules bite: tildes, epochs, revisions, leading zeros, letters vs symbols, the
 #: toolkit's own versions and the floors preflight checks them against
 TRICKY = [
-    ("1.0~rc1", "1.0"), ("1.0~~", "1.0~"), ("1.0~", "1.0"), ("1.0", "1.0-0"), ("1.0-0", "1.0-00"),
-    ("1:1.0", "2.0"), ("0:1.0", "1.0"), ("1.0a", "1.0+"), ("1.0+", "1.0."), ("1.0.", "1.0-"),
-    ("1.001", "1.1"), ("1.10", "1.9"), ("2.36-9+deb12u14", "2.14"), ("1:2.66-4+deb12u3+b1", "1:2.10"),
-    ("2.5.4-1+deb12u1", "0.0.0~20120605"), ("1.20.0-1", "1.20.0-1~"), ("1.17.8-1", "1.20.0-1"),
-    ("1.0-1-2", "1.0-1"), ("a", "b"), ("1.0a1", "1.0a"), ("1.0", "1.0a"), ("9", "10"), ("1.0+dfsg", "1.0"),
+    ("1.0~rc1", "1.0"),
+    ("1.0~~", "1.0~"),
+    ("1.0~", "1.0"),
+    ("1.0", "1.0-0"),
+    ("1.0-0", "1.0-00"),
+    ("1:1.0", "2.0"),
+    ("0:1.0", "1.0"),
+    ("1.0a", "1.0+"),
+    ("1.0+", "1.0."),
+    ("1.0.", "1.0-"),
+    ("1.001", "1.1"),
+    ("1.10", "1.9"),
+    ("2.36-9+deb12u14", "2.14"),
+    ("1:2.66-4+deb12u3+b1", "1:2.10"),
+    ("2.5.4-1+deb12u1", "0.0.0~20120605"),
+    ("1.20.0-1", "1.20.0-1~"),
+    ("1.17.8-1", "1.20.0-1"),
+    ("1.0-1-2", "1.0-1"),
+    ("a", "b"),
+    ("1.0a1", "1.0a"),
+    ("1.0", "1.0a"),
+    ("9", "10"),
+    ("1.0+dfsg", "1.0"),
 ]
 
 
@@ -43,7 +61,9 @@ def random_versions(count: int) -> list[tuple[str, str]]:
 
 @pytest.mark.parametrize("pairs", [TRICKY, random_versions(250)], ids=["tricky", "random"])
 def test_comparison_agrees_with_the_real_dpkg(pairs: list[tuple[str, str]]) -> None:
-    disagree = [(a, b, compare(a, b), dpkg_compare(a, b)) for a, b in pairs if compare(a, b) != dpkg_compare(a, b)]
+    disagree = [
+        (a, b, compare(a, b), dpkg_compare(a, b)) for a, b in pairs if compare(a, b) != dpkg_compare(a, b)
+    ]
     assert disagree == []
     assert all(compare(b, a) == -compare(a, b) for a, b in pairs)
 
@@ -51,7 +71,11 @@ def test_comparison_agrees_with_the_real_dpkg(pairs: list[tuple[str, str]]) -> N
 def test_relations_read_like_debian_dependencies() -> None:
     assert satisfied("2.36-9+deb12u14", ">=", "2.14")
     assert satisfied("1.0~rc1", "<<", "1.0") and not satisfied("1.0", "<<", "1.0")
-    assert satisfied("0:1.0", "=", "1.0") and satisfied("1.0-0", "<=", "1.0") and satisfied("2", ">>", "1:0") is False
+    assert (
+        satisfied("0:1.0", "=", "1.0")
+        and satisfied("1.0-0", "<=", "1.0")
+        and satisfied("2", ">>", "1:0") is False
+    )
 
 
 @pytest.mark.parametrize("bad", ["x:1.0", ":1.0", "1:", "-1"])

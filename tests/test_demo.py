@@ -20,8 +20,12 @@ def test_demo_runs_sync_bundle_install_configure_report_and_uninstall(tmp_path: 
     result = subprocess.run(
         [sys.executable, "-m", "tests.demo"],
         cwd=tmp_path,
-        env={"PYTHONPATH": str(PROJECT), "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": str(tmp_path),
-             "GPU_AIRGAP_TEST_CACHE": str(CACHE.parent)},
+        env={
+            "PYTHONPATH": str(PROJECT),
+            "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            "HOME": str(tmp_path),
+            "GPU_AIRGAP_TEST_CACHE": str(CACHE.parent),
+        },
         capture_output=True,
         text=True,
         timeout=300,

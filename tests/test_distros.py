@@ -34,12 +34,21 @@ BINARY = "/usr/bin/nvidia-container-runtime"
 needs_containerd = pytest.mark.skipif(bool(oracle_missing()), reason=oracle_missing() or "ok")
 
 
-def node(tmp_path: Path, fixture: str, *, state: Optional[str] = None, toolkit: bool = True, drop: tuple[str, ...] = ()) -> Path:
+def node(
+    tmp_path: Path,
+    fixture: str,
+    *,
+    state: Optional[str] = None,
+    toolkit: bool = True,
+    drop: tuple[str, ...] = (),
+) -> Path:
     """A node root from a fixture folder (``state``: one of its ``_`` alternative states laid over it)."""
     root = tmp_path / "root"
     shutil.copytree(FIXTURES / fixture, root, ignore=shutil.ignore_patterns("_*"))
     if state is not None:
-        shutil.copytree(FIXTURES / fixture / state, root, dirs_exist_ok=True, ignore=shutil.ignore_patterns("_*"))
+        shutil.copytree(
+            FIXTURES / fixture / state, root, dirs_exist_ok=True, ignore=shutil.ignore_patterns("_*")
+        )
     for path in drop:
         (root / path.lstrip("/")).unlink()
     if toolkit:  # the toolkit package's binary, as install leaves it
@@ -95,7 +104,9 @@ def verify(root: Path, *flags: str) -> CliResult:
         ("gpu-operator", "containerd", ("containerd",)),
     ],
 )
-def test_detection_names_the_distribution_its_config_and_the_unit_to_restart(tmp_path: Path, fixture: str, name: str, units: tuple[str, ...]) -> None:
+def test_detection_names_the_distribution_its_config_and_the_unit_to_restart(
+    tmp_path: Path, fixture: str, name: str, units: tuple[str, ...]
+) -> None:
     root = node(tmp_path, fixture, toolkit=False)
     if fixture == "gpu-operator":
         shutil.rmtree(root / "var")  # the RKE2 paste beside it is another node
@@ -107,7 +118,9 @@ def test_detection_names_the_distribution_its_config_and_the_unit_to_restart(tmp
 def test_a_k3s_agent_unit_file_narrows_the_restart_to_that_unit(tmp_path: Path) -> None:
     root = node(tmp_path, "k3s-v3")
     (root / "etc/systemd/system").mkdir(parents=True)
-    (root / "etc/systemd/system/k3s-agent.service").write_text("[Service]\nExecStart=/usr/local/bin/k3s agent\n")
+    (root / "etc/systemd/system/k3s-agent.service").write_text(
+        "[Service]\nExecStart=/usr/local/bin/k3s agent\n"
+    )
     assert choose(root).units == ("k3s-agent",)
     assert "restart k3s-agent" in report(root)["restart"]
 
@@ -124,7 +137,10 @@ def test_several_containerds_are_listed_and_the_user_chooses(tmp_path: Path) -> 
     assert "Traceback" not in done.stderr and tree(root) == before
     chosen = configure(root, "--distro", "k3s")
     assert chosen.exit_code == 0, chosen.stderr
-    assert "using the containerd of k3s (config /var/lib/rancher/k3s/agent/etc/containerd/config.toml" in chosen.stderr
+    assert (
+        "using the containerd of k3s (config /var/lib/rancher/k3s/agent/etc/containerd/config.toml"
+        in chosen.stderr
+    )
     assert report(root, "--distro", "k3s")["distro"] == "k3s"
 
 
@@ -144,7 +160,10 @@ def test_k3s_and_rke2_get_no_containerd_file_and_the_regenerated_config_is_verif
     tmp_path: Path, fixture: str, state: Optional[str], base: str, restart: str
 ) -> None:
     root = node(tmp_path, fixture, state=state)
-    for tmpl in ("config.toml.tmpl", "config-v3.toml.tmpl"):  # the fixtures' admin template is the pitfall below
+    for tmpl in (
+        "config.toml.tmpl",
+        "config-v3.toml.tmpl",
+    ):  # the fixtures' admin template is the pitfall below
         (root / base.lstrip("/") / tmpl).unlink(missing_ok=True)
     before = tree(root)
     done = configure(root)
@@ -157,7 +176,9 @@ def test_k3s_and_rke2_get_no_containerd_file_and_the_regenerated_config_is_verif
         failed = verify(root)
         assert failed.exit_code == 9 and restart in failed.stdout
         # The agent's restart: it regenerates config.toml with the nvidia runtime it found.
-        shutil.copy(FIXTURES / fixture / base.lstrip("/") / "config.toml", root / base.lstrip("/") / "config.toml")
+        shutil.copy(
+            FIXTURES / fixture / base.lstrip("/") / "config.toml", root / base.lstrip("/") / "config.toml"
+        )
     facts = report(root)
     assert (facts["runtime"], facts["runtime_path"], facts["systemd_cgroup"]) == ("nvidia", BINARY, True)
     checked = verify(root)
@@ -168,7 +189,14 @@ def test_k3s_and_rke2_get_no_containerd_file_and_the_regenerated_config_is_verif
     assert run_cli("configure", "revert", "--root", str(root)).exit_code == 1  # nothing of ours to revert
 
 
-@pytest.mark.parametrize(("fixture", "base", "tmpl"), [("k3s-v2", K3S, "config.toml.tmpl"), ("k3s-v3", K3S, "config-v3.toml.tmpl"), ("rke2", RKE2, "config-v3.toml.tmpl")])
+@pytest.mark.parametrize(
+    ("fixture", "base", "tmpl"),
+    [
+        ("k3s-v2", K3S, "config.toml.tmpl"),
+        ("k3s-v3", K3S, "config-v3.toml.tmpl"),
+        ("rke2", RKE2, "config-v3.toml.tmpl"),
+    ],
+)
 @needs_containerd
 def test_a_template_that_redeclares_a_base_table_is_reported_and_containerd_refuses_its_result(
     tmp_path: Path, fixture: str, base: str, tmpl: str
@@ -182,7 +210,13 @@ def test_a_template_that_redeclares_a_base_table_is_reported_and_containerd_refu
     after = node(tmp_path / "after", fixture, state="_after-restart-with-tmpl")
     config = after / base.lstrip("/") / "config.toml"
     binary = str(containerd_2()) if "version = 3" in config.read_text() else "containerd"
-    refused = subprocess.run([binary, "--config", str(config), "config", "dump"], capture_output=True, text=True, timeout=60, check=False)
+    refused = subprocess.run(
+        [binary, "--config", str(config), "config", "dump"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert refused.returncode != 0, "containerd accepted a redeclared table"
     assert "already exists" in refused.stderr or "duplicated tables" in refused.stderr, refused.stderr
 
@@ -209,7 +243,9 @@ def test_another_runtime_name_goes_to_the_drop_in_dir_or_a_base_template_and_loa
     generated = root / base.lstrip("/") / "config.toml"
     base_text = generated.read_text()
     before = tree(root)
-    done = configure(root, "--runtime-name", "nvidia-gpu", "--runtime-path", "/opt/nvidia/nvidia-container-runtime")
+    done = configure(
+        root, "--runtime-name", "nvidia-gpu", "--runtime-path", "/opt/nvidia/nvidia-container-runtime"
+    )
     assert done.exit_code == 0, done.stderr
     target = root / base.lstrip("/") / written
     assert f"wrote {target}" in done.stdout
@@ -221,7 +257,9 @@ def test_another_runtime_name_goes_to_the_drop_in_dir_or_a_base_template_and_loa
     effective = loads(root, f"{base}/config.toml", tmp_path)
     assert effective.error == "", effective.error
     assert "nvidia-gpu" in effective.runtimes
-    again = configure(root, "--runtime-name", "nvidia-gpu", "--runtime-path", "/opt/nvidia/nvidia-container-runtime")
+    again = configure(
+        root, "--runtime-name", "nvidia-gpu", "--runtime-path", "/opt/nvidia/nvidia-container-runtime"
+    )
     assert again.exit_code == 0 and "already configured" in again.stdout
     (root / "opt/nvidia").mkdir(parents=True)
     (root / "opt/nvidia/nvidia-container-runtime").write_text("#!/bin/sh\n")
@@ -256,7 +294,9 @@ def test_set_as_default_on_k3s_uses_the_agents_default_runtime_option(tmp_path: 
 
 
 @needs_containerd
-def test_microk8s_template_gets_the_runtime_loads_in_containerd_and_reverts_byte_exact(tmp_path: Path) -> None:
+def test_microk8s_template_gets_the_runtime_loads_in_containerd_and_reverts_byte_exact(
+    tmp_path: Path,
+) -> None:
     root = node(tmp_path, "microk8s")
     before = tree(root)
     done = configure(root)
@@ -264,7 +304,9 @@ def test_microk8s_template_gets_the_runtime_loads_in_containerd_and_reverts_byte
     template = root / MICROK8S.lstrip("/") / "containerd-template.toml"
     assert f"wrote {template}" in done.stdout and "snap.microk8s.daemon-containerd" in done.stdout
     text = template.read_text()
-    assert "${SNAPSHOTTER}" in text and "nvidia-container-runtime.options]" in text  # the shipped handler kept
+    assert (
+        "${SNAPSHOTTER}" in text and "nvidia-container-runtime.options]" in text
+    )  # the shipped handler kept
     # The snap's containerd service renders args/containerd.toml from the template when it starts.
     (root / MICROK8S.lstrip("/") / "containerd.toml").write_text(microk8s_render(text))
     effective = loads(root, f"{MICROK8S}/containerd.toml", tmp_path)
@@ -274,13 +316,18 @@ def test_microk8s_template_gets_the_runtime_loads_in_containerd_and_reverts_byte
     assert (facts["distro"], facts["runtime"], facts["default"]) == ("microk8s", "nvidia", "runc")
     assert verify(root).exit_code == 0
     assert run_cli("configure", "revert", "--root", str(root)).exit_code == 0
-    shutil.copy(FIXTURES / "microk8s" / MICROK8S.lstrip("/") / "containerd.toml", root / MICROK8S.lstrip("/") / "containerd.toml")
+    shutil.copy(
+        FIXTURES / "microk8s" / MICROK8S.lstrip("/") / "containerd.toml",
+        root / MICROK8S.lstrip("/") / "containerd.toml",
+    )
     assert tree(root) == before
 
 
 @pytest.mark.parametrize("with_admin_drop_in", [False, True])
 @needs_containerd
-def test_k0s_gets_a_version_3_drop_in_loads_in_containerd_2_and_reverts_byte_exact(tmp_path: Path, with_admin_drop_in: bool) -> None:
+def test_k0s_gets_a_version_3_drop_in_loads_in_containerd_2_and_reverts_byte_exact(
+    tmp_path: Path, with_admin_drop_in: bool
+) -> None:
     root = node(tmp_path, "k0s", drop=() if with_admin_drop_in else ("/etc/k0s/containerd.d/nvidia.toml",))
     before = tree(root)
     done = configure(root)
@@ -289,7 +336,9 @@ def test_k0s_gets_a_version_3_drop_in_loads_in_containerd_2_and_reverts_byte_exa
     drop_in = (root / "etc/k0s/containerd.d/nvidia.toml").read_text()
     assert "version = 3" in drop_in and "io.containerd.grpc.v1.cri" not in drop_in  # k0s >= 1.36 pre-flight
     assert ("replacing /etc/k0s/containerd.d/nvidia.toml" in done.stderr) is with_admin_drop_in
-    assert (root / "etc/k0s/containerd.toml").read_bytes() == (FIXTURES / "k0s/etc/k0s/containerd.toml").read_bytes()
+    assert (root / "etc/k0s/containerd.toml").read_bytes() == (
+        FIXTURES / "k0s/etc/k0s/containerd.toml"
+    ).read_bytes()
     effective = loads(root, "/etc/k0s/containerd.toml", tmp_path)
     assert effective.error == "" and effective.runtime["BinaryName"] == BINARY
     facts = report(root)
@@ -303,7 +352,9 @@ def test_k0s_gets_a_version_3_drop_in_loads_in_containerd_2_and_reverts_byte_exa
 
 
 @pytest.mark.parametrize("where", ["containerd", "rke2"])
-def test_a_gpu_operator_node_is_refused_in_one_sentence_and_force_takes_over(tmp_path: Path, where: str) -> None:
+def test_a_gpu_operator_node_is_refused_in_one_sentence_and_force_takes_over(
+    tmp_path: Path, where: str
+) -> None:
     root = node(tmp_path, "gpu-operator", toolkit=False)
     if where == "containerd":
         shutil.rmtree(root / "var")
@@ -312,7 +363,11 @@ def test_a_gpu_operator_node_is_refused_in_one_sentence_and_force_takes_over(tmp
     before = tree(root)
     done = configure(root)
     assert done.exit_code == 5
-    assert done.stderr.count("\n") == 1 and "managed by the NVIDIA GPU Operator" in done.stderr and "--force" in done.stderr
+    assert (
+        done.stderr.count("\n") == 1
+        and "managed by the NVIDIA GPU Operator" in done.stderr
+        and "--force" in done.stderr
+    )
     assert "/usr/local/nvidia/toolkit" in done.stderr and tree(root) == before
     assert report(root)["owner"] == "the NVIDIA GPU Operator"
     (root / BINARY.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
@@ -331,7 +386,9 @@ def test_configure_runtimeclass_on_k3s_emits_no_clashing_object_and_says_so(tmp_
     assert done.exit_code == 0, done.stderr
     assert "k3s already deploys RuntimeClass nvidia" in done.stderr
     assert not (root / "etc/rc.yaml").exists() and done.stdout == ""
-    other = run_cli("configure", "runtimeclass", "--root", str(root), "--name", "nvidia", "--handler", "nvidia-gpu")
+    other = run_cli(
+        "configure", "runtimeclass", "--root", str(root), "--name", "nvidia", "--handler", "nvidia-gpu"
+    )
     assert other.exit_code == 2 and "k3s deploys its own RuntimeClass nvidia" in other.stderr
     own = run_cli("configure", "runtimeclass", "--root", str(root), "--name", "gpu", "--handler", "nvidia")
     assert own.exit_code == 0 and "kind: RuntimeClass" in own.stdout
@@ -340,13 +397,27 @@ def test_configure_runtimeclass_on_k3s_emits_no_clashing_object_and_says_so(tmp_
 
 
 def test_fleet_k8s_for_k3s_leaves_k3s_own_runtimeclass_alone_and_passes_the_distro(tmp_path: Path) -> None:
-    args = ("fleet", "k8s", "--bundle-url", "http://127.0.0.1:1/b", "--bundle-sha256", "ab" * 32, "--keyring-configmap", "k")
+    args = (
+        "fleet",
+        "k8s",
+        "--bundle-url",
+        "http://127.0.0.1:1/b",
+        "--bundle-sha256",
+        "ab" * 32,
+        "--keyring-configmap",
+        "k",
+    )
     done = run_cli(*args, "--distro", "k3s")
     assert done.exit_code == 0, done.stderr
     docs = [d for d in yaml.safe_load_all(done.stdout) if d]
     assert "RuntimeClass" not in [d["kind"] for d in docs]
     assert "k3s already deploys RuntimeClass nvidia" in done.stderr
-    env = {e["name"]: e["value"] for d in docs if d["kind"] == "DaemonSet" for e in d["spec"]["template"]["spec"]["containers"][0]["env"]}
+    env = {
+        e["name"]: e["value"]
+        for d in docs
+        if d["kind"] == "DaemonSet"
+        for e in d["spec"]["template"]["spec"]["containers"][0]["env"]
+    }
     assert env["GPU_AIRGAP_DISTRO"] == "k3s"
     plain = [d for d in yaml.safe_load_all(run_cli(*args).stdout) if d]
     assert "RuntimeClass" in [d["kind"] for d in plain]
@@ -358,9 +429,14 @@ def test_the_gpu_operators_drop_in_is_recognised_as_its_registration(tmp_path: P
     shutil.rmtree(root / "var")
     operator_config = root / "etc/containerd/config.toml"
     (root / "etc/containerd/conf.d").mkdir()
-    operator_config.rename(root / "etc/containerd/conf.d/99-nvidia.toml")  # gpu-operator >= 25.10 writes a drop-in
+    operator_config.rename(
+        root / "etc/containerd/conf.d/99-nvidia.toml"
+    )  # gpu-operator >= 25.10 writes a drop-in
     operator_config.write_text('version = 2\nimports = ["/etc/containerd/conf.d/*.toml"]\n')
     before = tree(root)
     done = configure(root)
-    assert done.exit_code == 5 and "/etc/containerd/conf.d/99-nvidia.toml registers runtime nvidia" in done.stderr
+    assert (
+        done.exit_code == 5
+        and "/etc/containerd/conf.d/99-nvidia.toml registers runtime nvidia" in done.stderr
+    )
     assert tree(root) == before

@@ -57,7 +57,10 @@ def _node(tmp_path: Path, fixture: str) -> Path:
 def _k3s_node_before_the_toolkit(tmp_path: Path) -> Path:
     """A k3s node whose agent has not yet seen NVIDIA's runtime: its config.toml as generated then, no template."""
     root = _node(tmp_path, "k3s-v3")
-    shutil.copy(FIXTURES / "k3s-v3/_before-toolkit" / K3S.lstrip("/") / "config.toml", root / K3S.lstrip("/") / "config.toml")
+    shutil.copy(
+        FIXTURES / "k3s-v3/_before-toolkit" / K3S.lstrip("/") / "config.toml",
+        root / K3S.lstrip("/") / "config.toml",
+    )
     (root / K3S.lstrip("/") / "config-v3.toml.tmpl").unlink()
     return root
 
@@ -68,17 +71,25 @@ def test_install_on_k3s_writes_no_containerd_file_and_restarts_the_running_k3s_u
     root = _k3s_node_before_the_toolkit(tmp_path)
     bundle = write_signed_bundle(tmp_path / "b.tar", [target], test_key.home, test_key.fingerprint)
 
-    def agent_restart(unit: str) -> None:  # what k3s does at start: regenerate config.toml with the runtime it finds
-        shutil.copy(FIXTURES / "k3s-v3" / K3S.lstrip("/") / "config.toml", root / K3S.lstrip("/") / "config.toml")
+    def agent_restart(
+        unit: str,
+    ) -> None:  # what k3s does at start: regenerate config.toml with the runtime it finds
+        shutil.copy(
+            FIXTURES / "k3s-v3" / K3S.lstrip("/") / "config.toml", root / K3S.lstrip("/") / "config.toml"
+        )
 
     services = Services(active=("k3s-agent",), on_restart=agent_restart)
     monkeypatch.setattr(install_mod, "is_live_root", lambda root: True)  # restart as on a real node
     result = install(bundle, test_key.public, InstallOptions(root=root), NodeEnv(services=services))
     assert "its regenerated config has the nvidia handler" in result.engines["containerd"]
     assert ("restart", "k3s-agent") in services.calls and ("restart", "containerd") not in services.calls
-    assert result.restart_units == {"containerd": ["k3s", "k3s-agent"]}  # what the DaemonSet's --tools image restarts
+    assert result.restart_units == {
+        "containerd": ["k3s", "k3s-agent"]
+    }  # what the DaemonSet's --tools image restarts
     assert "k3s registers runtime 'nvidia' itself" in result.engines["containerd"]
-    assert not [e for e in Journal(root).entries() if e.engine == "containerd"]  # config.toml written by the "agent" only
+    assert not [
+        e for e in Journal(root).entries() if e.engine == "containerd"
+    ]  # config.toml written by the "agent" only
     assert not list((root / K3S.lstrip("/")).glob("*.tmpl")) and not (root / "etc/containerd").exists()
     status = manage_mod.status(root, NodeEnv(services=services))
     assert status["engines"]["containerd"]["DISTRO"] == "k3s" and status["owner"] is None
@@ -97,7 +108,9 @@ def test_install_on_a_gpu_operator_node_is_refused_before_any_package(
     assert tree_digest(root) == before
     status = manage_mod.status(root, NodeEnv(services=Services(())))
     assert status["owner"] == "the NVIDIA GPU Operator"
-    forced = install(bundle, test_key.public, InstallOptions(root=root, force=True), NodeEnv(services=Services(())))
+    forced = install(
+        bundle, test_key.public, InstallOptions(root=root, force=True), NodeEnv(services=Services(()))
+    )
     assert forced.outcome == "installed"
     assert any("taking the runtime configuration over" in m for m in forced.messages)
 
@@ -116,7 +129,10 @@ def test_install_and_uninstall_on_microk8s_edit_the_template_and_restore_it_byte
     assert b"runtimes.nvidia]" in template.read_bytes()
     assert ("restart", "snap.microk8s.daemon-containerd") in services.calls
     status = manage_mod.status(root, NodeEnv(services=services))
-    assert (status["engines"]["containerd"]["DISTRO"], status["engines"]["containerd"]["RUNTIME"]) == ("microk8s", "nvidia")
+    assert (status["engines"]["containerd"]["DISTRO"], status["engines"]["containerd"]["RUNTIME"]) == (
+        "microk8s",
+        "nvidia",
+    )
     services.calls.clear()
     manage_mod.uninstall(root, NodeEnv(services=services))
     assert template.read_bytes() == before
@@ -129,7 +145,9 @@ def test_a_k3s_restart_whose_config_lacks_the_handler_is_reported(
     root = _k3s_node_before_the_toolkit(tmp_path)
     bundle = write_signed_bundle(tmp_path / "b.tar", [target], test_key.home, test_key.fingerprint)
     monkeypatch.setattr(install_mod, "is_live_root", lambda root: True)
-    result = install(bundle, test_key.public, InstallOptions(root=root), NodeEnv(services=Services(active=("k3s",))))
+    result = install(
+        bundle, test_key.public, InstallOptions(root=root), NodeEnv(services=Services(active=("k3s",)))
+    )
     assert any("k3s restarted but its regenerated config has no nvidia handler" in m for m in result.messages)
 
 
@@ -140,6 +158,9 @@ def test_status_with_distro_reads_the_chosen_containerd_on_a_node_with_two(tmp_p
     ambiguous = manage_mod.status(root, NodeEnv(services=Services(())))
     assert "several containerd instances" in ambiguous["engines"]["containerd"]["error"]
     chosen = manage_mod.status(root, NodeEnv(services=Services(())), distro="k3s")
-    assert (chosen["engines"]["containerd"]["DISTRO"], chosen["engines"]["containerd"]["RUNTIME"]) == ("k3s", "nvidia")
+    assert (chosen["engines"]["containerd"]["DISTRO"], chosen["engines"]["containerd"]["RUNTIME"]) == (
+        "k3s",
+        "nvidia",
+    )
     cli = run_cli("status", "--root", str(root), "--distro", "k3s")
     assert "containerd of k3s: runtime nvidia" in cli.stdout, cli.stdout + cli.stderr

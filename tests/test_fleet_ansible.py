@@ -77,7 +77,12 @@ class Fleet:
         (self.tmp / "inventory.ini").write_text("\n".join(lines) + "\n")
 
     def play(
-        self, playbook: str, *args: str, bundle: Path | None = None, serial: str = FAST_SERIAL, tmpdir: Path | None = None
+        self,
+        playbook: str,
+        *args: str,
+        bundle: Path | None = None,
+        serial: str = FAST_SERIAL,
+        tmpdir: Path | None = None,
     ) -> Play:
         """Run ``ansible-playbook -i inventory PLAYBOOK ARGS...`` against the fleet.
 
@@ -91,15 +96,21 @@ class Fleet:
             **({"TMPDIR": str(tmpdir)} if tmpdir else {}),
         }
         argv = [
-            "-i", str(self.tmp / "inventory.ini"), str(ANSIBLE_DIR / playbook), "-e", f"gpu_airgap_bundle={bundle or self.bundle}",
-            "-e", f"gpu_airgap_keyring={self.keyring}", *(["-e", serial] if serial else []), *args,
-        ]  # fmt: skip
+            "-i",
+            str(self.tmp / "inventory.ini"),
+            str(ANSIBLE_DIR / playbook),
+            "-e",
+            f"gpu_airgap_bundle={bundle or self.bundle}",
+            "-e",
+            f"gpu_airgap_keyring={self.keyring}",
+            *(["-e", serial] if serial else []),
+            *args,
+        ]
         return run_playbook(self.tmp, argv, env=env, timeout=300)
 
     def digests(self) -> Dict[str, Dict[str, str]]:
         """Every root's tree (paths, modes, content hashes)."""
         return {host: tree_digest(root) for host, root in self.roots.items()}
-
 
 
 def _runtime(root: Path) -> str:
@@ -141,7 +152,9 @@ def rollout(bundle: Path, operator_key: TestKey, tmp_path_factory: pytest.TempPa
     check_fresh = fleet.play("site.yml", "--check", "--diff")
     after_check_fresh = fleet.digests()
     reports = fleet.tmp / "reports"
-    first = fleet.play("site.yml", "-e", f"gpu_airgap_report_dir={reports}", serial="")  # the playbook's own batches
+    first = fleet.play(
+        "site.yml", "-e", f"gpu_airgap_report_dir={reports}", serial=""
+    )  # the playbook's own batches
     installed = {host: dpkg_versions(root) for host, root in fleet.roots.items()}
     runtimes = {host: _runtime(root) for host, root in fleet.roots.items()}
     second = fleet.play("site.yml")
@@ -157,9 +170,21 @@ def rollout(bundle: Path, operator_key: TestKey, tmp_path_factory: pytest.TempPa
     uninstall = fleet.play("uninstall.yml")
     uninstall_again = fleet.play("uninstall.yml")
     return Rollout(
-        fleet, before, check_fresh, after_check_fresh, first, reports, installed, runtimes, second, after_second, check_drift,
-        after_check_drift, uninstall, uninstall_again,
-    )  # fmt: skip
+        fleet,
+        before,
+        check_fresh,
+        after_check_fresh,
+        first,
+        reports,
+        installed,
+        runtimes,
+        second,
+        after_second,
+        check_drift,
+        after_check_drift,
+        uninstall,
+        uninstall_again,
+    )
 
 
 def test_check_mode_on_fresh_nodes_reports_changes_and_changes_nothing(rollout: Rollout) -> None:
@@ -171,7 +196,9 @@ def test_check_mode_on_fresh_nodes_reports_changes_and_changes_nothing(rollout: 
         assert play.task(host, "Install the toolkit from the bundle")["result"]["changed"] is True
 
 
-def test_playbook_installs_the_four_packages_and_configures_containerd_on_every_root(rollout: Rollout) -> None:
+def test_playbook_installs_the_four_packages_and_configures_containerd_on_every_root(
+    rollout: Rollout,
+) -> None:
     play = rollout.first
     assert play.returncode == 0, play.output
     assert all(play.changed()[h] > 0 for h in HOSTS), play.stats
@@ -213,7 +240,10 @@ def test_second_run_reports_no_change_on_any_host(rollout: Rollout) -> None:
     assert play.returncode == 0, play.output
     assert play.changed() == dict.fromkeys(HOSTS, 0), play.stats
     for host in HOSTS:
-        assert play.task(host, "Install the toolkit from the bundle")["result"]["result"]["outcome"] == "up-to-date"
+        assert (
+            play.task(host, "Install the toolkit from the bundle")["result"]["result"]["outcome"]
+            == "up-to-date"
+        )
 
 
 def test_check_mode_spots_a_drifted_config_shows_its_diff_and_changes_nothing(rollout: Rollout) -> None:
@@ -279,31 +309,50 @@ def test_a_node_tool_that_is_not_the_operators_is_refused_on_the_controller_and_
     if attack == "tampered-tool":  # the original NODE-SHA256SUMS and signatures
         bad = tamper.repack(bundle, tmp_path / "bad.tar.zst", evil)
     elif attack == "resigned-by-another-key":
-        bad = tamper.repack(bundle, tmp_path / "bad.tar.zst", tamper.resigned_node_check(bundle, other_key, evil))
+        bad = tamper.repack(
+            bundle, tmp_path / "bad.tar.zst", tamper.resigned_node_check(bundle, other_key, evil)
+        )
     else:  # the node check left out, as an older gpu-airgap built it
         bad = tamper.repack(bundle, tmp_path / "bad.tar.zst", evil, drop=[NODE_SUMS, NODE_SUMS_SIGNATURE])
     fleet = Fleet(tmp_path / "fleet", bundle, operator_key.public)
     before = fleet.digests()
     play = fleet.play("site.yml", bundle=bad)
     assert play.returncode != 0
-    assert set(play.stats) == {"node1"} and play.stats["node1"]["failures"] == 1, play.stats  # the canary batch only
-    failed = play.task("node1", "Take the node tool out of the bundle and check it against the operator key (controller)")
-    words = {"tampered-tool": "does not match its signed NODE-SHA256SUMS", "resigned-by-another-key": "is not signed by the operator key",
-             "no-node-check": "has no NODE-SHA256SUMS"}[attack]  # fmt: skip
+    assert set(play.stats) == {"node1"} and play.stats["node1"]["failures"] == 1, (
+        play.stats
+    )  # the canary batch only
+    failed = play.task(
+        "node1", "Take the node tool out of the bundle and check it against the operator key (controller)"
+    )
+    words = {
+        "tampered-tool": "does not match its signed NODE-SHA256SUMS",
+        "resigned-by-another-key": "is not signed by the operator key",
+        "no-node-check": "has no NODE-SHA256SUMS",
+    }[attack]
     assert failed["status"] == "failed" and words in failed["result"]["stderr"], failed
     assert not any(r["task"] == "Install the toolkit from the bundle" for r in play.results)
     assert not marker.exists(), "the tampered node tool ran"
     assert fleet.digests() == before
-    assert not list((fleet.tmp / "home/.cache/gpu-airgap/ansible").rglob("*.pyz"))  # nothing left to copy later
+    assert not list(
+        (fleet.tmp / "home/.cache/gpu-airgap/ansible").rglob("*.pyz")
+    )  # nothing left to copy later
 
 
 def test_failed_uninstall_still_removes_the_throwaway_copy_of_the_node_tool(
     bundle: Path, operator_key: TestKey, tmp_path: Path
 ) -> None:
-    fleet = Fleet(tmp_path / "fleet", bundle, operator_key.public)  # nothing cached: the tool goes to a temp dir
+    fleet = Fleet(
+        tmp_path / "fleet", bundle, operator_key.public
+    )  # nothing cached: the tool goes to a temp dir
     node_tmp = tmp_path / "node-tmp"
     node_tmp.mkdir()
-    play = fleet.play("uninstall.yml", "-e", "gpu_airgap_python=/bin/false", serial=json.dumps({"gpu_airgap_serial": 3}), tmpdir=node_tmp)
+    play = fleet.play(
+        "uninstall.yml",
+        "-e",
+        "gpu_airgap_python=/bin/false",
+        serial=json.dumps({"gpu_airgap_serial": 3}),
+        tmpdir=node_tmp,
+    )
     assert play.returncode != 0
     for host in HOSTS:
         failed = play.task(host, "Uninstall the toolkit and restore the engine configuration")
@@ -317,13 +366,19 @@ def test_failed_uninstall_still_removes_the_throwaway_copy_of_the_node_tool(
 def test_sample_playbooks_pass_ansible_syntax_check(tmp_path: Path) -> None:
     for playbook in ("site.yml", "uninstall.yml"):
         proc = subprocess.run(
-            [str(Path(sys.executable).with_name("ansible-playbook")), "--syntax-check", "-i",
-             str(ANSIBLE_DIR / "inventory.example.ini"), str(ANSIBLE_DIR / playbook)],
+            [
+                str(Path(sys.executable).with_name("ansible-playbook")),
+                "--syntax-check",
+                "-i",
+                str(ANSIBLE_DIR / "inventory.example.ini"),
+                str(ANSIBLE_DIR / playbook),
+            ],
             env={**os.environ, "HOME": str(tmp_path), "ANSIBLE_LOCAL_TEMP": str(tmp_path / "t")},
-            capture_output=True, text=True, check=False,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         assert proc.returncode == 0, proc.stdout + proc.stderr
-
 
 
 # -- the mirror path: the published tree instead of the bundle ----------------------------------
@@ -362,7 +417,9 @@ class MirrorRollout:
 
 
 @pytest.fixture(scope="module")
-def mirror_rollout(bundle: Path, operator_key: TestKey, tmp_path_factory: pytest.TempPathFactory) -> Iterator[MirrorRollout]:
+def mirror_rollout(
+    bundle: Path, operator_key: TestKey, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[MirrorRollout]:
     """The .list/.repo `mirror publish` renders, served on 127.0.0.1; --check, install, install again,
     --check and install after the mirror's key is rotated, uninstall --check, uninstall, uninstall again.
 
@@ -385,12 +442,21 @@ def mirror_rollout(bundle: Path, operator_key: TestKey, tmp_path_factory: pytest
         (fleet.roots[RPM_HOST] / "var/lib/dpkg/status").unlink()
         inventory = fleet.tmp / "inventory.ini"
         inventory.write_text(
-            inventory.read_text().replace(f"{RPM_HOST} gpu_airgap_root=", f"{RPM_HOST} gpu_airgap_mirror_key={operator_key.public} gpu_airgap_root=")
+            inventory.read_text().replace(
+                f"{RPM_HOST} gpu_airgap_root=",
+                f"{RPM_HOST} gpu_airgap_mirror_key={operator_key.public} gpu_airgap_root=",
+            )
         )
         extra = (
-            "-e", "gpu_airgap_source=mirror", "-e", f"gpu_airgap_mirror_url={server.url}",
-            "-e", f"gpu_airgap_zipapp={tmp / 'gpu-airgap-node.pyz'}", "-e", f"gpu_airgap_keyring_name={KEYRING_NAME}",
-        )  # fmt: skip
+            "-e",
+            "gpu_airgap_source=mirror",
+            "-e",
+            f"gpu_airgap_mirror_url={server.url}",
+            "-e",
+            f"gpu_airgap_zipapp={tmp / 'gpu-airgap-node.pyz'}",
+            "-e",
+            f"gpu_airgap_keyring_name={KEYRING_NAME}",
+        )
         before = fleet.digests()
         check = fleet.play("site.yml", "--check", "--diff", *extra)
         after_check = fleet.digests()
@@ -411,10 +477,27 @@ def mirror_rollout(bundle: Path, operator_key: TestKey, tmp_path_factory: pytest
         after_uninstall = fleet.digests()
         uninstall_again = fleet.play("uninstall.yml", *extra)
         yield MirrorRollout(
-            fleet, site, before, check, after_check, first, reports, runtimes, second, rotated_key, before_rotation,
-            check_rotated, after_check_rotated, rotated, check_uninstall, after_check_uninstall, installed, uninstall,
-            after_uninstall, uninstall_again,
-        )  # fmt: skip
+            fleet,
+            site,
+            before,
+            check,
+            after_check,
+            first,
+            reports,
+            runtimes,
+            second,
+            rotated_key,
+            before_rotation,
+            check_rotated,
+            after_check_rotated,
+            rotated,
+            check_uninstall,
+            after_check_uninstall,
+            installed,
+            uninstall,
+            after_uninstall,
+            uninstall_again,
+        )
         stop_agent(rotated_key.home)
 
 
@@ -432,27 +515,39 @@ def test_mirror_path_installs_the_key_and_source_and_registers_the_runtime_then_
 ) -> None:
     first = mirror_rollout.first
     assert first.returncode == 0, first.output
-    dearmored = subprocess.run(["gpg", "--dearmor"], input=operator_key.public.read_bytes(), capture_output=True, check=True).stdout
+    dearmored = subprocess.run(
+        ["gpg", "--dearmor"], input=operator_key.public.read_bytes(), capture_output=True, check=True
+    ).stdout
     listing = (mirror_rollout.published / "stable/deb/nvidia-container-toolkit.list").read_bytes()
     assert f"signed-by=/usr/share/keyrings/{KEYRING_NAME}.gpg".encode() in listing
     for host in HOSTS:
         tree = mirror_rollout.before_rotation[host]  # after the install runs
         assert mirror_rollout.runtimes[host] == "nvidia", host
-        assert first.task(host, "Register the runtime with the engine")["result"]["engines_changed"] == ["containerd"]
-        report = json.loads((mirror_rollout.reports / f"{host}.json").read_text())  # collected on the controller
+        assert first.task(host, "Register the runtime with the engine")["result"]["engines_changed"] == [
+            "containerd"
+        ]
+        report = json.loads(
+            (mirror_rollout.reports / f"{host}.json").read_text()
+        )  # collected on the controller
         assert report["source"] == "mirror" and report["engines_changed"] == ["containerd"], report
         assert report["configure"]["already_configured"] is False, report
         if host == RPM_HOST:
             continue
         assert _content(tree, f"usr/share/keyrings/{KEYRING_NAME}.gpg") == _sha256(dearmored), host
-        assert _content(tree, "etc/apt/sources.list.d/nvidia-container-toolkit.list") == _sha256(listing), host
+        assert _content(tree, "etc/apt/sources.list.d/nvidia-container-toolkit.list") == _sha256(listing), (
+            host
+        )
         assert "etc/yum.repos.d" not in tree, host
-        assert first.task(host, "Install the pinned packages with apt")["status"] == "skipped"  # scratch root: no apt
+        assert (
+            first.task(host, "Install the pinned packages with apt")["status"] == "skipped"
+        )  # scratch root: no apt
     assert mirror_rollout.second.returncode == 0, mirror_rollout.second.output
     assert mirror_rollout.second.changed() == dict.fromkeys(HOSTS, 0), mirror_rollout.second.stats
 
 
-def test_mirror_path_replaces_the_dearmored_key_when_the_mirror_key_rotates(mirror_rollout: MirrorRollout) -> None:
+def test_mirror_path_replaces_the_dearmored_key_when_the_mirror_key_rotates(
+    mirror_rollout: MirrorRollout,
+) -> None:
     # (under --check get_url compares with an empty file, so it reports every download as a change;
     # what --check must not do is touch the roots)
     check = mirror_rollout.check_rotated
@@ -460,13 +555,24 @@ def test_mirror_path_replaces_the_dearmored_key_when_the_mirror_key_rotates(mirr
     assert mirror_rollout.after_check_rotated == mirror_rollout.before_rotation
     rotated = mirror_rollout.rotated
     assert rotated.returncode == 0, rotated.output
-    new = subprocess.run(["gpg", "--dearmor"], input=mirror_rollout.rotated_key.public.read_bytes(), capture_output=True, check=True).stdout
+    new = subprocess.run(
+        ["gpg", "--dearmor"],
+        input=mirror_rollout.rotated_key.public.read_bytes(),
+        capture_output=True,
+        check=True,
+    ).stdout
     for host in ("node1", "node2"):
-        assert _content(mirror_rollout.before_rotation[host], f"usr/share/keyrings/{KEYRING_NAME}.gpg") != _sha256(new), host
-        assert _content(mirror_rollout.installed[host], f"usr/share/keyrings/{KEYRING_NAME}.gpg") == _sha256(new), host
+        assert _content(
+            mirror_rollout.before_rotation[host], f"usr/share/keyrings/{KEYRING_NAME}.gpg"
+        ) != _sha256(new), host
+        assert _content(mirror_rollout.installed[host], f"usr/share/keyrings/{KEYRING_NAME}.gpg") == _sha256(
+            new
+        ), host
 
 
-def test_mirror_path_on_an_rpm_node_trusts_the_given_key_through_a_file_url(mirror_rollout: MirrorRollout, operator_key: TestKey) -> None:
+def test_mirror_path_on_an_rpm_node_trusts_the_given_key_through_a_file_url(
+    mirror_rollout: MirrorRollout, operator_key: TestKey
+) -> None:
     tree = mirror_rollout.installed[RPM_HOST]  # after the install runs (and the deb nodes' key rotation)
     key = f"/etc/pki/rpm-gpg/{KEYRING_NAME}.asc"
     assert _content(tree, key.lstrip("/")) == _sha256(operator_key.public.read_bytes())
@@ -478,7 +584,9 @@ def test_mirror_path_on_an_rpm_node_trusts_the_given_key_through_a_file_url(mirr
     assert mirror_rollout.first.task(RPM_HOST, "Install the pinned packages with dnf")["status"] == "skipped"
 
 
-def test_mirror_path_uninstall_restores_every_root_and_a_second_run_changes_nothing(mirror_rollout: MirrorRollout) -> None:
+def test_mirror_path_uninstall_restores_every_root_and_a_second_run_changes_nothing(
+    mirror_rollout: MirrorRollout,
+) -> None:
     check = mirror_rollout.check_uninstall
     assert check.returncode == 0, check.output
     assert all(check.changed()[h] > 0 for h in HOSTS), check.stats
@@ -488,7 +596,9 @@ def test_mirror_path_uninstall_restores_every_root_and_a_second_run_changes_noth
     for host, root in mirror_rollout.fleet.roots.items():
         assert (root / CONTAINERD).read_bytes() == CONTAINERD_CONFIG, host
         assert _runtime(root) == "", host
-        assert uninstall.task(host, "Restore the engine configuration configure changed")["result"]["engines_changed"] == ["containerd"]
+        assert uninstall.task(host, "Restore the engine configuration configure changed")["result"][
+            "engines_changed"
+        ] == ["containerd"]
         assert not (root / "var/cache/gpu-airgap/fleet").exists(), host
         # every file is as before the rollout: config restored, key, .list/.repo and drop-ins gone
         # (the directories the role made stay, and so does configure's emptied journal)
@@ -510,4 +620,8 @@ def _content(tree: Dict[str, str], path: str) -> str:
 
 
 def _files(tree: Dict[str, str]) -> Dict[str, str]:
-    return {path: what for path, what in tree.items() if what.startswith("file:") and not path.startswith("var/lib/gpu-airgap/")}
+    return {
+        path: what
+        for path, what in tree.items()
+        if what.startswith("file:") and not path.startswith("var/lib/gpu-airgap/")
+    }

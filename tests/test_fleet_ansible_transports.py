@@ -34,7 +34,12 @@ ROLE_TASK = "Install the toolkit from the bundle"
 
 
 def _ansible_doc(*args: str, tmp: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "ANSIBLE_COLLECTIONS_PATH": str(COLLECTIONS), "ANSIBLE_HOME": str(tmp / "ansible-home"), "ANSIBLE_NOCOLOR": "1"}
+    env = {
+        **os.environ,
+        "ANSIBLE_COLLECTIONS_PATH": str(COLLECTIONS),
+        "ANSIBLE_HOME": str(tmp / "ansible-home"),
+        "ANSIBLE_NOCOLOR": "1",
+    }
     argv = [str(Path(sys.executable).with_name("ansible-doc")), *args]
     return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120, check=False)
 
@@ -54,32 +59,57 @@ def test_ansible_doc_shows_the_roles_variables_from_its_argument_specs(tmp_path:
     assert doc.returncode == 0, doc.stderr
     main = json.loads(doc.stdout)["airgap.gpu_airgap.gpu_airgap"]["entry_points"]["main"]
     assert main["options"]["gpu_airgap_transport"]["choices"] == ["copy", "http", "oci"]
-    defaults = (ANSIBLE_DIR / "collections/ansible_collections/airgap/gpu_airgap/roles/gpu_airgap/defaults/main.yml").read_text()
+    defaults = (
+        ANSIBLE_DIR / "collections/ansible_collections/airgap/gpu_airgap/roles/gpu_airgap/defaults/main.yml"
+    ).read_text()
     for name in main["options"]:
         assert f"\n{name}:" in defaults, f"{name} is documented but has no default in defaults/main.yml"
 
 
-def test_the_collection_builds_and_installs_offline_and_its_module_is_documented_from_there(tmp_path: Path) -> None:
+def test_the_collection_builds_and_installs_offline_and_its_module_is_documented_from_there(
+    tmp_path: Path,
+) -> None:
     galaxy = str(Path(sys.executable).with_name("ansible-galaxy"))
     env = {**os.environ, "ANSIBLE_HOME": str(tmp_path / "ansible-home"), "ANSIBLE_NOCOLOR": "1"}
     source = COLLECTIONS / "ansible_collections/airgap/gpu_airgap"
-    built = subprocess.run([galaxy, "collection", "build", str(source), "--output-path", str(tmp_path)],
-                           env=env, capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    built = subprocess.run(
+        [galaxy, "collection", "build", str(source), "--output-path", str(tmp_path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert built.returncode == 0, built.stderr
     (tarball,) = tmp_path.glob("airgap-gpu_airgap-*.tar.gz")
-    installed = subprocess.run([galaxy, "collection", "install", "--offline", str(tarball), "-p", str(tmp_path / "site")],
-                               env=env, capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    installed = subprocess.run(
+        [galaxy, "collection", "install", "--offline", str(tarball), "-p", str(tmp_path / "site")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert installed.returncode == 0, installed.stderr
     here = tmp_path / "site/ansible_collections/airgap/gpu_airgap"
-    assert (here / "roles/gpu_airgap/meta/argument_specs.yml").is_file() and (here / "plugins/modules/gpu_airgap_node.py").is_file()
-    doc = subprocess.run([str(Path(sys.executable).with_name("ansible-doc")), "airgap.gpu_airgap.gpu_airgap_node"],
-                         env={**env, "ANSIBLE_COLLECTIONS_PATH": str(tmp_path / "site")}, capture_output=True, text=True,
-                         timeout=120, check=False)  # fmt: skip
+    assert (here / "roles/gpu_airgap/meta/argument_specs.yml").is_file() and (
+        here / "plugins/modules/gpu_airgap_node.py"
+    ).is_file()
+    doc = subprocess.run(
+        [str(Path(sys.executable).with_name("ansible-doc")), "airgap.gpu_airgap.gpu_airgap_node"],
+        env={**env, "ANSIBLE_COLLECTIONS_PATH": str(tmp_path / "site")},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert doc.returncode == 0 and str(here) in doc.stdout, doc.stdout + doc.stderr
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("variable", "value"), [("gpu_airgap_transport", "ftp"), ("gpu_airgap_distro", "k9s")])
+@pytest.mark.parametrize(
+    ("variable", "value"), [("gpu_airgap_transport", "ftp"), ("gpu_airgap_distro", "k9s")]
+)
 def test_the_argument_specs_refuse_a_bad_variable_before_any_task_runs(
     variable: str, value: str, deb_bundle: Path, operator_key: TestKey, tmp_path: Path
 ) -> None:
@@ -153,10 +183,17 @@ def test_http_transport_refuses_a_served_bundle_that_is_not_the_controllers(
     (www / "nvct.tar.zst").write_bytes(bytes(served))
     fleet = Fleet(tmp_path / "fleet", deb_bundle, operator_key.public)
     before = fleet.digests()
-    play = fleet.play("site.yml", "-e", "gpu_airgap_transport=http", "-e", f"gpu_airgap_bundle_url={base}/nvct.tar.zst")
+    play = fleet.play(
+        "site.yml", "-e", "gpu_airgap_transport=http", "-e", f"gpu_airgap_bundle_url={base}/nvct.tar.zst"
+    )
     assert play.returncode != 0
-    assert "checksum" in play.task("node1", "Fetch the bundle on the node (transport http)")["result"]["msg"].lower()
-    assert not [r for r in play.results if r["task"] == ROLE_TASK]  # the canary failed: nothing installed anywhere
+    assert (
+        "checksum"
+        in play.task("node1", "Fetch the bundle on the node (transport http)")["result"]["msg"].lower()
+    )
+    assert not [
+        r for r in play.results if r["task"] == ROLE_TASK
+    ]  # the canary failed: nothing installed anywhere
     for host in ("node2", "node3"):
         assert fleet.digests()[host] == before[host]
 
@@ -167,17 +204,34 @@ def test_oci_transport_nodes_pull_by_digest_install_and_keep_no_bundle_copy(
 ) -> None:
     monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "no-docker-config"))
     with Registry(tmp_path / "registry") as registry:
-        pushed = run_cli("bundle", "push", str(deb_bundle), registry.ref("fleet/nvct:1.17.8"), "--keyring", str(operator_key.public), "--json")
+        pushed = run_cli(
+            "bundle",
+            "push",
+            str(deb_bundle),
+            registry.ref("fleet/nvct:1.17.8"),
+            "--keyring",
+            str(operator_key.public),
+            "--json",
+        )
         assert pushed.exit_code == 0, pushed.stderr
         ref = registry.ref(f"fleet/nvct@{json.loads(pushed.stdout)['digest']}")
         fleet = Fleet(tmp_path / "fleet", deb_bundle, operator_key.public)
-        extra = ("-e", "gpu_airgap_transport=oci", "-e", f"gpu_airgap_bundle_ref={ref}", "-e", "gpu_airgap_distro=containerd")
+        extra = (
+            "-e",
+            "gpu_airgap_transport=oci",
+            "-e",
+            f"gpu_airgap_bundle_ref={ref}",
+            "-e",
+            "gpu_airgap_distro=containerd",
+        )
         first = fleet.play("site.yml", *extra)
         assert first.returncode == 0, first.output[-3000:]
         for host in HOSTS:
             assert dpkg_versions(fleet.roots[host]) == dict.fromkeys(TOOLKIT, "1.17.8-1"), host
             assert first.task(host, ROLE_TASK)["result"]["result"]["outcome"] == "installed"
-            assert _cached(fleet, host) == ["gpu-airgap-node.pyz", "operator.asc"], "the bundle went over the connection"
+            assert _cached(fleet, host) == ["gpu-airgap-node.pyz", "operator.asc"], (
+                "the bundle went over the connection"
+            )
         second = fleet.play("site.yml", *extra)
         assert second.returncode == 0 and second.changed() == dict.fromkeys(HOSTS, 0), second.stats
 
@@ -188,18 +242,33 @@ def test_oci_transport_pulls_from_a_registry_that_needs_the_operators_credential
 ) -> None:
     with registry_with_login(tmp_path) as (registry, config):
         monkeypatch.setenv("DOCKER_CONFIG", str(config.directory))
-        pushed = run_cli("bundle", "push", str(deb_bundle), registry.ref("fleet/auth:1"), "--keyring", str(operator_key.public), "--json")
+        pushed = run_cli(
+            "bundle",
+            "push",
+            str(deb_bundle),
+            registry.ref("fleet/auth:1"),
+            "--keyring",
+            str(operator_key.public),
+            "--json",
+        )
         assert pushed.exit_code == 0, pushed.stderr
-        monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "no-docker-config"))  # the nodes have no credentials of their own
+        monkeypatch.setenv(
+            "DOCKER_CONFIG", str(tmp_path / "no-docker-config")
+        )  # the nodes have no credentials of their own
         ref = registry.ref(f"fleet/auth@{json.loads(pushed.stdout)['digest']}")
         fleet = Fleet(tmp_path / "fleet", deb_bundle, operator_key.public)
         extra = ("-e", "gpu_airgap_transport=oci", "-e", f"gpu_airgap_bundle_ref={ref}")
         before = fleet.digests()
         refused = fleet.play("site.yml", *extra)
         assert refused.returncode != 0
-        assert "401" in refused.task("node1", ROLE_TASK)["result"]["msg"] or "credentials" in refused.task("node1", ROLE_TASK)["result"]["msg"]
+        assert (
+            "401" in refused.task("node1", ROLE_TASK)["result"]["msg"]
+            or "credentials" in refused.task("node1", ROLE_TASK)["result"]["msg"]
+        )
         assert fleet.digests()["node2"] == before["node2"]  # the canary failed: nothing else touched
-        done = fleet.play("site.yml", *extra, "-e", f"gpu_airgap_registry_auth={config.directory / 'config.json'}")
+        done = fleet.play(
+            "site.yml", *extra, "-e", f"gpu_airgap_registry_auth={config.directory / 'config.json'}"
+        )
     assert done.returncode == 0, done.output[-3000:]
     for host in HOSTS:
         assert dpkg_versions(fleet.roots[host]) == dict.fromkeys(TOOLKIT, "1.17.8-1"), host

@@ -48,20 +48,56 @@ def _render(*args: str) -> List[Dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def url_docs(operator_key: TestKey) -> List[Dict[str, Any]]:
-    return _render("--bundle-url", "https://mirror.internal/nvct-1.17.8.tar.zst", "--bundle-sha256", SHA, "--keyring", str(operator_key.public),
-                   "--runtime", "containerd", "--toleration", "dedicated=gpu:NoExecute", "--node-selector", "gpu=true")  # fmt: skip
+    return _render(
+        "--bundle-url",
+        "https://mirror.internal/nvct-1.17.8.tar.zst",
+        "--bundle-sha256",
+        SHA,
+        "--keyring",
+        str(operator_key.public),
+        "--runtime",
+        "containerd",
+        "--toleration",
+        "dedicated=gpu:NoExecute",
+        "--node-selector",
+        "gpu=true",
+    )
 
 
 @pytest.fixture(scope="module")
 def configmap_docs() -> List[Dict[str, Any]]:
-    return _render("--bundle-configmap", "nvct-bundle", "--bundle-sha256", SHA, "--keyring-configmap", "operator-key", "--namespace", "kube-gpu",
-                   "--runtime-name", "nvidia-cdi", "--cdi", "on", "--set-as-default", "--hold")  # fmt: skip
+    return _render(
+        "--bundle-configmap",
+        "nvct-bundle",
+        "--bundle-sha256",
+        SHA,
+        "--keyring-configmap",
+        "operator-key",
+        "--namespace",
+        "kube-gpu",
+        "--runtime-name",
+        "nvidia-cdi",
+        "--cdi",
+        "on",
+        "--set-as-default",
+        "--hold",
+    )
 
 
 @pytest.fixture(scope="module")
 def image_docs() -> List[Dict[str, Any]]:
-    return _render("--tools", "image", "--bundle-configmap", "nvct-bundle", "--bundle-sha256", SHA, "--keyring-configmap", "operator-key",
-                   "--image", "registry.internal/gpu-airgap-node:1")  # fmt: skip
+    return _render(
+        "--tools",
+        "image",
+        "--bundle-configmap",
+        "nvct-bundle",
+        "--bundle-sha256",
+        SHA,
+        "--keyring-configmap",
+        "operator-key",
+        "--image",
+        "registry.internal/gpu-airgap-node:1",
+    )
 
 
 def _by_kind(docs: List[Dict[str, Any]]) -> Dict[str, Dict[str, Any]]:
@@ -70,7 +106,10 @@ def _by_kind(docs: List[Dict[str, Any]]) -> Dict[str, Dict[str, Any]]:
 
 @pytest.mark.parametrize("version", K8S_VERSIONS)
 def test_every_manifest_validates_against_the_kubernetes_schemas(
-    version: str, url_docs: List[Dict[str, Any]], configmap_docs: List[Dict[str, Any]], image_docs: List[Dict[str, Any]]
+    version: str,
+    url_docs: List[Dict[str, Any]],
+    configmap_docs: List[Dict[str, Any]],
+    image_docs: List[Dict[str, Any]],
 ) -> None:
     kinds = set()
     for doc in [*url_docs, *configmap_docs, *image_docs]:
@@ -82,8 +121,12 @@ def test_every_manifest_validates_against_the_kubernetes_schemas(
 @pytest.mark.parametrize(
     "breakage",
     [
-        lambda ds: ds["spec"]["template"]["spec"]["containers"][0]["securityContext"].update(privileged="yes"),
-        lambda ds: ds["spec"]["template"]["spec"].update(hostPid=True),  # misspelt: strict schemas refuse unknown fields
+        lambda ds: ds["spec"]["template"]["spec"]["containers"][0]["securityContext"].update(
+            privileged="yes"
+        ),
+        lambda ds: ds["spec"]["template"]["spec"].update(
+            hostPid=True
+        ),  # misspelt: strict schemas refuse unknown fields
         lambda ds: ds["spec"].pop("selector"),
     ],
     ids=["wrong-type", "unknown-field", "missing-required"],
@@ -96,11 +139,15 @@ def test_the_validator_rejects_a_broken_daemonset(breakage: Any, url_docs: List[
         kubernetes_validate.validate(daemonset, "1.32", strict=True)
 
 
-def test_daemonset_runs_the_installer_on_gpu_nodes_with_the_host_root_mounted(url_docs: List[Dict[str, Any]], operator_key: TestKey) -> None:
+def test_daemonset_runs_the_installer_on_gpu_nodes_with_the_host_root_mounted(
+    url_docs: List[Dict[str, Any]], operator_key: TestKey
+) -> None:
     docs = _by_kind(url_docs)
     pod = docs["DaemonSet/gpu-airgap-node"]["spec"]["template"]["spec"]
     assert pod["nodeSelector"] == {"gpu": "true"}
-    assert pod["tolerations"] == [{"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoExecute"}]
+    assert pod["tolerations"] == [
+        {"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoExecute"}
+    ]
     assert pod["hostPID"] is True and pod["automountServiceAccountToken"] is False
     (container,) = pod["containers"]
     assert container["securityContext"] == {"privileged": True}
@@ -111,20 +158,45 @@ def test_daemonset_runs_the_installer_on_gpu_nodes_with_the_host_root_mounted(ur
     assert volumes["host-root"]["hostPath"] == {"path": "/", "type": "Directory"}
     assert {m["name"]: m["mountPath"] for m in container["volumeMounts"]}["host-root"] == "/host"
     # --tools host (default): a busybox stages the program on the node and runs it with the node's python3 under chroot
-    assert container["image"] == "busybox:1.36" and container["command"] == ["/bin/sh", "-c", fleet_k8s.HOST_WRAPPER]
-    assert (env["GPU_AIRGAP_HOST_MOUNT"], env["GPU_AIRGAP_HOST_ROOT"], env["GPU_AIRGAP_CACHE"]) == ("/host", "/", fleet_k8s.HOST_CACHE)
+    assert container["image"] == "busybox:1.36" and container["command"] == [
+        "/bin/sh",
+        "-c",
+        fleet_k8s.HOST_WRAPPER,
+    ]
+    assert (env["GPU_AIRGAP_HOST_MOUNT"], env["GPU_AIRGAP_HOST_ROOT"], env["GPU_AIRGAP_CACHE"]) == (
+        "/host",
+        "/",
+        fleet_k8s.HOST_CACHE,
+    )
     assert env["GPU_AIRGAP_KEYRING"] == f"{fleet_k8s.HOST_CACHE}/operator.asc"
-    assert container["readinessProbe"]["exec"]["command"] == ["chroot", "/host", "python3", "-I", "-S", f"{fleet_k8s.HOST_CACHE}/k8s-node.py", "ready"]
+    assert container["readinessProbe"]["exec"]["command"] == [
+        "chroot",
+        "/host",
+        "python3",
+        "-I",
+        "-S",
+        f"{fleet_k8s.HOST_CACHE}/k8s-node.py",
+        "ready",
+    ]
     # the pod's program and the operator key travel in ConfigMaps in the same namespace
     assert docs["ConfigMap/gpu-airgap-node-script"]["data"]["k8s-node.py"] == pod_script()
-    assert docs["ConfigMap/gpu-airgap-node-keyring"]["data"]["operator.asc"] == operator_key.public.read_text()
-    assert docs["RuntimeClass/nvidia"] == {**runtimeclass.manifest("nvidia", "nvidia"), "scheduling": {"nodeSelector": {"gpu": "true"}}}
+    assert (
+        docs["ConfigMap/gpu-airgap-node-keyring"]["data"]["operator.asc"] == operator_key.public.read_text()
+    )
+    assert docs["RuntimeClass/nvidia"] == {
+        **runtimeclass.manifest("nvidia", "nvidia"),
+        "scheduling": {"nodeSelector": {"gpu": "true"}},
+    }
     # privileged + hostPID: the namespace says so, or Pod Security "baseline" namespaces refuse the pod
-    assert docs["Namespace/gpu-airgap"]["metadata"]["labels"] == {"pod-security.kubernetes.io/enforce": "privileged"}
+    assert docs["Namespace/gpu-airgap"]["metadata"]["labels"] == {
+        "pod-security.kubernetes.io/enforce": "privileged"
+    }
     assert pod["terminationGracePeriodSeconds"] >= 120  # an install in progress is finished, not killed
 
 
-def test_configmap_bundle_and_existing_keyring_configmap_are_mounted(configmap_docs: List[Dict[str, Any]]) -> None:
+def test_configmap_bundle_and_existing_keyring_configmap_are_mounted(
+    configmap_docs: List[Dict[str, Any]],
+) -> None:
     docs = _by_kind(configmap_docs)
     assert "ConfigMap/gpu-airgap-node-keyring" not in docs  # the operator's own ConfigMap is used
     pod = docs["DaemonSet/gpu-airgap-node"]["spec"]["template"]["spec"]
@@ -132,24 +204,45 @@ def test_configmap_bundle_and_existing_keyring_configmap_are_mounted(configmap_d
     assert volumes["bundle"]["configMap"] == {"name": "nvct-bundle"}
     assert volumes["keyring"]["configMap"] == {"name": "operator-key"}
     env = {e["name"]: e["value"] for e in pod["containers"][0]["env"]}
-    assert env["GPU_AIRGAP_BUNDLE_FILE"] == f"{fleet_k8s.HOST_CACHE}/bundle.configmap" and "GPU_AIRGAP_BUNDLE_URL" not in env
-    assert (env["GPU_AIRGAP_CDI"], env["GPU_AIRGAP_SET_AS_DEFAULT"], env["GPU_AIRGAP_HOLD"]) == ("on", "true", "true")
+    assert (
+        env["GPU_AIRGAP_BUNDLE_FILE"] == f"{fleet_k8s.HOST_CACHE}/bundle.configmap"
+        and "GPU_AIRGAP_BUNDLE_URL" not in env
+    )
+    assert (env["GPU_AIRGAP_CDI"], env["GPU_AIRGAP_SET_AS_DEFAULT"], env["GPU_AIRGAP_HOLD"]) == (
+        "on",
+        "true",
+        "true",
+    )
     assert docs["RuntimeClass/nvidia-cdi"]["handler"] == "nvidia-cdi"
-    assert {d["metadata"].get("namespace") for d in configmap_docs if d["kind"] in ("ConfigMap", "DaemonSet")} == {"kube-gpu"}
+    assert {
+        d["metadata"].get("namespace") for d in configmap_docs if d["kind"] in ("ConfigMap", "DaemonSet")
+    } == {"kube-gpu"}
 
 
-def test_tools_image_runs_the_images_python_against_the_host_root_mounted_at_host(image_docs: List[Dict[str, Any]]) -> None:
+def test_tools_image_runs_the_images_python_against_the_host_root_mounted_at_host(
+    image_docs: List[Dict[str, Any]],
+) -> None:
     (container,) = _by_kind(image_docs)["DaemonSet/gpu-airgap-node"]["spec"]["template"]["spec"]["containers"]
     env = {e["name"]: e["value"] for e in container["env"]}
     assert container["image"] == "registry.internal/gpu-airgap-node:1"
     assert container["command"] == ["python3", "/etc/gpu-airgap/script/k8s-node.py"]
     assert container["readinessProbe"]["exec"]["command"] == [*container["command"], "ready"]
     assert env["GPU_AIRGAP_HOST_ROOT"] == "/host" and "GPU_AIRGAP_HOST_MOUNT" not in env
-    assert (env["GPU_AIRGAP_KEYRING"], env["GPU_AIRGAP_BUNDLE_FILE"]) == ("/etc/gpu-airgap/keyring/operator.asc", "/etc/gpu-airgap/bundle/bundle")
+    assert (env["GPU_AIRGAP_KEYRING"], env["GPU_AIRGAP_BUNDLE_FILE"]) == (
+        "/etc/gpu-airgap/keyring/operator.asc",
+        "/etc/gpu-airgap/bundle/bundle",
+    )
 
 
 def test_out_writes_the_same_manifests_to_a_file(operator_key: TestKey, tmp_path: Path) -> None:
-    args = ("--bundle-url", "http://10.0.0.1/b.tar.zst", "--bundle-sha256", SHA, "--keyring", str(operator_key.public))
+    args = (
+        "--bundle-url",
+        "http://10.0.0.1/b.tar.zst",
+        "--bundle-sha256",
+        SHA,
+        "--keyring",
+        str(operator_key.public),
+    )
     out = tmp_path / "sub" / "gpu-airgap.yaml"
     assert run_cli("fleet", "k8s", *args, "--output", str(out)).exit_code == 0
     assert list(yaml.safe_load_all(out.read_text())) == _render(*args)
@@ -158,20 +251,113 @@ def test_out_writes_the_same_manifests_to_a_file(operator_key: TestKey, tmp_path
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--keyring-configmap", "k"], "exactly one of --bundle oci://…, --bundle-url and --bundle-configmap"),
-        (["--bundle-url", "http://x/b", "--bundle-configmap", "b", "--keyring-configmap", "k"], "exactly one of --bundle oci"),
-        (["--bundle-url", "http://x/b", "--bundle-sha256", SHA], "exactly one of --keyring and --keyring-configmap"),
-        (["--bundle-url", "http://x/b", "--keyring-configmap", "k"], "give --bundle-file FILE (a local copy) or --bundle-sha256"),
-        (["--bundle-url", "http://x/b", "--bundle-sha256", "AB" * 32, "--keyring-configmap", "k"], "64 lowercase hex digits"),
-        (["--bundle", "oci://r.internal/nvct:1", "--bundle-sha256", SHA, "--keyring-configmap", "k"], "carries its own digest"),
+        (
+            ["--keyring-configmap", "k"],
+            "exactly one of --bundle oci://…, --bundle-url and --bundle-configmap",
+        ),
+        (
+            ["--bundle-url", "http://x/b", "--bundle-configmap", "b", "--keyring-configmap", "k"],
+            "exactly one of --bundle oci",
+        ),
+        (
+            ["--bundle-url", "http://x/b", "--bundle-sha256", SHA],
+            "exactly one of --keyring and --keyring-configmap",
+        ),
+        (
+            ["--bundle-url", "http://x/b", "--keyring-configmap", "k"],
+            "give --bundle-file FILE (a local copy) or --bundle-sha256",
+        ),
+        (
+            ["--bundle-url", "http://x/b", "--bundle-sha256", "AB" * 32, "--keyring-configmap", "k"],
+            "64 lowercase hex digits",
+        ),
+        (
+            ["--bundle", "oci://r.internal/nvct:1", "--bundle-sha256", SHA, "--keyring-configmap", "k"],
+            "carries its own digest",
+        ),
         (["--bundle", "https://r.internal/nvct", "--keyring-configmap", "k"], "must be an oci://"),
-        (["--bundle-configmap", "b", "--bundle-sha256", SHA, "--keyring-configmap", "k", "--max-unavailable", "0"], "must be a number of nodes"),
-        (["--bundle-configmap", "b", "--bundle-sha256", SHA, "--keyring-configmap", "k", "--max-unavailable", "150%"], "or a percentage"),
-        (["--bundle-url", "ftp://x/b", "--bundle-sha256", SHA, "--keyring-configmap", "k"], "must be an http:// or https:// URL"),
-        (["--bundle-url", "http://x/b", "--bundle-sha256", SHA, "--keyring-configmap", "k", "--node-selector", "gpu"], "must be LABEL=VALUE"),
-        (["--bundle-url", "http://x/b", "--bundle-sha256", SHA, "--keyring-configmap", "k", "--toleration", "gpu:Sometimes"], "must be KEY[=VALUE][:EFFECT]"),
-        (["--bundle-url", "http://x/b", "--bundle-sha256", SHA, "--keyring-configmap", "k", "--namespace", "GPU"], "must be a lowercase DNS label"),
-        (["--bundle-url", "http://x/b", "--bundle-sha256", SHA, "--keyring-configmap", "k", "--runtime-name", "Nvidia"], "must be a lowercase DNS"),
+        (
+            [
+                "--bundle-configmap",
+                "b",
+                "--bundle-sha256",
+                SHA,
+                "--keyring-configmap",
+                "k",
+                "--max-unavailable",
+                "0",
+            ],
+            "must be a number of nodes",
+        ),
+        (
+            [
+                "--bundle-configmap",
+                "b",
+                "--bundle-sha256",
+                SHA,
+                "--keyring-configmap",
+                "k",
+                "--max-unavailable",
+                "150%",
+            ],
+            "or a percentage",
+        ),
+        (
+            ["--bundle-url", "ftp://x/b", "--bundle-sha256", SHA, "--keyring-configmap", "k"],
+            "must be an http:// or https:// URL",
+        ),
+        (
+            [
+                "--bundle-url",
+                "http://x/b",
+                "--bundle-sha256",
+                SHA,
+                "--keyring-configmap",
+                "k",
+                "--node-selector",
+                "gpu",
+            ],
+            "must be LABEL=VALUE",
+        ),
+        (
+            [
+                "--bundle-url",
+                "http://x/b",
+                "--bundle-sha256",
+                SHA,
+                "--keyring-configmap",
+                "k",
+                "--toleration",
+                "gpu:Sometimes",
+            ],
+            "must be KEY[=VALUE][:EFFECT]",
+        ),
+        (
+            [
+                "--bundle-url",
+                "http://x/b",
+                "--bundle-sha256",
+                SHA,
+                "--keyring-configmap",
+                "k",
+                "--namespace",
+                "GPU",
+            ],
+            "must be a lowercase DNS label",
+        ),
+        (
+            [
+                "--bundle-url",
+                "http://x/b",
+                "--bundle-sha256",
+                SHA,
+                "--keyring-configmap",
+                "k",
+                "--runtime-name",
+                "Nvidia",
+            ],
+            "must be a lowercase DNS",
+        ),
     ],
 )
 def test_bad_options_are_one_sentence_usage_errors(args: List[str], message: str, tmp_path: Path) -> None:
@@ -191,7 +377,9 @@ def test_a_keyring_that_is_not_an_armored_public_key_is_refused(tmp_path: Path) 
 
 
 def test_rendering_is_pure_and_repeatable() -> None:
-    options = fleet_k8s.K8sOptions(bundle_url="http://x/b", bundle_digest=f"sha256:{SHA}", keyring_configmap="k")
+    options = fleet_k8s.K8sOptions(
+        bundle_url="http://x/b", bundle_digest=f"sha256:{SHA}", keyring_configmap="k"
+    )
     assert fleet_k8s.render(options, "print()\n", None) == fleet_k8s.render(options, "print()\n", None)
 
 
@@ -211,7 +399,14 @@ def bundle_server(deb_bundle: Path) -> Iterator[str]:
 
 
 def _pod(script: Path, env: Dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(node_python()), str(script), *args], env=env, capture_output=True, text=True, timeout=180, check=False)
+    return subprocess.run(
+        [str(node_python()), str(script), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
 
 
 @pytest.mark.slow
@@ -223,27 +418,47 @@ def test_pod_program_installs_from_the_url_restarts_nothing_under_a_scratch_root
     script = tmp_path / "k8s-node.py"
     script.write_text(pod_script())
     env = {
-        "PATH": os.environ["PATH"], "HOME": str(tmp_path), "GPU_AIRGAP_NODE_CACHE": str(tmp_path / "zipapp-cache"),
-        "GPU_AIRGAP_HOST_ROOT": str(host), "GPU_AIRGAP_BUNDLE_URL": bundle_server, "GPU_AIRGAP_KEYRING": str(operator_key.public),
-        "GPU_AIRGAP_RUNTIME": "containerd", "GPU_AIRGAP_RUNTIME_NAME": "nvidia", "GPU_AIRGAP_CDI": "off",
-        "GPU_AIRGAP_RESTART": "none", "GPU_AIRGAP_ONESHOT": "true", "GPU_AIRGAP_READY_FILE": str(tmp_path / "ready"),
-    }  # fmt: skip
+        "PATH": os.environ["PATH"],
+        "HOME": str(tmp_path),
+        "GPU_AIRGAP_NODE_CACHE": str(tmp_path / "zipapp-cache"),
+        "GPU_AIRGAP_HOST_ROOT": str(host),
+        "GPU_AIRGAP_BUNDLE_URL": bundle_server,
+        "GPU_AIRGAP_KEYRING": str(operator_key.public),
+        "GPU_AIRGAP_RUNTIME": "containerd",
+        "GPU_AIRGAP_RUNTIME_NAME": "nvidia",
+        "GPU_AIRGAP_CDI": "off",
+        "GPU_AIRGAP_RESTART": "none",
+        "GPU_AIRGAP_ONESHOT": "true",
+        "GPU_AIRGAP_READY_FILE": str(tmp_path / "ready"),
+    }
     assert _pod(script, env, "ready").returncode == 1  # not ready before the install
     first = _pod(script, env)
     assert first.returncode == 0, first.stderr
     assert "not restarting containerd (GPU_AIRGAP_RESTART=none)" in first.stderr
     assert json.loads((tmp_path / "ready").read_text())["outcome"] == "installed"
     assert _pod(script, env, "ready").returncode == 0, "the readiness check failed after the install"
-    listed = subprocess.run(["dpkg-query", f"--admindir={host}/var/lib/dpkg", "-W", "-f=${Package}\n"], capture_output=True, text=True, check=True)
+    listed = subprocess.run(
+        ["dpkg-query", f"--admindir={host}/var/lib/dpkg", "-W", "-f=${Package}\n"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert set(TOOLKIT) <= set(listed.stdout.split())
     # a restarted pod (here: from the ConfigMap copy) finds the node up to date and restarts nothing
-    env = {k: v for k, v in env.items() if k != "GPU_AIRGAP_BUNDLE_URL"} | {"GPU_AIRGAP_BUNDLE_FILE": str(deb_bundle)}
+    env = {k: v for k, v in env.items() if k != "GPU_AIRGAP_BUNDLE_URL"} | {
+        "GPU_AIRGAP_BUNDLE_FILE": str(deb_bundle)
+    }
     second = _pod(script, env)
     assert second.returncode == 0, second.stderr
-    assert json.loads((tmp_path / "ready").read_text())["outcome"] == "up-to-date" and "restart" not in second.stderr
+    assert (
+        json.loads((tmp_path / "ready").read_text())["outcome"] == "up-to-date"
+        and "restart" not in second.stderr
+    )
 
 
-def test_pod_program_fails_with_one_sentence_when_the_bundle_cannot_be_fetched(operator_key: TestKey, tmp_path: Path) -> None:
+def test_pod_program_fails_with_one_sentence_when_the_bundle_cannot_be_fetched(
+    operator_key: TestKey, tmp_path: Path
+) -> None:
     host = tmp_path / "host"
     seed_dpkg_root(host)
     before = tree_digest(host)
@@ -252,12 +467,20 @@ def test_pod_program_fails_with_one_sentence_when_the_bundle_cannot_be_fetched(o
     with socket.socket() as probe:  # a port nothing listens on
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    env = {"PATH": os.environ["PATH"], "GPU_AIRGAP_HOST_ROOT": str(host), "GPU_AIRGAP_BUNDLE_URL": f"http://127.0.0.1:{port}/b.tar.zst",
-           "GPU_AIRGAP_KEYRING": str(operator_key.public), "GPU_AIRGAP_READY_FILE": str(tmp_path / "ready")}  # fmt: skip
+    env = {
+        "PATH": os.environ["PATH"],
+        "GPU_AIRGAP_HOST_ROOT": str(host),
+        "GPU_AIRGAP_BUNDLE_URL": f"http://127.0.0.1:{port}/b.tar.zst",
+        "GPU_AIRGAP_KEYRING": str(operator_key.public),
+        "GPU_AIRGAP_READY_FILE": str(tmp_path / "ready"),
+    }
     failed = _pod(script, env)
     fetching, error = failed.stderr.strip().splitlines()  # progress, then the one-sentence error
     assert failed.returncode != 0 and fetching.startswith("gpu-airgap-k8s: fetching http://127.0.0.1:")
-    assert error.startswith("gpu-airgap-k8s: could not fetch the bundle from http://127.0.0.1:") and "Connection refused" in error
+    assert (
+        error.startswith("gpu-airgap-k8s: could not fetch the bundle from http://127.0.0.1:")
+        and "Connection refused" in error
+    )
     assert not (tmp_path / "ready").exists() and _pod(script, env, "ready").returncode == 1
     assert {k: v for k, v in tree_digest(host).items() if not k.startswith("var/cache")} == before
 
@@ -278,17 +501,31 @@ class HostPod:
         self.cache.mkdir()
         self.wrapper = fleet_k8s.HOST_WRAPPER.replace("/etc/gpu-airgap/", f"{self.mounts}/")
         self.env = {
-            "PATH": os.environ["PATH"], "HOME": str(tmp_path), "GPU_AIRGAP_NODE_CACHE": str(tmp_path / "zipapp-cache"),
-            "GPU_AIRGAP_HOST_MOUNT": "/", "GPU_AIRGAP_CACHE": str(self.cache), "GPU_AIRGAP_HOST_ROOT": str(self.host),
-            "GPU_AIRGAP_KEYRING": str(self.cache / "operator.asc"), "GPU_AIRGAP_READY_FILE": str(self.cache / "ready"),
-            "GPU_AIRGAP_RUNTIME": "containerd", "GPU_AIRGAP_CDI": "off", "GPU_AIRGAP_RESTART": "none",
+            "PATH": os.environ["PATH"],
+            "HOME": str(tmp_path),
+            "GPU_AIRGAP_NODE_CACHE": str(tmp_path / "zipapp-cache"),
+            "GPU_AIRGAP_HOST_MOUNT": "/",
+            "GPU_AIRGAP_CACHE": str(self.cache),
+            "GPU_AIRGAP_HOST_ROOT": str(self.host),
+            "GPU_AIRGAP_KEYRING": str(self.cache / "operator.asc"),
+            "GPU_AIRGAP_READY_FILE": str(self.cache / "ready"),
+            "GPU_AIRGAP_RUNTIME": "containerd",
+            "GPU_AIRGAP_CDI": "off",
+            "GPU_AIRGAP_RESTART": "none",
             "GPU_AIRGAP_ONESHOT": "true",
-        }  # fmt: skip
+        }
         if bundle is not None:
             self.env["GPU_AIRGAP_BUNDLE_FILE"] = str(self.cache / "bundle.configmap")
 
     def run(self) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(["/bin/sh", "-c", self.wrapper], env=self.env, capture_output=True, text=True, timeout=180, check=False)
+        return subprocess.run(
+            ["/bin/sh", "-c", self.wrapper],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=180,
+            check=False,
+        )
 
     def ready(self) -> bool:
         probe = ["chroot", "/", "python3", "-I", "-S", str(self.cache / "k8s-node.py"), "ready"]
@@ -327,7 +564,11 @@ def test_host_tools_wrapper_fetches_the_bundle_url_in_the_pods_network_before_en
         dead = f"http://127.0.0.1:{probe.getsockname()[1]}/b.tar.zst"
     pod.env["GPU_AIRGAP_BUNDLE_URL"] = dead
     failed = pod.run()
-    assert failed.returncode == 1 and failed.stderr.strip().splitlines()[-1] == f"gpu-airgap-k8s: could not fetch the bundle from {dead}"
+    assert (
+        failed.returncode == 1
+        and failed.stderr.strip().splitlines()[-1]
+        == f"gpu-airgap-k8s: could not fetch the bundle from {dead}"
+    )
     assert not (pod.cache / "bundle").exists() and not pod.ready()
 
     pod.env["GPU_AIRGAP_BUNDLE_URL"] = bundle_server
@@ -368,21 +609,33 @@ def test_pod_program_refuses_a_node_tool_that_is_not_the_operators_and_never_run
     before = tree_digest(host)
     script = tmp_path / "k8s-node.py"
     script.write_text(pod_script())
-    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "GPU_AIRGAP_HOST_ROOT": str(host), "GPU_AIRGAP_BUNDLE_FILE": str(bad),
-           "GPU_AIRGAP_KEYRING": str(operator_key.public), "GPU_AIRGAP_READY_FILE": str(tmp_path / "ready"),
-           "GPU_AIRGAP_NODE_CACHE": str(tmp_path / "zipapp-cache"), "GPU_AIRGAP_ONESHOT": "true"}  # fmt: skip
+    env = {
+        "PATH": os.environ["PATH"],
+        "HOME": str(tmp_path),
+        "GPU_AIRGAP_HOST_ROOT": str(host),
+        "GPU_AIRGAP_BUNDLE_FILE": str(bad),
+        "GPU_AIRGAP_KEYRING": str(operator_key.public),
+        "GPU_AIRGAP_READY_FILE": str(tmp_path / "ready"),
+        "GPU_AIRGAP_NODE_CACHE": str(tmp_path / "zipapp-cache"),
+        "GPU_AIRGAP_ONESHOT": "true",
+    }
     failed = _pod(script, env)
     assert failed.returncode == ExitCode.VERIFICATION_FAILED, failed.stderr
     (line,) = failed.stderr.strip().splitlines()
     assert line.startswith("gpu-airgap-k8s: ") and words in line, line
     assert not marker.exists(), "the tampered node tool ran"
-    assert not (host / "var/cache/gpu-airgap/k8s/gpu-airgap-node.pyz").exists() and _pod(script, env, "ready").returncode == 1
+    assert (
+        not (host / "var/cache/gpu-airgap/k8s/gpu-airgap-node.pyz").exists()
+        and _pod(script, env, "ready").returncode == 1
+    )
     assert not marker.exists()
     assert {k: v for k, v in tree_digest(host).items() if not k.startswith("var/cache")} == before
 
 
 def _load_pod_program() -> Any:
-    spec = importlib.util.spec_from_file_location("k8s_node", Path(fleet_k8s.__file__).parent / "data" / "k8s-node.py")
+    spec = importlib.util.spec_from_file_location(
+        "k8s_node", Path(fleet_k8s.__file__).parent / "data" / "k8s-node.py"
+    )
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -390,7 +643,11 @@ def _load_pod_program() -> Any:
 
 
 def test_pod_program_checks_with_gpg_where_the_node_has_no_gpgv(
-    deb_bundle: Path, operator_key: TestKey, other_key: TestKey, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    deb_bundle: Path,
+    operator_key: TestKey,
+    other_key: TestKey,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     bin_dir = tmp_path / "bin"  # a node with GnuPG but no gpgv
     bin_dir.mkdir()
@@ -402,14 +659,18 @@ def test_pod_program_checks_with_gpg_where_the_node_has_no_gpgv(
     dest.parent.mkdir()
     program.node_tool(deb_bundle, dest, operator_key.public)
     assert dest.read_bytes() == tamper.node_files(deb_bundle)[NODE_TOOL]
-    bad = _attack("resigned-by-another-key", deb_bundle, other_key, tmp_path / "MARKER", tmp_path / "bad.tar.zst")
+    bad = _attack(
+        "resigned-by-another-key", deb_bundle, other_key, tmp_path / "MARKER", tmp_path / "bad.tar.zst"
+    )
     with pytest.raises(SystemExit) as refused:
         program.node_tool(bad, dest, operator_key.public)
     assert refused.value.code == ExitCode.VERIFICATION_FAILED and not dest.exists()
     assert sorted(p.name for p in dest.parent.iterdir()) == []  # no working copy left behind
 
 
-def test_pod_program_refuses_an_unreadable_registry_secret_with_one_sentence(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_pod_program_refuses_an_unreadable_registry_secret_with_one_sentence(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     secret = tmp_path / "config.json"
     secret.write_text("{not json")
     monkeypatch.setenv("GPU_AIRGAP_REGISTRY_CONFIG", str(secret))
@@ -421,13 +682,22 @@ def test_pod_program_refuses_an_unreadable_registry_secret_with_one_sentence(tmp
     assert not (tmp_path / "bundle").exists()
 
 
-def test_pod_program_without_its_bundle_file_fails_with_one_sentence(operator_key: TestKey, tmp_path: Path) -> None:
+def test_pod_program_without_its_bundle_file_fails_with_one_sentence(
+    operator_key: TestKey, tmp_path: Path
+) -> None:
     script = tmp_path / "k8s-node.py"
     script.write_text(pod_script())
-    env = {"PATH": os.environ["PATH"], "GPU_AIRGAP_HOST_ROOT": str(tmp_path / "host"), "GPU_AIRGAP_BUNDLE_FILE": str(tmp_path / "absent"),
-           "GPU_AIRGAP_BUNDLE_DIGEST": "sha256:" + "a" * 64, "GPU_AIRGAP_KEYRING": str(operator_key.public),
-           "GPU_AIRGAP_READY_FILE": str(tmp_path / "ready")}  # fmt: skip
+    env = {
+        "PATH": os.environ["PATH"],
+        "GPU_AIRGAP_HOST_ROOT": str(tmp_path / "host"),
+        "GPU_AIRGAP_BUNDLE_FILE": str(tmp_path / "absent"),
+        "GPU_AIRGAP_BUNDLE_DIGEST": "sha256:" + "a" * 64,
+        "GPU_AIRGAP_KEYRING": str(operator_key.public),
+        "GPU_AIRGAP_READY_FILE": str(tmp_path / "ready"),
+    }
     failed = _pod(script, env)
     (line,) = failed.stderr.strip().splitlines()
-    assert failed.returncode != 0 and line.startswith("gpu-airgap-k8s: ") and str(tmp_path / "absent") in line, failed.stderr
+    assert (
+        failed.returncode != 0 and line.startswith("gpu-airgap-k8s: ") and str(tmp_path / "absent") in line
+    ), failed.stderr
     assert not (tmp_path / "ready").exists()

@@ -86,24 +86,40 @@ def test_a_new_bundle_changes_the_pod_template_and_the_same_bundle_does_not(tmp_
     [
         ((), {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "10%"}}),
         (("--max-unavailable", "3"), {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 3}}),
-        (("--max-unavailable", "100%"), {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "100%"}}),
+        (
+            ("--max-unavailable", "100%"),
+            {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "100%"}},
+        ),
         (("--on-delete",), {"type": "OnDelete"}),
     ],
     ids=["default-10-percent", "count", "percent", "canary-on-delete"],
 )
-def test_max_unavailable_and_on_delete_set_the_update_strategy(flags: tuple[str, ...], strategy: Dict[str, Any]) -> None:
+def test_max_unavailable_and_on_delete_set_the_update_strategy(
+    flags: tuple[str, ...], strategy: Dict[str, Any]
+) -> None:
     daemonset = _daemonset(_render("--bundle-configmap", "nvct", "--bundle-sha256", "cd" * 32, *flags))
     assert daemonset["spec"]["updateStrategy"] == strategy
 
 
 def test_runtimeclass_schedules_pods_onto_the_nodes_the_daemonset_installs() -> None:
-    docs = _render("--bundle-configmap", "nvct", "--bundle-sha256", "cd" * 32, "--node-selector", "pool=a100", "--node-selector", "gpu=true")
+    docs = _render(
+        "--bundle-configmap",
+        "nvct",
+        "--bundle-sha256",
+        "cd" * 32,
+        "--node-selector",
+        "pool=a100",
+        "--node-selector",
+        "gpu=true",
+    )
     assert docs["RuntimeClass/nvidia"]["scheduling"] == {"nodeSelector": {"pool": "a100", "gpu": "true"}}
     assert _daemonset(docs)["spec"]["template"]["spec"]["nodeSelector"] == {"pool": "a100", "gpu": "true"}
 
 
 def test_idle_pod_asks_for_little_and_is_probed_often_enough_to_roll_fast(tmp_path: Path) -> None:
-    pod = _daemonset(_render("--bundle-configmap", "nvct", "--bundle-sha256", "cd" * 32))["spec"]["template"]["spec"]
+    pod = _daemonset(_render("--bundle-configmap", "nvct", "--bundle-sha256", "cd" * 32))["spec"]["template"][
+        "spec"
+    ]
     assert pod["containers"][0]["resources"] == {"requests": {"cpu": "10m", "memory": "32Mi"}}
     probe = pod["containers"][0]["readinessProbe"]
     assert (probe["initialDelaySeconds"], probe["periodSeconds"]) == (2, 5)
@@ -134,14 +150,23 @@ def test_bundle_from_a_registry_tag_is_pinned_to_its_digest_in_the_pod_template(
 ) -> None:
     digest = _push(deb_bundle, registry.ref("k8s/nvct:1.17.8"), operator_key)
     for tools in ("host", "image"):
-        daemonset = _daemonset(_render("--bundle", registry.ref("k8s/nvct:1.17.8"), "--tools", tools, "--registry-secret", "pull"))
+        daemonset = _daemonset(
+            _render(
+                "--bundle", registry.ref("k8s/nvct:1.17.8"), "--tools", tools, "--registry-secret", "pull"
+            )
+        )
         template = daemonset["spec"]["template"]
         env = _env(daemonset)
-        assert env["GPU_AIRGAP_BUNDLE_REF"] == registry.ref(f"k8s/nvct@{digest}") and env["GPU_AIRGAP_BUNDLE_DIGEST"] == digest
+        assert (
+            env["GPU_AIRGAP_BUNDLE_REF"] == registry.ref(f"k8s/nvct@{digest}")
+            and env["GPU_AIRGAP_BUNDLE_DIGEST"] == digest
+        )
         assert template["metadata"]["annotations"] == {fleet_k8s.DIGEST_ANNOTATION: digest}
         assert "GPU_AIRGAP_BUNDLE_URL" not in env and "GPU_AIRGAP_BUNDLE_FILE" not in env
         # the node's own network and resolver reach its registry (the kubelet pulls images from it)
-        assert template["spec"]["hostNetwork"] is True and template["spec"]["imagePullSecrets"] == [{"name": "pull"}]
+        assert template["spec"]["hostNetwork"] is True and template["spec"]["imagePullSecrets"] == [
+            {"name": "pull"}
+        ]
         secret = {v["name"]: v for v in template["spec"]["volumes"]}["registry"]["secret"]
         assert secret == {"secretName": "pull", "defaultMode": 0o400}
     pinned = _daemonset(_render("--bundle", registry.ref(f"k8s/nvct@{digest}")))
@@ -151,7 +176,9 @@ def test_bundle_from_a_registry_tag_is_pinned_to_its_digest_in_the_pod_template(
 def test_a_tag_that_is_not_in_the_registry_is_one_sentence(registry: Registry) -> None:
     result = run_cli("fleet", "k8s", "--keyring-configmap", "k", "--bundle", registry.ref("k8s/none:1"))
     assert result.exit_code != 0 and "Traceback" not in result.stderr
-    assert len(result.stderr.strip().splitlines()) == 1 and result.stderr.startswith("gpu-airgap: error: "), result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and result.stderr.startswith("gpu-airgap: error: "), (
+        result.stderr
+    )
 
 
 # -- the pod's program against the real registry ----------------------------------------------------
@@ -166,11 +193,19 @@ class Pod:
         self.script = tmp_path / "k8s-node.py"
         self.script.write_text(pod_script())
         self.env = {
-            "PATH": os.environ["PATH"], "HOME": str(tmp_path), "GPU_AIRGAP_NODE_CACHE": str(tmp_path / "zipapp-cache"),
-            "GPU_AIRGAP_HOST_ROOT": str(self.host), "GPU_AIRGAP_KEYRING": str(key), "GPU_AIRGAP_RUNTIME": "containerd",
-            "GPU_AIRGAP_CDI": "off", "GPU_AIRGAP_RESTART": "none", "GPU_AIRGAP_ONESHOT": "true",
-            "GPU_AIRGAP_READY_FILE": str(self.ready_file), "GPU_AIRGAP_REGISTRY_PLAIN_HTTP": "true", **env,
-        }  # fmt: skip
+            "PATH": os.environ["PATH"],
+            "HOME": str(tmp_path),
+            "GPU_AIRGAP_NODE_CACHE": str(tmp_path / "zipapp-cache"),
+            "GPU_AIRGAP_HOST_ROOT": str(self.host),
+            "GPU_AIRGAP_KEYRING": str(key),
+            "GPU_AIRGAP_RUNTIME": "containerd",
+            "GPU_AIRGAP_CDI": "off",
+            "GPU_AIRGAP_RESTART": "none",
+            "GPU_AIRGAP_ONESHOT": "true",
+            "GPU_AIRGAP_READY_FILE": str(self.ready_file),
+            "GPU_AIRGAP_REGISTRY_PLAIN_HTTP": "true",
+            **env,
+        }
 
     def run(self, *args: str) -> subprocess.CompletedProcess[str]:
         argv = [str(node_python()), str(self.script), *args]
@@ -182,7 +217,12 @@ def test_pod_pulls_the_bundle_by_digest_installs_it_and_readiness_follows_the_te
     registry: Registry, deb_bundle: Path, operator_key: TestKey, tmp_path: Path
 ) -> None:
     digest = _push(deb_bundle, registry.ref("k8s/pod:1"), operator_key)
-    pod = Pod(tmp_path, operator_key.public, GPU_AIRGAP_BUNDLE_REF=registry.ref(f"k8s/pod@{digest}"), GPU_AIRGAP_BUNDLE_DIGEST=digest)
+    pod = Pod(
+        tmp_path,
+        operator_key.public,
+        GPU_AIRGAP_BUNDLE_REF=registry.ref(f"k8s/pod@{digest}"),
+        GPU_AIRGAP_BUNDLE_DIGEST=digest,
+    )
     assert pod.run("ready").returncode == 1
     done = pod.run()
     assert done.returncode == 0, done.stderr
@@ -215,7 +255,12 @@ def test_pod_refuses_a_tampered_blob_from_the_registry_and_installs_nothing(
         data = bytearray(blob.read_bytes())
         data[len(data) // 2] ^= 0xFF
         blob.write_bytes(bytes(data))
-        pod = Pod(tmp_path, operator_key.public, GPU_AIRGAP_BUNDLE_REF=registry.ref(f"k8s/tampered@{digest}"), GPU_AIRGAP_BUNDLE_DIGEST=digest)
+        pod = Pod(
+            tmp_path,
+            operator_key.public,
+            GPU_AIRGAP_BUNDLE_REF=registry.ref(f"k8s/tampered@{digest}"),
+            GPU_AIRGAP_BUNDLE_DIGEST=digest,
+        )
         before = tree_digest(pod.host)
         failed = pod.run()
     assert failed.returncode == ExitCode.VERIFICATION_FAILED, failed.stderr
@@ -234,7 +279,12 @@ def test_pod_installs_a_split_bundle_pulled_part_by_part_by_digest(
     registry: Registry, split_bundle: Path, operator_key: TestKey, tmp_path: Path
 ) -> None:
     digest = _push(split_bundle / "nvct.tar.zst.part001", registry.ref("k8s/split:1"), operator_key)
-    pod = Pod(tmp_path, operator_key.public, GPU_AIRGAP_BUNDLE_REF=registry.ref(f"k8s/split@{digest}"), GPU_AIRGAP_BUNDLE_DIGEST=digest)
+    pod = Pod(
+        tmp_path,
+        operator_key.public,
+        GPU_AIRGAP_BUNDLE_REF=registry.ref(f"k8s/split@{digest}"),
+        GPU_AIRGAP_BUNDLE_DIGEST=digest,
+    )
     done = pod.run()
     assert done.returncode == 0, done.stderr
     assert "is a split bundle: the node tool pulls its parts" in done.stderr
@@ -253,17 +303,28 @@ def test_pod_installs_a_split_bundle_pulled_part_by_part_by_digest(
 def test_pod_refuses_a_tampered_split_bundle_and_installs_nothing(
     split_bundle: Path, operator_key: TestKey, other_key: TestKey, tmp_path: Path, damaged: str
 ) -> None:
-    with Registry(tmp_path / "registry") as registry:  # its own: blobs are shared by digest across repositories
+    with Registry(
+        tmp_path / "registry"
+    ) as registry:  # its own: blobs are shared by digest across repositories
         digest = _push(split_bundle / "nvct.tar.zst.part001", registry.ref("k8s/tampered:1"), operator_key)
         layers = json.loads(registry.blob_data(digest).read_bytes())["layers"]
-        assert [la["mediaType"].rsplit(".", 2)[-2] for la in layers[-3:]] == ["part", "sha256sums", "signature"]
+        assert [la["mediaType"].rsplit(".", 2)[-2] for la in layers[-3:]] == [
+            "part",
+            "sha256sums",
+            "signature",
+        ]
         if damaged != "other-key":
             blob = registry.blob_data(layers[0 if damaged == "first-part" else -3]["digest"])
             data = bytearray(blob.read_bytes())
             data[len(data) // 2] ^= 0xFF
             blob.write_bytes(bytes(data))
         key = other_key if damaged == "other-key" else operator_key
-        pod = Pod(tmp_path, key.public, GPU_AIRGAP_BUNDLE_REF=registry.ref(f"k8s/tampered@{digest}"), GPU_AIRGAP_BUNDLE_DIGEST=digest)
+        pod = Pod(
+            tmp_path,
+            key.public,
+            GPU_AIRGAP_BUNDLE_REF=registry.ref(f"k8s/tampered@{digest}"),
+            GPU_AIRGAP_BUNDLE_DIGEST=digest,
+        )
         before = tree_digest(pod.host)
         failed = pod.run()
     assert failed.returncode == ExitCode.VERIFICATION_FAILED, failed.stderr
@@ -291,7 +352,11 @@ def _bundle_of_kind(request: pytest.FixtureRequest, kind: str) -> Path:
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["whole", "split"])
 def test_pod_pulls_with_the_registry_secrets_basic_credentials(
-    operator_key: TestKey, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest, kind: str
+    operator_key: TestKey,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    request: pytest.FixtureRequest,
+    kind: str,
 ) -> None:
     # a split bundle's parts are pulled by the node tool, which gets the same secret as its Docker config
     bundle = _bundle_of_kind(request, kind)
@@ -299,19 +364,37 @@ def test_pod_pulls_with_the_registry_secrets_basic_credentials(
         monkeypatch.setenv("DOCKER_CONFIG", str(config.directory))
         digest = _push(bundle, registry.ref("k8s/auth:1"), operator_key)
         ref = registry.ref(f"k8s/auth@{digest}")
-        anonymous = Pod(tmp_path / "anon", operator_key.public, GPU_AIRGAP_BUNDLE_REF=ref, GPU_AIRGAP_BUNDLE_DIGEST=digest)
+        anonymous = Pod(
+            tmp_path / "anon", operator_key.public, GPU_AIRGAP_BUNDLE_REF=ref, GPU_AIRGAP_BUNDLE_DIGEST=digest
+        )
         refused = anonymous.run()
-        assert refused.returncode == 1 and "could not pull" in refused.stderr and "Unauthorized" in refused.stderr, refused.stderr
-        pod = Pod(tmp_path / "pod", operator_key.public, GPU_AIRGAP_BUNDLE_REF=ref, GPU_AIRGAP_BUNDLE_DIGEST=digest,
-                  GPU_AIRGAP_REGISTRY_CONFIG=str(config.directory / "config.json"))  # fmt: skip
+        assert (
+            refused.returncode == 1
+            and "could not pull" in refused.stderr
+            and "Unauthorized" in refused.stderr
+        ), refused.stderr
+        pod = Pod(
+            tmp_path / "pod",
+            operator_key.public,
+            GPU_AIRGAP_BUNDLE_REF=ref,
+            GPU_AIRGAP_BUNDLE_DIGEST=digest,
+            GPU_AIRGAP_REGISTRY_CONFIG=str(config.directory / "config.json"),
+        )
         done = pod.run()
     assert done.returncode == 0, done.stderr
     assert dpkg_versions(pod.host) == dict.fromkeys(TOOLKIT, "1.17.8-1")
 
 
 @pytest.mark.slow
-def test_pod_refuses_a_url_bundle_that_is_not_the_templates(deb_bundle: Path, operator_key: TestKey, tmp_path: Path) -> None:
-    pod = Pod(tmp_path, operator_key.public, GPU_AIRGAP_BUNDLE_FILE=str(deb_bundle), GPU_AIRGAP_BUNDLE_DIGEST="sha256:" + "1" * 64)
+def test_pod_refuses_a_url_bundle_that_is_not_the_templates(
+    deb_bundle: Path, operator_key: TestKey, tmp_path: Path
+) -> None:
+    pod = Pod(
+        tmp_path,
+        operator_key.public,
+        GPU_AIRGAP_BUNDLE_FILE=str(deb_bundle),
+        GPU_AIRGAP_BUNDLE_DIGEST="sha256:" + "1" * 64,
+    )
     before = tree_digest(pod.host)
     failed = pod.run()
     assert failed.returncode == ExitCode.VERIFICATION_FAILED, failed.stderr
@@ -319,8 +402,12 @@ def test_pod_refuses_a_url_bundle_that_is_not_the_templates(deb_bundle: Path, op
     assert {k: v for k, v in tree_digest(pod.host).items() if not k.startswith("var/cache")} == before
 
 
-def test_distro_and_take_over_reach_the_installer_on_every_node(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    daemonset = _daemonset(_render("--bundle-configmap", "nvct", "--bundle-sha256", "cd" * 32, "--distro", "k3s", "--take-over"))
+def test_distro_and_take_over_reach_the_installer_on_every_node(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    daemonset = _daemonset(
+        _render("--bundle-configmap", "nvct", "--bundle-sha256", "cd" * 32, "--distro", "k3s", "--take-over")
+    )
     env = _env(daemonset)
     assert (env["GPU_AIRGAP_DISTRO"], env["GPU_AIRGAP_TAKE_OVER"]) == ("k3s", "true")
     script = tmp_path / "k8s_node.py"
@@ -342,7 +429,11 @@ def test_distro_and_take_over_reach_the_installer_on_every_node(monkeypatch: pyt
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["whole", "split"])
 def test_host_tools_wrapper_hands_the_registry_secret_to_the_pull_inside_the_node(
-    operator_key: TestKey, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest, kind: str
+    operator_key: TestKey,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    request: pytest.FixtureRequest,
+    kind: str,
 ) -> None:
     bundle = _bundle_of_kind(request, kind)
     with registry_with_login(tmp_path) as (registry, config):
@@ -352,11 +443,17 @@ def test_host_tools_wrapper_hands_the_registry_secret_to_the_pull_inside_the_nod
         secret = pod.mounts / "registry/.dockerconfigjson"  # the --registry-secret volume
         secret.parent.mkdir(parents=True)
         secret.write_bytes((config.directory / "config.json").read_bytes())
-        pod.env.update(GPU_AIRGAP_BUNDLE_REF=registry.ref(f"k8s/host@{digest}"), GPU_AIRGAP_BUNDLE_DIGEST=digest,
-                       GPU_AIRGAP_REGISTRY_PLAIN_HTTP="true", GPU_AIRGAP_REGISTRY_CONFIG=str(pod.cache / "registry.json"))  # fmt: skip
+        pod.env.update(
+            GPU_AIRGAP_BUNDLE_REF=registry.ref(f"k8s/host@{digest}"),
+            GPU_AIRGAP_BUNDLE_DIGEST=digest,
+            GPU_AIRGAP_REGISTRY_PLAIN_HTTP="true",
+            GPU_AIRGAP_REGISTRY_CONFIG=str(pod.cache / "registry.json"),
+        )
         done = pod.run()
     assert done.returncode == 0, done.stderr
-    assert (pod.cache / "registry.json").stat().st_mode & 0o077 == 0, "the credentials copy is readable by others"
+    assert (pod.cache / "registry.json").stat().st_mode & 0o077 == 0, (
+        "the credentials copy is readable by others"
+    )
     assert json.loads((pod.cache / "ready").read_text())["bundle_digest"] == digest and pod.ready()
 
 
@@ -368,22 +465,49 @@ def test_pod_pulls_from_a_tls_registry_with_the_rendered_registry_ca(
     bundle = _bundle_of_kind(request, kind)
     ca, cert, key = make_tls(tmp_path / "tls")
     with Registry(tmp_path / "registry", tls=(cert, key)) as registry:
-        pushed = run_cli("bundle", "push", str(bundle), registry.ref("k8s/tls:1"), "--keyring", str(operator_key.public),
-                         "--ca-file", str(ca), "--json")  # fmt: skip
+        pushed = run_cli(
+            "bundle",
+            "push",
+            str(bundle),
+            registry.ref("k8s/tls:1"),
+            "--keyring",
+            str(operator_key.public),
+            "--ca-file",
+            str(ca),
+            "--json",
+        )
         assert pushed.exit_code == 0, pushed.stderr
         digest = json.loads(pushed.stdout)["digest"]
         # the tag is resolved over TLS with the same CA, which also goes to the pods in a ConfigMap
         docs = _render("--bundle", registry.ref("k8s/tls:1"), "--registry-ca", str(ca))
         assert docs["ConfigMap/gpu-airgap-node-registry-ca"]["data"]["ca.pem"] == ca.read_text()
         env = _env(_daemonset(docs))
-        assert env["GPU_AIRGAP_REGISTRY_CA"] == f"{fleet_k8s.HOST_CACHE}/registry-ca.pem" and env["GPU_AIRGAP_BUNDLE_DIGEST"] == digest
+        assert (
+            env["GPU_AIRGAP_REGISTRY_CA"] == f"{fleet_k8s.HOST_CACHE}/registry-ca.pem"
+            and env["GPU_AIRGAP_BUNDLE_DIGEST"] == digest
+        )
         ref = registry.ref(f"k8s/tls@{digest}")
-        untrusted = Pod(tmp_path / "untrusted", operator_key.public, GPU_AIRGAP_BUNDLE_REF=ref, GPU_AIRGAP_BUNDLE_DIGEST=digest,
-                        GPU_AIRGAP_REGISTRY_PLAIN_HTTP="false")  # fmt: skip
+        untrusted = Pod(
+            tmp_path / "untrusted",
+            operator_key.public,
+            GPU_AIRGAP_BUNDLE_REF=ref,
+            GPU_AIRGAP_BUNDLE_DIGEST=digest,
+            GPU_AIRGAP_REGISTRY_PLAIN_HTTP="false",
+        )
         refused = untrusted.run()
-        assert refused.returncode == 1 and "could not pull" in refused.stderr and "CERTIFICATE_VERIFY_FAILED" in refused.stderr, refused.stderr
-        pod = Pod(tmp_path / "pod", operator_key.public, GPU_AIRGAP_BUNDLE_REF=ref, GPU_AIRGAP_BUNDLE_DIGEST=digest,
-                  GPU_AIRGAP_REGISTRY_PLAIN_HTTP="false", GPU_AIRGAP_REGISTRY_CA=str(ca))  # fmt: skip
+        assert (
+            refused.returncode == 1
+            and "could not pull" in refused.stderr
+            and "CERTIFICATE_VERIFY_FAILED" in refused.stderr
+        ), refused.stderr
+        pod = Pod(
+            tmp_path / "pod",
+            operator_key.public,
+            GPU_AIRGAP_BUNDLE_REF=ref,
+            GPU_AIRGAP_BUNDLE_DIGEST=digest,
+            GPU_AIRGAP_REGISTRY_PLAIN_HTTP="false",
+            GPU_AIRGAP_REGISTRY_CA=str(ca),
+        )
         done = pod.run()
     assert done.returncode == 0, done.stderr
     assert dpkg_versions(pod.host) == dict.fromkeys(TOOLKIT, "1.17.8-1")
@@ -392,8 +516,28 @@ def test_pod_pulls_from_a_tls_registry_with_the_rendered_registry_ca(
 def test_registry_ca_needs_an_oci_bundle_and_a_pem_file(tmp_path: Path) -> None:
     not_pem = tmp_path / "ca.der"
     not_pem.write_bytes(b"\x30\x82binary")
-    bad = run_cli("fleet", "k8s", "--keyring-configmap", "k", "--bundle", "oci://r.internal/x@sha256:" + "a" * 64, "--registry-ca", str(not_pem))
+    bad = run_cli(
+        "fleet",
+        "k8s",
+        "--keyring-configmap",
+        "k",
+        "--bundle",
+        "oci://r.internal/x@sha256:" + "a" * 64,
+        "--registry-ca",
+        str(not_pem),
+    )
     assert bad.exit_code == 2 and "is not a PEM certificate" in bad.stderr, bad.stderr
     ca, _, _ = make_tls(tmp_path / "tls")
-    url = run_cli("fleet", "k8s", "--keyring-configmap", "k", "--bundle-configmap", "b", "--bundle-sha256", "ab" * 32, "--registry-ca", str(ca))
+    url = run_cli(
+        "fleet",
+        "k8s",
+        "--keyring-configmap",
+        "k",
+        "--bundle-configmap",
+        "b",
+        "--bundle-sha256",
+        "ab" * 32,
+        "--registry-ca",
+        str(ca),
+    )
     assert url.exit_code == 2 and "--registry-ca applies to --bundle oci://… only" in url.stderr, url.stderr

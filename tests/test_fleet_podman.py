@@ -19,16 +19,35 @@ from mirror.bundle.zipapp import build_zipapp
 
 pytestmark = pytest.mark.slow
 
-LIBRARY = Path(__file__).resolve().parents[1] / "deploy/ansible/collections/ansible_collections/airgap/gpu_airgap/plugins/modules"
+LIBRARY = (
+    Path(__file__).resolve().parents[1]
+    / "deploy/ansible/collections/ansible_collections/airgap/gpu_airgap/plugins/modules"
+)
 
 
 def _module(tmp: Path, *args: str) -> Dict[str, Any]:
     """Run the module once on localhost; return its result (``ansible -o``: ``host | STATUS => {...}``)."""
     home = tmp / "home"
-    env = {**os.environ, "HOME": str(home), "ANSIBLE_HOME": str(home / ".ansible"), "ANSIBLE_LOCAL_TEMP": str(home / "lt"),
-           "ANSIBLE_REMOTE_TEMP": str(home / "rt"), "ANSIBLE_NOCOLOR": "1", "ANSIBLE_LIBRARY": str(LIBRARY),
-           "ANSIBLE_PYTHON_INTERPRETER": sys.executable}  # fmt: skip
-    argv = [str(Path(sys.executable).with_name("ansible")), "localhost", "-c", "local", "-o", "-m", "gpu_airgap_node", *args]
+    env = {
+        **os.environ,
+        "HOME": str(home),
+        "ANSIBLE_HOME": str(home / ".ansible"),
+        "ANSIBLE_LOCAL_TEMP": str(home / "lt"),
+        "ANSIBLE_REMOTE_TEMP": str(home / "rt"),
+        "ANSIBLE_NOCOLOR": "1",
+        "ANSIBLE_LIBRARY": str(LIBRARY),
+        "ANSIBLE_PYTHON_INTERPRETER": sys.executable,
+    }
+    argv = [
+        str(Path(sys.executable).with_name("ansible")),
+        "localhost",
+        "-c",
+        "local",
+        "-o",
+        "-m",
+        "gpu_airgap_node",
+        *args,
+    ]
     proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300, check=False)
     line = next((x for x in proc.stdout.splitlines() if "=>" in x), "")
     assert line, proc.stdout + proc.stderr

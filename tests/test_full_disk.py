@@ -46,7 +46,9 @@ class SmallDisk:
     def leave_free(self, *, pages: int | None = None, inodes: int | None = None) -> None:
         """Limit the filesystem to what it holds now plus ``pages`` pages or ``inodes`` inodes."""
         used_pages, used_inodes = self.usage()
-        size = max(used_pages + pages, 1) * PAGE if pages is not None else 64 << 20  # size=0 would mean no limit
+        size = (
+            max(used_pages + pages, 1) * PAGE if pages is not None else 64 << 20
+        )  # size=0 would mean no limit
         count = used_inodes + inodes if inodes is not None else 100_000
         _mount("-o", f"remount,size={size},nr_inodes={count}", "tmpfs", str(self.root))
 
@@ -72,7 +74,9 @@ def small_disk(tmp_path: Path) -> Iterator[SmallDisk]:
 
 
 @pytest.fixture
-def changed_upstream(upstream_tree: UpstreamTree, tmp_path: Path) -> Iterator[tuple[UpstreamTree, UpstreamServer]]:
+def changed_upstream(
+    upstream_tree: UpstreamTree, tmp_path: Path
+) -> Iterator[tuple[UpstreamTree, UpstreamServer]]:
     """The local upstream after a republish: new Packages.xz bytes (same packages) and a re-signed InRelease."""
     tree = copy_upstream(upstream_tree, tmp_path / "site")
     repo = tree.root / "stable/deb/amd64"
@@ -84,9 +88,24 @@ def changed_upstream(upstream_tree: UpstreamTree, tmp_path: Path) -> Iterator[tu
 
 def _sync(tree: UpstreamTree, server: UpstreamServer, dest: Path, version: str) -> CliResult:
     return run_cli(
-        "mirror", "sync", "--dest", str(dest), "--upstream", server.url, "--keyring", str(tree.public_key),
-        "--version", version, "--format", "deb", "--arch", "amd64", "--json", "--jobs", "2",
-    )  # fmt: skip
+        "mirror",
+        "sync",
+        "--dest",
+        str(dest),
+        "--upstream",
+        server.url,
+        "--keyring",
+        str(tree.public_key),
+        "--version",
+        version,
+        "--format",
+        "deb",
+        "--arch",
+        "amd64",
+        "--json",
+        "--jobs",
+        "2",
+    )
 
 
 def _mirror_hash(dest: Path) -> str:
@@ -133,7 +152,9 @@ def _sweep(
             break
         assert result.exit_code == NO_SPACE, (free, result.stderr)
         _one_sentence(result)
-        assert _mirror_hash(dest) == before, f"{kind}={free}: the failed sync changed the mirror ({result.stderr})"
+        assert _mirror_hash(dest) == before, (
+            f"{kind}={free}: the failed sync changed the mirror ({result.stderr})"
+        )
         assert not (dest / ".gpu-airgap/switch.json").exists()
         if baseline.exists():
             assert run_cli("mirror", "verify", "--mirror", str(dest)).exit_code == 0, f"{kind}={free}"
@@ -156,12 +177,22 @@ def test_first_sync_on_a_full_disk_says_so_in_one_sentence_and_the_next_sync_com
 ) -> None:
     # By inodes: the first sync also makes DEST, its lock file and its directories (the page
     # sweep of the update test below covers running out of bytes).
-    four = {f"{n}_1.17.8-1_amd64.deb" for n in (
-        "nvidia-container-toolkit", "nvidia-container-toolkit-base", "libnvidia-container-tools", "libnvidia-container1")}  # fmt: skip
+    four = {
+        f"{n}_1.17.8-1_amd64.deb"
+        for n in (
+            "nvidia-container-toolkit",
+            "nvidia-container-toolkit-base",
+            "libnvidia-container-tools",
+            "libnvidia-container1",
+        )
+    }
     phases = _sweep(
-        small_disk, tmp_path / "no-mirror-yet", "inodes",
-        lambda dest: _sync(upstream_tree, upstream_server, dest, "1.17.8"), four,
-    )  # fmt: skip
+        small_disk,
+        tmp_path / "no-mirror-yet",
+        "inodes",
+        lambda dest: _sync(upstream_tree, upstream_server, dest, "1.17.8"),
+        four,
+    )
     assert phases == {"download", "commit"}
 
 
@@ -178,8 +209,15 @@ def test_update_sync_on_a_full_disk_leaves_metadata_and_state_as_they_were(
     baseline = tmp_path / "baseline"
     assert _sync(upstream_tree, upstream_server, baseline, "1.17.8").exit_code == 0
     tree, server = changed_upstream
-    new = {f"{n}_1.18.0-1_amd64.deb" for n in (
-        "nvidia-container-toolkit", "nvidia-container-toolkit-base", "libnvidia-container-tools", "libnvidia-container1")}  # fmt: skip
+    new = {
+        f"{n}_1.18.0-1_amd64.deb"
+        for n in (
+            "nvidia-container-toolkit",
+            "nvidia-container-toolkit-base",
+            "libnvidia-container-tools",
+            "libnvidia-container1",
+        )
+    }
     phases = _sweep(small_disk, baseline, kind, lambda dest: _sync(tree, server, dest, "1.18.0"), new)
     assert phases == {"download", "commit"}
 
@@ -195,11 +233,16 @@ def test_a_sync_that_ran_out_of_space_while_committing_downloads_nothing_again(
         small_disk.leave_free(pages=free)
         result = _sync(upstream_tree, upstream_server, dest, "1.17.8")
         assert result.exit_code in (0, NO_SPACE), result.stderr
-        if result.exit_code == NO_SPACE and len(list((dest / ".gpu-airgap/staging/stable/deb/amd64").glob("*.deb"))) == 4:
+        if (
+            result.exit_code == NO_SPACE
+            and len(list((dest / ".gpu-airgap/staging/stable/deb/amd64").glob("*.deb"))) == 4
+        ):
             break
     else:
         pytest.fail("no free space left room for the downloads but not for the commit")
-    assert "the mirror is unchanged and what was downloaded is kept for the next sync" in _one_sentence(result)
+    assert "the mirror is unchanged and what was downloaded is kept for the next sync" in _one_sentence(
+        result
+    )
     assert not (dest / ".gpu-airgap/state.json").exists() and not list(dest.glob("stable/deb/amd64/*"))
     small_disk.unlimit()
     upstream_server.reset()
@@ -219,10 +262,22 @@ def test_bundle_build_on_a_full_disk_says_so_and_leaves_no_file(
     small_disk.leave_free(pages=8)
     for split in ([], ["--split", "1M"]):
         result = run_cli(
-            "bundle", "build", "--mirror", str(deb_mirror), "--version", "1.17.8", "--target", "deb/amd64",
-            "--sign-key", operator_key.fingerprint, "--gnupghome", str(operator_key.home),
-            "--output", str(out / "nvct.tar.zst"), *split,
-        )  # fmt: skip
+            "bundle",
+            "build",
+            "--mirror",
+            str(deb_mirror),
+            "--version",
+            "1.17.8",
+            "--target",
+            "deb/amd64",
+            "--sign-key",
+            operator_key.fingerprint,
+            "--gnupghome",
+            str(operator_key.home),
+            "--output",
+            str(out / "nvct.tar.zst"),
+            *split,
+        )
         assert result.exit_code == NO_SPACE, result.stderr
         assert "no bundle was written" in _one_sentence(result)
         assert list(out.iterdir()) == []
@@ -235,9 +290,19 @@ def test_publish_on_a_full_disk_says_so_and_leaves_the_published_tree_as_it_was(
 
     def publish() -> CliResult:
         return run_cli(
-            "mirror", "publish", "--mirror", str(deb_mirror), "--output", str(out), "--base-url", "http://mirror.internal/nvct",
-            "--sign-key", operator_key.fingerprint, "--gnupghome", str(operator_key.home),
-        )  # fmt: skip
+            "mirror",
+            "publish",
+            "--mirror",
+            str(deb_mirror),
+            "--output",
+            str(out),
+            "--base-url",
+            "http://mirror.internal/nvct",
+            "--sign-key",
+            operator_key.fingerprint,
+            "--gnupghome",
+            str(operator_key.home),
+        )
 
     assert publish().exit_code == 0
     before = _mirror_hash(out)

@@ -199,9 +199,7 @@ class TestThrowawayKeys:
     def test_temporary_home_is_removed_on_exit_and_no_agent_outlives_it(self, test_key: TestKey) -> None:
         with Keyring.open([test_key.public]) as keyring:
             home = keyring._home
-            keyring.verify_detached(
-                REPOMD, test_key.sign_detached(REPOMD)
-            )
+            keyring.verify_detached(REPOMD, test_key.sign_detached(REPOMD))
             assert home.is_dir()
         assert not home.exists()
         agents = subprocess.run(

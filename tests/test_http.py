@@ -32,7 +32,9 @@ class Fault:
 class Site:
     files: dict[str, bytes] = field(default_factory=dict)
     faults: dict[str, Fault] = field(default_factory=dict)
-    log: list[tuple[str, str, int, dict[str, str]]] = field(default_factory=list)  # method, path, status, headers
+    log: list[tuple[str, str, int, dict[str, str]]] = field(
+        default_factory=list
+    )  # method, path, status, headers
     served: dict[str, int] = field(default_factory=dict)  # body bytes sent per path
     base: str = ""
     last_modified_only: bool = False  #: validate with Last-Modified / If-Modified-Since, send no ETag
@@ -152,7 +154,9 @@ def test_download_writes_the_file_only_after_size_and_checksum_match(site: Site,
     dest = tmp_path / "out" / "a.deb"
     seen: list[int] = []
     with _downloader() as dl:
-        got = dl.download(f"{site.base}/a.deb", dest, size=len(BLOB), sha512=_sha512(BLOB), on_progress=seen.append)
+        got = dl.download(
+            f"{site.base}/a.deb", dest, size=len(BLOB), sha512=_sha512(BLOB), on_progress=seen.append
+        )
     assert got == len(BLOB)
     assert dest.read_bytes() == BLOB
     assert sum(seen) == len(BLOB)
@@ -198,7 +202,10 @@ def test_download_gives_up_after_the_last_retry_with_one_sentence(site: Site, tm
     with _downloader(sleeps, retries=2) as dl, pytest.raises(FetchError) as err:
         dl.download(f"{site.base}/a.deb", tmp_path / "a.deb", size=len(BLOB), sha512=_sha512(BLOB))
     assert err.value.status == 503
-    assert str(err.value) == f"could not download {site.base}/a.deb: the server answered HTTP 503 Service Unavailable (tried 3 times)"
+    assert (
+        str(err.value)
+        == f"could not download {site.base}/a.deb: the server answered HTTP 503 Service Unavailable (tried 3 times)"
+    )
     assert len(sleeps) == 2
     assert list(tmp_path.iterdir()) == []
 
@@ -298,7 +305,9 @@ def test_download_many_fetches_in_parallel_and_stops_at_first_failure(site: Site
     for i in range(6):
         data = bytes([i]) * 200_000
         site.files[f"/f{i}.deb"] = data
-        items.append(DownloadRequest(f"{site.base}/f{i}.deb", tmp_path / f"f{i}.deb", len(data), sha512=_sha512(data)))
+        items.append(
+            DownloadRequest(f"{site.base}/f{i}.deb", tmp_path / f"f{i}.deb", len(data), sha512=_sha512(data))
+        )
     with _downloader(jobs=3) as dl:
         assert dl.download_many(items) == 6 * 200_000
     assert all(item.dest.read_bytes() == site.files[f"/{item.dest.name}"] for item in items)

@@ -57,12 +57,18 @@ def _bin_dir(path: Path, links: Dict[str, str]) -> Path:
 
 def _env(path: str, tmp_path: Path) -> Dict[str, str]:
     """What a root shell on a node has: no PYTHONPATH, no VIRTUAL_ENV, nothing from this venv."""
-    return {"PATH": path, "HOME": str(tmp_path / "home"), "LANG": "C.UTF-8", "GPU_AIRGAP_NODE_CACHE": str(tmp_path / "cache")}
+    return {
+        "PATH": path,
+        "HOME": str(tmp_path / "home"),
+        "LANG": "C.UTF-8",
+        "GPU_AIRGAP_NODE_CACHE": str(tmp_path / "cache"),
+    }
 
 
 def _install_sh(node: Path, env: Dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["/bin/sh", "install.sh", *args], cwd=node, env=env, capture_output=True, text=True, timeout=120)
-
+    return subprocess.run(
+        ["/bin/sh", "install.sh", *args], cwd=node, env=env, capture_output=True, text=True, timeout=120
+    )
 
 
 def test_install_sh_installs_with_only_python3_and_gpg_and_a_second_run_has_nothing_to_do(
@@ -72,14 +78,20 @@ def test_install_sh_installs_with_only_python3_and_gpg_and_a_second_run_has_noth
     seed_containerd_node(root)
     python_bin = _bin_dir(tmp_path / "python-bin", {"python3": str(node_python())})
     env = _env(f"{python_bin}:{NODE_PATH}", tmp_path)
-    assert subprocess.run(["python3", "-c", "import typer"], env=env, capture_output=True).returncode != 0  # no venv
+    assert (
+        subprocess.run(["python3", "-c", "import typer"], env=env, capture_output=True).returncode != 0
+    )  # no venv
 
     shutil.copy(bundle, node / bundle.name)  # the admin copied both to the node
     shutil.copy(operator_key.public, node / "operator.asc")
     documented = f"{node_command(bundle.name)} --root {root} --runtime containerd"
-    first = subprocess.run(["/bin/sh", "-c", documented], cwd=node, env=env, capture_output=True, text=True, timeout=120)
+    first = subprocess.run(
+        ["/bin/sh", "-c", documented], cwd=node, env=env, capture_output=True, text=True, timeout=120
+    )
     assert first.returncode == 0, first.stderr
-    assert first.stdout.startswith("install.sh: OK\ngpu-airgap-node.pyz: OK\ninstalled: bundle "), first.stdout  # sha256sum -c, then the tool
+    assert first.stdout.startswith("install.sh: OK\ngpu-airgap-node.pyz: OK\ninstalled: bundle "), (
+        first.stdout
+    )  # sha256sum -c, then the tool
     assert 'gpgv: Good signature from "bundle operator' in first.stderr
 
     inspected = json.loads(run_cli("bundle", "inspect", str(bundle), "--json").stdout)
@@ -135,7 +147,9 @@ def test_install_sh_without_python3_exits_7(node: Path, tmp_path: Path) -> None:
     assert done.returncode == 7 and "python3 (>= 3.9) is required" in _one_sentence(done.stderr)[0]
 
 
-def test_install_sh_refuses_a_zstd_bundle_on_a_node_without_zstd(node: Path, bundle: Path, tmp_path: Path) -> None:
+def test_install_sh_refuses_a_zstd_bundle_on_a_node_without_zstd(
+    node: Path, bundle: Path, tmp_path: Path
+) -> None:
     tools = {name: f"/usr/bin/{name}" for name in ("dirname", "cut", "od", "tr", "gpg")}
     bin_dir = _bin_dir(tmp_path / "bin", {**tools, "python3": str(node_python())})
     done = _install_sh(node, _env(str(bin_dir), tmp_path), str(bundle), "--keyring", "key.asc")
@@ -147,10 +161,15 @@ def test_install_sh_refuses_a_zstd_bundle_on_a_node_without_zstd(node: Path, bun
 def test_install_sh_refuses_when_the_zipapp_was_not_extracted(node: Path, tmp_path: Path) -> None:
     (node / "gpu-airgap-node.pyz").unlink()
     bin_dir = _bin_dir(tmp_path / "bin", {"python3": str(node_python())})
-    done = _install_sh(node, _env(f"{bin_dir}:{NODE_PATH}", tmp_path), "bundle.tar.zst", "--keyring", "key.asc")
+    done = _install_sh(
+        node, _env(f"{bin_dir}:{NODE_PATH}", tmp_path), "bundle.tar.zst", "--keyring", "key.asc"
+    )
     (line,) = _one_sentence(done.stderr)
     assert done.returncode == 7 and "gpu-airgap-node.pyz is missing" in line
-    assert "check them first with: tar --occurrence -xf BUNDLE NODE-SHA256SUMS NODE-SHA256SUMS.asc install.sh gpu-airgap-node.pyz" in line
+    assert (
+        "check them first with: tar --occurrence -xf BUNDLE NODE-SHA256SUMS NODE-SHA256SUMS.asc install.sh gpu-airgap-node.pyz"
+        in line
+    )
 
 
 def test_install_sh_checks_the_node_tool_against_the_given_key_before_running_it(
@@ -162,18 +181,32 @@ def test_install_sh_checks_the_node_tool_against_the_given_key_before_running_it
     assert wrong.returncode == 3
     assert "NODE-SHA256SUMS next to this script is not signed by the key in" in _one_sentence(wrong.stderr)[0]
     missing = _install_sh(node, env, str(bundle))
-    assert missing.returncode == 2 and "give the operator's public key file with --keyring" in _one_sentence(missing.stderr)[0]
+    assert (
+        missing.returncode == 2
+        and "give the operator's public key file with --keyring" in _one_sentence(missing.stderr)[0]
+    )
     assert not (tmp_path / "cache").exists()  # the zipapp never started (it would have made its cache)
 
 
-def test_install_sh_checks_with_gpg_where_the_node_has_no_gpgv(node: Path, bundle: Path, operator_key: TestKey, other_key: TestKey, tmp_path: Path) -> None:
-    tools = {name: f"/usr/bin/{name}" for name in ("dirname", "cut", "od", "tr", "gpg", "zstd", "mktemp", "rm", "sha256sum")}
+def test_install_sh_checks_with_gpg_where_the_node_has_no_gpgv(
+    node: Path, bundle: Path, operator_key: TestKey, other_key: TestKey, tmp_path: Path
+) -> None:
+    tools = {
+        name: f"/usr/bin/{name}"
+        for name in ("dirname", "cut", "od", "tr", "gpg", "zstd", "mktemp", "rm", "sha256sum")
+    }
     env = _env(str(_bin_dir(tmp_path / "bin", {**tools, "python3": str(node_python())})), tmp_path)
-    wrong = _install_sh(node, env, str(bundle), "--keyring", str(other_key.public), "--root", str(tmp_path / "none"))
+    wrong = _install_sh(
+        node, env, str(bundle), "--keyring", str(other_key.public), "--root", str(tmp_path / "none")
+    )
     assert wrong.returncode == 3 and "is not signed by the key in" in _one_sentence(wrong.stderr)[0]
     # With the operator key the check passes and the tool runs: it refuses the missing root itself.
-    right = _install_sh(node, env, str(bundle), "--keyring", str(operator_key.public), "--root", str(tmp_path / "none"))
-    assert right.returncode == 2 and "is not a directory" in right.stderr and "install.sh:" not in right.stderr, right.stderr
+    right = _install_sh(
+        node, env, str(bundle), "--keyring", str(operator_key.public), "--root", str(tmp_path / "none")
+    )
+    assert (
+        right.returncode == 2 and "is not a directory" in right.stderr and "install.sh:" not in right.stderr
+    ), right.stderr
 
 
 def test_install_sh_runs_the_node_tool_without_the_nodes_site_packages_start_up_code(
@@ -191,6 +224,8 @@ def test_install_sh_runs_the_node_tool_without_the_nodes_site_packages_start_up_
     marker.unlink()
 
     env = _env(f"{venv / 'bin'}:{NODE_PATH}", tmp_path)
-    done = _install_sh(node, env, str(bundle), "--keyring", str(operator_key.public), "--root", str(tmp_path / "none"))
+    done = _install_sh(
+        node, env, str(bundle), "--keyring", str(operator_key.public), "--root", str(tmp_path / "none")
+    )
     assert done.returncode == 2 and "is not a directory" in done.stderr, done.stderr  # the tool itself ran
     assert not marker.exists()

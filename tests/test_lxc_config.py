@@ -77,7 +77,9 @@ def test_a_privileged_container_is_refused_with_the_reason_and_left_alone(tmp_pa
     assert config.read_text() == "lxc.uts.name = c1\n"
 
 
-@pytest.mark.parametrize("name, message", [("../x", "not an LXC container name"), ("nope", "there is no LXC container nope")])
+@pytest.mark.parametrize(
+    "name, message", [("../x", "not an LXC container name"), ("nope", "there is no LXC container nope")]
+)
 def test_a_bad_or_missing_container_is_a_usage_error(tmp_path: Path, name: str, message: str) -> None:
     with pytest.raises(UsageError, match=message):
         LxcEngine().plan(RuntimeOptions(root=tmp_path, container=name))
@@ -88,7 +90,9 @@ def test_revert_removes_exactly_our_lines_and_keeps_an_edit_made_since(tmp_path:
     config = _container(tmp_path, original)
     plan = LxcEngine().plan(RuntimeOptions(root=tmp_path, container="c1"))
     apply_changes("lxc", plan.changes, Journal(tmp_path), dict(plan.notes))
-    config.write_text(config.read_text().replace("lxc.uts.name = c1", "lxc.uts.name = renamed") + "lxc.start.auto = 1\n")
+    config.write_text(
+        config.read_text().replace("lxc.uts.name = c1", "lxc.uts.name = renamed") + "lxc.start.auto = 1\n"
+    )
     assert plan_revert(Journal(tmp_path), ["lxc"]).problems == []  # no --force needed
     revert("lxc", Journal(tmp_path))
     assert config.read_text() == "lxc.uts.name = renamed\n" + IDMAP + "lxc.start.auto = 1\n"
@@ -151,10 +155,14 @@ def test_lxd_a_failing_client_is_one_sentence() -> None:
     with pytest.raises(ToolError, match="lxc profile show nope failed: Error: not found"):
         lxd.current_profile("lxd", "nope", Client("", fail="nope"))
     result = run_cli("configure", "lxd", "--profile", "gpu")
-    assert result.exit_code == 0 and result.stdout.splitlines()[0] == "lxc profile set gpu nvidia.runtime=true"
+    assert (
+        result.exit_code == 0 and result.stdout.splitlines()[0] == "lxc profile set gpu nvidia.runtime=true"
+    )
 
 
-def test_verify_live_says_it_cannot_start_an_lxc_container_after_the_static_checks_pass(tmp_path: Path) -> None:
+def test_verify_live_says_it_cannot_start_an_lxc_container_after_the_static_checks_pass(
+    tmp_path: Path,
+) -> None:
     _container(tmp_path, IDMAP)
     for path in ("usr/share/lxc/hooks/nvidia", "usr/bin/nvidia-container-cli"):
         (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
@@ -162,7 +170,10 @@ def test_verify_live_says_it_cannot_start_an_lxc_container_after_the_static_chec
     assert run_cli("configure", "lxc", "--root", str(tmp_path), "--container", "c1").exit_code == 0
     result = run_cli("configure", "verify", "--root", str(tmp_path), "--live")
     assert "ok: lxc: container c1 has the nvidia hook and its environment" in result.stdout
-    assert result.exit_code == 1 and "CANNOT RUN: lxc: live: --live does not start LXC containers" in result.stdout
+    assert (
+        result.exit_code == 1
+        and "CANNOT RUN: lxc: live: --live does not start LXC containers" in result.stdout
+    )
 
 
 def test_lxc_lxcpath_of_the_system_config_is_where_containers_are_looked_for(tmp_path: Path) -> None:

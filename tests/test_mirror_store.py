@@ -21,12 +21,19 @@ from plumbing.errors import BusyError, ConfigFormatError, UnsafePathError, Usage
 
 
 def _state(dest: Path) -> store.MirrorState:
-    pkg = store.StoredPackage(path="stable/deb/amd64/a.deb", size=3, sha512="0" * 128, name="a", version="1", arch="amd64")
+    pkg = store.StoredPackage(
+        path="stable/deb/amd64/a.deb", size=3, sha512="0" * 128, name="a", version="1", arch="amd64"
+    )
     repo = store.RepoRecord(
-        key="stable/deb/amd64", format="deb", arch="amd64", channel="stable", base_url="http://x/stable/deb/amd64",
-        provenance=store.RepoProvenance("F" * 40, None, ()), packages=(pkg,),
+        key="stable/deb/amd64",
+        format="deb",
+        arch="amd64",
+        channel="stable",
+        base_url="http://x/stable/deb/amd64",
+        provenance=store.RepoProvenance("F" * 40, None, ()),
+        packages=(pkg,),
         releases=(store.Release("1", (pkg.path,)),),
-    )  # fmt: skip
+    )
     return store.MirrorState(upstream="http://x", channel="stable", repos=(repo,))
 
 
@@ -119,7 +126,9 @@ def test_staging_refuses_paths_outside_the_mirror(tmp_path: Path) -> None:
         (["deb"], ["ppc64el"], [("deb", "ppc64el")]),
     ],
 )
-def test_arch_is_accepted_in_either_spelling_and_mapped(formats: list[str], arches: list[str], expected: list[tuple[str, str]]) -> None:
+def test_arch_is_accepted_in_either_spelling_and_mapped(
+    formats: list[str], arches: list[str], expected: list[tuple[str, str]]
+) -> None:
     assert [(t.format.value, t.arch) for t in sync_lib.parse_targets(formats, arches)] == expected
 
 
@@ -131,7 +140,9 @@ def test_unknown_arch_or_format_is_a_usage_error() -> None:
 
 
 def _lock() -> Lockfile:
-    pkg = LockedPackage("libnvidia-container1", "1.17.8-1", "amd64", "./l.deb", 10, "http://x/l.deb", sha512="a" * 128)
+    pkg = LockedPackage(
+        "libnvidia-container1", "1.17.8-1", "amd64", "./l.deb", 10, "http://x/l.deb", sha512="a" * 128
+    )
     return Lockfile("stable", "http://x", (LockedTarget("deb", "amd64", "1.17.8-1", "F" * 40, (pkg,)),))
 
 
@@ -143,11 +154,17 @@ def test_lockfile_round_trips_and_is_human_readable() -> None:
 
 @pytest.mark.parametrize(
     ("text", "message"),
-    [("version = 1\nchannel = [", "is not valid TOML"), ("version = 7\n", "not a version 1"),
-     ('version = 1\nchannel = "stable"\n', "names no packages"),
-     ('version = 1\nchannel = "stable"\n[[target]]\nformat = "deb"\narch = "amd64"\ntoolkit_version = "1"\n'
-      'key_fingerprint = "F"\npackage = [1]\n', "lacks a required field")],
-)  # fmt: skip
+    [
+        ("version = 1\nchannel = [", "is not valid TOML"),
+        ("version = 7\n", "not a version 1"),
+        ('version = 1\nchannel = "stable"\n', "names no packages"),
+        (
+            'version = 1\nchannel = "stable"\n[[target]]\nformat = "deb"\narch = "amd64"\ntoolkit_version = "1"\n'
+            'key_fingerprint = "F"\npackage = [1]\n',
+            "lacks a required field",
+        ),
+    ],
+)
 def test_broken_lockfile_is_a_clear_error(text: str, message: str) -> None:
     with pytest.raises(ConfigFormatError, match=message):
         Lockfile.parse(text)
@@ -155,7 +172,9 @@ def test_broken_lockfile_is_a_clear_error(text: str, message: str) -> None:
 
 def test_lockfile_differences_name_every_change() -> None:
     locked = _lock().targets[0]
-    changed = LockedPackage("libnvidia-container1", "1.17.8-1", "amd64", "./l.deb", 11, "http://y/l.deb", sha512="b" * 128)
+    changed = LockedPackage(
+        "libnvidia-container1", "1.17.8-1", "amd64", "./l.deb", 11, "http://y/l.deb", sha512="b" * 128
+    )
     actual = LockedTarget("deb", "amd64", "1.17.8-1", "E" * 40, (changed,))
     problems = differences(locked, actual)
     assert len(problems) == 3
@@ -173,12 +192,22 @@ class _Snap:
 
 
 def test_plan_refuses_a_filename_that_escapes_the_repository() -> None:
-    evil = Package(PackageFormat.DEB, "nvidia-container-toolkit", "1.0-1", "amd64", "../../../etc/x.deb", 1, sha512="0" * 128)
+    evil = Package(
+        PackageFormat.DEB,
+        "nvidia-container-toolkit",
+        "1.0-1",
+        "amd64",
+        "../../../etc/x.deb",
+        1,
+        sha512="0" * 128,
+    )
 
     def loader(fetcher: sync_lib.Fetcher, base: str, fmt: PackageFormat) -> _Snap:
         return _Snap((evil,))
 
-    options = sync_lib.SyncOptions(upstream="http://x", targets=(sync_lib.RepoTarget(PackageFormat.DEB, "amd64"),))
+    options = sync_lib.SyncOptions(
+        upstream="http://x", targets=(sync_lib.RepoTarget(PackageFormat.DEB, "amd64"),)
+    )
     with pytest.raises(UnsafePathError, match="outside http://x/stable/deb/amd64"):
         sync_lib.plan(options, fetcher=FakeFetcher(), loader=loader)
 
@@ -197,9 +226,15 @@ def test_prune_keeps_a_package_a_dropped_release_shares_with_a_kept_one(tmp_path
         store.Release("3", (t3.path, lib2.path)),
     )
     repo = store.RepoRecord(
-        key="stable/deb/amd64", format="deb", arch="amd64", channel="stable", base_url="http://x/stable/deb/amd64",
-        provenance=store.RepoProvenance("F" * 40, None, ()), packages=(t1, t2, t3, lib1, lib2), releases=releases,
-    )  # fmt: skip
+        key="stable/deb/amd64",
+        format="deb",
+        arch="amd64",
+        channel="stable",
+        base_url="http://x/stable/deb/amd64",
+        provenance=store.RepoProvenance("F" * 40, None, ()),
+        packages=(t1, t2, t3, lib1, lib2),
+        releases=releases,
+    )
     store.write_state(tmp_path, store.MirrorState(upstream="http://x", channel="stable", repos=(repo,)))
 
     preview = maintain.prune(tmp_path, 2, dry_run=True)

@@ -36,9 +36,22 @@ def republished(upstream_tree: UpstreamTree, tmp_path: Path) -> Iterator[tuple[U
 
 def _sync(tree: UpstreamTree, server: UpstreamServer, dest: Path, version: str) -> CliResult:
     return run_cli(
-        "mirror", "sync", "--dest", str(dest), "--upstream", server.url, "--keyring", str(tree.public_key),
-        "--version", version, "--format", "deb", "--arch", "amd64", "--quiet",
-    )  # fmt: skip
+        "mirror",
+        "sync",
+        "--dest",
+        str(dest),
+        "--upstream",
+        server.url,
+        "--keyring",
+        str(tree.public_key),
+        "--version",
+        version,
+        "--format",
+        "deb",
+        "--arch",
+        "amd64",
+        "--quiet",
+    )
 
 
 class _Killed(BaseException):
@@ -70,9 +83,21 @@ def _status(dest: Path, **_: object) -> CliResult:
 
 def _bundle(dest: Path, *, key: TestKey, out: Path, **_: object) -> CliResult:
     return run_cli(
-        "bundle", "build", "--mirror", str(dest), "--version", "1.18.0", "--target", "deb/amd64",
-        "--sign-key", key.fingerprint, "--gnupghome", str(key.home), "--output", str(out / "b.tar.zst"),
-    )  # fmt: skip
+        "bundle",
+        "build",
+        "--mirror",
+        str(dest),
+        "--version",
+        "1.18.0",
+        "--target",
+        "deb/amd64",
+        "--sign-key",
+        key.fingerprint,
+        "--gnupghome",
+        str(key.home),
+        "--output",
+        str(out / "b.tar.zst"),
+    )
 
 
 @pytest.mark.parametrize("reader", [_verify, _status, _bundle], ids=["verify", "status", "bundle-build"])
@@ -97,7 +122,9 @@ def test_a_switch_stopped_halfway_is_completed_by_the_next_reader(
     monkeypatch.undo()
     assert (dest / ".gpu-airgap/switch.json").exists()
     new_inrelease = (tree.root / "stable/deb/amd64/InRelease").read_bytes()
-    assert (dest / "stable/deb/amd64/InRelease").read_bytes() == new_inrelease  # the mix a reader must not see
+    assert (
+        dest / "stable/deb/amd64/InRelease"
+    ).read_bytes() == new_inrelease  # the mix a reader must not see
     assert "1.18.0-1" not in (dest / ".gpu-airgap/state.json").read_text()
 
     out = tmp_path / "out"
@@ -109,7 +136,9 @@ def test_a_switch_stopped_halfway_is_completed_by_the_next_reader(
     assert [r.toolkit_version for r in state.repos[0].releases] == ["1.17.8-1", "1.18.0-1"]
     assert _verify(dest).exit_code == 0
     for name in ("InRelease", "Packages.xz"):
-        assert (dest / "stable/deb/amd64" / name).read_bytes() == (clean / "stable/deb/amd64" / name).read_bytes()
+        assert (dest / "stable/deb/amd64" / name).read_bytes() == (
+            clean / "stable/deb/amd64" / name
+        ).read_bytes()
 
 
 def test_a_switch_stopped_halfway_is_completed_by_the_next_sync_which_then_downloads_nothing(
@@ -128,9 +157,22 @@ def test_a_switch_stopped_halfway_is_completed_by_the_next_sync_which_then_downl
     monkeypatch.undo()
     server.reset()
     again = run_cli(
-        "mirror", "sync", "--dest", str(dest), "--upstream", server.url, "--keyring", str(tree.public_key),
-        "--version", "1.18.0", "--format", "deb", "--arch", "amd64", "--json",
-    )  # fmt: skip
+        "mirror",
+        "sync",
+        "--dest",
+        str(dest),
+        "--upstream",
+        server.url,
+        "--keyring",
+        str(tree.public_key),
+        "--version",
+        "1.18.0",
+        "--format",
+        "deb",
+        "--arch",
+        "amd64",
+        "--json",
+    )
     assert again.exit_code == 0, again.stderr
     assert json.loads(again.stdout)["downloaded_files"] == 0
     assert not [r for r in server.log if r.path.endswith(".deb")]

@@ -39,7 +39,12 @@ from tests.upstream import (
     stop_agent,
 )
 
-FOUR = {"nvidia-container-toolkit", "nvidia-container-toolkit-base", "libnvidia-container-tools", "libnvidia-container1"}
+FOUR = {
+    "nvidia-container-toolkit",
+    "nvidia-container-toolkit-base",
+    "libnvidia-container-tools",
+    "libnvidia-container1",
+}
 REAL_UPSTREAM = Path(__file__).parent / "data" / "real-upstream"
 
 
@@ -50,7 +55,9 @@ def site(upstream_tree: UpstreamTree, upstream_server: UpstreamServer) -> tuple[
 
 
 @pytest.fixture
-def tampered_site(upstream_tree: UpstreamTree, tmp_path: Path) -> Iterator[tuple[UpstreamTree, UpstreamServer]]:
+def tampered_site(
+    upstream_tree: UpstreamTree, tmp_path: Path
+) -> Iterator[tuple[UpstreamTree, UpstreamServer]]:
     """A private copy of the upstream (the test edits its files) and a server over it."""
     copy = copy_upstream(upstream_tree, tmp_path / "site")
     with UpstreamServer(copy.root) as server:
@@ -59,7 +66,15 @@ def tampered_site(upstream_tree: UpstreamTree, tmp_path: Path) -> Iterator[tuple
 
 def _sync(server: UpstreamServer, tree: UpstreamTree, dest: Path, *args: str) -> CliResult:
     return run_cli(
-        "mirror", "sync", "--dest", str(dest), "--upstream", server.url, "--keyring", str(tree.public_key), *args
+        "mirror",
+        "sync",
+        "--dest",
+        str(dest),
+        "--upstream",
+        server.url,
+        "--keyring",
+        str(tree.public_key),
+        *args,
     )
 
 
@@ -85,7 +100,9 @@ def _held(dest: Path, key: str) -> dict[str, str]:
 # -- selection ---------------------------------------------------------------------------------
 
 
-def test_sync_pinned_1_17_8_takes_the_four_packages_of_that_release(site: tuple[UpstreamTree, UpstreamServer], tmp_path: Path) -> None:
+def test_sync_pinned_1_17_8_takes_the_four_packages_of_that_release(
+    site: tuple[UpstreamTree, UpstreamServer], tmp_path: Path
+) -> None:
     tree, server = site
     dest = tmp_path / "mirror"
     result = _sync(server, tree, dest, "--version", "1.17.8", "--format", "deb", "--arch", "amd64", "--json")
@@ -93,7 +110,9 @@ def test_sync_pinned_1_17_8_takes_the_four_packages_of_that_release(site: tuple[
     assert _held(dest, "stable/deb/amd64") == dict.fromkeys(FOUR, "1.17.8-1")
     debs = sorted(p.name for p in (dest / "stable/deb/amd64").glob("*.deb"))
     assert debs == sorted(f"{n}_1.17.8-1_amd64.deb" for n in FOUR)
-    assert (dest / "stable/deb/amd64/InRelease").read_bytes() == (tree.root / "stable/deb/amd64/InRelease").read_bytes()
+    assert (dest / "stable/deb/amd64/InRelease").read_bytes() == (
+        tree.root / "stable/deb/amd64/InRelease"
+    ).read_bytes()
     report = json.loads(result.stdout)
     assert report["targets"][0]["toolkit_version"] == "1.17.8-1"
     assert report["downloaded_files"] == 4
@@ -110,7 +129,13 @@ def test_sync_pinned_1_17_8_takes_the_four_packages_of_that_release(site: tuple[
     ],
 )
 def test_sync_latest_takes_the_newest_release_of_the_channel(
-    site: tuple[UpstreamTree, UpstreamServer], tmp_path: Path, channel: str, fmt: str, arch: str, key: str, expected: str
+    site: tuple[UpstreamTree, UpstreamServer],
+    tmp_path: Path,
+    channel: str,
+    fmt: str,
+    arch: str,
+    key: str,
+    expected: str,
 ) -> None:
     tree, server = site
     dest = tmp_path / "mirror"
@@ -121,15 +146,21 @@ def test_sync_latest_takes_the_newest_release_of_the_channel(
     assert ("not for production" in result.stderr) == (channel == "experimental")
 
 
-def test_sync_pinned_rpm_takes_the_four_packages_of_that_release(site: tuple[UpstreamTree, UpstreamServer], tmp_path: Path) -> None:
+def test_sync_pinned_rpm_takes_the_four_packages_of_that_release(
+    site: tuple[UpstreamTree, UpstreamServer], tmp_path: Path
+) -> None:
     tree, server = site
     dest = tmp_path / "mirror"
-    assert _sync(server, tree, dest, "--version", "1.17.8", "--format", "rpm", "--arch", "x86_64").exit_code == 0
+    assert (
+        _sync(server, tree, dest, "--version", "1.17.8", "--format", "rpm", "--arch", "x86_64").exit_code == 0
+    )
     assert _held(dest, "stable/rpm/x86_64") == dict.fromkeys(FOUR, "1.17.8-1")
     assert len(list((dest / "stable/rpm/x86_64").glob("*.rpm"))) == 4
     # repomd.xml names filelists and other too: they are mirrored (checksum-verified) so the tree is servable.
     assert {p.name.split("-")[-1] for p in (dest / "stable/rpm/x86_64/repodata").glob("*.xml.*")} >= {
-        "primary.xml.gz", "filelists.xml.gz", "other.xml.gz"
+        "primary.xml.gz",
+        "filelists.xml.gz",
+        "other.xml.gz",
     }
     assert run_cli("mirror", "verify", "--mirror", str(dest)).exit_code == 0
 
@@ -142,8 +173,10 @@ def test_sync_all_mirrors_every_package_of_the_index_and_records_each_release(
     result = _sync(server, tree, dest, "--version", "all", "--write-lock", str(lock), "--json")
     assert result.exit_code == 0, result.stderr
     state = store.MirrorState.load(dest)
-    for key, repo_dir, suffix in (("stable/deb/amd64", tree.deb_repo("stable", "amd64"), ".deb"),
-                                  ("stable/rpm/x86_64", tree.rpm_repo("stable", "x86_64"), ".rpm")):  # fmt: skip
+    for key, repo_dir, suffix in (
+        ("stable/deb/amd64", tree.deb_repo("stable", "amd64"), ".deb"),
+        ("stable/rpm/x86_64", tree.rpm_repo("stable", "x86_64"), ".rpm"),
+    ):
         repo = state.repo(key)
         assert repo is not None
         upstream_files = sorted(p.name for p in repo_dir.iterdir() if p.suffix == suffix)
@@ -164,19 +197,44 @@ def test_sync_all_mirrors_every_package_of_the_index_and_records_each_release(
     assert again.exit_code == 0 and json.loads(again.stdout)["downloaded_bytes"] == 0
     assert _sync(server, tree, tmp_path / "locked", "--locked", str(lock)).exit_code == 0
     relocked = store.MirrorState.load(tmp_path / "locked")
-    assert [(r.packages, r.releases) for r in relocked.repos] == [(r.packages, r.releases) for r in state.repos]
+    assert [(r.packages, r.releases) for r in relocked.repos] == [
+        (r.packages, r.releases) for r in state.repos
+    ]
 
 
-@pytest.mark.parametrize(("selection", "expected"), [(("--version", "1.17.8", "--target", "deb/amd64", "--target", "rpm/x86_64"), "1.17.8-1"), (("--locked",), "1.20.1-1")])
+@pytest.mark.parametrize(
+    ("selection", "expected"),
+    [
+        (("--version", "1.17.8", "--target", "deb/amd64", "--target", "rpm/x86_64"), "1.17.8-1"),
+        (("--locked",), "1.20.1-1"),
+    ],
+)
 def test_a_bundle_from_a_full_mirror_carries_only_the_chosen_releases_four_packages(
-    site: tuple[UpstreamTree, UpstreamServer], tmp_path: Path, operator_key: TestKey, selection: tuple[str, ...], expected: str
+    site: tuple[UpstreamTree, UpstreamServer],
+    tmp_path: Path,
+    operator_key: TestKey,
+    selection: tuple[str, ...],
+    expected: str,
 ) -> None:
     tree, server = site
     dest, lock = tmp_path / "mirror", tmp_path / "all.lock"
     assert _sync(server, tree, dest, "--version", "all", "--write-lock", str(lock), "--quiet").exit_code == 0
     args = (*selection, str(lock)) if selection == ("--locked",) else selection
-    built = run_cli("bundle", "build", "--mirror", str(dest), *args, "--sign-key", operator_key.fingerprint,
-                    "--gnupghome", str(operator_key.home), "--output", str(tmp_path / "b.tar"), "--compression", "none")  # fmt: skip
+    built = run_cli(
+        "bundle",
+        "build",
+        "--mirror",
+        str(dest),
+        *args,
+        "--sign-key",
+        operator_key.fingerprint,
+        "--gnupghome",
+        str(operator_key.home),
+        "--output",
+        str(tmp_path / "b.tar"),
+        "--compression",
+        "none",
+    )
     assert built.exit_code == 0, built.stderr
     inspected = json.loads(run_cli("bundle", "inspect", str(tmp_path / "b.tar"), "--json").stdout)
     assert len(inspected["targets"]) == 2
@@ -225,18 +283,38 @@ def _missing_deb(tree: UpstreamTree, server: UpstreamServer) -> None:
 @pytest.mark.parametrize(
     ("breakage", "exit_code", "message"),
     [
-        (_tamper_packages, ExitCode.VERIFICATION_FAILED, "Packages.xz (size) does not match its signed checksum"),
+        (
+            _tamper_packages,
+            ExitCode.VERIFICATION_FAILED,
+            "Packages.xz (size) does not match its signed checksum",
+        ),
         (_other_key, ExitCode.VERIFICATION_FAILED, "InRelease"),
         (_bad_signature, ExitCode.VERIFICATION_FAILED, "InRelease"),
         (_empty_inrelease, ExitCode.VERIFICATION_FAILED, "/stable/deb/amd64/InRelease is empty"),
-        (_corrupt_deb, ExitCode.VERIFICATION_FAILED, "nvidia-container-toolkit_1.20.1-1_amd64.deb does not match"),
+        (
+            _corrupt_deb,
+            ExitCode.VERIFICATION_FAILED,
+            "nvidia-container-toolkit_1.20.1-1_amd64.deb does not match",
+        ),
         (_truncate_rpm, ExitCode.VERIFICATION_FAILED, "libnvidia-container1-1.20.1-1.x86_64.rpm"),
         (_missing_deb, ExitCode.NETWORK, "HTTP 404"),
     ],
-    ids=["tampered-packages", "other-key", "bad-signature", "empty-inrelease", "corrupted-deb", "truncated-rpm", "404"],
+    ids=[
+        "tampered-packages",
+        "other-key",
+        "bad-signature",
+        "empty-inrelease",
+        "corrupted-deb",
+        "truncated-rpm",
+        "404",
+    ],
 )
 def test_failed_sync_reports_one_sentence_and_leaves_the_mirror_byte_identical(
-    tampered_site: tuple[UpstreamTree, UpstreamServer], tmp_path: Path, breakage: object, exit_code: ExitCode, message: str
+    tampered_site: tuple[UpstreamTree, UpstreamServer],
+    tmp_path: Path,
+    breakage: object,
+    exit_code: ExitCode,
+    message: str,
 ) -> None:
     tree, server = tampered_site
     dest = tmp_path / "mirror"
@@ -255,7 +333,9 @@ def test_failed_sync_reports_one_sentence_and_leaves_the_mirror_byte_identical(
 # -- network behaviour -------------------------------------------------------------------------
 
 
-def test_dropped_connection_is_resumed_with_a_range_request(site: tuple[UpstreamTree, UpstreamServer], tmp_path: Path) -> None:
+def test_dropped_connection_is_resumed_with_a_range_request(
+    site: tuple[UpstreamTree, UpstreamServer], tmp_path: Path
+) -> None:
     tree, server = site
     name = "stable/deb/amd64/nvidia-container-toolkit-base_1.20.1-1_amd64.deb"
     server.inject(name, Fault.drop_after(1000))
@@ -274,7 +354,10 @@ def test_sync_after_a_killed_run_keeps_its_verified_files_and_resumes_its_partia
     tree, server = site
     dest = tmp_path / "mirror"
     repo = "stable/deb/amd64"
-    done, partial, bad = (f"{repo}/{n}_1.20.1-1_amd64.deb" for n in ("libnvidia-container1", "libnvidia-container-tools", "nvidia-container-toolkit"))
+    done, partial, bad = (
+        f"{repo}/{n}_1.20.1-1_amd64.deb"
+        for n in ("libnvidia-container1", "libnvidia-container-tools", "nvidia-container-toolkit")
+    )
     staging = dest / ".gpu-airgap" / "staging"
     (staging / repo).mkdir(parents=True)
     (staging / done).write_bytes((tree.root / done).read_bytes())
@@ -299,11 +382,34 @@ def test_ctrl_c_stops_the_sync_publishes_nothing_and_the_rerun_skips_what_had_ar
     # package's server answer is held back, so the first has arrived and the second is in flight.
     tree, server = site
     dest = tmp_path / "mirror"
-    order = [f"stable/deb/amd64/{n}_1.20.1-1_amd64.deb" for n in
-             ("libnvidia-container1", "libnvidia-container-tools", "nvidia-container-toolkit-base", "nvidia-container-toolkit")]  # fmt: skip
+    order = [
+        f"stable/deb/amd64/{n}_1.20.1-1_amd64.deb"
+        for n in (
+            "libnvidia-container1",
+            "libnvidia-container-tools",
+            "nvidia-container-toolkit-base",
+            "nvidia-container-toolkit",
+        )
+    ]
     server.inject(order[1], Fault.delay(2.0))
-    argv = [sys.executable, "-m", "mirror", "mirror", "sync", "--dest", str(dest), "--upstream", server.url,
-            "--keyring", str(tree.public_key), "--format", "deb", "--jobs", "1", "--quiet"]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "mirror",
+        "mirror",
+        "sync",
+        "--dest",
+        str(dest),
+        "--upstream",
+        server.url,
+        "--keyring",
+        str(tree.public_key),
+        "--format",
+        "deb",
+        "--jobs",
+        "1",
+        "--quiet",
+    ]
     proc = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True, cwd=Path(__file__).parent.parent)
     first = dest / ".gpu-airgap/staging" / order[0]
     deadline = time.monotonic() + 30
@@ -312,7 +418,10 @@ def test_ctrl_c_stops_the_sync_publishes_nothing_and_the_rerun_skips_what_had_ar
     started = time.monotonic()
     proc.send_signal(signal.SIGINT)
     _, stderr = proc.communicate(timeout=30)
-    assert proc.returncode == 130 and "warning: interrupted; the mirror is unchanged and the next sync resumes" in stderr, stderr
+    assert (
+        proc.returncode == 130
+        and "warning: interrupted; the mirror is unchanged and the next sync resumes" in stderr
+    ), stderr
     assert time.monotonic() - started < 10  # the held-back download is cancelled, the rest never start
     assert not store.state_path(dest).exists() and not list(dest.glob("stable/deb/amd64/*.deb"))
     in_flight = dest / ".gpu-airgap/staging/stable/deb/amd64" / f".{Path(order[1]).name}.part"
@@ -322,18 +431,24 @@ def test_ctrl_c_stops_the_sync_publishes_nothing_and_the_rerun_skips_what_had_ar
     result = _sync(server, tree, dest, "--format", "deb", "--json")
     assert result.exit_code == 0, result.stderr
     assert not server.requests_for(order[0]) and json.loads(result.stdout)["reused_files"] >= 1
-    assert all(r.range for r in server.requests_for(order[1]))  # resumed (or already whole), never fetched again
+    assert all(
+        r.range for r in server.requests_for(order[1])
+    )  # resumed (or already whole), never fetched again
     assert _held(dest, "stable/deb/amd64") == dict.fromkeys(FOUR, "1.20.1-1")
     for name in order:
         assert (dest / name).read_bytes() == (tree.root / name).read_bytes()
 
 
-def test_503_then_200_is_retried_after_a_backoff(site: tuple[UpstreamTree, UpstreamServer], tmp_path: Path) -> None:
+def test_503_then_200_is_retried_after_a_backoff(
+    site: tuple[UpstreamTree, UpstreamServer], tmp_path: Path
+) -> None:
     tree, server = site
     name = "stable/rpm/x86_64/nvidia-container-toolkit-1.20.1-1.x86_64.rpm"
     server.inject(name, Fault.fail_first(2, status=503))
     sleeps: list[float] = []
-    options = sync_lib.SyncOptions(upstream=server.url, targets=(sync_lib.RepoTarget(sync_lib.PackageFormat.RPM, "x86_64"),))
+    options = sync_lib.SyncOptions(
+        upstream=server.url, targets=(sync_lib.RepoTarget(sync_lib.PackageFormat.RPM, "x86_64"),)
+    )
     with open_keyring([tree.public_key]) as ring, Downloader(sleep=sleeps.append) as dl:
         sync_lib.sync(options, tmp_path / "m", downloader=dl, loader=sync_lib.make_loader(ring))
     assert [r.status for r in server.requests_for(name)] == [503, 503, 200]
@@ -364,7 +479,9 @@ def test_second_sync_without_upstream_change_downloads_no_package_bytes(
     assert _tree_hash(dest) == before
 
 
-def test_a_second_sync_on_a_locked_mirror_is_refused(site: tuple[UpstreamTree, UpstreamServer], tmp_path: Path) -> None:
+def test_a_second_sync_on_a_locked_mirror_is_refused(
+    site: tuple[UpstreamTree, UpstreamServer], tmp_path: Path
+) -> None:
     tree, server = site
     dest = tmp_path / "mirror"
     with store.locked(dest):
@@ -379,10 +496,14 @@ def test_a_second_sync_on_a_locked_mirror_is_refused(site: tuple[UpstreamTree, U
 # -- lockfile ----------------------------------------------------------------------------------
 
 
-def test_locked_sync_reproduces_the_written_lockfile(site: tuple[UpstreamTree, UpstreamServer], tmp_path: Path) -> None:
+def test_locked_sync_reproduces_the_written_lockfile(
+    site: tuple[UpstreamTree, UpstreamServer], tmp_path: Path
+) -> None:
     tree, server = site
     lock = tmp_path / "gpu-airgap.lock"
-    assert _sync(server, tree, tmp_path / "a", "--version", "1.17.8", "--write-lock", str(lock)).exit_code == 0
+    assert (
+        _sync(server, tree, tmp_path / "a", "--version", "1.17.8", "--write-lock", str(lock)).exit_code == 0
+    )
     text = lock.read_text()
     assert 'toolkit_version = "1.17.8-1"' in text and tree.key_fingerprint in text
     result = _sync(server, tree, tmp_path / "b", "--locked", str(lock))
@@ -394,11 +515,20 @@ def test_locked_sync_reproduces_the_written_lockfile(site: tuple[UpstreamTree, U
     assert any("libc6" in req for r in b.repos for rel in r.releases for req in rel.node_requirements)
 
 
-def test_locked_sync_names_what_differs_and_changes_nothing(site: tuple[UpstreamTree, UpstreamServer], tmp_path: Path) -> None:
+def test_locked_sync_names_what_differs_and_changes_nothing(
+    site: tuple[UpstreamTree, UpstreamServer], tmp_path: Path
+) -> None:
     tree, server = site
     lock = tmp_path / "gpu-airgap.lock"
-    assert _sync(server, tree, tmp_path / "a", "--version", "1.17.8", "--format", "deb", "--write-lock", str(lock)).exit_code == 0
-    text = lock.read_text().replace('version = "1.17.8-1"\narch = "amd64"', 'version = "1.17.7-1"\narch = "amd64"', 1)
+    assert (
+        _sync(
+            server, tree, tmp_path / "a", "--version", "1.17.8", "--format", "deb", "--write-lock", str(lock)
+        ).exit_code
+        == 0
+    )
+    text = lock.read_text().replace(
+        'version = "1.17.8-1"\narch = "amd64"', 'version = "1.17.7-1"\narch = "amd64"', 1
+    )
     lock.write_text(text)
     before = _tree_hash(tmp_path / "a")
     result = _sync(server, tree, tmp_path / "a", "--locked", str(lock))
@@ -413,7 +543,9 @@ def test_locked_sync_names_what_differs_and_changes_nothing(site: tuple[Upstream
 @pytest.mark.parametrize(("version", "expected"), [("1.17.8", "1.17.8-1"), ("latest", "1.20.1-1")])
 def test_plan_against_the_real_nvidia_files_prints_the_right_set(version: str, expected: str) -> None:
     with UpstreamServer(REAL_UPSTREAM) as server:
-        result = run_cli("mirror", "plan", "--upstream", server.url, "--format", "deb", "--version", version, "--json")
+        result = run_cli(
+            "mirror", "plan", "--upstream", server.url, "--format", "deb", "--version", version, "--json"
+        )
         assert result.exit_code == 0, result.stderr
         assert not [r for r in server.log if r.path.endswith(".deb")]
     report = json.loads(result.stdout)
@@ -426,24 +558,36 @@ def test_plan_against_the_real_nvidia_files_prints_the_right_set(version: str, e
 def test_plan_all_against_the_real_nvidia_files_takes_every_stanza_and_each_of_the_28_releases() -> None:
     stanzas = (REAL_UPSTREAM / "stable/deb/amd64/Packages").read_text().strip().split("\n\n")
     with UpstreamServer(REAL_UPSTREAM) as server:
-        result = run_cli("mirror", "plan", "--upstream", server.url, "--format", "deb", "--version", "all", "--json")
+        result = run_cli(
+            "mirror", "plan", "--upstream", server.url, "--format", "deb", "--version", "all", "--json"
+        )
     assert result.exit_code == 0, result.stderr
     target = json.loads(result.stdout)["targets"][0]
     assert len(target["packages"]) == len(stanzas) == 170
-    assert {"nvidia-docker2", "nvidia-container-runtime", "libnvidia-container1-dbg"} <= {p["name"] for p in target["packages"]}
-    assert len(target["releases"]) == 28 and target["releases"][0] == "1.14.0-1" and target["releases"][-1] == "1.20.1-1"
+    assert {"nvidia-docker2", "nvidia-container-runtime", "libnvidia-container1-dbg"} <= {
+        p["name"] for p in target["packages"]
+    }
+    assert (
+        len(target["releases"]) == 28
+        and target["releases"][0] == "1.14.0-1"
+        and target["releases"][-1] == "1.20.1-1"
+    )
 
 
 def test_plan_prints_a_human_table_with_total(site: tuple[UpstreamTree, UpstreamServer]) -> None:
     tree, server = site
-    result = run_cli("mirror", "plan", "--upstream", server.url, "--keyring", str(tree.public_key), "--version", "1.17.8")
+    result = run_cli(
+        "mirror", "plan", "--upstream", server.url, "--keyring", str(tree.public_key), "--version", "1.17.8"
+    )
     assert result.exit_code == 0, result.stderr
     assert "stable/deb/amd64: nvidia-container-toolkit 1.17.8-1 (4 packages" in result.stdout
     assert "stable/rpm/x86_64: nvidia-container-toolkit 1.17.8-1 (4 packages" in result.stdout
     assert "total:" in result.stdout and "8 package file(s)" in result.stdout
 
 
-def test_status_shows_held_releases_and_newer_upstream(site: tuple[UpstreamTree, UpstreamServer], tmp_path: Path) -> None:
+def test_status_shows_held_releases_and_newer_upstream(
+    site: tuple[UpstreamTree, UpstreamServer], tmp_path: Path
+) -> None:
     tree, server = site
     dest = tmp_path / "mirror"
     assert _sync(server, tree, dest, "--version", "1.17.8", "--format", "deb").exit_code == 0
@@ -451,7 +595,9 @@ def test_status_shows_held_releases_and_newer_upstream(site: tuple[UpstreamTree,
     result = run_cli("mirror", "status", "--mirror", str(dest), "--keyring", str(tree.public_key), "--json")
     assert result.exit_code == 0, result.stderr
     (repo,) = json.loads(result.stdout)["repos"]
-    assert repo["releases"] == ["1.17.8-1"] and repo["upstream_latest"] == "1.20.1-1" and repo["newer_upstream"]
+    assert (
+        repo["releases"] == ["1.17.8-1"] and repo["upstream_latest"] == "1.20.1-1" and repo["newer_upstream"]
+    )
     assert _tree_hash(dest) == before
 
 
@@ -473,7 +619,9 @@ def test_verify_finds_a_changed_file(site: tuple[UpstreamTree, UpstreamServer], 
     assert "libnvidia-container1_1.20.1-1_amd64.deb does not match" in problem
 
 
-def test_prune_keeps_the_newest_releases_and_what_they_need(site: tuple[UpstreamTree, UpstreamServer], tmp_path: Path) -> None:
+def test_prune_keeps_the_newest_releases_and_what_they_need(
+    site: tuple[UpstreamTree, UpstreamServer], tmp_path: Path
+) -> None:
     tree, server = site
     dest = tmp_path / "mirror"
     for version in ("1.17.8", "1.18.0", "latest"):
@@ -510,7 +658,9 @@ def test_sync_output_plain_lines_on_a_pipe_nothing_when_quiet_one_object_with_js
         assert result.stderr.strip() == warning  # no progress lines either
     else:
         assert "downloading 4 file(s)" in result.stderr  # plain progress lines, not a bar, on a pipe
-        assert result.stdout.splitlines()[-1].startswith(f"synced {tmp_path / 'mirror'}: downloaded 4 file(s)")
+        assert result.stdout.splitlines()[-1].startswith(
+            f"synced {tmp_path / 'mirror'}: downloaded 4 file(s)"
+        )
 
 
 def test_progress_is_a_bar_on_a_terminal_and_lines_on_a_pipe(monkeypatch: pytest.MonkeyPatch) -> None:

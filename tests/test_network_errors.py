@@ -29,9 +29,23 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def _sync(tree: UpstreamTree, upstream: str, dest: Path, *extra: str) -> CliResult:
     return run_cli(
-        "mirror", "sync", "--dest", str(dest), "--upstream", upstream, "--keyring", str(tree.public_key),
-        "--version", "1.17.8", "--format", "deb", "--arch", "amd64", "--quiet", *extra,
-    )  # fmt: skip
+        "mirror",
+        "sync",
+        "--dest",
+        str(dest),
+        "--upstream",
+        upstream,
+        "--keyring",
+        str(tree.public_key),
+        "--version",
+        "1.17.8",
+        "--format",
+        "deb",
+        "--arch",
+        "amd64",
+        "--quiet",
+        *extra,
+    )
 
 
 def _clean_sentence(stderr: str) -> str:
@@ -66,7 +80,9 @@ def test_a_dropped_metadata_transfer_resumes_where_it_stopped(
 
 
 @pytest.mark.slow  # five attempts with real backoff: 7.5 s
-def test_a_refused_connection_is_one_sentence_with_what_to_check(upstream_tree: UpstreamTree, tmp_path: Path) -> None:
+def test_a_refused_connection_is_one_sentence_with_what_to_check(
+    upstream_tree: UpstreamTree, tmp_path: Path
+) -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]  # closed once the probe is: connections are refused
@@ -81,7 +97,10 @@ def test_a_refused_connection_is_one_sentence_with_what_to_check(upstream_tree: 
     ("fault", "ending"),
     [
         (Fault.error(503), "the server answered HTTP 503 Service Unavailable (tried 5 times)"),
-        (Fault.drop_after(0), "the connection to 127.0.0.1:{port} dropped before the end of the file (tried 5 times); check --upstream"),
+        (
+            Fault.drop_after(0),
+            "the connection to 127.0.0.1:{port} dropped before the end of the file (tried 5 times); check --upstream",
+        ),
         (Fault.not_found(), "the server answered HTTP 404 Not Found"),
     ],
     ids=["503", "dropped", "404"],
@@ -99,19 +118,38 @@ def test_each_failure_of_a_metadata_download_is_one_clean_sentence(
     assert len(sleeps) == (0 if "404" in ending else 4)
 
 
-@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None, reason="an empty network namespace needs root")
+@pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("unshare") is None, reason="an empty network namespace needs root"
+)
 def test_a_host_name_that_does_not_resolve_is_not_retried_and_names_the_way_out(
     upstream_tree: UpstreamTree, tmp_path: Path
 ) -> None:
     started = time.monotonic()
     proc = subprocess.run(
         [
-            "unshare", "--net", sys.executable, "-m", "mirror", "mirror", "sync", "--dest", str(tmp_path / "mirror"),
-            "--upstream", "http://nvidia.invalid/libnvidia-container", "--keyring", str(upstream_tree.public_key),
-            "--format", "deb", "--quiet",
+            "unshare",
+            "--net",
+            sys.executable,
+            "-m",
+            "mirror",
+            "mirror",
+            "sync",
+            "--dest",
+            str(tmp_path / "mirror"),
+            "--upstream",
+            "http://nvidia.invalid/libnvidia-container",
+            "--keyring",
+            str(upstream_tree.public_key),
+            "--format",
+            "deb",
+            "--quiet",
         ],
-        capture_output=True, text=True, cwd=ROOT, timeout=60, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+        check=False,
+    )
     seconds = time.monotonic() - started
     assert proc.returncode == ExitCode.NETWORK, proc.stderr
     line = _clean_sentence(proc.stderr)

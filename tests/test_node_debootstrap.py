@@ -31,7 +31,10 @@ from tests.gpgkeys import TestKey, make_key
 from tests.node_fixtures import TOOLKIT
 from tests.upstream import UpstreamServer, UpstreamTree, stop_agent
 
-CACHE = Path(os.environ.get("GPU_AIRGAP_TEST_CACHE") or Path.home() / ".cache" / "gpu-airgap-tests") / "debootstrap"
+CACHE = (
+    Path(os.environ.get("GPU_AIRGAP_TEST_CACHE") or Path.home() / ".cache" / "gpu-airgap-tests")
+    / "debootstrap"
+)
 REPO = CACHE / "repo"
 PREPARE = "scripts/prepare-debootstrap-cache"
 VERSION = "1.17.8"
@@ -67,8 +70,10 @@ def _dpkg_query(root: Path, *names: str) -> dict[str, str]:
     """``{package: "VERSION STATUS"}`` as the root's own dpkg-query reports it, run inside the root."""
     out = subprocess.run(
         ["chroot", str(root), "dpkg-query", "-W", "-f=${Package} ${Version} ${db:Status-Abbrev}\n", *names],
-        capture_output=True, text=True, check=False,
-    ).stdout  # fmt: skip
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout
     return {line.split(" ", 1)[0]: line.split(" ", 1)[1].strip() for line in out.splitlines() if line.strip()}
 
 
@@ -87,10 +92,15 @@ def _debootstrap_tarball(work: Path) -> Path:
     with UpstreamServer(REPO) as server:
         done = subprocess.run(
             ["debootstrap", "--variant=minbase", "--no-check-gpg", SUITE, str(root), server.url + "/"],
-            capture_output=True, text=True, timeout=900, check=False,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            timeout=900,
+            check=False,
+        )
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-        fetched = {r.path.rsplit("/", 1)[-1] for r in server.log if r.status == 200 and r.path.endswith(".deb")}
+        fetched = {
+            r.path.rsplit("/", 1)[-1] for r in server.log if r.status == 200 and r.path.endswith(".deb")
+        }
     # Every package came from the local server (the repo holds exactly debootstrap's list).
     assert fetched == {p.name for p in (REPO / "pool").glob("*.deb")}
     roots = CACHE / "roots"
@@ -98,9 +108,21 @@ def _debootstrap_tarball(work: Path) -> Path:
     final = roots / f"{_root_key()}.tar.zst"
     partial = final.with_suffix(".partial")
     subprocess.run(
-        ["tar", "--numeric-owner", "--xattrs", "-I", "zstd -T0 -3", "-C", str(root), "-cf", str(partial), "."],
-        check=True, capture_output=True,
-    )  # fmt: skip
+        [
+            "tar",
+            "--numeric-owner",
+            "--xattrs",
+            "-I",
+            "zstd -T0 -3",
+            "-C",
+            str(root),
+            "-cf",
+            str(partial),
+            ".",
+        ],
+        check=True,
+        capture_output=True,
+    )
     for old in roots.glob("*.tar.zst"):
         old.unlink()  # one root per cache: an older key's root is never used again
     partial.rename(final)
@@ -132,31 +154,59 @@ def debian_root(debian_tarball: Path, tmp_path: Path) -> Iterator[Path]:
     root.mkdir()
     subprocess.run(
         ["tar", "--numeric-owner", "--xattrs", "-I", "zstd", "-C", str(root), "-xf", str(debian_tarball)],
-        check=True, capture_output=True,
-    )  # fmt: skip
+        check=True,
+        capture_output=True,
+    )
     yield root
     shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
 def signed_bundle(
-    upstream_tree: UpstreamTree, _upstream_session_server: UpstreamServer, tmp_path_factory: pytest.TempPathFactory
+    upstream_tree: UpstreamTree,
+    _upstream_session_server: UpstreamServer,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[tuple[Path, Path]]:
     """``(bundle, operator public key)``: a real mirror sync of 1.17.8 deb/amd64, built and signed with ``bundle build``."""
     if _missing_prerequisite():
         pytest.skip(_missing_prerequisite())
     work = tmp_path_factory.mktemp("debootstrap-bundle")
     synced = run_cli(
-        "mirror", "sync", "--dest", str(work / "mirror"), "--upstream", _upstream_session_server.url,
-        "--keyring", str(upstream_tree.public_key), "--version", VERSION, "--format", "deb", "--arch", "amd64", "--quiet",
-    )  # fmt: skip
+        "mirror",
+        "sync",
+        "--dest",
+        str(work / "mirror"),
+        "--upstream",
+        _upstream_session_server.url,
+        "--keyring",
+        str(upstream_tree.public_key),
+        "--version",
+        VERSION,
+        "--format",
+        "deb",
+        "--arch",
+        "amd64",
+        "--quiet",
+    )
     assert synced.exit_code == 0, synced.stderr
     key: TestKey = make_key(work / "operator-gpg", "bundle operator <operator@example.invalid>")
     bundle = work / "bundle.tar.zst"
     built = run_cli(
-        "bundle", "build", "--mirror", str(work / "mirror"), "--version", VERSION, "--target", "deb/amd64",
-        "--sign-key", key.fingerprint, "--gnupghome", str(key.home), "--output", str(bundle),
-    )  # fmt: skip
+        "bundle",
+        "build",
+        "--mirror",
+        str(work / "mirror"),
+        "--version",
+        VERSION,
+        "--target",
+        "deb/amd64",
+        "--sign-key",
+        key.fingerprint,
+        "--gnupghome",
+        str(key.home),
+        "--output",
+        str(bundle),
+    )
     assert built.exit_code == 0, built.stderr
     yield bundle, key.public
     stop_agent(key.home)
@@ -172,11 +222,26 @@ def test_install_into_debootstrapped_debian_runs_nvidia_ctk_and_uninstall_remove
     assert set(libraries_before) == set(NODE_LIBRARIES)
     assert all(v.endswith("ii") for v in libraries_before.values()), libraries_before
 
-    installed = run_cli("install", str(bundle), "--keyring", str(public_key), "--root", str(debian_root), "--runtime", "none", "--json")
+    installed = run_cli(
+        "install",
+        str(bundle),
+        "--keyring",
+        str(public_key),
+        "--root",
+        str(debian_root),
+        "--runtime",
+        "none",
+        "--json",
+    )
     assert installed.exit_code == 0, installed.stderr
     assert json.loads(installed.stdout)["outcome"] == "installed"
 
-    ctk = subprocess.run(["chroot", str(debian_root), "/usr/bin/nvidia-ctk", "--version"], capture_output=True, text=True, check=False)
+    ctk = subprocess.run(
+        ["chroot", str(debian_root), "/usr/bin/nvidia-ctk", "--version"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert ctk.returncode == 0, ctk.stderr
     assert ctk.stdout.startswith(f"nvidia-ctk version {VERSION}")
     assert _dpkg_query(debian_root, *TOOLKIT) == {name: f"{VERSION}-1 ii" for name in TOOLKIT}

@@ -72,13 +72,18 @@ def deb_root(tmp_path: Path) -> Path:
     return root
 
 
-def _setup(tmp_path: Path, *target_list: StagedTarget, tamper: bool = False, key: Optional[TestKey] = None) -> Tuple[Path, Path, NodeEnv, Services]:
+def _setup(
+    tmp_path: Path, *target_list: StagedTarget, tamper: bool = False, key: Optional[TestKey] = None
+) -> Tuple[Path, Path, NodeEnv, Services]:
     """A real signed bundle of ``target_list``, the operator key file, and a real env with a recording service manager."""
     signer = key or _KEYS["operator"]
     bundles = tmp_path / "bundles"
     bundle = write_signed_bundle(
         bundles / f"bundle-{len(list(bundles.glob('*.tar'))) if bundles.exists() else 0}.tar",
-        target_list, signer.home, signer.fingerprint, tamper=tamper,
+        target_list,
+        signer.home,
+        signer.fingerprint,
+        tamper=tamper,
     )
     services = Services()
     return bundle, _KEYS["operator"].public, NodeEnv(services=services), services
@@ -93,22 +98,27 @@ def _keys(request: pytest.FixtureRequest) -> None:
     _KEYS["other"] = request.getfixturevalue("other_key")
 
 
-
 class TestDpkgRoot:
-    def test_install_puts_files_registers_runtime_and_records_state(self, tmp_path: Path, deb_root: Path, targets: Dict[str, StagedTarget]) -> None:
+    def test_install_puts_files_registers_runtime_and_records_state(
+        self, tmp_path: Path, deb_root: Path, targets: Dict[str, StagedTarget]
+    ) -> None:
         bundle, key, env, services = _setup(tmp_path, targets["deb-1.17.8"], targets["rpm-1.17.8"])
         result = install(bundle, key, InstallOptions(root=deb_root, hold=True), env)
         assert result.outcome == "installed"
         assert dpkg_versions(deb_root) == dict.fromkeys(TOOLKIT, "1.17.8-1")
         ctk = deb_root / "usr/bin/nvidia-ctk"
-        assert subprocess.run([str(ctk)], capture_output=True, text=True).stdout.startswith("nvidia-ctk version 1.17.8")
+        assert subprocess.run([str(ctk)], capture_output=True, text=True).stdout.startswith(
+            "nvidia-ctk version 1.17.8"
+        )
         assert ContainerdEngine().report(deb_root, "nvidia")["RUNTIME"] == "nvidia"
         state = load_state(deb_root)
         assert state is not None and state.packages == dict.fromkeys(TOOLKIT, "1.17.8-1")
         assert state.held and "containerd" in state.engines
         assert "config.toml" in {Path(f.path).name for f in state.files}
         assert all(f.backup is None or Path(f.backup).is_file() for f in state.files)
-        selections = subprocess.run(["dpkg", f"--root={deb_root}", "--get-selections", *TOOLKIT], capture_output=True, text=True).stdout
+        selections = subprocess.run(
+            ["dpkg", f"--root={deb_root}", "--get-selections", *TOOLKIT], capture_output=True, text=True
+        ).stdout
         assert selections.split().count("hold") == 4
         assert services.calls == []  # --root is not /: never restart the host's engines
         assert "skipped: no NVIDIA driver" in result.cdi
@@ -125,7 +135,9 @@ class TestDpkgRoot:
             (deb_root / "var/lib/lxc" / name / "config").write_text(f"lxc.uts.name = {name}\n")
         bundle, key, env, services = _setup(tmp_path, targets["deb-1.17.8"])
         dry = install(bundle, key, InstallOptions(root=deb_root, dry_run=True), env)
-        assert dry.engines["podman"].startswith("would configure: podman containers started with NVIDIA_VISIBLE_DEVICES")
+        assert dry.engines["podman"].startswith(
+            "would configure: podman containers started with NVIDIA_VISIBLE_DEVICES"
+        )
         result = install(bundle, key, InstallOptions(root=deb_root), env)
         hook = deb_root / "usr/share/containers/oci/hooks.d/oci-nvidia-hook.json"
         assert hook.is_file()  # no driver, so no CDI spec: podman gets the hook
@@ -141,7 +153,9 @@ class TestDpkgRoot:
         uninstall(deb_root, env, keep_packages=True)
         assert not hook.exists()
 
-    def test_second_install_is_a_noop_that_says_so(self, tmp_path: Path, deb_root: Path, targets: Dict[str, StagedTarget]) -> None:
+    def test_second_install_is_a_noop_that_says_so(
+        self, tmp_path: Path, deb_root: Path, targets: Dict[str, StagedTarget]
+    ) -> None:
         bundle, key, env, _ = _setup(tmp_path, targets["deb-1.17.8"])
         install(bundle, key, InstallOptions(root=deb_root), env)
         before = tree_digest(deb_root)
@@ -151,12 +165,18 @@ class TestDpkgRoot:
         assert tree_digest(deb_root) == before
 
     @pytest.mark.parametrize("problem", ["tampered", "wrong-key", "other-arch"])
-    def test_bad_bundle_changes_nothing_under_the_root(self, tmp_path: Path, deb_root: Path, targets: Dict[str, StagedTarget], problem: str) -> None:
+    def test_bad_bundle_changes_nothing_under_the_root(
+        self, tmp_path: Path, deb_root: Path, targets: Dict[str, StagedTarget], problem: str
+    ) -> None:
         target = targets["deb-arm64"] if problem == "other-arch" else targets["deb-1.17.8"]
         signer = _KEYS["other"] if problem == "wrong-key" else None
         bundle, key, env, _ = _setup(tmp_path, target, tamper=problem == "tampered", key=signer)
         before = tree_digest(deb_root)
-        expected = {"tampered": VerificationError, "wrong-key": VerificationError, "other-arch": TargetMismatch}[problem]
+        expected = {
+            "tampered": VerificationError,
+            "wrong-key": VerificationError,
+            "other-arch": TargetMismatch,
+        }[problem]
         with pytest.raises(expected) as info:
             install(bundle, key, InstallOptions(root=deb_root), env)
         if problem == "other-arch":
@@ -167,7 +187,9 @@ class TestDpkgRoot:
             assert "not in the trusted keyring" in str(info.value)
         assert tree_digest(deb_root) == before
 
-    def test_missing_node_requirement_is_named_and_nothing_installed(self, tmp_path: Path, targets: Dict[str, StagedTarget]) -> None:
+    def test_missing_node_requirement_is_named_and_nothing_installed(
+        self, tmp_path: Path, targets: Dict[str, StagedTarget]
+    ) -> None:
         root = tmp_path / "root"
         seed_dpkg_root(root, libraries={"libc6": "2.36-9", "libcap2": "1:2.66-4"})
         bundle, key, env, _ = _setup(tmp_path, targets["deb-1.17.8"])
@@ -177,25 +199,33 @@ class TestDpkgRoot:
         assert dpkg_versions(root) == {}
         assert tree_digest(root) == before
 
-    def test_too_old_node_library_is_reported_with_its_constraint(self, tmp_path: Path, targets: Dict[str, StagedTarget]) -> None:
+    def test_too_old_node_library_is_reported_with_its_constraint(
+        self, tmp_path: Path, targets: Dict[str, StagedTarget]
+    ) -> None:
         root = tmp_path / "root"
         seed_dpkg_root(root, libraries={"libc6": "2.9-1", "libcap2": "1:2.66-4", "libseccomp2": "2.5.4-1"})
         bundle, key, env, _ = _setup(tmp_path, targets["deb-1.17.8"])
         with pytest.raises(PreflightFailed, match=r"libc6 \(>= 2.14\)"):
             install(bundle, key, InstallOptions(root=root), env)
 
-    def test_downgrade_refused_without_allow_downgrade(self, tmp_path: Path, deb_root: Path, targets: Dict[str, StagedTarget]) -> None:
+    def test_downgrade_refused_without_allow_downgrade(
+        self, tmp_path: Path, deb_root: Path, targets: Dict[str, StagedTarget]
+    ) -> None:
         bundle, key, env, _ = _setup(tmp_path, targets["deb-1.17.8"])
         install(bundle, key, InstallOptions(root=deb_root), env)
         old_bundle, old_key, old_env, _ = _setup(tmp_path, targets["deb-1.17.7"])
         assert old_bundle != bundle
-        with pytest.raises(PreflightFailed, match=r"nvidia-container-toolkit 1.17.8-1 is newer than the bundle's 1.17.7-1"):
+        with pytest.raises(
+            PreflightFailed, match=r"nvidia-container-toolkit 1.17.8-1 is newer than the bundle's 1.17.7-1"
+        ):
             install(old_bundle, old_key, InstallOptions(root=deb_root), old_env)
         assert dpkg_versions(deb_root) == dict.fromkeys(TOOLKIT, "1.17.8-1")
         install(old_bundle, old_key, InstallOptions(root=deb_root, allow_downgrade=True), old_env)
         assert dpkg_versions(deb_root) == dict.fromkeys(TOOLKIT, "1.17.7-1")
 
-    def test_dry_run_prints_the_plan_and_changes_nothing(self, tmp_path: Path, deb_root: Path, targets: Dict[str, StagedTarget]) -> None:
+    def test_dry_run_prints_the_plan_and_changes_nothing(
+        self, tmp_path: Path, deb_root: Path, targets: Dict[str, StagedTarget]
+    ) -> None:
         bundle, key, env, _ = _setup(tmp_path, targets["deb-1.17.8"])
         before = tree_digest(deb_root)
         result = install(bundle, key, InstallOptions(root=deb_root, dry_run=True), env)
@@ -204,7 +234,9 @@ class TestDpkgRoot:
         assert "runtimes.nvidia]" in result.diff
         assert tree_digest(deb_root) == before
 
-    def test_dry_run_diff_enables_cdi_as_the_install_would_when_a_driver_is_present(self, tmp_path: Path, deb_root: Path, targets: Dict[str, StagedTarget]) -> None:
+    def test_dry_run_diff_enables_cdi_as_the_install_would_when_a_driver_is_present(
+        self, tmp_path: Path, deb_root: Path, targets: Dict[str, StagedTarget]
+    ) -> None:
         (deb_root / "dev").mkdir()
         (deb_root / "dev/nvidiactl").write_text("stand-in\n")
         bundle, key, env, _ = _setup(tmp_path, targets["deb-1.17.8"])
@@ -249,7 +281,9 @@ class TestDpkgRoot:
             install(bundle, key, InstallOptions(root=deb_root), env)
         assert dpkg_versions(deb_root) == {} and load_state(deb_root) is None
 
-    def test_uninstall_restores_config_byte_for_byte_and_removes_packages(self, tmp_path: Path, deb_root: Path, targets: Dict[str, StagedTarget]) -> None:
+    def test_uninstall_restores_config_byte_for_byte_and_removes_packages(
+        self, tmp_path: Path, deb_root: Path, targets: Dict[str, StagedTarget]
+    ) -> None:
         bundle, key, env, _ = _setup(tmp_path, targets["deb-1.17.8"])
         install(bundle, key, InstallOptions(root=deb_root, hold=True), env)
         result = uninstall(deb_root, env)
@@ -261,7 +295,11 @@ class TestDpkgRoot:
         assert load_state(deb_root) is None
 
     def test_uninstall_on_the_live_system_says_when_an_engine_stays_down(
-        self, tmp_path: Path, deb_root: Path, targets: Dict[str, StagedTarget], monkeypatch: pytest.MonkeyPatch
+        self,
+        tmp_path: Path,
+        deb_root: Path,
+        targets: Dict[str, StagedTarget],
+        monkeypatch: pytest.MonkeyPatch,
     ) -> None:
         import installer.manage as manage_mod
 
@@ -272,21 +310,31 @@ class TestDpkgRoot:
         result = uninstall(deb_root, env)
         assert ("restart", "containerd") in services.calls
         assert result.failed_engines == ["containerd"]
-        assert (deb_root / "etc/containerd/config.toml").read_bytes() == CONTAINERD_CONFIG  # restored all the same
+        assert (
+            deb_root / "etc/containerd/config.toml"
+        ).read_bytes() == CONTAINERD_CONFIG  # restored all the same
         assert "did not come back" in str(manage_mod.EngineNotRunning(result.failed_engines))
 
-    def test_hold_asked_on_a_later_run_is_set_recorded_and_then_up_to_date(self, tmp_path: Path, deb_root: Path, targets: Dict[str, StagedTarget]) -> None:
+    def test_hold_asked_on_a_later_run_is_set_recorded_and_then_up_to_date(
+        self, tmp_path: Path, deb_root: Path, targets: Dict[str, StagedTarget]
+    ) -> None:
         bundle, key, env, _ = _setup(tmp_path, targets["deb-1.17.8"])
         install(bundle, key, InstallOptions(root=deb_root), env)
         held = install(bundle, key, InstallOptions(root=deb_root, hold=True), env)
-        assert held.changed and held.outcome == "installed" and any(m.startswith("held ") for m in held.messages)
+        assert (
+            held.changed and held.outcome == "installed" and any(m.startswith("held ") for m in held.messages)
+        )
         state = load_state(deb_root)
         assert state is not None and state.held
         assert not install(bundle, key, InstallOptions(root=deb_root, hold=True, dry_run=True), env).changed
         assert install(bundle, key, InstallOptions(root=deb_root, hold=True), env).outcome == "up-to-date"
 
     def test_engines_left_unrestarted_stay_pending_until_restart_restarts_them(
-        self, tmp_path: Path, deb_root: Path, targets: Dict[str, StagedTarget], monkeypatch: pytest.MonkeyPatch
+        self,
+        tmp_path: Path,
+        deb_root: Path,
+        targets: Dict[str, StagedTarget],
+        monkeypatch: pytest.MonkeyPatch,
     ) -> None:
         # What an Ansible handler or a pod relies on: a restart that never ran is not forgotten.
         import installer.install as install_mod
@@ -308,7 +356,11 @@ class TestDpkgRoot:
         assert manage_mod.restart_pending(deb_root, env).outcome == "nothing to restart"
 
     def test_a_pending_engine_that_stays_down_gets_its_config_back(
-        self, tmp_path: Path, deb_root: Path, targets: Dict[str, StagedTarget], monkeypatch: pytest.MonkeyPatch
+        self,
+        tmp_path: Path,
+        deb_root: Path,
+        targets: Dict[str, StagedTarget],
+        monkeypatch: pytest.MonkeyPatch,
     ) -> None:
         import installer.install as install_mod
         import installer.manage as manage_mod
@@ -325,7 +377,11 @@ class TestDpkgRoot:
         assert state is not None and state.restart_pending == [] and "containerd" not in state.engines
 
     def test_a_later_install_that_may_restart_retries_the_pending_engines(
-        self, tmp_path: Path, deb_root: Path, targets: Dict[str, StagedTarget], monkeypatch: pytest.MonkeyPatch
+        self,
+        tmp_path: Path,
+        deb_root: Path,
+        targets: Dict[str, StagedTarget],
+        monkeypatch: pytest.MonkeyPatch,
     ) -> None:
         import installer.install as install_mod
 
@@ -333,7 +389,9 @@ class TestDpkgRoot:
         bundle, key, env, services = _setup(tmp_path, targets["deb-1.17.8"])
         install(bundle, key, InstallOptions(root=deb_root, no_restart=True), env)
         retried = install(bundle, key, InstallOptions(root=deb_root), env)
-        assert retried.changed and retried.restart_pending == [] and ("restart", "containerd") in services.calls
+        assert (
+            retried.changed and retried.restart_pending == [] and ("restart", "containerd") in services.calls
+        )
         state = load_state(deb_root)
         assert state is not None and state.restart_pending == []
 
@@ -358,9 +416,14 @@ class TestDpkgRoot:
 
     def test_restart_refuses_another_root(self, deb_root: Path) -> None:
         result = run_cli("restart", "--root", str(deb_root))
-        assert result.exit_code == ExitCode.USAGE and "engines are restarted only on the running system" in result.stderr
+        assert (
+            result.exit_code == ExitCode.USAGE
+            and "engines are restarted only on the running system" in result.stderr
+        )
 
-    def test_status_reports_packages_engines_and_drift(self, tmp_path: Path, deb_root: Path, targets: Dict[str, StagedTarget]) -> None:
+    def test_status_reports_packages_engines_and_drift(
+        self, tmp_path: Path, deb_root: Path, targets: Dict[str, StagedTarget]
+    ) -> None:
         bundle, key, env, _ = _setup(tmp_path, targets["deb-1.17.8"])
         install(bundle, key, InstallOptions(root=deb_root), env)
         report = status(deb_root, env)
@@ -372,50 +435,66 @@ class TestDpkgRoot:
         drift = status(deb_root, env)["problems"]
         assert any("config.toml was edited after gpu-airgap wrote it" in p for p in drift)
 
-    def test_failed_dpkg_run_is_undone_and_the_state_named(self, tmp_path: Path, deb_root: Path, targets: Dict[str, StagedTarget]) -> None:
+    def test_failed_dpkg_run_is_undone_and_the_state_named(
+        self, tmp_path: Path, deb_root: Path, targets: Dict[str, StagedTarget]
+    ) -> None:
         bundle, key, env, _ = _setup(tmp_path, targets["deb-1.17.8"])
         # A file that belongs to another package makes dpkg refuse the toolkit part-way.
         (deb_root / "var/lib/dpkg/info/intruder.list").write_text("/usr/bin/nvidia-container-runtime-hook\n")
         with (deb_root / "var/lib/dpkg/status").open("a") as status_file:
-            status_file.write("\nPackage: intruder\nStatus: install ok installed\nMaintainer: x <x@example.invalid>\nArchitecture: amd64\nVersion: 1\nDescription: x\n")
+            status_file.write(
+                "\nPackage: intruder\nStatus: install ok installed\nMaintainer: x <x@example.invalid>\nArchitecture: amd64\nVersion: 1\nDescription: x\n"
+            )
         (deb_root / "usr/bin").mkdir(parents=True)
         (deb_root / "usr/bin/nvidia-container-runtime-hook").write_text("#!/bin/sh\n")
-        with pytest.raises(InstallFailed, match="the node now has libnvidia-container1: not installed") as info:
+        with pytest.raises(
+            InstallFailed, match="the node now has libnvidia-container1: not installed"
+        ) as info:
             install(bundle, key, InstallOptions(root=deb_root), env)
         assert "removed the newly added" in str(info.value)
         assert dpkg_versions(deb_root) == {}
         assert load_state(deb_root) is None
 
-
-    def test_old_nvidia_container_runtime_is_removed_first_and_recorded(self, tmp_path: Path, targets: Dict[str, StagedTarget]) -> None:
+    def test_old_nvidia_container_runtime_is_removed_first_and_recorded(
+        self, tmp_path: Path, targets: Dict[str, StagedTarget]
+    ) -> None:
         root = tmp_path / "root"
         seed_dpkg_root(root, libraries={**DEB_SEED, "nvidia-container-runtime": "3.4.0-1"})
         bundle, key, env, _ = _setup(tmp_path, targets["deb-1.17.8"])
         result = install(bundle, key, InstallOptions(root=root), env)
-        assert any(m.startswith("removed nvidia-container-runtime 3.4.0-1: nvidia-container-toolkit") for m in result.messages)
+        assert any(
+            m.startswith("removed nvidia-container-runtime 3.4.0-1: nvidia-container-toolkit")
+            for m in result.messages
+        )
         assert dpkg_versions(root) == dict.fromkeys(TOOLKIT, "1.17.8-1")
         state = load_state(root)
         assert state is not None and state.removed == {"nvidia-container-runtime": "3.4.0-1"}
 
-
-    def test_breaks_come_from_the_signed_manifest(self, tmp_path: Path, targets: Dict[str, StagedTarget]) -> None:
+    def test_breaks_come_from_the_signed_manifest(
+        self, tmp_path: Path, targets: Dict[str, StagedTarget]
+    ) -> None:
         # nvidia-docker2 is not in the installer's fallback list: only the manifest can say it must go.
         root = tmp_path / "root"
         seed_dpkg_root(root, libraries={**DEB_SEED, "nvidia-docker2": "2.13.0-1"})
         base = targets["deb-1.17.8"]
         rule = Requirement("nvidia-docker2", "<<", "2.14.0")
         packages = tuple(
-            dataclasses.replace(p, breaks=(rule,)) if p.name == "nvidia-container-toolkit" else p for p in base.packages
+            dataclasses.replace(p, breaks=(rule,)) if p.name == "nvidia-container-toolkit" else p
+            for p in base.packages
         )
         bundle, key, env, _ = _setup(tmp_path, dataclasses.replace(base, packages=packages))
         plan = install(bundle, key, InstallOptions(root=root, dry_run=True), env)
-        assert "would remove nvidia-docker2 2.13.0-1: nvidia-container-toolkit 1.17.8-1 breaks nvidia-docker2 (<< 2.14.0)" in plan.messages
+        assert (
+            "would remove nvidia-docker2 2.13.0-1: nvidia-container-toolkit 1.17.8-1 breaks nvidia-docker2 (<< 2.14.0)"
+            in plan.messages
+        )
         install(bundle, key, InstallOptions(root=root), env)
         state = load_state(root)
         assert state is not None and state.removed == {"nvidia-docker2": "2.13.0-1"}
 
-
-    def test_uninstall_restores_the_previous_default_runtime_byte_for_byte(self, tmp_path: Path, deb_root: Path, targets: Dict[str, StagedTarget]) -> None:
+    def test_uninstall_restores_the_previous_default_runtime_byte_for_byte(
+        self, tmp_path: Path, deb_root: Path, targets: Dict[str, StagedTarget]
+    ) -> None:
         daemon = b'{\n    "default-runtime": "runc",\n    "log-level": "warn"\n}\n'
         (deb_root / "etc/docker").mkdir(parents=True)
         (deb_root / "etc/docker/daemon.json").write_bytes(daemon)
@@ -437,7 +516,9 @@ class TestDpkgRoot:
         assert ContainerdEngine().report(deb_root, "nvidia")["DEFAULT"] == "runc"
         assert DockerEngine().report(deb_root, "nvidia")["DEFAULT"] == "runc"
 
-    def test_cdi_spec_is_written_with_a_driver_recorded_and_removed_by_uninstall(self, tmp_path: Path, deb_root: Path, targets: Dict[str, StagedTarget]) -> None:
+    def test_cdi_spec_is_written_with_a_driver_recorded_and_removed_by_uninstall(
+        self, tmp_path: Path, deb_root: Path, targets: Dict[str, StagedTarget]
+    ) -> None:
         for stand_in in ("proc/driver/nvidia/version", "dev/nvidiactl", "dev/nvidia0"):
             (deb_root / stand_in).parent.mkdir(parents=True, exist_ok=True)
             (deb_root / stand_in).write_text("stand-in\n")
@@ -452,7 +533,9 @@ class TestDpkgRoot:
         uninstall(deb_root, env)
         assert not spec.exists()
 
-    def test_cdi_off_skips_the_spec_even_with_a_driver(self, tmp_path: Path, deb_root: Path, targets: Dict[str, StagedTarget]) -> None:
+    def test_cdi_off_skips_the_spec_even_with_a_driver(
+        self, tmp_path: Path, deb_root: Path, targets: Dict[str, StagedTarget]
+    ) -> None:
         (deb_root / "dev").mkdir()
         (deb_root / "dev/nvidiactl").write_text("stand-in\n")
         bundle, key, env, _ = _setup(tmp_path, targets["deb-1.17.8"])
@@ -460,15 +543,18 @@ class TestDpkgRoot:
         assert result.cdi == "skipped: disabled with --cdi off"
         assert not (deb_root / "etc/cdi").exists()
 
-    def test_cdi_on_without_a_driver_is_a_preflight_problem_and_changes_nothing(self, tmp_path: Path, deb_root: Path, targets: Dict[str, StagedTarget]) -> None:
+    def test_cdi_on_without_a_driver_is_a_preflight_problem_and_changes_nothing(
+        self, tmp_path: Path, deb_root: Path, targets: Dict[str, StagedTarget]
+    ) -> None:
         bundle, key, env, _ = _setup(tmp_path, targets["deb-1.17.8"])
         before = tree_digest(deb_root)
         with pytest.raises(PreflightFailed, match="--cdi on needs an NVIDIA driver"):
             install(bundle, key, InstallOptions(root=deb_root, cdi="on"), env)
         assert tree_digest(deb_root) == before
 
-
-    def test_damaged_state_file_is_refused_before_anything_is_installed(self, tmp_path: Path, deb_root: Path, targets: Dict[str, StagedTarget]) -> None:
+    def test_damaged_state_file_is_refused_before_anything_is_installed(
+        self, tmp_path: Path, deb_root: Path, targets: Dict[str, StagedTarget]
+    ) -> None:
         (deb_root / "var/lib/gpu-airgap").mkdir(parents=True)
         (deb_root / "var/lib/gpu-airgap/state.json").write_text("{not json")
         bundle, key, env, _ = _setup(tmp_path, targets["deb-1.17.8"])
@@ -477,21 +563,35 @@ class TestDpkgRoot:
             install(bundle, key, InstallOptions(root=deb_root), env)
         assert tree_digest(deb_root) == before and dpkg_versions(deb_root) == {}
 
-
-    def test_install_accepts_the_first_part_of_a_split_bundle(self, tmp_path: Path, deb_root: Path, targets: Dict[str, StagedTarget]) -> None:
+    def test_install_accepts_the_first_part_of_a_split_bundle(
+        self, tmp_path: Path, deb_root: Path, targets: Dict[str, StagedTarget]
+    ) -> None:
         signer = _KEYS["operator"]
-        first = write_signed_bundle(tmp_path / "split" / "bundle.tar", [targets["deb-1.17.8"]], signer.home, signer.fingerprint, split=1 << 20)
+        first = write_signed_bundle(
+            tmp_path / "split" / "bundle.tar",
+            [targets["deb-1.17.8"]],
+            signer.home,
+            signer.fingerprint,
+            split=1 << 20,
+        )
         assert first.name == "bundle.tar.part001" and len(list(first.parent.glob("bundle.tar.part*"))) >= 2
         result = install(first, signer.public, InstallOptions(root=deb_root), NodeEnv(services=Services()))
         assert result.outcome == "installed" and dpkg_versions(deb_root) == dict.fromkeys(TOOLKIT, "1.17.8-1")
         second = first.with_name("bundle.tar.part002")
         second.write_bytes(second.read_bytes()[:-1] + bytes([second.read_bytes()[-1] ^ 0xFF]))
         with pytest.raises(VerificationError, match="part002"):
-            install(first, signer.public, InstallOptions(root=deb_root, dry_run=True), NodeEnv(services=Services()))
+            install(
+                first,
+                signer.public,
+                InstallOptions(root=deb_root, dry_run=True),
+                NodeEnv(services=Services()),
+            )
 
 
 class TestRpmRoot:
-    def test_install_into_rpm_root_and_uninstall(self, tmp_path: Path, targets: Dict[str, StagedTarget]) -> None:
+    def test_install_into_rpm_root_and_uninstall(
+        self, tmp_path: Path, targets: Dict[str, StagedTarget]
+    ) -> None:
         root = tmp_path / "root"
         seed_rpm_root(root, tmp_path)
         (root / "etc/containerd").mkdir(parents=True)
@@ -499,10 +599,24 @@ class TestRpmRoot:
         bundle, key, env, _ = _setup(tmp_path, targets["deb-1.17.8"], targets["rpm-1.17.8"])
         result = install(bundle, key, InstallOptions(root=root, hold=True), env)
         assert result.target == "rpm/x86_64"
-        rpm = ["rpm", "--root", str(root), "--dbpath", "/var/lib/rpm", "-q", "--qf", "%{NAME} %{VERSION}-%{RELEASE}\n"]
-        assert subprocess.run([*rpm, *TOOLKIT], capture_output=True, text=True).stdout.split("\n")[:4] == [f"{n} 1.17.8-1" for n in TOOLKIT]
+        rpm = [
+            "rpm",
+            "--root",
+            str(root),
+            "--dbpath",
+            "/var/lib/rpm",
+            "-q",
+            "--qf",
+            "%{NAME} %{VERSION}-%{RELEASE}\n",
+        ]
+        assert subprocess.run([*rpm, *TOOLKIT], capture_output=True, text=True).stdout.split("\n")[:4] == [
+            f"{n} 1.17.8-1" for n in TOOLKIT
+        ]
         assert (root / "usr/bin/nvidia-ctk").exists()
-        assert "nvidia-container-toolkit-0:1.17.8-1.*" in (root / "etc/dnf/plugins/versionlock.list").read_text().splitlines()
+        assert (
+            "nvidia-container-toolkit-0:1.17.8-1.*"
+            in (root / "etc/dnf/plugins/versionlock.list").read_text().splitlines()
+        )
         assert install(bundle, key, InstallOptions(root=root, hold=True), env).outcome == "up-to-date"
         uninstall(root, env)
         assert subprocess.run([*rpm, "nvidia-container-toolkit"], capture_output=True).returncode != 0
@@ -517,7 +631,9 @@ class TestRpmRoot:
             install(bundle, key, InstallOptions(root=root), env)
 
 
-def test_install_into_a_root_that_does_not_exist_is_refused_and_creates_nothing(tmp_path: Path, targets: Dict[str, StagedTarget]) -> None:
+def test_install_into_a_root_that_does_not_exist_is_refused_and_creates_nothing(
+    tmp_path: Path, targets: Dict[str, StagedTarget]
+) -> None:
     bundle, key, env, _ = _setup(tmp_path, targets["deb-1.17.8"])
     missing = tmp_path / "no-such-root"
     with pytest.raises(UsageError, match="is not a directory"):
@@ -531,7 +647,9 @@ def test_uninstall_without_a_recorded_install_says_so(tmp_path: Path) -> None:
         uninstall(tmp_path, NodeEnv())
 
 
-def test_cli_install_status_uninstall_round_trip(tmp_path: Path, deb_root: Path, targets: Dict[str, StagedTarget]) -> None:
+def test_cli_install_status_uninstall_round_trip(
+    tmp_path: Path, deb_root: Path, targets: Dict[str, StagedTarget]
+) -> None:
     bundle, key, _, _ = _setup(tmp_path, targets["deb-1.17.8"])
     result = run_cli("install", str(bundle), "--keyring", str(key), "--root", str(deb_root), "--json")
     assert result.exit_code == 0, result.stderr
@@ -549,7 +667,9 @@ def test_cli_install_status_uninstall_round_trip(tmp_path: Path, deb_root: Path,
     assert (deb_root / "etc/containerd/config.toml").read_bytes() == CONTAINERD_CONFIG
 
 
-def test_cli_preflight_failure_is_one_sentence_with_exit_code_7(tmp_path: Path, targets: Dict[str, StagedTarget]) -> None:
+def test_cli_preflight_failure_is_one_sentence_with_exit_code_7(
+    tmp_path: Path, targets: Dict[str, StagedTarget]
+) -> None:
     root = tmp_path / "root"
     seed_dpkg_root(root, libraries={})
     bundle, key, _, _ = _setup(tmp_path, targets["deb-1.17.8"])
@@ -559,23 +679,35 @@ def test_cli_preflight_failure_is_one_sentence_with_exit_code_7(tmp_path: Path, 
     assert "libc6 (>= 2.14) is not installed" in result.stderr and "libseccomp2" in result.stderr
 
 
-def test_cli_status_exits_9_on_drift(tmp_path: Path, deb_root: Path, targets: Dict[str, StagedTarget]) -> None:
+def test_cli_status_exits_9_on_drift(
+    tmp_path: Path, deb_root: Path, targets: Dict[str, StagedTarget]
+) -> None:
     bundle, key, _, _ = _setup(tmp_path, targets["deb-1.17.8"])
     assert run_cli("install", str(bundle), "--keyring", str(key), "--root", str(deb_root)).exit_code == 0
-    subprocess.run(["dpkg", f"--root={deb_root}", "--remove", "nvidia-container-toolkit"], check=True, capture_output=True)
+    subprocess.run(
+        ["dpkg", f"--root={deb_root}", "--remove", "nvidia-container-toolkit"],
+        check=True,
+        capture_output=True,
+    )
     shown = run_cli("status", "--root", str(deb_root))
     assert shown.exit_code == ExitCode.PROBLEMS_FOUND
     assert "nvidia-container-toolkit is not installed, the install recorded 1.17.8-1" in shown.stdout
 
 
-def test_upgrade_over_a_held_install_keeps_the_hold(tmp_path: Path, deb_root: Path, targets: Dict[str, StagedTarget]) -> None:
+def test_upgrade_over_a_held_install_keeps_the_hold(
+    tmp_path: Path, deb_root: Path, targets: Dict[str, StagedTarget]
+) -> None:
     old, key, env, _ = _setup(tmp_path, targets["deb-1.17.7"])
     install(old, key, InstallOptions(root=deb_root, hold=True), env)
     new, key, env, _ = _setup(tmp_path, targets["deb-1.17.8"])
     result = install(new, key, InstallOptions(root=deb_root, hold=True), env)
     assert result.outcome == "installed"
     assert dpkg_versions(deb_root) == dict.fromkeys(TOOLKIT, "1.17.8-1")
-    selections = subprocess.run(["dpkg", f"--root={deb_root}", "--get-selections", *TOOLKIT], capture_output=True, text=True).stdout
+    selections = subprocess.run(
+        ["dpkg", f"--root={deb_root}", "--get-selections", *TOOLKIT], capture_output=True, text=True
+    ).stdout
     assert selections.split().count("hold") == 4
     state = load_state(deb_root)
-    assert state is not None and state.previous == dict.fromkeys(TOOLKIT)  # uninstall still knows the node had none
+    assert state is not None and state.previous == dict.fromkeys(
+        TOOLKIT
+    )  # uninstall still knows the node had none

@@ -50,7 +50,9 @@ from tests.node_fixtures import (
     write_signed_bundle,
 )
 
-needs_root = pytest.mark.skipif(not is_root(), reason="real filesystem faults (chattr, mount, setpriv) need root")
+needs_root = pytest.mark.skipif(
+    not is_root(), reason="real filesystem faults (chattr, mount, setpriv) need root"
+)
 DAEMON_JSON = b'{\n    "log-level": "warn"\n}\n'
 
 
@@ -61,9 +63,14 @@ def debs(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, StagedTarget]:
 
 
 @pytest.fixture(scope="module")
-def bundles(debs: Dict[str, StagedTarget], test_key: TestKey, tmp_path_factory: pytest.TempPathFactory) -> Dict[str, Path]:
+def bundles(
+    debs: Dict[str, StagedTarget], test_key: TestKey, tmp_path_factory: pytest.TempPathFactory
+) -> Dict[str, Path]:
     out = tmp_path_factory.mktemp("fault-bundles")
-    return {v: write_signed_bundle(out / f"{v}.tar", [t], test_key.home, test_key.fingerprint) for v, t in debs.items()}
+    return {
+        v: write_signed_bundle(out / f"{v}.tar", [t], test_key.home, test_key.fingerprint)
+        for v, t in debs.items()
+    }
 
 
 @pytest.fixture()
@@ -86,10 +93,14 @@ class Services:
 
 def _cli_install(bundle: Path, key: TestKey, root: Path, *extra: str) -> Tuple[int, List[str]]:
     result = run_cli("install", str(bundle), "--keyring", str(key.public), "--root", str(root), *extra)
-    return result.exit_code, [line for line in result.stderr.splitlines() if line.startswith("gpu-airgap: error:")]
+    return result.exit_code, [
+        line for line in result.stderr.splitlines() if line.startswith("gpu-airgap: error:")
+    ]
 
 
-def _refused_before_anything(root: Path, before: Dict[str, str], code: int, errors: List[str], sentence: str) -> None:
+def _refused_before_anything(
+    root: Path, before: Dict[str, str], code: int, errors: List[str], sentence: str
+) -> None:
     assert code == ExitCode.CONFIG, errors
     assert len(errors) == 1 and sentence in errors[0], errors
     assert tree_digest(root) == before  # the dpkg database, the configs, no state.json, no staging left
@@ -99,7 +110,9 @@ def _refused_before_anything(root: Path, before: Dict[str, str], code: int, erro
 # -- 1. Refused before any package: every check --dry-run can make ------------------------------------
 
 
-def test_invalid_toml_in_containerd_config_stops_install_before_any_package(node: Path, bundles: Dict[str, Path], test_key: TestKey) -> None:
+def test_invalid_toml_in_containerd_config_stops_install_before_any_package(
+    node: Path, bundles: Dict[str, Path], test_key: TestKey
+) -> None:
     (node / "etc/containerd/config.toml").write_text("version = 2\n[plugins\n")
     before = tree_digest(node)
     code, errors = _cli_install(bundles["1.17.8"], test_key, node)
@@ -116,7 +129,9 @@ def test_invalid_json_in_daemon_json_stops_install_before_containerd_or_any_pack
     _refused_before_anything(node, before, code, errors, "daemon.json: is not valid JSON")
 
 
-def test_an_invalid_cdi_spec_with_cdi_on_stops_install_before_any_package(node: Path, bundles: Dict[str, Path], test_key: TestKey) -> None:
+def test_an_invalid_cdi_spec_with_cdi_on_stops_install_before_any_package(
+    node: Path, bundles: Dict[str, Path], test_key: TestKey
+) -> None:
     # The spec is written after the packages (nvidia-ctk comes with them), but it is read before.
     _with_driver(node)
     (node / "etc/cdi").mkdir()
@@ -136,7 +151,9 @@ def test_immutable_containerd_config_stops_install_and_its_dry_run_before_any_pa
         dry_code, dry_errors = _cli_install(bundles["1.17.8"], test_key, node, "--dry-run")
         _refused_before_anything(node, before, dry_code, dry_errors, "is immutable (chattr +i)")
         code, errors = _cli_install(bundles["1.17.8"], test_key, node)
-        _refused_before_anything(node, before, code, errors, f"{config}: cannot be changed: it is immutable (chattr +i)")
+        _refused_before_anything(
+            node, before, code, errors, f"{config}: cannot be changed: it is immutable (chattr +i)"
+        )
 
 
 @needs_root
@@ -146,7 +163,9 @@ def test_containerd_config_on_a_read_only_mount_stops_install_before_any_package
     with read_only_mount(node / "etc/containerd"):
         before = tree_digest(node)
         code, errors = _cli_install(bundles["1.17.8"], test_key, node)
-        _refused_before_anything(node, before, code, errors, "config.toml: cannot be written: it is on a read-only filesystem")
+        _refused_before_anything(
+            node, before, code, errors, "config.toml: cannot be written: it is on a read-only filesystem"
+        )
 
 
 @needs_root
@@ -158,7 +177,13 @@ def test_a_root_mounted_read_only_as_a_whole_is_one_sentence_for_install_and_its
         before = tree_digest(node)
         for extra in ([], ["--dry-run"]):
             code, errors = _cli_install(bundles["1.17.8"], test_key, node, *extra)
-            _refused_before_anything(node, before, code, errors, "var/lib/gpu-airgap: cannot be written: it is on a read-only filesystem")
+            _refused_before_anything(
+                node,
+                before,
+                code,
+                errors,
+                "var/lib/gpu-airgap: cannot be written: it is on a read-only filesystem",
+            )
 
 
 @needs_root
@@ -172,16 +197,29 @@ def test_containerd_config_in_a_read_only_directory_stops_install_before_any_pac
     directory.chmod(0o555)
     try:
         before = tree_digest(node)
-        argv = [*WITHOUT_DAC_OVERRIDE, *GPU_AIRGAP, "install", str(bundles["1.17.8"]), "--keyring", str(test_key.public), "--root", str(node)]
+        argv = [
+            *WITHOUT_DAC_OVERRIDE,
+            *GPU_AIRGAP,
+            "install",
+            str(bundles["1.17.8"]),
+            "--keyring",
+            str(test_key.public),
+            "--root",
+            str(node),
+        ]
         done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
         errors = [line for line in done.stderr.splitlines() if line.startswith("gpu-airgap: error:")]
-        _refused_before_anything(node, before, done.returncode, errors, f"the directory {directory} is not writable (mode 0555)")
+        _refused_before_anything(
+            node, before, done.returncode, errors, f"the directory {directory} is not writable (mode 0555)"
+        )
     finally:
         directory.chmod(0o755)
 
 
 @needs_root
-def test_runtime_auto_checks_every_engine_before_reconfiguring_any(node: Path, bundles: Dict[str, Path], test_key: TestKey) -> None:
+def test_runtime_auto_checks_every_engine_before_reconfiguring_any(
+    node: Path, bundles: Dict[str, Path], test_key: TestKey
+) -> None:
     # Docker comes after containerd: its immutable daemon.json must stop the run before containerd is touched.
     (node / "etc/docker").mkdir()
     daemon = node / "etc/docker/daemon.json"
@@ -189,7 +227,9 @@ def test_runtime_auto_checks_every_engine_before_reconfiguring_any(node: Path, b
     with immutable(daemon):
         before = tree_digest(node)
         code, errors = _cli_install(bundles["1.17.8"], test_key, node, "--runtime", "auto")
-        _refused_before_anything(node, before, code, errors, "daemon.json: cannot be changed: it is immutable (chattr +i)")
+        _refused_before_anything(
+            node, before, code, errors, "daemon.json: cannot be changed: it is immutable (chattr +i)"
+        )
     assert (node / "etc/containerd/config.toml").read_bytes() == CONTAINERD_CONFIG
 
 
@@ -249,20 +289,28 @@ def test_a_failing_cdi_spec_with_cdi_on_rolls_back_the_packages_and_the_hold(
         raise ToolError("nvidia-ctk produced an invalid CDI spec: no devices")
 
     env = NodeEnv(services=Services(), cdi=broken)
-    with pytest.raises(ToolError, match=r"invalid CDI spec: no devices; the install was rolled back \(") as info:
+    with pytest.raises(
+        ToolError, match=r"invalid CDI spec: no devices; the install was rolled back \("
+    ) as info:
         install(bundles["1.17.8"], test_key.public, InstallOptions(root=node, cdi="on", hold=True), env)
     assert "released the hold" in str(info.value)
     assert dpkg_versions(node) == {}
-    selections = subprocess.run(["dpkg", f"--root={node}", "--get-selections", *TOOLKIT], capture_output=True, text=True).stdout
+    selections = subprocess.run(
+        ["dpkg", f"--root={node}", "--get-selections", *TOOLKIT], capture_output=True, text=True
+    ).stdout
     assert "hold" not in selections.split()
     assert load_state(node) is None and _only_configs(node) == before
 
 
-def test_a_failing_dpkg_run_leaves_no_record_and_no_config_change(node: Path, bundles: Dict[str, Path], test_key: TestKey) -> None:
+def test_a_failing_dpkg_run_leaves_no_record_and_no_config_change(
+    node: Path, bundles: Dict[str, Path], test_key: TestKey
+) -> None:
     # A file that belongs to another package makes dpkg refuse the toolkit part-way.
     (node / "var/lib/dpkg/info/intruder.list").write_text("/usr/bin/nvidia-container-runtime-hook\n")
     with (node / "var/lib/dpkg/status").open("a") as status_file:
-        status_file.write("\nPackage: intruder\nStatus: install ok installed\nMaintainer: x <x@example.invalid>\nArchitecture: amd64\nVersion: 1\nDescription: x\n")
+        status_file.write(
+            "\nPackage: intruder\nStatus: install ok installed\nMaintainer: x <x@example.invalid>\nArchitecture: amd64\nVersion: 1\nDescription: x\n"
+        )
     (node / "usr/bin").mkdir(parents=True)
     (node / "usr/bin/nvidia-container-runtime-hook").write_text("#!/bin/sh\n")
     before = _only_configs(node)
@@ -285,7 +333,12 @@ def test_an_upgrade_that_fails_after_the_packages_is_recorded_so_status_shows_it
         raise ToolError("nvidia-ctk failed")
 
     with pytest.raises(ToolError, match="nvidia-ctk failed; the install was rolled back") as info:
-        install(bundles["1.17.8"], test_key.public, InstallOptions(root=node, cdi="on"), dataclasses.replace(env, cdi=broken))
+        install(
+            bundles["1.17.8"],
+            test_key.public,
+            InstallOptions(root=node, cdi="on"),
+            dataclasses.replace(env, cdi=broken),
+        )
     assert "nvidia-container-toolkit 1.17.8-1" in str(info.value)
     assert "stay (the older packages are not in the bundle): see `gpu-airgap status`" in str(info.value)
     assert dpkg_versions(node) == dict.fromkeys(TOOLKIT, "1.17.8-1")
@@ -306,14 +359,24 @@ def test_an_install_killed_after_dpkg_is_recorded_and_its_staging_is_cleaned_by_
     # dpkg is the real one, wrapped so that it SIGKILLs the installer the moment the packages are in.
     wrappers = tmp_path / "bin"
     wrappers.mkdir()
-    real = subprocess.run(["sh", "-c", "command -v dpkg"], capture_output=True, text=True, check=True).stdout.strip()
+    real = subprocess.run(
+        ["sh", "-c", "command -v dpkg"], capture_output=True, text=True, check=True
+    ).stdout.strip()
     (wrappers / "dpkg").write_text(
         f'#!/bin/sh\n"{real}" "$@"; rc=$?\n'
         f'case " $* " in *" --install "*) kill -{int(signal.SIGKILL)} $PPID;; esac\nexit $rc\n'
     )
     (wrappers / "dpkg").chmod(0o755)
     env = {**os.environ, "PATH": f"{wrappers}:{os.environ['PATH']}"}
-    argv = [*GPU_AIRGAP, "install", str(bundles["1.17.8"]), "--keyring", str(test_key.public), "--root", str(node)]
+    argv = [
+        *GPU_AIRGAP,
+        "install",
+        str(bundles["1.17.8"]),
+        "--keyring",
+        str(test_key.public),
+        "--root",
+        str(node),
+    ]
     killed = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False, env=env)
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     assert dpkg_versions(node) == dict.fromkeys(TOOLKIT, "1.17.8-1")
@@ -325,7 +388,9 @@ def test_an_install_killed_after_dpkg_is_recorded_and_its_staging_is_cleaned_by_
     problems = json.loads(shown.stdout)["problems"]
     assert any("did not finish" in p and "gpu-airgap uninstall" in p for p in problems), problems
 
-    dry = run_cli("install", str(bundles["1.17.8"]), "--keyring", str(test_key.public), "--root", str(node), "--dry-run")
+    dry = run_cli(
+        "install", str(bundles["1.17.8"]), "--keyring", str(test_key.public), "--root", str(node), "--dry-run"
+    )
     assert dry.exit_code == 0, dry.stderr
     assert not list(state_dir.glob("staging-*")), "the next run removes the stale staging directory"
 
@@ -346,10 +411,20 @@ def test_stale_staging_is_removed_by_the_next_run_but_never_while_another_run_ho
     holder = os.open(state_dir, os.O_RDONLY)  # another gpu-airgap process, mid-run
     try:
         fcntl.flock(holder, fcntl.LOCK_EX)
-        busy = run_cli("install", str(bundles["1.17.8"]), "--keyring", str(test_key.public), "--root", str(node), "--dry-run")
+        busy = run_cli(
+            "install",
+            str(bundles["1.17.8"]),
+            "--keyring",
+            str(test_key.public),
+            "--root",
+            str(node),
+            "--dry-run",
+        )
         assert busy.exit_code == ExitCode.BUSY and stale.is_dir()
     finally:
         os.close(holder)
-    done = run_cli("install", str(bundles["1.17.8"]), "--keyring", str(test_key.public), "--root", str(node), "--dry-run")
+    done = run_cli(
+        "install", str(bundles["1.17.8"]), "--keyring", str(test_key.public), "--root", str(node), "--dry-run"
+    )
     assert done.exit_code == 0, done.stderr
     assert not stale.exists() and not list(state_dir.glob("staging-*"))

@@ -50,8 +50,12 @@ class Node:
         self.dir.mkdir(parents=True)
         (self.dir / BUNDLE).write_bytes(bundle.read_bytes())
         (self.dir / "operator.asc").write_bytes(key.read_bytes())
-        self.env = {"PATH": str(node_bin), "HOME": str(tmp_path / "home"), "LANG": "C.UTF-8",
-                    "GPU_AIRGAP_NODE_CACHE": str(tmp_path / "zipapp-cache")}  # fmt: skip
+        self.env = {
+            "PATH": str(node_bin),
+            "HOME": str(tmp_path / "home"),
+            "LANG": "C.UTF-8",
+            "GPU_AIRGAP_NODE_CACHE": str(tmp_path / "zipapp-cache"),
+        }
         self.marker = tmp_path / "MARKER"
         self.root = tmp_path / "root"
         seed_containerd_node(self.root)
@@ -59,7 +63,15 @@ class Node:
     def run_documented(self, *install_args: str, bundle: str = BUNDLE) -> subprocess.CompletedProcess[str]:
         """The node command, exactly as ``bundle build`` prints it, with install options at the end."""
         command = " ".join([node_command(bundle), *install_args])
-        return subprocess.run(["sh", "-c", command], cwd=self.dir, env=self.env, capture_output=True, text=True, timeout=180, check=False)
+        return subprocess.run(
+            ["sh", "-c", command],
+            cwd=self.dir,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=180,
+            check=False,
+        )
 
 
 @pytest.fixture()
@@ -94,8 +106,14 @@ def test_the_documented_command_refuses_a_tampered_node_tool_and_so_does_install
     node = _node(tmp_path, node_bin, bad, operator_key)
     _refused_before_anything_ran(node, node.run_documented("--root", str(node.root)), f"{NODE_TOOL}: FAILED")
     # An admin who skips the check and runs the (genuine) install.sh: it checks the tool itself first.
-    direct = subprocess.run(["sh", "install.sh", BUNDLE, "--keyring", "operator.asc", "--root", str(node.root)],
-                            cwd=node.dir, env=node.env, capture_output=True, text=True, check=False)  # fmt: skip
+    direct = subprocess.run(
+        ["sh", "install.sh", BUNDLE, "--keyring", "operator.asc", "--root", str(node.root)],
+        cwd=node.dir,
+        env=node.env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert direct.returncode == 3, direct.stderr
     assert "does not match the signed NODE-SHA256SUMS" in direct.stderr and not marker.exists()
 
@@ -112,7 +130,9 @@ def test_a_bundle_resigned_by_another_key_runs_only_for_an_admin_who_trusts_that
     # Control: an admin given the attacker's key runs it (so the marker would show a run).
     fooled = _node(tmp_path / "b", node_bin, bad, other_key)
     done = fooled.run_documented()
-    assert done.returncode == 0 and marker.read_text().startswith("install.sh from a tampered bundle ran"), done.stderr
+    assert done.returncode == 0 and marker.read_text().startswith("install.sh from a tampered bundle ran"), (
+        done.stderr
+    )
 
 
 def test_a_missing_signature_stops_the_command_at_tar(
@@ -149,10 +169,21 @@ def test_install_sh_run_without_the_checked_files_next_to_it_refuses(
     deb_bundle: Path, operator_key: TestKey, node_bin: Path, tmp_path: Path
 ) -> None:
     node = _node(tmp_path, node_bin, deb_bundle, operator_key)
-    subprocess.run(["tar", "-xf", BUNDLE, INSTALL_SH, NODE_TOOL], cwd=node.dir, check=True)  # the old README steps
-    done = subprocess.run(["sh", "install.sh", BUNDLE, "--keyring", "operator.asc"], cwd=node.dir, env=node.env,
-                          capture_output=True, text=True, check=False)  # fmt: skip
-    assert done.returncode == 3 and "NODE-SHA256SUMS and its signature are not next to this script" in done.stderr
+    subprocess.run(
+        ["tar", "-xf", BUNDLE, INSTALL_SH, NODE_TOOL], cwd=node.dir, check=True
+    )  # the old README steps
+    done = subprocess.run(
+        ["sh", "install.sh", BUNDLE, "--keyring", "operator.asc"],
+        cwd=node.dir,
+        env=node.env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert (
+        done.returncode == 3
+        and "NODE-SHA256SUMS and its signature are not next to this script" in done.stderr
+    )
 
 
 @pytest.mark.slow
@@ -162,9 +193,27 @@ def test_the_documented_command_works_on_the_first_part_of_a_split_bundle(
     split = "nvct-1.17.8.tar"  # uncompressed, so it makes several 1M parts; a .tar.zst name would contradict --compression none
     out = tmp_path / "built" / split
     out.parent.mkdir()
-    built = run_cli("bundle", "build", "--mirror", str(deb_mirror), "--version", "1.17.8", "--target", "deb/amd64",
-                    "--sign-key", operator_key.fingerprint, "--gnupghome", str(operator_key.home), "--output", str(out),
-                    "--compression", "none", "--split", "1M", "--json")  # fmt: skip
+    built = run_cli(
+        "bundle",
+        "build",
+        "--mirror",
+        str(deb_mirror),
+        "--version",
+        "1.17.8",
+        "--target",
+        "deb/amd64",
+        "--sign-key",
+        operator_key.fingerprint,
+        "--gnupghome",
+        str(operator_key.home),
+        "--output",
+        str(out),
+        "--compression",
+        "none",
+        "--split",
+        "1M",
+        "--json",
+    )
     assert built.exit_code == 0, built.stderr
     result = json.loads(built.stdout)
     assert result["node_command"] == node_command(f"{split}.part001")
@@ -172,7 +221,9 @@ def test_the_documented_command_works_on_the_first_part_of_a_split_bundle(
     for part in out.parent.iterdir():
         (node.dir / part.name).write_bytes(part.read_bytes())
     node.env["PATH"] += ":/usr/bin:/bin"  # the installer's dry run reads the node (dpkg-query)
-    done = node.run_documented("--root", str(node.root), "--runtime", "containerd", "--dry-run", bundle=f"{split}.part001")
+    done = node.run_documented(
+        "--root", str(node.root), "--runtime", "containerd", "--dry-run", bundle=f"{split}.part001"
+    )
     assert done.returncode == 0, done.stderr
     assert "dry run: nothing was changed" in done.stdout
 
@@ -181,8 +232,22 @@ def test_bundle_build_prints_the_node_command_and_readme_shows_the_same(
     deb_mirror: Path, operator_key: TestKey, tmp_path: Path
 ) -> None:
     out = tmp_path / BUNDLE
-    built = run_cli("bundle", "build", "--mirror", str(deb_mirror), "--version", "1.17.8", "--target", "deb/amd64",
-                    "--sign-key", operator_key.fingerprint, "--gnupghome", str(operator_key.home), "--output", str(out))  # fmt: skip
+    built = run_cli(
+        "bundle",
+        "build",
+        "--mirror",
+        str(deb_mirror),
+        "--version",
+        "1.17.8",
+        "--target",
+        "deb/amd64",
+        "--sign-key",
+        operator_key.fingerprint,
+        "--gnupghome",
+        str(operator_key.home),
+        "--output",
+        str(out),
+    )
     assert built.exit_code == 0, built.stderr
     assert f"  {node_command(BUNDLE)}\n" in built.stdout
     readme = " ".join(README.read_text().replace("\\\n", " ").split())
@@ -197,7 +262,9 @@ def _manifest_files(bundle: Path) -> Dict[str, str]:
     return {f["path"]: f["role"] for f in inspected["files"]}
 
 
-def test_the_signed_manifest_lists_the_node_check_and_verify_checks_it(deb_bundle: Path, operator_key: TestKey) -> None:
+def test_the_signed_manifest_lists_the_node_check_and_verify_checks_it(
+    deb_bundle: Path, operator_key: TestKey
+) -> None:
     files = _manifest_files(deb_bundle)
     assert (files[NODE_SUMS], files[NODE_SUMS_SIGNATURE]) == ("node-checksums", "node-checksums-signature")
     done = run_cli("bundle", "verify", str(deb_bundle), "--keyring", str(operator_key.public), "--json")
@@ -213,9 +280,13 @@ def test_verify_fails_a_bundle_whose_node_check_disagrees_with_its_signed_manife
     listed = {name: other_install[name] for name in (NODE_SUMS, NODE_SUMS_SIGNATURE)}
     wrong_list = tamper.resigned_manifest(deb_bundle, tmp_path / "a.tar.zst", operator_key, listed)
     sums = dict((i.name, d) for i, d in tamper.members(deb_bundle))[NODE_SUMS]
-    foreign = tamper.resigned_manifest(deb_bundle, tmp_path / "b.tar.zst", operator_key, {NODE_SUMS_SIGNATURE: other_key.sign_detached(sums)})
-    for bundle, member, words in ((wrong_list, NODE_SUMS, "disagrees with the signed manifest about install.sh"),
-                                  (foreign, NODE_SUMS_SIGNATURE, "does not verify with the operator key")):  # fmt: skip
+    foreign = tamper.resigned_manifest(
+        deb_bundle, tmp_path / "b.tar.zst", operator_key, {NODE_SUMS_SIGNATURE: other_key.sign_detached(sums)}
+    )
+    for bundle, member, words in (
+        (wrong_list, NODE_SUMS, "disagrees with the signed manifest about install.sh"),
+        (foreign, NODE_SUMS_SIGNATURE, "does not verify with the operator key"),
+    ):
         done = run_cli("bundle", "verify", str(bundle), "--keyring", str(operator_key.public), "--json")
         report = json.loads(done.stdout)
         assert done.exit_code == 3 and report["first_bad_member"] == member, report
@@ -225,7 +296,9 @@ def test_verify_fails_a_bundle_whose_node_check_disagrees_with_its_signed_manife
 def test_an_older_bundle_without_the_node_check_verifies_with_a_note_and_the_command_refuses_it(
     deb_bundle: Path, operator_key: TestKey, node_bin: Path, tmp_path: Path
 ) -> None:
-    old = tamper.resigned_manifest(deb_bundle, tmp_path / "old.tar.zst", operator_key, drop=[NODE_SUMS, NODE_SUMS_SIGNATURE])
+    old = tamper.resigned_manifest(
+        deb_bundle, tmp_path / "old.tar.zst", operator_key, drop=[NODE_SUMS, NODE_SUMS_SIGNATURE]
+    )
     done = run_cli("bundle", "verify", str(old), "--keyring", str(operator_key.public))
     assert done.exit_code == 0, done.stderr
     assert "warning: this bundle has no NODE-SHA256SUMS (an older gpu-airgap built it)" in done.stderr
@@ -237,7 +310,17 @@ def test_an_older_bundle_without_the_node_check_verifies_with_a_note_and_the_com
     # The node tool itself still installs it, and says what the admin should know.
     root = tmp_path / "root"
     seed_containerd_node(root)
-    dry = run_cli("install", str(old), "--keyring", str(operator_key.public), "--root", str(root), "--runtime", "containerd", "--dry-run")
+    dry = run_cli(
+        "install",
+        str(old),
+        "--keyring",
+        str(operator_key.public),
+        "--root",
+        str(root),
+        "--runtime",
+        "containerd",
+        "--dry-run",
+    )
     assert dry.exit_code == 0, dry.stderr
     assert "this bundle has no NODE-SHA256SUMS" in dry.stdout
 
@@ -252,7 +335,18 @@ def test_a_split_too_small_for_the_node_check_is_refused_and_writes_nothing(
     wheels = _padded_wheel_cache(tmp_path / "wheels", 3 << 20)  # a node tool of over 3 MiB
     out = tmp_path / "out" / BUNDLE
     out.parent.mkdir()
-    with pytest.raises(UsageError, match=r"too small: the first part must hold NODE-SHA256SUMS.*use --split 5M or more"):
-        build_bundle(deb_mirror, version="1.17.8", channel=None, targets=[("deb", "amd64")], sign_key=operator_key.fingerprint,
-                     gnupghome=operator_key.home, output=out, split=1 << 20, wheel_cache=wheels)  # fmt: skip
+    with pytest.raises(
+        UsageError, match=r"too small: the first part must hold NODE-SHA256SUMS.*use --split 5M or more"
+    ):
+        build_bundle(
+            deb_mirror,
+            version="1.17.8",
+            channel=None,
+            targets=[("deb", "amd64")],
+            sign_key=operator_key.fingerprint,
+            gnupghome=operator_key.home,
+            output=out,
+            split=1 << 20,
+            wheel_cache=wheels,
+        )
     assert os.listdir(out.parent) == []

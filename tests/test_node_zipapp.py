@@ -21,13 +21,28 @@ from mirror.bundle.zipapp import build_zipapp
 from tests.cli_runner import run_cli
 
 PY39 = Path("/root/.pyenv/versions/3.9.18/bin/python3.9")
-HEAVY = ("configure.cli", "configure.commands", "tomlkit", "yaml", "gnupg", "plumbing.gpg", "installer.bundle", "rich")
+HEAVY = (
+    "configure.cli",
+    "configure.commands",
+    "tomlkit",
+    "yaml",
+    "gnupg",
+    "plumbing.gpg",
+    "installer.bundle",
+    "rich",
+)
 
 
 def test_root_help_imports_neither_configure_nor_its_parsers_nor_gnupg() -> None:
     code = "import json, sys; from installer.cli import main; main(['--help']); print(json.dumps(sorted(sys.modules)))"
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                          env={**os.environ, "TYPER_USE_RICH": "0"}, cwd=Path(__file__).parent.parent)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "TYPER_USE_RICH": "0"},
+        cwd=Path(__file__).parent.parent,
+    )
     loaded = set(json.loads(done.stdout.strip().splitlines()[-1]))
     assert "configure" in done.stdout and not loaded.intersection(HEAVY)
 
@@ -44,7 +59,11 @@ def test_lazy_configure_group_runs_its_real_commands(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.stderr
     assert "nvidia" in result.stdout and not (tmp_path / "etc").exists()
     helped = run_cli("configure", "--help")
-    assert helped.exit_code == 0 and "containerd" in helped.stdout and "--install-completion" not in helped.stdout
+    assert (
+        helped.exit_code == 0
+        and "containerd" in helped.stdout
+        and "--install-completion" not in helped.stdout
+    )
 
 
 @pytest.fixture(scope="module")
@@ -88,12 +107,16 @@ def test_damaged_copy_is_made_again_and_a_foreign_cache_is_not_used(pyz: Path, t
 
 
 @pytest.mark.parametrize("python", [Path(sys.executable), PY39], ids=["host-python", "python3.9"])
-def test_zipapp_help_runs_isolated_from_the_cache_and_from_the_zip(pyz: Path, python: Path, tmp_path: Path) -> None:
+def test_zipapp_help_runs_isolated_from_the_cache_and_from_the_zip(
+    pyz: Path, python: Path, tmp_path: Path
+) -> None:
     if not python.exists():
         pytest.skip(f"{python} is not installed")
     env = {"PATH": "/usr/bin:/bin", "GPU_AIRGAP_NODE_CACHE": str(tmp_path / "cache")}
     for _ in range(2):  # cold (extracts, compiles), then warm (reuses the bytecode)
-        done = subprocess.run([str(python), "-I", str(pyz), "--help"], capture_output=True, text=True, env=env, cwd="/")
+        done = subprocess.run(
+            [str(python), "-I", str(pyz), "--help"], capture_output=True, text=True, env=env, cwd="/"
+        )
         assert done.returncode == 0, done.stderr
         assert "install" in done.stdout and "configure" in done.stdout
     (copy,) = (tmp_path / "cache").iterdir()
@@ -101,6 +124,11 @@ def test_zipapp_help_runs_isolated_from_the_cache_and_from_the_zip(pyz: Path, py
     shared = tmp_path / "shared"
     shared.mkdir()
     shared.chmod(0o777)
-    done = subprocess.run([str(python), "-I", str(pyz), "bundle", "--help"], capture_output=True, text=True,
-                          env={**env, "GPU_AIRGAP_NODE_CACHE": str(shared)}, cwd="/")  # fmt: skip
+    done = subprocess.run(
+        [str(python), "-I", str(pyz), "bundle", "--help"],
+        capture_output=True,
+        text=True,
+        env={**env, "GPU_AIRGAP_NODE_CACHE": str(shared)},
+        cwd="/",
+    )
     assert done.returncode == 0 and "verify" in done.stdout, done.stderr

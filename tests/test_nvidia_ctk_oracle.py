@@ -39,13 +39,23 @@ from tests.engine_oracle import (
 )
 from tests.node_fixtures import CONTAINERD_CONFIG
 
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(bool(oracle_missing()), reason=oracle_missing() or "ready")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(bool(oracle_missing()), reason=oracle_missing() or "ready"),
+]
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "fixtures"
 LOCAL = Path(__file__).parent / "data" / "fixtures"
-MAIN = {"containerd": "/etc/containerd/config.toml", "docker": "/etc/docker/daemon.json", "crio": "/etc/crio/crio.conf"}
+MAIN = {
+    "containerd": "/etc/containerd/config.toml",
+    "docker": "/etc/docker/daemon.json",
+    "crio": "/etc/crio/crio.conf",
+}
 #: nvidia-ctk 1.20's default drop-ins (cmd/nvidia-ctk/runtime/configure/configure.go)
-THEIR_DROP_IN = {"containerd": "/etc/containerd/conf.d/99-nvidia.toml", "crio": "/etc/crio/crio.conf.d/99-nvidia.toml"}
+THEIR_DROP_IN = {
+    "containerd": "/etc/containerd/conf.d/99-nvidia.toml",
+    "crio": "/etc/crio/crio.conf.d/99-nvidia.toml",
+}
 
 
 @dataclass(frozen=True)
@@ -101,7 +111,15 @@ def _distro_cases() -> List[Case]:
         node_path = "/" + "/".join(parts[depth:])
         if node_path.startswith("/etc/k0s/containerd.d/"):
             continue  # imported by k0s's containerd.toml, laid out with it
-        cases.append(Case(f"distros/{'/'.join(parts[:depth])}{node_path}", "containerd", node_path, base.joinpath(*parts[:depth]), tree=True))
+        cases.append(
+            Case(
+                f"distros/{'/'.join(parts[:depth])}{node_path}",
+                "containerd",
+                node_path,
+                base.joinpath(*parts[:depth]),
+                tree=True,
+            )
+        )
     return cases
 
 
@@ -109,7 +127,9 @@ def all_cases() -> List[Case]:
     cases = []
     for label, path in _fixture_files():
         engine = path.parent.name
-        if engine == "crio" and path.name != "crio.conf":  # a drop-in: the packaged 10-crio.conf, no crio.conf
+        if (
+            engine == "crio" and path.name != "crio.conf"
+        ):  # a drop-in: the packaged 10-crio.conf, no crio.conf
             cases.append(Case(label, engine, MAIN[engine], path, place=f"/etc/crio/crio.conf.d/{path.name}"))
         else:
             cases.append(Case(label, engine, MAIN[engine], path))
@@ -118,11 +138,16 @@ def all_cases() -> List[Case]:
     cases += [
         Case("inline/containerd-missing", "containerd", containerd),
         Case("inline/containerd-empty", "containerd", containerd, text=""),
-        Case("inline/containerd-version-1", "containerd", containerd, text='[plugins.cri]\n  sandbox_image = "registry.k8s.io/pause:3.6"\n'),
+        Case(
+            "inline/containerd-version-1",
+            "containerd",
+            containerd,
+            text='[plugins.cri]\n  sandbox_image = "registry.k8s.io/pause:3.6"\n',
+        ),
         Case("inline/node-fixtures", "containerd", containerd, text=CONTAINERD_CONFIG.decode()),
         Case("inline/docker-missing", "docker", MAIN["docker"]),
         Case("inline/crio-missing", "crio", MAIN["crio"]),
-    ]  # fmt: skip
+    ]
     return cases
 
 
@@ -132,7 +157,10 @@ FLAGSETS: Dict[str, Tuple[List[str], List[str]]] = {
     "in-place": (["--no-drop-in"], ["--drop-in-config="]),
     "set-as-default": (["--set-as-default"], ["--set-as-default"]),
     "cdi": (["--cdi", "on"], ["--cdi.enabled"]),
-    "in-place+set-as-default+cdi": (["--no-drop-in", "--set-as-default", "--cdi", "on"], ["--drop-in-config=", "--set-as-default", "--enable-cdi"]),
+    "in-place+set-as-default+cdi": (
+        ["--no-drop-in", "--set-as-default", "--cdi", "on"],
+        ["--drop-in-config=", "--set-as-default", "--enable-cdi"],
+    ),
 }
 
 
@@ -142,7 +170,9 @@ class Intended:
 
     key: str
     applies: Callable[[Case, str], bool]
-    ours: Callable[[str], Dict[str, Any]]  #: flag set -> {field of :func:`fields`: our value}, where nvidia-ctk's differs
+    ours: Callable[
+        [str], Dict[str, Any]
+    ]  #: flag set -> {field of :func:`fields`: our value}, where nvidia-ctk's differs
     why: str
 
 
@@ -156,66 +186,82 @@ def _flagged(flags: str, base: Dict[str, Any]) -> Dict[str, Any]:
     return {**base, **extra, **({"cdi": True} if "cdi" in flags else {})}
 
 
-NVIDIA = {"runtime.runtime_type": "io.containerd.runc.v2", "runtime.BinaryName": "/usr/bin/nvidia-container-runtime"}
+NVIDIA = {
+    "runtime.runtime_type": "io.containerd.runc.v2",
+    "runtime.BinaryName": "/usr/bin/nvidia-container-runtime",
+}
 _V1 = "inline/containerd-version-1"
 _NO_RUNTIMES_TABLE = ("inline/containerd-missing", "inline/containerd-empty", _V1, "inline/node-fixtures")
 
 INTENDED: List[Intended] = [
     Intended(
-        "docker-absolute-path", lambda case, _flags: case.engine == "docker",
+        "docker-absolute-path",
+        lambda case, _flags: case.engine == "docker",
         lambda _f: {"runtime.path": "/usr/bin/nvidia-container-runtime"},
         "nvidia-ctk writes the bare name for Docker and relies on dockerd's PATH; we write the absolute path "
         "the package installs, so a PATH without /usr/bin (systemd units can set one) still finds it",
     ),
     Intended(
-        "default-kept", lambda c, f: c.id.endswith("gpu-operator/etc/containerd/config.toml") and "set-as-default" not in f,
+        "default-kept",
+        lambda c, f: c.id.endswith("gpu-operator/etc/containerd/config.toml") and "set-as-default" not in f,
         lambda _f: {"default": "nvidia"},
         "without --set-as-default nvidia-ctk deletes default_runtime_name when it names the runtime it registers, "
         "so a node whose admin (here the GPU Operator) chose nvidia falls back to runc; we never change the default unasked",
     ),
     Intended(
-        "default-runtime-defined", _is(*_NO_RUNTIMES_TABLE), lambda _f: {"runtimes": ("nvidia", "runc")},
+        "default-runtime-defined",
+        _is(*_NO_RUNTIMES_TABLE),
+        lambda _f: {"runtimes": ("nvidia", "runc")},
         "a config without a runtimes table relies on containerd's built-in runc; once a runtimes table exists "
         "containerd no longer adds it, and containerd 1.6's CRI plugin then fails to load ('no corresponding runtime "
-        "configured in containerd.runtimes for default_runtime_name = \"runc\"', seen by hand); we define runc next "
+        'configured in containerd.runtimes for default_runtime_name = "runc"\', seen by hand); we define runc next '
         "to nvidia, nvidia-ctk does not",
     ),
     Intended(
-        "version-1-edited-in-place", lambda c, f: c.id.endswith(_V1) and "in-place" not in f, lambda f: _flagged(f, NVIDIA),
+        "version-1-edited-in-place",
+        lambda c, f: c.id.endswith(_V1) and "in-place" not in f,
+        lambda f: _flagged(f, NVIDIA),
         "for a version 1 config nvidia-ctk 1.20 saves the whole rewritten config to conf.d/99-nvidia.toml, which "
         "nothing imports (version 1 has no imports), so containerd never sees the runtime; we edit version 1 in place",
     ),
     Intended(
-        "version-1-cdi-key", lambda c, f: c.id.endswith(_V1) and "in-place" in f and "cdi" in f, lambda _f: {"cdi": True},
+        "version-1-cdi-key",
+        lambda c, f: c.id.endswith(_V1) and "in-place" in f and "cdi" in f,
+        lambda _f: {"cdi": True},
         "nvidia-ctk writes a version 1 config's enable_cdi under plugins.cri.containerd, which containerd ignores "
         "('Ignoring unknown key ... containerd enable_cdi'); we write plugins.cri.enable_cdi",
     ),
     Intended(
-        "runtime-type-set", _is("microk8s/var/snap/microk8s/current/args/containerd-template.toml"),
+        "runtime-type-set",
+        _is("microk8s/var/snap/microk8s/current/args/containerd-template.toml"),
         lambda _f: {"runtime.runtime_type": "io.containerd.runc.v2"},
         "nvidia-ctk copies the default runtime's whole table, here MicroK8s's unrendered ${RUNTIME_TYPE}; we copy "
         "the options (SystemdCgroup) and set runtime_type ourselves (after MicroK8s renders the template both read io.containerd.runc.v2)",
     ),
     Intended(
-        "crio-inherits-from-drop-ins", _is("crio/10-crio.conf"),
+        "crio-inherits-from-drop-ins",
+        _is("crio/10-crio.conf"),
         lambda _f: {"runtime.monitor_path": "/usr/libexec/crio/conmon", "runtime.runtime_root": "/run/crun"},
         "nvidia-ctk reads only crio.conf, which packaged CRI-O no longer ships, so it inherits nothing ('Could not "
         "infer options from runtimes [runc crun]'); we read crio.conf and crio.conf.d as CRI-O does and inherit "
         "from the default runtime (crun)",
     ),
     Intended(
-        "crio-in-place-keeps-the-file", lambda c, f: c.id.endswith("crio/crio.conf") and "in-place" in f,
+        "crio-in-place-keeps-the-file",
+        lambda c, f: c.id.endswith("crio/crio.conf") and "in-place" in f,
         lambda f: {"runtimes": ("nvidia", "runc"), **({} if "set-as-default" in f else {"default": "runc"})},
-        "with --drop-in-config=\"\" nvidia-ctk 1.20 replaces crio.conf with a file holding only the nvidia table, "
+        'with --drop-in-config="" nvidia-ctk 1.20 replaces crio.conf with a file holding only the nvidia table, '
         "losing default_runtime and every other runtime (357 lines become 11); we edit crio.conf and keep the rest",
     ),
-]  # fmt: skip
+]
 
 
 def fields(effective: Effective) -> Dict[str, Any]:
     """What must agree: the runtime's settings, the runtimes defined, the default runtime, CDI, whether the engine could read it."""
     out = {f"runtime.{k}": v for k, v in effective.runtime.items()}
-    out.update(runtimes=effective.runtimes, default=effective.default, cdi=effective.cdi, error=bool(effective.error))
+    out.update(
+        runtimes=effective.runtimes, default=effective.default, cdi=effective.cdi, error=bool(effective.error)
+    )
     return out
 
 
@@ -268,7 +314,9 @@ CASES = all_cases()
 
 @pytest.mark.parametrize("flagset", list(FLAGSETS))
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
-def test_effective_config_agrees_with_nvidia_ctk_except_where_intended(case: Case, flagset: str, tmp_path: Path) -> None:
+def test_effective_config_agrees_with_nvidia_ctk_except_where_intended(
+    case: Case, flagset: str, tmp_path: Path
+) -> None:
     our_flags, their_flags = FLAGSETS[flagset]
     if case.engine == "docker" and flagset == "in-place":
         pytest.skip("Docker has no drop-ins: daemon.json is always edited in place")
@@ -287,7 +335,16 @@ def test_effective_config_agrees_with_nvidia_ctk_except_where_intended(case: Cas
     intended = expected(case, flagset)
     assert set(differences) == set(intended), differences
     assert {name: ours for name, (ours, _) in differences.items()} == intended
-    assert mine["runtime.BinaryName" if case.engine == "containerd" else "runtime.path" if case.engine == "docker" else "runtime.runtime_path"] == "/usr/bin/nvidia-container-runtime"
+    assert (
+        mine[
+            "runtime.BinaryName"
+            if case.engine == "containerd"
+            else "runtime.path"
+            if case.engine == "docker"
+            else "runtime.runtime_path"
+        ]
+        == "/usr/bin/nvidia-container-runtime"
+    )
 
 
 def test_every_intended_difference_happens_somewhere() -> None:
@@ -306,7 +363,10 @@ def test_comments_and_order_survive_in_our_files_and_not_in_nvidia_ctks(tmp_path
     comments = _comment_lines(original)
     assert comments
     our_root, their_root = case.lay_out(tmp_path / "ours"), case.lay_out(tmp_path / "theirs")
-    assert ours(case, our_root, ["--no-drop-in"]) is None and theirs(case, their_root, ["--drop-in-config="]) is None
+    assert (
+        ours(case, our_root, ["--no-drop-in"]) is None
+        and theirs(case, their_root, ["--drop-in-config="]) is None
+    )
     our_text, their_text = (r / case.config.lstrip("/") for r in (our_root, their_root))
     assert _comment_lines(our_text.read_text()) == comments
     assert _comment_lines(their_text.read_text()) == []
@@ -321,7 +381,13 @@ def test_where_the_change_lands_for_a_containerd_1x_node(tmp_path: Path) -> None
     assert ours(case, our_root, []) is None and theirs(case, their_root, []) is None
     assert not (our_root / THEIR_DROP_IN["containerd"].lstrip("/")).exists()
     drop_in = tomllib.loads((their_root / THEIR_DROP_IN["containerd"].lstrip("/")).read_text())
-    cri = tomllib.loads(case.source.read_text() if case.source else "")["plugins"]["io.containerd.grpc.v1.cri"]
+    cri = tomllib.loads(case.source.read_text() if case.source else "")["plugins"][
+        "io.containerd.grpc.v1.cri"
+    ]
     their_cri = drop_in["plugins"]["io.containerd.grpc.v1.cri"]
-    assert set(cri) <= set(their_cri) and set(cri["containerd"]["runtimes"]) < set(their_cri["containerd"]["runtimes"])
-    assert tomllib.loads((their_root / case.config.lstrip("/")).read_text())["imports"] == ["/etc/containerd/conf.d/*.toml"]
+    assert set(cri) <= set(their_cri) and set(cri["containerd"]["runtimes"]) < set(
+        their_cri["containerd"]["runtimes"]
+    )
+    assert tomllib.loads((their_root / case.config.lstrip("/")).read_text())["imports"] == [
+        "/etc/containerd/conf.d/*.toml"
+    ]

@@ -63,9 +63,16 @@ def test_malformed_reference_is_a_usage_error_naming_the_part(text: str, complai
 
 @pytest.mark.parametrize(
     ("host", "loopback"),
-    [("127.0.0.1:5000", True), ("127.8.9.1", True), ("localhost:80", True), ("[::1]:5000", True),
-     ("10.0.0.1:5000", False), ("registry.example", False), ("localhost.example", False)],
-)  # fmt: skip
+    [
+        ("127.0.0.1:5000", True),
+        ("127.8.9.1", True),
+        ("localhost:80", True),
+        ("[::1]:5000", True),
+        ("10.0.0.1:5000", False),
+        ("registry.example", False),
+        ("localhost.example", False),
+    ],
+)
 def test_only_loopback_hosts_count_as_loopback(host: str, loopback: bool) -> None:
     assert Reference(host, "r", "t").is_loopback is loopback
 
@@ -74,10 +81,16 @@ def test_only_loopback_hosts_count_as_loopback(host: str, loopback: bool) -> Non
 
 
 def test_bearer_challenge_parses_quoted_parameters_with_commas() -> None:
-    header = 'Bearer realm="https://auth.example/token",service="harbor-registry",scope="repository:a/b:pull,push"'
+    header = (
+        'Bearer realm="https://auth.example/token",service="harbor-registry",scope="repository:a/b:pull,push"'
+    )
     challenge = parse_challenge(header)
     assert challenge.scheme == "bearer"
-    assert challenge.params == {"realm": "https://auth.example/token", "service": "harbor-registry", "scope": "repository:a/b:pull,push"}
+    assert challenge.params == {
+        "realm": "https://auth.example/token",
+        "service": "harbor-registry",
+        "scope": "repository:a/b:pull,push",
+    }
     assert parse_challenge('Basic realm="Registry Realm"').scheme == "basic"
 
 
@@ -88,8 +101,16 @@ def _config(tmp_path: Path, auths: object) -> Dict[str, str]:
 
 def test_docker_config_matches_url_and_plain_keys_and_prefers_identity_tokens(tmp_path: Path) -> None:
     auth = base64.b64encode(b"ops:pa:ss").decode()
-    env = _config(tmp_path, {"https://reg.example:5000/v1/": {"auth": auth}, "tok.example": {"auth": auth, "identitytoken": "IDT"}})
-    assert from_docker_config("reg.example:5000", env) == Credentials("ops", "pa:ss", source=f"{tmp_path}/config.json (reg.example:5000)")
+    env = _config(
+        tmp_path,
+        {
+            "https://reg.example:5000/v1/": {"auth": auth},
+            "tok.example": {"auth": auth, "identitytoken": "IDT"},
+        },
+    )
+    assert from_docker_config("reg.example:5000", env) == Credentials(
+        "ops", "pa:ss", source=f"{tmp_path}/config.json (reg.example:5000)"
+    )
     token = from_docker_config("tok.example", env)
     assert token is not None and token.identity_token == "IDT" and not token.password
     assert from_docker_config("other.example", env) is None
@@ -111,9 +132,11 @@ def _layers(*specs: Tuple[str, str]) -> List[artifact.Layer]:
 
 
 SPLIT = _layers(
-    (artifact.PART_LAYER, "b.tar.part001"), (artifact.PART_LAYER, "b.tar.part002"),
-    (artifact.SUMS_LAYER, "b.tar.sha256sums"), (artifact.SUMS_SIGNATURE_LAYER, "b.tar.sha256sums.asc"),
-)  # fmt: skip
+    (artifact.PART_LAYER, "b.tar.part001"),
+    (artifact.PART_LAYER, "b.tar.part002"),
+    (artifact.SUMS_LAYER, "b.tar.sha256sums"),
+    (artifact.SUMS_SIGNATURE_LAYER, "b.tar.sha256sums.asc"),
+)
 
 
 def test_rendered_manifest_parses_back_to_its_layers() -> None:
@@ -136,16 +159,31 @@ def _broken(mutate: Callable[[Dict[str, object]], None]) -> bytes:
     ("data", "complaint"),
     [
         (b"not json", "did not serve a JSON manifest"),
-        (_broken(lambda d: d.update(mediaType="application/vnd.docker.distribution.manifest.v2+json")), "is a application/vnd.docker"),
-        (_broken(lambda d: d.update(artifactType="application/vnd.example.other")), "not a gpu-airgap bundle"),
+        (
+            _broken(lambda d: d.update(mediaType="application/vnd.docker.distribution.manifest.v2+json")),
+            "is a application/vnd.docker",
+        ),
+        (
+            _broken(lambda d: d.update(artifactType="application/vnd.example.other")),
+            "not a gpu-airgap bundle",
+        ),
         (_broken(lambda d: d.pop("artifactType")), "is a application/vnd.oci.empty.v1\\+json artifact"),
-        (_broken(lambda d: d["layers"][0]["annotations"].update({artifact.TITLE: "../../etc/passwd"})), "plain file name"),  # type: ignore[index]
-        (_broken(lambda d: d["layers"][0]["annotations"].update({artifact.TITLE: ".hidden"})), "plain file name"),  # type: ignore[index]
+        (
+            _broken(lambda d: d["layers"][0]["annotations"].update({artifact.TITLE: "../../etc/passwd"})),
+            "plain file name",
+        ),  # type: ignore[index]
+        (
+            _broken(lambda d: d["layers"][0]["annotations"].update({artifact.TITLE: ".hidden"})),
+            "plain file name",
+        ),  # type: ignore[index]
         (_broken(lambda d: d["layers"][0].update(mediaType="application/x-sh")), "unknown media type"),  # type: ignore[index]
         (_broken(lambda d: d["layers"][0].update(digest="sha512:00")), "sha256:<64 hex digits>"),  # type: ignore[index]
         (_broken(lambda d: d["layers"][0].update(size=-1)), "malformed size"),  # type: ignore[index]
         (_broken(lambda d: d["layers"].reverse()), "neither one bundle layer"),  # type: ignore[attr-defined]
-        (_broken(lambda d: d["layers"][1]["annotations"].update({artifact.TITLE: "b.tar.part003"})), "not BASE.part001"),  # type: ignore[index]
+        (
+            _broken(lambda d: d["layers"][1]["annotations"].update({artifact.TITLE: "b.tar.part003"})),
+            "not BASE.part001",
+        ),  # type: ignore[index]
         (_broken(lambda d: d.update(layers=[])), "no layers"),
     ],
 )
@@ -187,7 +225,9 @@ def _not_found(handler: BaseHTTPRequestHandler) -> None:
     handler.end_headers()
 
 
-def _serve(body: bytes, status: int = 200, headers: Optional[Dict[str, str]] = None) -> Callable[[BaseHTTPRequestHandler], None]:
+def _serve(
+    body: bytes, status: int = 200, headers: Optional[Dict[str, str]] = None
+) -> Callable[[BaseHTTPRequestHandler], None]:
     def answer(handler: BaseHTTPRequestHandler) -> None:
         handler.send_response(status)
         for name, value in (headers or {"Content-Length": str(len(body))}).items():
@@ -210,7 +250,9 @@ def servers() -> Iterator[Tuple[Scripted, str, Scripted, str]]:
 
 def _client(host: str, **access: object) -> RegistryClient:
     creds = Credentials("ops", "s3cret")
-    return RegistryClient(host, RegistryAccess(credentials=creds, plain_http=True, **access), sleep=lambda _: None)  # type: ignore[arg-type]
+    return RegistryClient(
+        host, RegistryAccess(credentials=creds, plain_http=True, **access), sleep=lambda _: None
+    )  # type: ignore[arg-type]
 
 
 def test_blob_redirected_to_another_host_is_fetched_without_the_registry_credentials(
@@ -224,7 +266,9 @@ def test_blob_redirected_to_another_host_is_fetched_without_the_registry_credent
     def blob(handler: BaseHTTPRequestHandler) -> None:
         if handler.headers.get("Authorization") is None:
             return needs_basic(handler)
-        return _serve(b"", 307, {"Location": f"http://{store_host}/s3/object?sig=1", "Content-Length": "0"})(handler)
+        return _serve(b"", 307, {"Location": f"http://{store_host}/s3/object?sig=1", "Content-Length": "0"})(
+            handler
+        )
 
     registry.routes[f"/v2/team/nvct/blobs/{digest}"] = blob
     storage.routes["/s3/object?sig=1"] = _serve(data)
@@ -241,7 +285,9 @@ def test_reads_are_retried_after_a_503_and_fail_as_network_errors_when_it_persis
     manifest = artifact.render_manifest(SPLIT, {})
     answers = [_serve(b"busy", 503), _serve(manifest, 200)]
     registry.routes["/v2/r/manifests/t"] = lambda handler: answers.pop(0)(handler)
-    data, digest = _client(reg_host).get_manifest(Reference(reg_host, "r", "t"), [artifact.MANIFEST_MEDIA_TYPE])
+    data, digest = _client(reg_host).get_manifest(
+        Reference(reg_host, "r", "t"), [artifact.MANIFEST_MEDIA_TYPE]
+    )
     assert data == manifest and digest == "sha256:" + hashlib.sha256(manifest).hexdigest()
     registry.routes["/v2/r/manifests/t"] = _serve(b"busy", 503)
     with pytest.raises(RegistryUnreachable, match="failed with HTTP 503") as info:
@@ -249,11 +295,15 @@ def test_reads_are_retried_after_a_503_and_fail_as_network_errors_when_it_persis
     assert info.value.exit_code == ExitCode.NETWORK and len(registry.seen) == 2 + 3
 
 
-def test_blob_longer_than_its_descriptor_is_cut_off_and_removed(servers: Tuple[Scripted, str, Scripted, str], tmp_path: Path) -> None:
+def test_blob_longer_than_its_descriptor_is_cut_off_and_removed(
+    servers: Tuple[Scripted, str, Scripted, str], tmp_path: Path
+) -> None:
     registry, reg_host, _, _ = servers
     data = b"x" * 3000
     digest = "sha256:" + hashlib.sha256(data[:1000]).hexdigest()
-    registry.routes[f"/v2/r/blobs/{digest}"] = _serve(data, headers={"Connection": "close"})  # no Content-Length
+    registry.routes[f"/v2/r/blobs/{digest}"] = _serve(
+        data, headers={"Connection": "close"}
+    )  # no Content-Length
     with pytest.raises(DigestMismatch, match="runs past the 1000 bytes"):
         _client(reg_host).fetch_blob("r", digest, 1000, tmp_path / "blob")
     assert not (tmp_path / "blob").exists()
@@ -265,7 +315,9 @@ def test_blob_longer_than_its_descriptor_is_cut_off_and_removed(servers: Tuple[S
 # -- the authorizer ------------------------------------------------------------------------------
 
 
-def _authorizer(creds: Optional[Credentials], answers: List[str], *, plain: bool = False) -> Tuple[Authorizer, List[TokenRequest]]:
+def _authorizer(
+    creds: Optional[Credentials], answers: List[str], *, plain: bool = False
+) -> Tuple[Authorizer, List[TokenRequest]]:
     sent: List[TokenRequest] = []
 
     def fetch(request: TokenRequest) -> Tuple[int, bytes]:
@@ -284,8 +336,13 @@ def test_identity_token_is_exchanged_with_an_oauth2_post_and_no_basic_header() -
     auth.learn(_bearer("repository:team/nvct:pull"), "team/nvct", ("pull",))
     assert sent[0].method == "POST" and "Authorization" not in sent[0].headers and sent[0].body is not None
     form = dict(urllib.parse.parse_qsl(sent[0].body.decode()))
-    assert form == {"service": "reg", "scope": "repository:team/nvct:pull", "grant_type": "refresh_token",
-                    "refresh_token": "IDT", "client_id": "gpu-airgap"}  # fmt: skip
+    assert form == {
+        "service": "reg",
+        "scope": "repository:team/nvct:pull",
+        "grant_type": "refresh_token",
+        "refresh_token": "IDT",
+        "client_id": "gpu-airgap",
+    }
     assert auth.header("team/nvct", ("pull",)) == "Bearer T1"
 
 

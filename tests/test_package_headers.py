@@ -34,11 +34,21 @@ from tests.upstream.tamper import swap_package
 
 StoredT = TypeVar("StoredT", bound=StoredFile)
 CASES = {
-    "deb": ("stable/deb/amd64", "nvidia-container-toolkit_1.17.8-1_amd64.deb", "nvidia-container-toolkit_1.18.0-1_amd64.deb",
-            "Packages", "its own control data says version 1.18.0-1, the entry says 1.17.8-1"),
-    "rpm": ("stable/rpm/x86_64", "nvidia-container-toolkit-1.17.8-1.x86_64.rpm", "nvidia-container-toolkit-1.18.0-1.x86_64.rpm",
-            "primary.xml", "its own header says version 1.18.0-1, the entry says 1.17.8-1"),
-}  # fmt: skip
+    "deb": (
+        "stable/deb/amd64",
+        "nvidia-container-toolkit_1.17.8-1_amd64.deb",
+        "nvidia-container-toolkit_1.18.0-1_amd64.deb",
+        "Packages",
+        "its own control data says version 1.18.0-1, the entry says 1.17.8-1",
+    ),
+    "rpm": (
+        "stable/rpm/x86_64",
+        "nvidia-container-toolkit-1.17.8-1.x86_64.rpm",
+        "nvidia-container-toolkit-1.18.0-1.x86_64.rpm",
+        "primary.xml",
+        "its own header says version 1.18.0-1, the entry says 1.17.8-1",
+    ),
+}
 
 
 def _entries(repo: Path, fmt: str) -> list[Package]:
@@ -48,7 +58,9 @@ def _entries(repo: Path, fmt: str) -> list[Package]:
     return list(iter_primary(io.BytesIO((repo / primary.href).read_bytes())))
 
 
-def test_every_stand_in_package_of_the_local_upstream_agrees_with_its_signed_index_entry(upstream_tree: UpstreamTree) -> None:
+def test_every_stand_in_package_of_the_local_upstream_agrees_with_its_signed_index_entry(
+    upstream_tree: UpstreamTree,
+) -> None:
     checked = 0
     for repo in sorted(p.parent for p in upstream_tree.root.glob("*/*/*/InRelease")) + sorted(
         p.parent.parent for p in upstream_tree.root.glob("*/*/*/repodata/repomd.xml")
@@ -62,7 +74,9 @@ def test_every_stand_in_package_of_the_local_upstream_agrees_with_its_signed_ind
 
 
 @pytest.fixture(params=sorted(CASES))
-def tampered(request: pytest.FixtureRequest, upstream_tree: UpstreamTree, tmp_path: Path) -> Iterator[tuple[str, UpstreamTree]]:
+def tampered(
+    request: pytest.FixtureRequest, upstream_tree: UpstreamTree, tmp_path: Path
+) -> Iterator[tuple[str, UpstreamTree]]:
     """(format, a private upstream whose 1.17.8 toolkit file is the 1.18.0 one under a re-signed index)."""
     fmt = str(request.param)
     repo, victim, impostor, _, _ = CASES[fmt]
@@ -73,9 +87,22 @@ def tampered(request: pytest.FixtureRequest, upstream_tree: UpstreamTree, tmp_pa
 
 def _sync(tree: UpstreamTree, url: str, dest: Path, fmt: str) -> CliResult:
     return run_cli(
-        "mirror", "sync", "--dest", str(dest), "--upstream", url, "--keyring", str(tree.public_key),
-        "--version", "1.17.8", "--format", fmt, "--arch", "amd64", "--quiet",
-    )  # fmt: skip
+        "mirror",
+        "sync",
+        "--dest",
+        str(dest),
+        "--upstream",
+        url,
+        "--keyring",
+        str(tree.public_key),
+        "--version",
+        "1.17.8",
+        "--format",
+        fmt,
+        "--arch",
+        "amd64",
+        "--quiet",
+    )
 
 
 def test_sync_refuses_a_package_whose_own_header_disagrees_with_its_re_signed_index_entry(
@@ -108,7 +135,11 @@ def test_sync_refuses_a_deb_whose_control_data_has_other_depends_than_its_entry(
     subprocess.run(["dpkg-deb", "-R", str(repo / victim), str(unpacked)], check=True)
     control = unpacked / "DEBIAN/control"
     control.write_text(control.read_text().replace("Depends: ", "Depends: evil-helper, ", 1))
-    subprocess.run(["dpkg-deb", "--root-owner-group", "-b", str(unpacked), str(tmp_path / "rebuilt.deb")], check=True, capture_output=True)
+    subprocess.run(
+        ["dpkg-deb", "--root-owner-group", "-b", str(unpacked), str(tmp_path / "rebuilt.deb")],
+        check=True,
+        capture_output=True,
+    )
     shutil.copyfile(tmp_path / "rebuilt.deb", repo / "rebuilt.deb")
     swap_package(tree, repo, victim, "rebuilt.deb")
     with UpstreamServer(tree.root) as server:
@@ -120,12 +151,16 @@ def test_sync_refuses_a_deb_whose_control_data_has_other_depends_than_its_entry(
     ), result.stderr
 
 
-def _header(requires: tuple[tuple[str, str | None, str | None], ...], provides: tuple[str, ...] = ()) -> PackageHeader:
+def _header(
+    requires: tuple[tuple[str, str | None, str | None], ...], provides: tuple[str, ...] = ()
+) -> PackageHeader:
     return PackageHeader("rpm", "t", "1.0-1", "x86_64", (), requires, provides)
 
 
 def _entry(*relations: Relation) -> Package:
-    return Package(PackageFormat.RPM, "t", "1.0-1", "x86_64", "t.rpm", 1, depends=tuple((r,) for r in relations))
+    return Package(
+        PackageFormat.RPM, "t", "1.0-1", "x86_64", "t.rpm", 1, depends=tuple((r,) for r in relations)
+    )
 
 
 @pytest.mark.parametrize(
@@ -133,17 +168,36 @@ def _entry(*relations: Relation) -> Package:
     [
         (_header((("a", ">=", "2-1"),)), _entry(Relation("a", ">=", "2-1")), None),
         # what createrepo_c leaves out of primary: file and soname requires, self-provided names
-        (_header((("a", None, None), ("/bin/sh", None, None), ("libc.so.6(GLIBC_2.2.5)(64bit)", None, None),
-                  ("config(t)", "=", "1.0-1"), ("t-compat", None, None)), ("t", "t-compat")),
-         _entry(Relation("a")), None),
-        (_header((("a", ">=", "2-1"),)), _entry(Relation("a", ">=", "3-1")),
-         "the entry requires a >= 3-1, which its own header does not"),
-        (_header((("a", None, None), ("evil", None, None))), _entry(Relation("a")),
-         "its own header requires evil, which the entry does not"),
+        (
+            _header(
+                (
+                    ("a", None, None),
+                    ("/bin/sh", None, None),
+                    ("libc.so.6(GLIBC_2.2.5)(64bit)", None, None),
+                    ("config(t)", "=", "1.0-1"),
+                    ("t-compat", None, None),
+                ),
+                ("t", "t-compat"),
+            ),
+            _entry(Relation("a")),
+            None,
+        ),
+        (
+            _header((("a", ">=", "2-1"),)),
+            _entry(Relation("a", ">=", "3-1")),
+            "the entry requires a >= 3-1, which its own header does not",
+        ),
+        (
+            _header((("a", None, None), ("evil", None, None))),
+            _entry(Relation("a")),
+            "its own header requires evil, which the entry does not",
+        ),
     ],
     ids=["same", "createrepo-leaves-out", "other-version", "extra-package"],
-)  # fmt: skip
-def test_rpm_requires_must_agree_up_to_what_createrepo_leaves_out(header: PackageHeader, entry: Package, problem: str | None) -> None:
+)
+def test_rpm_requires_must_agree_up_to_what_createrepo_leaves_out(
+    header: PackageHeader, entry: Package, problem: str | None
+) -> None:
     if problem is None:
         check_agrees(header, entry, what="t.rpm")
     else:
@@ -162,10 +216,11 @@ def _forge_older_sync(mirror: Path, tampered: UpstreamTree, repo: str, victim: s
 
     def digests(stored: StoredT, data: bytes) -> StoredT:
         return dataclasses.replace(
-            stored, size=len(data),
+            stored,
+            size=len(data),
             sha256=hashlib.sha256(data).hexdigest() if stored.sha256 else None,
             sha512=hashlib.sha512(data).hexdigest() if stored.sha512 else None,
-        )  # fmt: skip
+        )
 
     signed = []
     for stored in record.provenance.signed_files:
@@ -176,7 +231,10 @@ def _forge_older_sync(mirror: Path, tampered: UpstreamTree, repo: str, victim: s
     (mirror / repo / victim).write_bytes(data)
     packages = tuple(digests(p, data) if p.path == f"{repo}/{victim}" else p for p in record.packages)
     provenance = dataclasses.replace(record.provenance, signed_files=tuple(signed))
-    repos = tuple(dataclasses.replace(r, packages=packages, provenance=provenance) if r is record else r for r in state.repos)
+    repos = tuple(
+        dataclasses.replace(r, packages=packages, provenance=provenance) if r is record else r
+        for r in state.repos
+    )
     write_state(mirror, dataclasses.replace(state, repos=repos))
     assert run_cli("mirror", "verify", "--mirror", str(mirror)).exit_code == 0  # every digest checks out
 
@@ -191,9 +249,21 @@ def test_bundle_build_refuses_a_mirror_package_whose_own_header_disagrees_with_i
     out = tmp_path / "out"
     out.mkdir()
     result = run_cli(
-        "bundle", "build", "--mirror", str(mirror), "--version", "1.17.8", "--target", f"{fmt}/{repo.rsplit('/', 1)[1]}",
-        "--sign-key", operator_key.fingerprint, "--gnupghome", str(operator_key.home), "--output", str(out / "b.tar.zst"),
-    )  # fmt: skip
+        "bundle",
+        "build",
+        "--mirror",
+        str(mirror),
+        "--version",
+        "1.17.8",
+        "--target",
+        f"{fmt}/{repo.rsplit('/', 1)[1]}",
+        "--sign-key",
+        operator_key.fingerprint,
+        "--gnupghome",
+        str(operator_key.home),
+        "--output",
+        str(out / "b.tar.zst"),
+    )
     assert result.exit_code == ExitCode.VERIFICATION_FAILED, result.stderr
     assert result.stderr.strip().splitlines() == [
         f"gpu-airgap: error: {mirror / repo / victim} is not the package the signed {index} entry it was fetched for describes: {says}"
@@ -201,29 +271,52 @@ def test_bundle_build_refuses_a_mirror_package_whose_own_header_disagrees_with_i
     assert list(out.iterdir()) == []
 
 
-def test_bundle_inspect_shows_each_package_s_own_header(synced_mirror: Path, operator_key: TestKey, tmp_path: Path) -> None:
+def test_bundle_inspect_shows_each_package_s_own_header(
+    synced_mirror: Path, operator_key: TestKey, tmp_path: Path
+) -> None:
     out = tmp_path / "b.tar.zst"
     built = run_cli(
-        "bundle", "build", "--mirror", str(synced_mirror), "--version", "1.17.8", "--target", "deb/amd64",
-        "--target", "rpm/x86_64", "--sign-key", operator_key.fingerprint, "--gnupghome", str(operator_key.home),
-        "--output", str(out),
-    )  # fmt: skip
+        "bundle",
+        "build",
+        "--mirror",
+        str(synced_mirror),
+        "--version",
+        "1.17.8",
+        "--target",
+        "deb/amd64",
+        "--target",
+        "rpm/x86_64",
+        "--sign-key",
+        operator_key.fingerprint,
+        "--gnupghome",
+        str(operator_key.home),
+        "--output",
+        str(out),
+    )
     assert built.exit_code == 0, built.stderr
     lines = run_cli("bundle", "inspect", str(out)).stdout.splitlines()
-    shown = [dict(part.split(": ", 1) for part in line.split("own header: ", 1)[1].split("; "))
-             for line in lines if "own header: " in line]  # fmt: skip
+    shown = [
+        dict(part.split(": ", 1) for part in line.split("own header: ", 1)[1].split("; "))
+        for line in lines
+        if "own header: " in line
+    ]
     deb = next(h for h in shown if h.get("Package") == "nvidia-container-toolkit")
     assert deb == {
-        "Package": "nvidia-container-toolkit", "Version": "1.17.8-1", "Architecture": "amd64",
+        "Package": "nvidia-container-toolkit",
+        "Version": "1.17.8-1",
+        "Architecture": "amd64",
         "Depends": "nvidia-container-toolkit-base (= 1.17.8-1), libnvidia-container-tools (>= 1.17.8-1), libnvidia-container-tools (<< 2.0.0)",
         "Breaks": "nvidia-container-runtime (<= 3.5.0-1), nvidia-container-runtime-hook",
         "Replaces": "nvidia-container-runtime (<= 3.5.0-1), nvidia-container-runtime-hook",
-    }  # fmt: skip
+    }
     rpm = next(h for h in shown if h.get("Name") == "nvidia-container-toolkit")
     assert rpm == {
-        "Name": "nvidia-container-toolkit", "Version": "1.17.8", "Release": "1", "Arch": "x86_64",
+        "Name": "nvidia-container-toolkit",
+        "Version": "1.17.8",
+        "Release": "1",
+        "Arch": "x86_64",
         "Requires": "libnvidia-container-tools >= 1.17.8-1, libnvidia-container-tools < 2.0.0, nvidia-container-toolkit-base = 1.17.8-1",
-    }  # fmt: skip
+    }
     assert len(shown) == 8  # every package of both targets
     data = json.loads(run_cli("bundle", "inspect", str(out), "--json").stdout)
     rpm_target = next(t for t in data["targets"] if t["format"] == "rpm")

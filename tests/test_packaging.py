@@ -38,8 +38,23 @@ def test_the_wheel_holds_every_module_and_data_file_of_the_source_tree(tmp_path:
             shutil.copy2(ROOT / name, src / name)
     for top in PACKAGES:
         shutil.copytree(ROOT / top, src / top, ignore=shutil.ignore_patterns("__pycache__"))
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(tmp_path / "dist"), str(src)],
-                   check=True, capture_output=True, timeout=300)  # fmt: skip
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(tmp_path / "dist"),
+            str(src),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     wheel = next((tmp_path / "dist").glob("gpu_airgap-*.whl"))
     with zipfile.ZipFile(wheel) as archive:
         packed = {name for name in archive.namelist() if name.split("/", 1)[0] in PACKAGES}

@@ -47,7 +47,9 @@ def test_cdi_writes_the_spec_to_etc_cdi_when_none_is_valid(tmp_path: Path) -> No
 
 
 @pytest.mark.parametrize("existing", ["/etc/cdi/nvidia.yaml", "/var/run/cdi/nvidia.yaml"])
-def test_cdi_uses_a_valid_spec_where_podman_loads_it_and_writes_nothing(tmp_path: Path, existing: str) -> None:
+def test_cdi_uses_a_valid_spec_where_podman_loads_it_and_writes_nothing(
+    tmp_path: Path, existing: str
+) -> None:
     _spec(_gpu(tmp_path), existing)
     plan = _engine().plan(RuntimeOptions(root=tmp_path, cdi=True))
     assert not plan.changed and plan.facts["CDI_SPEC"] == existing
@@ -77,7 +79,9 @@ def test_the_hook_goes_to_the_strongest_hooks_dir_containers_conf_sets(tmp_path:
     (tmp_path / "etc/containers/containers.conf").write_text('[engine]\nhooks_dir = ["/x"]\n')
     conf.write_text('[engine]\nhooks_dir = ["/usr/share/containers/oci/hooks.d", "/opt/hooks.d"]\n')
     assert hooks_dirs(tmp_path) == ("/usr/share/containers/oci/hooks.d", "/opt/hooks.d")
-    plan = _engine().plan(RuntimeOptions(root=tmp_path, hook=True, runtime_path="/opt/nv/nvidia-container-runtime"))
+    plan = _engine().plan(
+        RuntimeOptions(root=tmp_path, hook=True, runtime_path="/opt/nv/nvidia-container-runtime")
+    )
     hook = json.loads(plan.changes[0].new)
     assert plan.changes[0].path == tmp_path / "opt/hooks.d/oci-nvidia-hook.json"
     assert hook["hook"]["path"] == "/opt/nv/nvidia-container-runtime-hook" and hook["stages"] == ["prestart"]
@@ -105,7 +109,9 @@ def test_verify_names_a_missing_hook_binary_an_unread_hooks_dir_and_a_missing_cl
 def test_verify_cdi_fails_when_the_spec_names_a_device_that_is_gone(tmp_path: Path) -> None:
     plan = _engine().plan(RuntimeOptions(root=_gpu(tmp_path), cdi=True))
     apply_changes("podman", plan.changes, Journal(tmp_path), dict(plan.notes))
-    assert "podman: CDI devices nvidia.com/gpu=... come from /etc/cdi/nvidia.yaml" in verify(tmp_path, ["podman"])
+    assert "podman: CDI devices nvidia.com/gpu=... come from /etc/cdi/nvidia.yaml" in verify(
+        tmp_path, ["podman"]
+    )
     os.unlink(tmp_path / "dev/nvidia0")
     with pytest.raises(ProblemsFound) as caught:
         verify(tmp_path, ["podman"])
@@ -115,24 +121,37 @@ def test_verify_cdi_fails_when_the_spec_names_a_device_that_is_gone(tmp_path: Pa
 def _account(root: Path, name: str = "ana") -> Path:
     """An account whose ids are this process's own (chown to them works without root), with a home."""
     (root / "etc").mkdir(parents=True, exist_ok=True)
-    (root / "etc/passwd").write_text(f"root:x:0:0::/root:/bin/sh\n{name}:x:{os.getuid()}:{os.getgid()}::/home/{name}:/bin/sh\n")
+    (root / "etc/passwd").write_text(
+        f"root:x:0:0::/root:/bin/sh\n{name}:x:{os.getuid()}:{os.getgid()}::/home/{name}:/bin/sh\n"
+    )
     home = root / "home" / name
     home.mkdir(parents=True)
     return home
 
 
-def test_rootless_hook_goes_to_the_users_config_with_no_cgroups_and_revert_leaves_the_home_as_it_was(tmp_path: Path) -> None:
+def test_rootless_hook_goes_to_the_users_config_with_no_cgroups_and_revert_leaves_the_home_as_it_was(
+    tmp_path: Path,
+) -> None:
     home = _account(tmp_path)
     conf = home / ".config/containers/containers.conf"
     result = run_cli("configure", "podman", "--hook", "--user", "ana", "--root", str(tmp_path))
     assert result.exit_code == 0, result.stderr
-    assert 'hooks_dir = ["/usr/share/containers/oci/hooks.d", "/home/ana/.config/containers/oci/hooks.d"]' in conf.read_text()
+    assert (
+        'hooks_dir = ["/usr/share/containers/oci/hooks.d", "/home/ana/.config/containers/oci/hooks.d"]'
+        in conf.read_text()
+    )
     assert "no-cgroups = true" in (home / ".config/nvidia-container-runtime/config.toml").read_text()
     hook = json.loads((home / ".config/containers/oci/hooks.d/oci-nvidia-hook.json").read_text())
     assert hook["hook"]["args"] == [
-        "nvidia-container-runtime-hook", "-config=/home/ana/.config/nvidia-container-runtime/config.toml", "prestart"]  # fmt: skip
+        "nvidia-container-runtime-hook",
+        "-config=/home/ana/.config/nvidia-container-runtime/config.toml",
+        "prestart",
+    ]
     assert all(p.stat().st_uid == os.getuid() for p in [home / ".config", *(home / ".config").rglob("*")])
-    assert "already configured" in run_cli("configure", "podman", "--hook", "--user", "ana", "--root", str(tmp_path)).stdout
+    assert (
+        "already configured"
+        in run_cli("configure", "podman", "--hook", "--user", "ana", "--root", str(tmp_path)).stdout
+    )
     assert run_cli("configure", "revert", "--root", str(tmp_path)).exit_code == 0
     assert list(home.iterdir()) == []
 
@@ -140,11 +159,14 @@ def test_rootless_hook_goes_to_the_users_config_with_no_cgroups_and_revert_leave
 def test_rootless_hook_refuses_to_write_as_root_through_a_link_the_user_planted(tmp_path: Path) -> None:
     home = _account(tmp_path)
     (tmp_path / "etc/containers").mkdir(parents=True)
-    (home / ".config").symlink_to("/etc")  # the user's ~/.config/containers would be the system's /etc/containers
+    (home / ".config").symlink_to(
+        "/etc"
+    )  # the user's ~/.config/containers would be the system's /etc/containers
     result = run_cli("configure", "podman", "--hook", "--user", "ana", "--root", str(tmp_path))
     assert result.exit_code == 5, result.stderr
     assert result.stderr.strip() == (
-        "gpu-airgap: error: /home/ana/.config: a symbolic link in ana's home; refusing to write through it as root")
+        "gpu-airgap: error: /home/ana/.config: a symbolic link in ana's home; refusing to write through it as root"
+    )
     assert list((tmp_path / "etc/containers").iterdir()) == []
 
 
@@ -168,7 +190,9 @@ def test_rootless_hook_keeps_the_users_own_containers_conf_and_hooks_dirs(tmp_pa
     assert 'hooks_dir = ["/opt/hooks", "/home/ana/.config/containers/oci/hooks.d"]' in new
 
 
-def test_rootless_cdi_needs_device_nodes_the_user_can_open_and_the_spec_dir_in_its_cdi_spec_dirs(tmp_path: Path) -> None:
+def test_rootless_cdi_needs_device_nodes_the_user_can_open_and_the_spec_dir_in_its_cdi_spec_dirs(
+    tmp_path: Path,
+) -> None:
     home = _account(tmp_path, "bob")
     _gpu(tmp_path)
     if os.geteuid() == 0:
@@ -194,5 +218,6 @@ def test_rootless_cdi_needs_device_nodes_the_user_can_open_and_the_spec_dir_in_i
     conf.write_text('[engine]\ncdi_spec_dirs = ["/srv/cdi"]\n')
     with pytest.raises(ProblemsFound) as caught:
         verify(tmp_path, ["podman"])
-    assert caught.value.problems == ["podman: /home/bob/.config/containers/containers.conf sets cdi_spec_dirs without /etc/cdi"]
-
+    assert caught.value.problems == [
+        "podman: /home/bob/.config/containers/containers.conf sets cdi_spec_dirs without /etc/cdi"
+    ]

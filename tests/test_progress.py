@@ -31,11 +31,15 @@ def _run(argv: List[str], *, terminal: bool) -> Tuple[int, str]:
     command = [sys.executable, "-m", "mirror", *argv]
     env = {**os.environ, "TYPER_USE_RICH": "0"}
     if not terminal:
-        done = subprocess.run(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, check=False)
+        done = subprocess.run(
+            command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, check=False
+        )
         return done.returncode, done.stderr.decode()
     master, slave = pty.openpty()
     try:
-        proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=slave, stdin=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=slave, stdin=subprocess.DEVNULL
+        )
         os.close(slave)
         chunks: List[bytes] = []
         while True:
@@ -93,10 +97,27 @@ def test_bundle_verify_shows_progress_on_a_terminal_only(deb_bundle: Path, opera
 
 
 @pytest.mark.slow
-def test_bundle_build_shows_progress_on_a_terminal_only(deb_mirror: Path, operator_key: TestKey, tmp_path: Path) -> None:
+def test_bundle_build_shows_progress_on_a_terminal_only(
+    deb_mirror: Path, operator_key: TestKey, tmp_path: Path
+) -> None:
     def build(name: str, terminal: bool) -> Tuple[int, str]:
-        return _run(["bundle", "build", "--mirror", str(deb_mirror), "--target", "deb/amd64", "--sign-key", operator_key.fingerprint,
-                     "--gnupghome", str(operator_key.home), "--output", str(tmp_path / name)], terminal=terminal)  # fmt: skip
+        return _run(
+            [
+                "bundle",
+                "build",
+                "--mirror",
+                str(deb_mirror),
+                "--target",
+                "deb/amd64",
+                "--sign-key",
+                operator_key.fingerprint,
+                "--gnupghome",
+                str(operator_key.home),
+                "--output",
+                str(tmp_path / name),
+            ],
+            terminal=terminal,
+        )
 
     code, shown = build("a.tar.zst", True)
     assert code == 0, shown
@@ -106,10 +127,27 @@ def test_bundle_build_shows_progress_on_a_terminal_only(deb_mirror: Path, operat
 
 
 @pytest.mark.slow
-def test_publish_shows_progress_on_a_terminal_only(deb_mirror: Path, operator_key: TestKey, tmp_path: Path) -> None:
+def test_publish_shows_progress_on_a_terminal_only(
+    deb_mirror: Path, operator_key: TestKey, tmp_path: Path
+) -> None:
     def publish(name: str, terminal: bool) -> Tuple[int, str]:
-        return _run(["mirror", "publish", "--mirror", str(deb_mirror), "--output", str(tmp_path / name), "--base-url", "http://m.internal/nvct",
-                     "--sign-key", operator_key.fingerprint, "--gnupghome", str(operator_key.home)], terminal=terminal)  # fmt: skip
+        return _run(
+            [
+                "mirror",
+                "publish",
+                "--mirror",
+                str(deb_mirror),
+                "--output",
+                str(tmp_path / name),
+                "--base-url",
+                "http://m.internal/nvct",
+                "--sign-key",
+                operator_key.fingerprint,
+                "--gnupghome",
+                str(operator_key.home),
+            ],
+            terminal=terminal,
+        )
 
     code, shown = publish("a", True)
     assert code == 0, shown
@@ -119,10 +157,22 @@ def test_publish_shows_progress_on_a_terminal_only(deb_mirror: Path, operator_ke
 
 
 @pytest.mark.slow
-def test_install_shows_the_bundle_check_on_a_terminal(deb_bundle: Path, operator_key: TestKey, tmp_path: Path) -> None:
+def test_install_shows_the_bundle_check_on_a_terminal(
+    deb_bundle: Path, operator_key: TestKey, tmp_path: Path
+) -> None:
     root = tmp_path / "node"
     seed_dpkg_root(root)
-    argv = ["install", str(deb_bundle), "--keyring", str(operator_key.public), "--root", str(root), "--runtime", "none", "--dry-run"]
+    argv = [
+        "install",
+        str(deb_bundle),
+        "--keyring",
+        str(operator_key.public),
+        "--root",
+        str(root),
+        "--runtime",
+        "none",
+        "--dry-run",
+    ]
     code, shown = _run(argv, terminal=True)
     assert code == 0, shown
     assert "\rverifying the bundle: 100% (" in shown
@@ -130,10 +180,24 @@ def test_install_shows_the_bundle_check_on_a_terminal(deb_bundle: Path, operator
     assert code == 0 and "verifying the bundle" not in logged
 
 
-def test_a_retried_download_says_so_without_debug(upstream_server: UpstreamServer, upstream_tree: UpstreamTree) -> None:
+def test_a_retried_download_says_so_without_debug(
+    upstream_server: UpstreamServer, upstream_tree: UpstreamTree
+) -> None:
     upstream_server.inject("/stable/deb/amd64/InRelease", Fault.fail_first(1))
-    result = run_cli("mirror", "plan", "--upstream", upstream_server.url, "--keyring", str(upstream_tree.public_key),
-                     "--version", "1.17.8", "--format", "deb", "--arch", "amd64")  # fmt: skip
+    result = run_cli(
+        "mirror",
+        "plan",
+        "--upstream",
+        upstream_server.url,
+        "--keyring",
+        str(upstream_tree.public_key),
+        "--version",
+        "1.17.8",
+        "--format",
+        "deb",
+        "--arch",
+        "amd64",
+    )
     assert result.exit_code == 0, result.stderr
     url = upstream_server.url_for("/stable/deb/amd64/InRelease")
     assert f"warning: {url}: Service Unavailable; retry 1 of 4 in 0.5 s" in result.stderr.splitlines()

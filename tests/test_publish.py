@@ -30,7 +30,12 @@ from tests.pkg_clients import apt, dnf_with_repo, new_apt_sandbox
 from tests.upstream import UpstreamServer
 
 KEYRING = "/usr/share/keyrings/nvidia-container-toolkit-keyring.gpg"
-PINNED = ("nvidia-container-toolkit", "nvidia-container-toolkit-base", "libnvidia-container-tools", "libnvidia-container1")
+PINNED = (
+    "nvidia-container-toolkit",
+    "nvidia-container-toolkit-base",
+    "libnvidia-container-tools",
+    "libnvidia-container1",
+)
 _EPOCH: dict[str, str] = {}
 
 
@@ -47,7 +52,18 @@ def publish(mirror: Path, out: Path, base_url: str, *extra: str, key: TestKey | 
     if "value" in _EPOCH:  # this module's publishes share one SOURCE_DATE_EPOCH; others use the clock
         os.environ["SOURCE_DATE_EPOCH"] = _EPOCH["value"]
     try:
-        return run_cli("mirror", "publish", "--mirror", str(mirror), "--output", str(out), "--base-url", base_url, *signing, *extra)
+        return run_cli(
+            "mirror",
+            "publish",
+            "--mirror",
+            str(mirror),
+            "--output",
+            str(out),
+            "--base-url",
+            base_url,
+            *signing,
+            *extra,
+        )
     finally:
         os.environ.pop("SOURCE_DATE_EPOCH", None)
 
@@ -55,7 +71,9 @@ def publish(mirror: Path, out: Path, base_url: str, *extra: str, key: TestKey | 
 def tree_digest(root: Path) -> dict[str, str]:
     """Every file under ``root`` (hidden ones too) with its sha256."""
     return {
-        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(root.rglob("*")) if p.is_file()
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
     }
 
 
@@ -95,16 +113,29 @@ def download_pinned(sandbox: Path) -> subprocess.CompletedProcess[str]:
 # -- the tree and its contract files -------------------------------------------------------------
 
 
-def test_tree_has_upstreams_layout_and_exactly_the_synced_packages(published: Path, synced_mirror: Path, site: UpstreamServer) -> None:
+def test_tree_has_upstreams_layout_and_exactly_the_synced_packages(
+    published: Path, synced_mirror: Path, site: UpstreamServer
+) -> None:
     files = set(tree_digest(published))
     state = store.MirrorState.load(synced_mirror)
     packages = {p.path for r in state.repos for p in r.packages}
     assert {f for f in files if f.endswith((".deb", ".rpm"))} == packages
-    assert {"gpgkey", "INSTALL.md", "nginx.conf.example", MARKER, "stable/deb/nvidia-container-toolkit.list",
-            "stable/rpm/nvidia-container-toolkit.repo", "stable/deb/amd64/InRelease", "stable/deb/amd64/Packages",
-            "stable/deb/amd64/Packages.xz", "stable/rpm/x86_64/repodata/repomd.xml",
-            "stable/rpm/x86_64/repodata/repomd.xml.asc"} <= files  # fmt: skip
-    assert not any(f.startswith(("experimental/", ".gpu-airgap/")) for f in files)  # only what the mirror holds
+    assert {
+        "gpgkey",
+        "INSTALL.md",
+        "nginx.conf.example",
+        MARKER,
+        "stable/deb/nvidia-container-toolkit.list",
+        "stable/rpm/nvidia-container-toolkit.repo",
+        "stable/deb/amd64/InRelease",
+        "stable/deb/amd64/Packages",
+        "stable/deb/amd64/Packages.xz",
+        "stable/rpm/x86_64/repodata/repomd.xml",
+        "stable/rpm/x86_64/repodata/repomd.xml.asc",
+    } <= files
+    assert not any(
+        f.startswith(("experimental/", ".gpu-airgap/")) for f in files
+    )  # only what the mirror holds
     for path in packages:  # hard links into the mirror: no copy of the bytes
         assert (published / path).stat().st_ino == (synced_mirror / path).stat().st_ino
     base = f"{site.url}/nvct"
@@ -122,12 +153,16 @@ def test_tree_has_upstreams_layout_and_exactly_the_synced_packages(published: Pa
     assert "sudo apt-get update" in install and "sudo dnf -y makecache" in install
 
 
-def test_gpgkey_is_the_operator_key_and_it_verifies_both_indexes(published: Path, operator_key: TestKey) -> None:
+def test_gpgkey_is_the_operator_key_and_it_verifies_both_indexes(
+    published: Path, operator_key: TestKey
+) -> None:
     with Keyring.open([published / "gpgkey"]) as ring:
         assert ring.fingerprints == {operator_key.fingerprint}
         text = ring.verify_clearsigned((published / "stable/deb/amd64/InRelease").read_bytes()).text
         repodata = published / "stable/rpm/x86_64/repodata"
-        ring.verify_detached((repodata / "repomd.xml").read_bytes(), (repodata / "repomd.xml.asc").read_bytes())
+        ring.verify_detached(
+            (repodata / "repomd.xml").read_bytes(), (repodata / "repomd.xml.asc").read_bytes()
+        )
     for name in ("Packages", "Packages.xz"):
         data = (published / "stable/deb/amd64" / name).read_bytes()
         assert f" {hashlib.sha256(data).hexdigest()} {len(data):>16} {name}" in text
@@ -151,12 +186,16 @@ def test_two_publishes_with_one_source_date_epoch_are_byte_identical(
 # -- real clients --------------------------------------------------------------------------------
 
 
-def test_real_apt_get_updates_and_downloads_the_pinned_release(published: Path, site: UpstreamServer, tmp_path: Path) -> None:
+def test_real_apt_get_updates_and_downloads_the_pinned_release(
+    published: Path, site: UpstreamServer, tmp_path: Path
+) -> None:
     site.reset()
     sandbox = apt_for(published, tmp_path)
     update = apt(sandbox, "update")
     assert update.returncode == 0 and "W:" not in update.stdout + update.stderr, update.stdout + update.stderr
-    assert {"/nvct/stable/deb/amd64/InRelease", "/nvct/stable/deb/amd64/Packages.xz"} <= {r.path for r in site.log}
+    assert {"/nvct/stable/deb/amd64/InRelease", "/nvct/stable/deb/amd64/Packages.xz"} <= {
+        r.path for r in site.log
+    }
     download = download_pinned(sandbox)
     assert download.returncode == 0, download.stdout + download.stderr
     for name in PINNED:
@@ -164,14 +203,18 @@ def test_real_apt_get_updates_and_downloads_the_pinned_release(published: Path, 
         assert (sandbox / "dl" / deb).read_bytes() == (published / "stable/deb/amd64" / deb).read_bytes()
 
 
-def test_real_dnf_makecache_accepts_the_yum_repo_with_repo_gpgcheck(published: Path, site: UpstreamServer, tmp_path: Path) -> None:
+def test_real_dnf_makecache_accepts_the_yum_repo_with_repo_gpgcheck(
+    published: Path, site: UpstreamServer, tmp_path: Path
+) -> None:
     site.reset()
     repo = (published / "stable/rpm/nvidia-container-toolkit.repo").read_text()
     made = dnf_with_repo(tmp_path / "dnf", repo, "makecache")
     assert made.returncode == 0, made.stderr
     paths = {r.path for r in site.log}
     assert {"/nvct/gpgkey", "/nvct/stable/rpm/x86_64/repodata/repomd.xml.asc"} <= paths
-    query = dnf_with_repo(tmp_path / "dnf", repo, "repoquery", "--available", "--repo", "nvidia-container-toolkit")
+    query = dnf_with_repo(
+        tmp_path / "dnf", repo, "repoquery", "--available", "--repo", "nvidia-container-toolkit"
+    )
     assert query.returncode == 0, query.stderr
     assert {f"{n}-0:1.17.8-1.x86_64" for n in PINNED} <= set(query.stdout.split())
 
@@ -217,15 +260,33 @@ def test_real_nginx_serves_the_tree_with_the_generated_server_block(
     with _nginx(tmp_path / "nginx", block, port):
         sandbox = apt_for(out, tmp_path)
         update = apt(sandbox, "update")
-        assert update.returncode == 0 and "W:" not in update.stdout + update.stderr, update.stdout + update.stderr
+        assert update.returncode == 0 and "W:" not in update.stdout + update.stderr, (
+            update.stdout + update.stderr
+        )
         download = download_pinned(sandbox)
         assert download.returncode == 0, download.stdout + download.stderr
-        made = dnf_with_repo(tmp_path / "dnf", (out / "stable/rpm/nvidia-container-toolkit.repo").read_text(), "makecache")
+        made = dnf_with_repo(
+            tmp_path / "dnf", (out / "stable/rpm/nvidia-container-toolkit.repo").read_text(), "makecache"
+        )
         assert made.returncode == 0, made.stderr
-        hidden = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", f"http://127.0.0.1:{port}/gpu/nvct/{MARKER}"],
-                                capture_output=True, text=True, check=True)  # fmt: skip
+        hidden = subprocess.run(
+            [
+                "curl",
+                "-s",
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_code}",
+                f"http://127.0.0.1:{port}/gpu/nvct/{MARKER}",
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         assert hidden.stdout == "403"
-    assert sorted(p.name for p in (sandbox / "dl").iterdir()) == sorted(f"{n}_1.17.8-1_amd64.deb" for n in PINNED)
+    assert sorted(p.name for p in (sandbox / "dl").iterdir()) == sorted(
+        f"{n}_1.17.8-1_amd64.deb" for n in PINNED
+    )
 
 
 def _free_port() -> int:

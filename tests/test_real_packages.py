@@ -66,7 +66,15 @@ def real_tree(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UpstreamTree
     if reason:
         pytest.skip(reason)
     cache = os.environ.get("GPU_AIRGAP_TEST_CACHE")
-    cache_dir = Path(cache) if cache else (tmp_path_factory.mktemp("real-cache") if cache == "" else Path.home() / ".cache" / "gpu-airgap-tests")
+    cache_dir = (
+        Path(cache)
+        if cache
+        else (
+            tmp_path_factory.mktemp("real-cache")
+            if cache == ""
+            else Path.home() / ".cache" / "gpu-airgap-tests"
+        )
+    )
     tree = real_upstream(cache_dir)
     yield tree
     stop_agent(tree.gnupghome)
@@ -77,26 +85,55 @@ def sync_and_bundle(tree: UpstreamTree, work: Path, key: TestKey, fmt: str) -> P
     arch, target = ("amd64", "deb/amd64") if fmt == "deb" else ("amd64", "rpm/x86_64")
     with UpstreamServer(tree.root) as server:
         synced = run_cli(
-            "mirror", "sync", "--dest", str(work / "mirror"), "--upstream", server.url, "--keyring", str(tree.public_key),
-            "--version", VERSION, "--format", fmt, "--arch", arch, "--quiet",
-        )  # fmt: skip
+            "mirror",
+            "sync",
+            "--dest",
+            str(work / "mirror"),
+            "--upstream",
+            server.url,
+            "--keyring",
+            str(tree.public_key),
+            "--version",
+            VERSION,
+            "--format",
+            fmt,
+            "--arch",
+            arch,
+            "--quiet",
+        )
     assert synced.exit_code == 0, synced.stderr
     bundle = work / f"bundle-{fmt}.tar.zst"
     built = run_cli(
-        "bundle", "build", "--mirror", str(work / "mirror"), "--version", VERSION, "--target", target,
-        "--sign-key", key.fingerprint, "--gnupghome", str(key.home), "--output", str(bundle),
-    )  # fmt: skip
+        "bundle",
+        "build",
+        "--mirror",
+        str(work / "mirror"),
+        "--version",
+        VERSION,
+        "--target",
+        target,
+        "--sign-key",
+        key.fingerprint,
+        "--gnupghome",
+        str(key.home),
+        "--output",
+        str(bundle),
+    )
     assert built.exit_code == 0, built.stderr
     return bundle
 
 
 @pytest.fixture(scope="module")
-def deb_bundle(real_tree: UpstreamTree, operator_key: TestKey, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def deb_bundle(
+    real_tree: UpstreamTree, operator_key: TestKey, tmp_path_factory: pytest.TempPathFactory
+) -> Path:
     return sync_and_bundle(real_tree, tmp_path_factory.mktemp("real-deb"), operator_key, "deb")
 
 
 @pytest.fixture(scope="module")
-def rpm_bundle(real_tree: UpstreamTree, operator_key: TestKey, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def rpm_bundle(
+    real_tree: UpstreamTree, operator_key: TestKey, tmp_path_factory: pytest.TempPathFactory
+) -> Path:
     return sync_and_bundle(real_tree, tmp_path_factory.mktemp("real-rpm"), operator_key, "rpm")
 
 
@@ -131,7 +168,17 @@ def with_containerd(root: Path) -> bytes:
 
 
 def install(bundle: Path, key: TestKey, root: Path) -> CliResult:
-    return run_cli("install", str(bundle), "--keyring", str(key.public), "--root", str(root), "--runtime", "containerd", "--json")
+    return run_cli(
+        "install",
+        str(bundle),
+        "--keyring",
+        str(key.public),
+        "--root",
+        str(root),
+        "--runtime",
+        "containerd",
+        "--json",
+    )
 
 
 def tree_state(root: Path, *tops: str) -> Dict[str, tuple[object, ...]]:
@@ -146,7 +193,9 @@ def tree_state(root: Path, *tops: str) -> Dict[str, tuple[object, ...]]:
             if path.is_symlink():
                 out[str(path.relative_to(root))] = (st.st_mode, os.readlink(path))
             else:
-                out[str(path.relative_to(root))] = (st.st_mode,) if path.is_dir() else (st.st_mode, st.st_size, st.st_mtime_ns)
+                out[str(path.relative_to(root))] = (
+                    (st.st_mode,) if path.is_dir() else (st.st_mode, st.st_size, st.st_mtime_ns)
+                )
     return out
 
 
@@ -168,7 +217,9 @@ def dpkg_packages(root: Path) -> Dict[str, str]:
 
 
 def rpm_packages(root: Path) -> list[str]:
-    out = subprocess.run(["rpm", "--root", str(root), "--dbpath", DBPATH, "-qa"], capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        ["rpm", "--root", str(root), "--dbpath", DBPATH, "-qa"], capture_output=True, text=True, check=True
+    )
     return sorted(out.stdout.split())
 
 
@@ -202,14 +253,19 @@ def test_real_debs_install_into_debian_where_nvidias_postinst_runs(
     assert json.loads(installed.stdout)["engines"] == {"containerd": "registered runtime 'nvidia'"}
 
     ctk = chroot(debian_root, "nvidia-ctk", "--version")
-    assert ctk.returncode == 0 and ctk.stdout.startswith(f"NVIDIA Container Toolkit CLI version {VERSION}\n"), ctk
+    assert ctk.returncode == 0 and ctk.stdout.startswith(
+        f"NVIDIA Container Toolkit CLI version {VERSION}\n"
+    ), ctk
     packages = dpkg_packages(debian_root)
     assert {name: packages[name] for name in TOOLKIT} == {name: f"{VERSION}-1 ii " for name in TOOLKIT}
     # NVIDIA's postinst ran chrooted: nvidia-ctk wrote the runtime config, the toolkit's postinst made
     # its symlink, and debhelper's snippet enabled the CDI refresh units.
     runtime_config = (debian_root / "etc/nvidia-container-runtime/config.toml").read_text()
     assert "[nvidia-container-runtime]" in runtime_config
-    assert os.readlink(debian_root / "usr/bin/nvidia-container-toolkit") == "/usr/bin/nvidia-container-runtime-hook"
+    assert (
+        os.readlink(debian_root / "usr/bin/nvidia-container-toolkit")
+        == "/usr/bin/nvidia-container-runtime-hook"
+    )
     wants = debian_root / "etc/systemd/system/multi-user.target.wants"
     assert os.readlink(wants / "nvidia-cdi-refresh.path") == "/lib/systemd/system/nvidia-cdi-refresh.path"
 
@@ -251,12 +307,16 @@ def test_real_rpms_install_into_an_rpm_root_where_nvidias_scriptlets_run(
     assert installed.exit_code == 0, installed.stderr
 
     ctk = chroot(rpm_root, "/usr/bin/nvidia-ctk", "--version")
-    assert ctk.returncode == 0 and ctk.stdout.startswith(f"NVIDIA Container Toolkit CLI version {VERSION}\n"), ctk
+    assert ctk.returncode == 0 and ctk.stdout.startswith(
+        f"NVIDIA Container Toolkit CLI version {VERSION}\n"
+    ), ctk
     assert rpm_packages(rpm_root) == sorted([*system, *(f"{n}-{VERSION}-1.x86_64" for n in TOOLKIT)])
     # %post of -base ran nvidia-ctk and preset the units; %posttrans of the toolkit made the symlink
     # and -base's started the units.
     assert "[nvidia-container-runtime]" in (rpm_root / "etc/nvidia-container-runtime/config.toml").read_text()
-    assert os.readlink(rpm_root / "usr/bin/nvidia-container-toolkit") == "/usr/bin/nvidia-container-runtime-hook"
+    assert (
+        os.readlink(rpm_root / "usr/bin/nvidia-container-toolkit") == "/usr/bin/nvidia-container-runtime-hook"
+    )
     calls = (rpm_root / SYSTEMCTL_LOG).read_text().splitlines()
     assert POST_PRESET in calls and "daemon-reload" in calls and POSTTRANS_START in calls
     assert PREUN_DISABLE not in calls
@@ -269,7 +329,8 @@ def test_real_rpms_install_into_an_rpm_root_where_nvidias_scriptlets_run(
 def failing_tools_rpm(out: Path) -> Path:
     """A stand-in libnvidia-container-tools 1.20.0-1 whose %post exits 1 (the real fields otherwise)."""
     spec = out / "tools.spec"
-    spec.write_text(textwrap.dedent("""\
+    spec.write_text(
+        textwrap.dedent("""\
         %define debug_package %{nil}
         Name: libnvidia-container-tools
         Version: 1.20.0
@@ -291,11 +352,22 @@ def failing_tools_rpm(out: Path) -> Path:
         %post
         echo "libnvidia-container-tools: failing on purpose" >&2
         exit 1
-        """))
+        """)
+    )
     subprocess.run(
-        ["rpmbuild", "-bb", "--quiet", "--define", f"_topdir {out / 'top'}", "--define", f"_rpmdir {out}", str(spec)],
-        check=True, capture_output=True,
-    )  # fmt: skip
+        [
+            "rpmbuild",
+            "-bb",
+            "--quiet",
+            "--define",
+            f"_topdir {out / 'top'}",
+            "--define",
+            f"_rpmdir {out}",
+            str(spec),
+        ],
+        check=True,
+        capture_output=True,
+    )
     return out / "x86_64" / "libnvidia-container-tools-1.20.0-1.x86_64.rpm"
 
 

@@ -40,7 +40,10 @@ from tests.test_real_packages import (  # noqa: F401 (fixtures)
     with_containerd,
 )
 
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(shutil.which("systemctl") is None, reason="systemctl is not installed")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(shutil.which("systemctl") is None, reason="systemctl is not installed"),
+]
 
 UNITS = ("nvidia-cdi-refresh.path", "nvidia-cdi-refresh.service")
 DRIVER = "550.54.14"
@@ -50,7 +53,9 @@ STATIC_SPEC = "/etc/cdi/nvidia.yaml"
 
 
 def is_enabled(root: Path) -> Dict[str, str]:
-    out = subprocess.run(["systemctl", "--root", str(root), "is-enabled", *UNITS], capture_output=True, text=True, check=False)
+    out = subprocess.run(
+        ["systemctl", "--root", str(root), "is-enabled", *UNITS], capture_output=True, text=True, check=False
+    )
     return dict(zip(UNITS, out.stdout.split()))
 
 
@@ -62,7 +67,9 @@ def stand_in_driver(root: Path, version: str = DRIVER) -> None:
             os.mknod(node, 0o666 | 0o020000, os.makedev(major, minor))
     proc = root / "proc/driver/nvidia/version"
     proc.parent.mkdir(parents=True, exist_ok=True)
-    proc.write_text(f"NVRM version: NVIDIA UNIX x86_64 Kernel Module  {version}  Release Build  (dvs-builder@U16)\n")
+    proc.write_text(
+        f"NVRM version: NVIDIA UNIX x86_64 Kernel Module  {version}  Release Build  (dvs-builder@U16)\n"
+    )
     for lib in ("libcuda.so", "libnvidia-ml.so"):
         (root / LIBDIR / f"{lib}.{version}").write_bytes(b"")
 
@@ -70,11 +77,25 @@ def stand_in_driver(root: Path, version: str = DRIVER) -> None:
 def nvidia_ctk_generate(root: Path, output: str) -> None:
     """NVIDIA's nvidia-ctk writes a spec for nvidia.com/gpu inside the root, as the refresh service does (by variable)."""
     done = subprocess.run(
-        ["chroot", str(root), "env", f"NVIDIA_CTK_CDI_OUTPUT_FILE_PATH={output}",
-         "nvidia-ctk", "cdi", "generate", "--mode=management", "--vendor=nvidia.com", "--class=gpu"],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
-    assert done.returncode == 0 and rooted(root, output).is_file(), done.stderr  # /var/run links to /run in the root
+        [
+            "chroot",
+            str(root),
+            "env",
+            f"NVIDIA_CTK_CDI_OUTPUT_FILE_PATH={output}",
+            "nvidia-ctk",
+            "cdi",
+            "generate",
+            "--mode=management",
+            "--vendor=nvidia.com",
+            "--class=gpu",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0 and rooted(root, output).is_file(), (
+        done.stderr
+    )  # /var/run links to /run in the root
 
 
 def verify_json(root: Path) -> Dict[str, Any]:
@@ -90,7 +111,9 @@ def test_on_a_debian_node_with_120_the_refresh_units_are_the_cdi_source_and_inst
     operator_key: TestKey,
 ) -> None:
     with_containerd(debian_root)
-    stand_in_driver(debian_root)  # a driver is there: before 1.18 install would have written /etc/cdi/nvidia.yaml
+    stand_in_driver(
+        debian_root
+    )  # a driver is there: before 1.18 install would have written /etc/cdi/nvidia.yaml
     installed = install(deb_bundle, operator_key, debian_root)
     assert installed.exit_code == 0, installed.stderr
     result = json.loads(installed.stdout)
@@ -104,10 +127,15 @@ def test_on_a_debian_node_with_120_the_refresh_units_are_the_cdi_source_and_inst
         name: (f"/lib/systemd/system/{name}", "enabled") for name in UNITS
     }
     assert is_enabled(debian_root) == dict.fromkeys(UNITS, "enabled")  # systemd reads the root as we do
-    assert ContainerdEngine().report(debian_root, "nvidia")["CDI"] == "true"  # the engine reads the spec it will get
+    assert (
+        ContainerdEngine().report(debian_root, "nvidia")["CDI"] == "true"
+    )  # the engine reads the spec it will get
 
     text = run_cli("status", "--root", str(debian_root))
-    assert "  CDI source: nvidia-cdi-refresh: the spec comes from nvidia-cdi-refresh, which writes " in text.stdout
+    assert (
+        "  CDI source: nvidia-cdi-refresh: the spec comes from nvidia-cdi-refresh, which writes "
+        in text.stdout
+    )
 
     # The service's spec lands: one spec for the kind, current, and status has nothing to say.
     nvidia_ctk_generate(debian_root, REFRESH_SPEC)
@@ -122,7 +150,9 @@ def test_on_a_debian_node_with_120_the_refresh_units_are_the_cdi_source_and_inst
     # configure cdi refuses to add a static spec next to the refresh units
     refused = run_cli("configure", "cdi", "--root", str(debian_root))
     assert refused.exit_code == 5 and refused.stdout == ""
-    assert refused.stderr.startswith(f"gpu-airgap: error: nvidia-cdi-refresh is enabled under {debian_root} and writes ")
+    assert refused.stderr.startswith(
+        f"gpu-airgap: error: nvidia-cdi-refresh is enabled under {debian_root} and writes "
+    )
     assert not (debian_root / STATIC_SPEC.lstrip("/")).exists()
 
 
@@ -135,7 +165,9 @@ def test_a_static_spec_beside_the_refresh_spec_is_a_duplicate_and_a_spec_of_anot
     stand_in_driver(debian_root)
     assert install(deb_bundle, operator_key, debian_root).exit_code == 0
     nvidia_ctk_generate(debian_root, REFRESH_SPEC)
-    nvidia_ctk_generate(debian_root, STATIC_SPEC)  # someone ran `nvidia-ctk cdi generate --output=/etc/cdi/...` too
+    nvidia_ctk_generate(
+        debian_root, STATIC_SPEC
+    )  # someone ran `nvidia-ctk cdi generate --output=/etc/cdi/...` too
 
     verified = verify_json(debian_root)
     assert verified["exit_code"] == 9 and verified["cdi"]["source"] == "nvidia-cdi-refresh"
@@ -143,7 +175,10 @@ def test_a_static_spec_beside_the_refresh_spec_is_a_duplicate_and_a_spec_of_anot
         f"2 CDI specs define nvidia.com/gpu ({STATIC_SPEC}, {REFRESH_SPEC}): the runtime uses {REFRESH_SPEC} and "
         f"ignores {STATIC_SPEC} for the devices they share; keep one"
     ]
-    assert [(s["path"], s["in_effect"]) for s in verified["cdi"]["specs"]] == [(STATIC_SPEC, False), (REFRESH_SPEC, True)]
+    assert [(s["path"], s["in_effect"]) for s in verified["cdi"]["specs"]] == [
+        (STATIC_SPEC, False),
+        (REFRESH_SPEC, True),
+    ]
 
     # Remove the static one; then the driver is upgraded and a GPU is gone, and the refresh has not run yet.
     (debian_root / STATIC_SPEC.lstrip("/")).unlink()
@@ -176,10 +211,16 @@ def test_on_an_rpm_node_the_units_wait_for_the_preset_and_then_own_the_spec(
     }
     assert is_enabled(rpm_root) == dict.fromkeys(UNITS, "disabled")
     assert result["cdi_source"] == "none"
-    assert result["cdi"].startswith("skipped: the packages ship nvidia-cdi-refresh but it will not run under ")
+    assert result["cdi"].startswith(
+        "skipped: the packages ship nvidia-cdi-refresh but it will not run under "
+    )
 
     # what NVIDIA's %post asks for, done by systemd's own systemctl on the root
-    subprocess.run(["systemctl", "--root", str(rpm_root), "--no-reload", "preset", *UNITS], check=True, capture_output=True)
+    subprocess.run(
+        ["systemctl", "--root", str(rpm_root), "--no-reload", "preset", *UNITS],
+        check=True,
+        capture_output=True,
+    )
     assert is_enabled(rpm_root) == dict.fromkeys(UNITS, "enabled")
     monkeypatch.chdir(rpm_root.parent)
     status = json.loads(run_cli("status", "--root", rpm_root.name, "--json").stdout)
@@ -192,17 +233,40 @@ def test_a_dry_run_foresees_the_refresh_units_and_cdi_off_still_names_them(
     operator_key: TestKey,
 ) -> None:
     with_containerd(debian_root)
-    dry = run_cli("install", str(deb_bundle), "--keyring", str(operator_key.public), "--root", str(debian_root),
-                  "--runtime", "containerd", "--dry-run", "--json")  # fmt: skip
+    dry = run_cli(
+        "install",
+        str(deb_bundle),
+        "--keyring",
+        str(operator_key.public),
+        "--root",
+        str(debian_root),
+        "--runtime",
+        "containerd",
+        "--dry-run",
+        "--json",
+    )
     assert dry.exit_code == 0, dry.stderr
     planned = json.loads(dry.stdout)
     # the packages are not in yet: the release table says 1.20.0's -base ships and enables the units
-    assert planned["cdi_source"] == "nvidia-cdi-refresh" and planned["cdi"].startswith("from nvidia-cdi-refresh")
+    assert planned["cdi_source"] == "nvidia-cdi-refresh" and planned["cdi"].startswith(
+        "from nvidia-cdi-refresh"
+    )
     assert any(line.startswith("+") and "enable_cdi = true" in line for line in planned["diff"].splitlines())
     assert not (debian_root / "usr/bin/nvidia-ctk").exists()
 
-    off = run_cli("install", str(deb_bundle), "--keyring", str(operator_key.public), "--root", str(debian_root),
-                  "--runtime", "containerd", "--cdi", "off", "--json")  # fmt: skip
+    off = run_cli(
+        "install",
+        str(deb_bundle),
+        "--keyring",
+        str(operator_key.public),
+        "--root",
+        str(debian_root),
+        "--runtime",
+        "containerd",
+        "--cdi",
+        "off",
+        "--json",
+    )
     assert off.exit_code == 0, off.stderr
     result = json.loads(off.stdout)
     assert result["cdi"] == (
@@ -226,8 +290,15 @@ def test_the_static_spec_an_older_toolkit_got_from_us_is_retired_when_the_refres
     installed = install(deb_bundle, operator_key, debian_root)
     assert installed.exit_code == 0, installed.stderr
     result = json.loads(installed.stdout)
-    assert f"removed the static CDI spec gpu-airgap wrote earlier ({static}): nvidia-cdi-refresh owns the spec now" in result["messages"]
-    assert not static.exists() and result["cdi_report"]["problems"] == [] and result["cdi_source"] == "nvidia-cdi-refresh"
+    assert (
+        f"removed the static CDI spec gpu-airgap wrote earlier ({static}): nvidia-cdi-refresh owns the spec now"
+        in result["messages"]
+    )
+    assert (
+        not static.exists()
+        and result["cdi_report"]["problems"] == []
+        and result["cdi_source"] == "nvidia-cdi-refresh"
+    )
     nvidia_ctk_generate(debian_root, REFRESH_SPEC)
     assert verify_json(debian_root)["exit_code"] == 0  # one spec for the kind
     assert run_cli("uninstall", "--root", str(debian_root)).exit_code == 0

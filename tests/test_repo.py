@@ -129,7 +129,9 @@ class TestApt:
             load_apt_repo(fetcher, BASE, trusting)
         assert fetcher.requested == [f"{BASE}/InRelease"]
 
-    def test_empty_signed_inrelease_is_an_error_naming_its_url(self, test_key: TestKey, trusting: Keyring) -> None:
+    def test_empty_signed_inrelease_is_an_error_naming_its_url(
+        self, test_key: TestKey, trusting: Keyring
+    ) -> None:
         empty = test_key.clearsign("")
         fetcher = FakeFetcher().expect(f"{BASE}/InRelease", empty)
         with pytest.raises(MetadataError) as caught:

@@ -58,9 +58,14 @@ def test_a_revert_of_two_engines_where_one_has_nothing_names_it_and_changes_noth
     root = _gpu_root(tmp_path)
     assert run_cli("configure", "containerd", "--root", str(root)).exit_code == 0
     before = tree_digest(root)
-    refused = run_cli("configure", "revert", "--root", str(root), "--runtime", "containerd", "--runtime", "docker")
+    refused = run_cli(
+        "configure", "revert", "--root", str(root), "--runtime", "containerd", "--runtime", "docker"
+    )
     assert refused.exit_code == ExitCode.ERROR
-    assert f"nothing to revert: gpu-airgap has not changed any docker configuration under {root}" in refused.stderr
+    assert (
+        f"nothing to revert: gpu-airgap has not changed any docker configuration under {root}"
+        in refused.stderr
+    )
     assert tree_digest(root) == before
 
 
@@ -68,7 +73,10 @@ def test_revert_with_nothing_recorded_does_not_name_an_engine_nobody_asked_about
     root = _gpu_root(tmp_path)
     refused = run_cli("configure", "revert", "--root", str(root))
     assert refused.exit_code == ExitCode.ERROR
-    assert refused.stderr.strip() == f"gpu-airgap: error: nothing to revert: gpu-airgap has not changed any configuration under {root}"
+    assert (
+        refused.stderr.strip()
+        == f"gpu-airgap: error: nothing to revert: gpu-airgap has not changed any configuration under {root}"
+    )
 
 
 def test_revert_force_keeps_the_admins_edit_as_gpu_airgap_old_and_says_so(tmp_path: Path) -> None:
@@ -95,7 +103,10 @@ def test_revert_dry_run_lists_what_it_would_restore_and_delete_and_changes_nothi
     assert dry.stdout.rstrip().endswith("dry run: nothing changed")
     as_json = json.loads(run_cli("configure", "revert", "--root", str(root), "--dry-run", "--json").stdout)
     assert as_json["dry_run"] is True and as_json["deleted"] == [str(root / "etc/cdi/nvidia.yaml")]
-    assert as_json["restored"] == [str(root / "etc/containerd/config.toml")] and as_json["engines"] == ["cdi", "containerd"]
+    assert as_json["restored"] == [str(root / "etc/containerd/config.toml")] and as_json["engines"] == [
+        "cdi",
+        "containerd",
+    ]
     assert tree_digest(root) == before
 
 
@@ -112,7 +123,9 @@ def _installed(tmp_path: Path, bundle: Path, key: TestKey) -> Path:
     return root
 
 
-def test_uninstall_force_keeps_the_admins_edit_as_gpu_airgap_old_and_says_so(tmp_path: Path, bundle: Path, test_key: TestKey) -> None:
+def test_uninstall_force_keeps_the_admins_edit_as_gpu_airgap_old_and_says_so(
+    tmp_path: Path, bundle: Path, test_key: TestKey
+) -> None:
     root = _installed(tmp_path, bundle, test_key)
     config = root / "etc/containerd/config.toml"
     config.write_bytes(EDIT)
@@ -135,7 +148,9 @@ def test_uninstall_dry_run_lists_what_it_would_restore_and_remove_and_changes_no
     assert dry.exit_code == 0, dry.stderr
     assert f"would restore {root / 'etc/containerd/config.toml'}" in dry.stdout
     assert "would remove nvidia-container-toolkit" in dry.stdout and "dry run: nothing changed" in dry.stdout
-    data: Dict[str, object] = json.loads(run_cli("uninstall", "--root", str(root), "--dry-run", "--json").stdout)
+    data: Dict[str, object] = json.loads(
+        run_cli("uninstall", "--root", str(root), "--dry-run", "--json").stdout
+    )
     assert data["dry_run"] is True and data["removed"] == list(reversed(TOOLKIT))
     assert data["restored"] == [str(root / "etc/containerd/config.toml")]
     assert tree_digest(root) == before

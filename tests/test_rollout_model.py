@@ -7,12 +7,27 @@ import pytest
 from bench import rollout_model as model
 
 #: 10 s install, 10 MB bundle, 2 requests per pull; no restart or probe wait, links that never limit
-COST = model.NodeCost(install_s=10.0, bundle_bytes=10_000_000, requests_per_pull=2, pod_restart_s=0.0, probe_period_s=0.0,
-                      probe_delay_s=0.0, node_link_bps=1e12, server_link_bps=1e12, controller_link_bps=1e12, ssh_task_s=0.0)  # fmt: skip
+COST = model.NodeCost(
+    install_s=10.0,
+    bundle_bytes=10_000_000,
+    requests_per_pull=2,
+    pod_restart_s=0.0,
+    probe_period_s=0.0,
+    probe_delay_s=0.0,
+    node_link_bps=1e12,
+    server_link_bps=1e12,
+    controller_link_bps=1e12,
+    ssh_task_s=0.0,
+)
 
 
-@pytest.mark.parametrize(("value", "nodes", "expected"), [("10%", 1000, 100), ("10%", 5, 1), ("25%", 10, 3), ("7", 3, 3), ("1", 10, 1)])
-def test_count_rounds_percentages_up_like_kubernetes_and_ansible(value: str, nodes: int, expected: int) -> None:
+@pytest.mark.parametrize(
+    ("value", "nodes", "expected"),
+    [("10%", 1000, 100), ("10%", 5, 1), ("25%", 10, 3), ("7", 3, 3), ("1", 10, 1)],
+)
+def test_count_rounds_percentages_up_like_kubernetes_and_ansible(
+    value: str, nodes: int, expected: int
+) -> None:
     assert model.count(value, nodes) == expected
 
 
@@ -45,4 +60,6 @@ def test_ansible_forks_bound_each_task_and_copy_goes_through_the_controller() ->
 
 def test_a_pull_through_cache_per_rack_leaves_one_pull_per_rack_at_the_central_server() -> None:
     assert model.server_load(1000, 10_000_000, 2) == model.ServerLoad(10_000_000_000, 2000)
-    assert model.server_load(1000, 10_000_000, 2, nodes_per_cache=40, central_requests_per_cache=3) == model.ServerLoad(250_000_000, 75)
+    assert model.server_load(
+        1000, 10_000_000, 2, nodes_per_cache=40, central_requests_per_cache=3
+    ) == model.ServerLoad(250_000_000, 75)

@@ -50,10 +50,12 @@ RPM_PRE = "error: %prein(nvidia-container-toolkit-base-1.20.0-1.x86_64) scriptle
 def test_dpkg_postinst_failure_names_package_script_status_and_the_scripts_last_words() -> None:
     assert dpkg_script_failures(DPKG_POSTINST) == [
         ScriptFailure(
-            "nvidia-container-toolkit-base", "postinst", "exit status 1",
+            "nvidia-container-toolkit-base",
+            "postinst",
+            "exit status 1",
             'time="2026-12-01T14:44:02Z" level=error msg="unable to create config: read /etc/nvidia-container-runtime/config.toml: is a directory"',
         )
-    ]  # fmt: skip
+    ]
 
 
 def test_dpkg_preinst_killed_by_a_signal_drops_the_architecture_qualifier() -> None:
@@ -64,9 +66,16 @@ def test_dpkg_preinst_killed_by_a_signal_drops_the_architecture_qualifier() -> N
 
 def test_rpm_post_warning_and_pre_error_are_both_failures() -> None:
     assert rpm_script_failures(RPM_POST) == [
-        ScriptFailure("libnvidia-container-tools", "%post", "exit status 1", "libnvidia-container-tools: failing on purpose")
+        ScriptFailure(
+            "libnvidia-container-tools",
+            "%post",
+            "exit status 1",
+            "libnvidia-container-tools: failing on purpose",
+        )
     ]
-    assert rpm_script_failures(RPM_PRE) == [ScriptFailure("nvidia-container-toolkit-base", "%pre", "exit status 3")]
+    assert rpm_script_failures(RPM_PRE) == [
+        ScriptFailure("nvidia-container-toolkit-base", "%pre", "exit status 3")
+    ]
 
 
 def test_dependency_problems_alone_are_not_script_failures() -> None:
@@ -75,8 +84,12 @@ def test_dependency_problems_alone_are_not_script_failures() -> None:
 
 
 def test_the_error_is_one_sentence_naming_each_failed_script() -> None:
-    error = MaintainerScriptFailed(["dpkg", "--install"], 1, DPKG_POSTINST, dpkg_script_failures(DPKG_POSTINST))
-    assert str(error).startswith("the postinst script of nvidia-container-toolkit-base failed with exit status 1, after printing ")
+    error = MaintainerScriptFailed(
+        ["dpkg", "--install"], 1, DPKG_POSTINST, dpkg_script_failures(DPKG_POSTINST)
+    )
+    assert str(error).startswith(
+        "the postinst script of nvidia-container-toolkit-base failed with exit status 1, after printing "
+    )
     assert "\n" not in str(error) and isinstance(error, CommandError)
 
 
@@ -101,7 +114,14 @@ def test_rollback_purges_new_packages_but_keeps_config_files_an_earlier_removal_
     names = ("libnvidia-container1", "nvidia-container-toolkit-base")
     packages = [StagedPackage(n, "1.20.0-1", "amd64", Path(f"/s/{n}_1.20.0-1_amd64.deb"), 1) for n in names]
     backend = HalfInstalling(leftovers=["nvidia-container-toolkit-base"])
-    with pytest.raises(InstallFailed, match=r"^dpkg failed: the postinst script of nvidia-container-toolkit-base failed") as info:
-        install_mod._install_packages(backend, Preflight(to_install=packages), {n: None for n in names}, InstallOptions())
+    with pytest.raises(
+        InstallFailed, match=r"^dpkg failed: the postinst script of nvidia-container-toolkit-base failed"
+    ) as info:
+        install_mod._install_packages(
+            backend, Preflight(to_install=packages), {n: None for n in names}, InstallOptions()
+        )
     assert backend.calls[-2:] == [("remove", *reversed(names)), ("purge", "libnvidia-container1")]
-    assert "the node now has libnvidia-container1: not installed; nvidia-container-toolkit-base: not installed" in str(info.value)
+    assert (
+        "the node now has libnvidia-container1: not installed; nvidia-container-toolkit-base: not installed"
+        in str(info.value)
+    )

@@ -55,6 +55,13 @@ def test_a_policy_the_machine_already_has_is_kept(tmp_path: Path) -> None:
 
 def test_no_setup_script_stops_or_disables_a_service() -> None:
     top = SCRIPT.parents[1]
-    texts = {p: p.read_text() for p in [*sorted((top / "scripts").iterdir()), top / "Makefile", top / ".ci" / "run"]}
-    offending = [str(p) for p, text in texts.items() if any(f"systemctl {verb}" in text for verb in ("stop", "disable", "mask"))]
+    texts = {
+        p: p.read_text()
+        for p in [*sorted((top / "scripts").iterdir()), top / "Makefile", top / ".ci" / "run"]
+    }
+    offending = [
+        str(p)
+        for p, text in texts.items()
+        if any(f"systemctl {verb}" in text for verb in ("stop", "disable", "mask"))
+    ]
     assert offending == []

@@ -33,12 +33,17 @@ def test_verify_names_a_device_node_the_spec_lists_but_the_node_lacks(tmp_path: 
 
     spec = yaml.safe_load(spec_path.read_text())
     spec["devices"].insert(1, {"name": "1", "containerEdits": {"deviceNodes": [{"path": "/dev/nvidia1"}]}})
-    spec["containerEdits"]["mounts"] = [{"hostPath": "/usr/lib/libcuda.so.1", "containerPath": "/usr/lib/libcuda.so.1"}]
+    spec["containerEdits"]["mounts"] = [
+        {"hostPath": "/usr/lib/libcuda.so.1", "containerPath": "/usr/lib/libcuda.so.1"}
+    ]
     spec_path.write_text(yaml.safe_dump(spec))
     result = run_cli("configure", "verify", "--root", str(tmp_path), "--runtime", "docker")
     assert result.exit_code == 9
     problems = [line for line in result.stdout.splitlines() if line.startswith("PROBLEM: /etc/cdi")]
-    assert "PROBLEM: /etc/cdi/nvidia.yaml is stale: devices[1] (1).deviceNodes: /dev/nvidia1 does not exist on the node" in problems
+    assert (
+        "PROBLEM: /etc/cdi/nvidia.yaml is stale: devices[1] (1).deviceNodes: /dev/nvidia1 does not exist on the node"
+        in problems
+    )
     assert any("mounts: /usr/lib/libcuda.so.1 does not exist" in p for p in problems)
 
 
@@ -46,7 +51,10 @@ def test_verify_of_hook_mode_checks_the_hook_file_and_its_binary(tmp_path: Path)
     assert run_cli("configure", "crio", "--hook", "--root", str(tmp_path)).exit_code == 0
     missing = run_cli("configure", "verify", "--root", str(tmp_path), "--runtime", "crio")
     assert missing.exit_code == 9
-    assert "PROBLEM: crio: the hook binary /usr/bin/nvidia-container-runtime-hook does not exist" in missing.stdout
+    assert (
+        "PROBLEM: crio: the hook binary /usr/bin/nvidia-container-runtime-hook does not exist"
+        in missing.stdout
+    )
     assert "not registered" not in missing.stdout  # hook mode has no runtime entry to look for
 
     (tmp_path / "usr/bin").mkdir(parents=True)

@@ -40,7 +40,9 @@ class FaultServer:
         self._seen = len(self.server.log)  # server.clear() would also drop the injected faults
 
     def read_log(self) -> list[LogLine]:
-        return [LogLine(r.path, r.status, r.bytes_sent, r.range or "-") for r in self.server.log[self._seen :]]
+        return [
+            LogLine(r.path, r.status, r.bytes_sent, r.range or "-") for r in self.server.log[self._seen :]
+        ]
 
 
 @dataclass
@@ -80,7 +82,12 @@ def _error_line(*paths: Path) -> str:
 
 
 def run_commands(
-    cmds: Sequence[list[str]], ctx: Context, server: Server, *, kill_at_bytes: int | None = None, timeout: float = 600
+    cmds: Sequence[list[str]],
+    ctx: Context,
+    server: Server,
+    *,
+    kill_at_bytes: int | None = None,
+    timeout: float = 600,
 ) -> Run:
     """Run ``cmds`` one after another in ``ctx.state``; stop at the first failure.
 
@@ -96,7 +103,9 @@ def run_commands(
     started = time.perf_counter()
     for i, argv in enumerate(cmds):
         with open(out, "ab") as fo, open(err, "ab") as fe:
-            proc = subprocess.Popen(argv, cwd=ctx.state, env=env, stdout=fo, stderr=fe, start_new_session=True)
+            proc = subprocess.Popen(
+                argv, cwd=ctx.state, env=env, stdout=fo, stderr=fe, start_new_session=True
+            )
             watch = kill_at_bytes is not None and i == len(cmds) - 1
             deadline = started + timeout
             while proc.poll() is None:

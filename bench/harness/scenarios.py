@@ -53,7 +53,9 @@ class Bench:
     cold_bytes: dict[tuple[str, str, str], int] = field(default_factory=dict)
     tools: tuple[str, ...] = ()  #: only these tools (all when empty)
 
-    def ctx(self, fmt: str, url: str, site: Path, version: str, key: Path | None = None, jobs: int = 0) -> Context:
+    def ctx(
+        self, fmt: str, url: str, site: Path, version: str, key: Path | None = None, jobs: int = 0
+    ) -> Context:
         """A context for ``fmt`` against ``url`` (the raw list comes from ``site``)."""
         key = key or self.sites.tree.public_key
         return Context(self.work, url, fmt, key, jobs or self.jobs, self.sites.raw_files(fmt, site, version))
@@ -70,11 +72,20 @@ def _row(b: Bench, scenario: str, link: str, fmt: str, tool: Tool, runs: list[Ru
     med = _median_run(runs)
     error = next((r.error for r in runs if r.error), "")
     return Row(
-        scenario, link, fmt, tool.name, tool.peer, isinstance(tool, Aria2),
+        scenario,
+        link,
+        fmt,
+        tool.name,
+        tool.peer,
+        isinstance(tool, Aria2),
         statistics.median(r.wall for r in runs) if not error else None,
-        mib=med.bytes / 2**20, requests=med.requests, complete=complete and not error,
-        signature=b.signature.get(f"{tool.name}/{fmt}", "" if tool.takes_key else "no (no key option)"), error=error, walls=[round(r.wall, 3) for r in runs],
-    )  # fmt: skip
+        mib=med.bytes / 2**20,
+        requests=med.requests,
+        complete=complete and not error,
+        signature=b.signature.get(f"{tool.name}/{fmt}", "" if tool.takes_key else "no (no key option)"),
+        error=error,
+        walls=[round(r.wall, 3) for r in runs],
+    )
 
 
 def cold(b: Bench, link: str) -> list[Row]:
@@ -103,7 +114,11 @@ def noop(b: Bench, link: str = THROTTLED) -> list[Row]:
         for tool in tools_for(fmt, b.tools):
             ctx = fresh_state(b.work, tool, b.ctx(fmt, b.urls[link], b.sites.site_a, OLD))
             first = run_commands(tool.cold(ctx), ctx, b.nginx)
-            runs = [first] if first.error else [run_commands(tool.resync(ctx), ctx, b.nginx) for _ in range(b.repeat)]
+            runs = (
+                [first]
+                if first.error
+                else [run_commands(tool.resync(ctx), ctx, b.nginx) for _ in range(b.repeat)]
+            )
             complete = not missing_packages(ctx.state, b.sites.release_files(fmt, OLD))
             rows.append(_row(b, "no-op re-sync", link, fmt, tool, runs, complete))
     return rows
@@ -131,7 +146,11 @@ def new_release(b: Bench, link: str = THROTTLED) -> list[Row]:
 
 def _completed(run: Run, sizes: dict[str, int]) -> set[str]:
     """Package files the server sent whole during ``run``."""
-    return {ln.path for ln in run.log if ln.status == 200 and ln.bytes_sent == sizes.get(ln.path, -1) and ln.path.endswith((".deb", ".rpm"))}
+    return {
+        ln.path
+        for ln in run.log
+        if ln.status == 200 and ln.bytes_sent == sizes.get(ln.path, -1) and ln.path.endswith((".deb", ".rpm"))
+    }
 
 
 def _refetched(first: Run, second: Run, sizes: dict[str, int]) -> list[str]:
@@ -151,7 +170,9 @@ def interrupted(b: Bench, link: str = THROTTLED) -> list[Row]:
     rows = []
     for fmt in ("deb", "rpm"):
         repo = site / (DEB_REPO if fmt == "deb" else RPM_REPO)
-        sizes = {"/" + p.relative_to(site).as_posix(): p.stat().st_size for p in repo.rglob("*") if p.is_file()}
+        sizes = {
+            "/" + p.relative_to(site).as_posix(): p.stat().st_size for p in repo.rglob("*") if p.is_file()
+        }
         for tool in tools_for(fmt, b.tools):
             cold_bytes = b.cold_bytes.get((link, fmt, tool.name), 0)
             runs, complete, extra, refetched, notes, done = [], True, [], set(), set(), []
@@ -167,12 +188,20 @@ def interrupted(b: Bench, link: str = THROTTLED) -> list[Row]:
                 runs.append(second)
                 complete &= not missing_packages(ctx.state, b.sites.release_files(fmt, OLD))
                 extra.append(second.bytes - cold_bytes)
-                refetched.update(_refetched(first, Run(0, log=second.log[len(first.log):]), sizes))
+                refetched.update(_refetched(first, Run(0, log=second.log[len(first.log) :]), sizes))
             row = _row(b, "interrupted + re-run", link, fmt, tool, runs, complete)
-            row.note = (f"jobs={jobs}; wall: the re-run; MiB/requests: both runs, {statistics.median(extra) / 2**20:.1f} MiB "
-                        f"more than a cold sync; package files complete at the kill: {statistics.median(done):g}"
-                        + "".join(f"; {n}" for n in sorted(notes)))  # fmt: skip
-            row.recovered = ("yes" if complete and not refetched else "complete, but re-fetched " + ", ".join(p.rsplit("/", 1)[-1] for p in sorted(refetched)) if complete else "no")
+            row.note = (
+                f"jobs={jobs}; wall: the re-run; MiB/requests: both runs, {statistics.median(extra) / 2**20:.1f} MiB "
+                f"more than a cold sync; package files complete at the kill: {statistics.median(done):g}"
+                + "".join(f"; {n}" for n in sorted(notes))
+            )
+            row.recovered = (
+                "yes"
+                if complete and not refetched
+                else "complete, but re-fetched " + ", ".join(p.rsplit("/", 1)[-1] for p in sorted(refetched))
+                if complete
+                else "no"
+            )
             rows.append(row)
     return rows
 

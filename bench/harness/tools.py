@@ -76,8 +76,26 @@ class GpuAirgap:
 
     def cold(self, ctx: Context) -> list[list[str]]:
         arch = "amd64" if ctx.fmt == "deb" else "x86_64"
-        return [[GPU_AIRGAP, "mirror", "sync", "--dest", str(ctx.state / "mirror"), "--upstream", ctx.url,
-                 "--keyring", str(ctx.key), "--format", ctx.fmt, "--arch", arch, "--jobs", str(ctx.jobs), "--quiet"]]  # fmt: skip
+        return [
+            [
+                GPU_AIRGAP,
+                "mirror",
+                "sync",
+                "--dest",
+                str(ctx.state / "mirror"),
+                "--upstream",
+                ctx.url,
+                "--keyring",
+                str(ctx.key),
+                "--format",
+                ctx.fmt,
+                "--arch",
+                arch,
+                "--jobs",
+                str(ctx.jobs),
+                "--quiet",
+            ]
+        ]
 
     resync = cold
 
@@ -92,8 +110,11 @@ class Aptly:
 
     def setup(self, ctx: Context) -> None:
         (ctx.state / "gnupg").mkdir(mode=0o700)
-        subprocess.run(["gpg", "--batch", "--yes", "--dearmor", "-o", str(ctx.state / "trusted.gpg"), str(ctx.key)],
-                       check=True, env={"GNUPGHOME": str(ctx.state / "gnupg"), "PATH": "/usr/bin:/bin"})  # fmt: skip
+        subprocess.run(
+            ["gpg", "--batch", "--yes", "--dearmor", "-o", str(ctx.state / "trusted.gpg"), str(ctx.key)],
+            check=True,
+            env={"GNUPGHOME": str(ctx.state / "gnupg"), "PATH": "/usr/bin:/bin"},
+        )
         (ctx.state / "aptly.conf").write_text(
             f'{{"rootDir": "{ctx.state}/aptly", "downloadConcurrency": {ctx.jobs}, "architectures": ["amd64"], "gpgProvider": "gpg"}}\n'
         )
@@ -102,8 +123,17 @@ class Aptly:
         return ["aptly", f"-config={ctx.state}/aptly.conf"]
 
     def cold(self, ctx: Context) -> list[list[str]]:
-        create = [*self._base(ctx), "mirror", "create", f"-keyring={ctx.state}/trusted.gpg", "-architectures=amd64",
-                  f"-filter={' | '.join(FOUR)}", "nct", f"{ctx.url}/{ctx.repo}/", "./"]  # fmt: skip
+        create = [
+            *self._base(ctx),
+            "mirror",
+            "create",
+            f"-keyring={ctx.state}/trusted.gpg",
+            "-architectures=amd64",
+            f"-filter={' | '.join(FOUR)}",
+            "nct",
+            f"{ctx.url}/{ctx.repo}/",
+            "./",
+        ]
         return [create, *self.resync(ctx)]
 
     def resync(self, ctx: Context) -> list[list[str]]:
@@ -153,10 +183,26 @@ class Reposync:
 
     def cold(self, ctx: Context) -> list[list[str]]:
         s = ctx.state
-        return [["dnf", "-y", f"--setopt=reposdir={s}/repos", f"--setopt=cachedir={s}/cache",
-                 f"--setopt=persistdir={s}/cache/persist", f"--setopt=logdir={s}/cache/log", "--releasever=9",
-                 f"--setopt=max_parallel_downloads={ctx.jobs}", "--refresh", "reposync", "--repoid=nct",
-                 "-p", f"{s}/rs", "--download-metadata", "-a", "x86_64"]]  # fmt: skip
+        return [
+            [
+                "dnf",
+                "-y",
+                f"--setopt=reposdir={s}/repos",
+                f"--setopt=cachedir={s}/cache",
+                f"--setopt=persistdir={s}/cache/persist",
+                f"--setopt=logdir={s}/cache/log",
+                "--releasever=9",
+                f"--setopt=max_parallel_downloads={ctx.jobs}",
+                "--refresh",
+                "reposync",
+                "--repoid=nct",
+                "-p",
+                f"{s}/rs",
+                "--download-metadata",
+                "-a",
+                "x86_64",
+            ]
+        ]
 
     resync = cold
 
@@ -182,9 +228,24 @@ class Aria2:
 
     def cold(self, ctx: Context) -> list[list[str]]:
         out = ctx.state / "out"
-        fetch = ["aria2c", "-q", "-j", str(ctx.jobs), "-x", "1", "--allow-overwrite=true", "--auto-file-renaming=false",
-                 "--conditional-get=true", "--remote-time=true", "--retry-wait=1", "--max-tries=5",
-                 "-d", str(out), "-i", str(ctx.state / "urls.txt")]  # fmt: skip
+        fetch = [
+            "aria2c",
+            "-q",
+            "-j",
+            str(ctx.jobs),
+            "-x",
+            "1",
+            "--allow-overwrite=true",
+            "--auto-file-renaming=false",
+            "--conditional-get=true",
+            "--remote-time=true",
+            "--retry-wait=1",
+            "--max-tries=5",
+            "-d",
+            str(out),
+            "-i",
+            str(ctx.state / "urls.txt"),
+        ]
         if not self.sha512:
             return [fetch]
         return [fetch, ["sha512sum", *(str(out / f) for f in ctx.files)]]

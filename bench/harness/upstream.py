@@ -54,7 +54,13 @@ def _drop_new_release(site: Path, tree: UpstreamTree) -> None:
     kept = [s for s in stanzas if s.strip() and f"\nVersion: {NEW}\n" not in f"\n{s}\n"]
     for name in ("Packages", "Packages.xz", "InRelease"):
         (deb / name).unlink()  # hard links into the cached tree: never write through them
-    write_index(deb, arch="amd64", channel="stable", packages=("\n\n".join(kept) + "\n\n").encode("ascii"), key=tree.signing_key)
+    write_index(
+        deb,
+        arch="amd64",
+        channel="stable",
+        packages=("\n\n".join(kept) + "\n\n").encode("ascii"),
+        key=tree.signing_key,
+    )
     rpm = site / RPM_REPO
     for path in rpm.glob(f"*-{NEW}.*.rpm"):
         path.unlink()

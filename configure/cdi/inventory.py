@@ -86,7 +86,11 @@ class KindSpecs:
         else:
             hidden = [f.path for f in self.files if f not in self.in_effect]
             what = f"the runtime uses {', '.join(f.path for f in self.in_effect)}"
-            what += f" and ignores {', '.join(hidden)} for the devices they share" if hidden else " for their shared devices"
+            what += (
+                f" and ignores {', '.join(hidden)} for the devices they share"
+                if hidden
+                else " for their shared devices"
+            )
         return f"{len(self.files)} CDI specs define {self.kind} ({names}): {what}; keep one"
 
 
@@ -144,7 +148,9 @@ def stale_reasons(root: Path, spec: SpecFile, driver: Optional[str]) -> List[str
     data = spec.data if isinstance(spec.data, dict) else {}
     reasons = missing_host_paths(root, data)
     reasons.extend(_missing_hooks(root, data))
-    versions = sorted({m.group(1) for m in (_DRIVER_LIB.match(PurePosixPath(p).name) for p in _mount_paths(data)) if m})
+    versions = sorted(
+        {m.group(1) for m in (_DRIVER_LIB.match(PurePosixPath(p).name) for p in _mount_paths(data)) if m}
+    )
     if driver and versions and driver not in versions:
         reasons.append(f"it mounts libraries of driver {', '.join(versions)}, but driver {driver} is loaded")
     reasons.extend(_device_number_mismatches(root, data))
@@ -168,9 +174,11 @@ def _load_dir(root: Path, directory: str, priority: int) -> List[SpecFile]:
             continue
         data, problems = check_spec(raw)
         kind = data.get("kind") if isinstance(data, dict) and isinstance(data.get("kind"), str) else None
-        devices = tuple(
-            str(d.get("name")) for d in (data.get("devices") or []) if isinstance(d, dict)
-        ) if isinstance(data, dict) and isinstance(data.get("devices"), list) else ()  # fmt: skip
+        devices = (
+            tuple(str(d.get("name")) for d in (data.get("devices") or []) if isinstance(d, dict))
+            if isinstance(data, dict) and isinstance(data.get("devices"), list)
+            else ()
+        )
         # check_spec judges NVIDIA specs; another vendor's spec is only judged on the rest.
         if kind is not None and kind != KIND and not entry.name.startswith("nvidia"):
             problems = [p for p in problems if not p.startswith("kind is ")]
@@ -185,7 +193,9 @@ def _all_edits(data: Dict[str, Any]) -> List[Dict[str, Any]]:
 
 
 def _mount_paths(data: Dict[str, Any]) -> List[str]:
-    return [str(m.get("hostPath")) for e in _all_edits(data) for m in e.get("mounts") or [] if isinstance(m, dict)]
+    return [
+        str(m.get("hostPath")) for e in _all_edits(data) for m in e.get("mounts") or [] if isinstance(m, dict)
+    ]
 
 
 def _missing_hooks(root: Path, data: Dict[str, Any]) -> List[str]:
@@ -223,5 +233,7 @@ def _device_number_mismatches(root: Path, data: Dict[str, Any]) -> List[str]:
                 continue  # not numbers: the registry rejects the spec, validation says why
             have = (os.major(st.st_rdev), os.minor(st.st_rdev))
             if want != have:
-                out.append(f"{host} is device {have[0]}:{have[1]} on the node, the spec says {want[0]}:{want[1]}")
+                out.append(
+                    f"{host} is device {have[0]}:{have[1]} on the node, the spec says {want[0]}:{want[1]}"
+                )
     return out

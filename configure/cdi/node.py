@@ -64,7 +64,12 @@ class CdiReport:
             "driver_version": self.driver,
             "refresh": self.refresh.to_dict(),
             "specs": [
-                {"path": f.path, "in_effect": f.path in in_effect, "devices": list(f.devices), "stale": self.stale.get(f.path, [])}
+                {
+                    "path": f.path,
+                    "in_effect": f.path in in_effect,
+                    "devices": list(f.devices),
+                    "stale": self.stale.get(f.path, []),
+                }
                 for f in self.specs.files
             ],
             "invalid": {f.path: list(f.problems) for f in self.specs.invalid},
@@ -90,7 +95,12 @@ def cdi_report(root: Path, kind: str = KIND) -> CdiReport:
             report.problems.extend(f"{spec.path} is stale: {r}" for r in reasons)
         else:
             report.passed.append(f"{spec.path}: every device node and mount it names exists")
-    if refresh.active and is_live_root(root) and driver_present(root) and refresh.output not in {f.path for f in specs.files}:
+    if (
+        refresh.active
+        and is_live_root(root)
+        and driver_present(root)
+        and refresh.output not in {f.path for f in specs.files}
+    ):
         report.problems.append(
             f"nvidia-cdi-refresh is enabled and the NVIDIA driver is loaded, but {refresh.output} does not exist: "
             "the service has not run or failed (journalctl -u nvidia-cdi-refresh.service)"
@@ -111,7 +121,9 @@ def static_spec_conflict(root: Path, output: str, kind: str = KIND) -> Optional[
             f"driver changes, so a spec at {output} would be a second one for the same devices; use the refresh "
             "units' spec, or disable them first (systemctl disable nvidia-cdi-refresh.path nvidia-cdi-refresh.service)"
         )
-    others = [f.path for f in (*find_specs(root, kind).files, *find_specs(root, kind).invalid) if f.path != output]
+    others = [
+        f.path for f in (*find_specs(root, kind).files, *find_specs(root, kind).invalid) if f.path != output
+    ]
     if len(others) == 1:
         return (
             f"{others[0]} already defines {kind}, so a spec at {output} would be a second one for the same devices; "
@@ -123,7 +135,11 @@ def static_spec_conflict(root: Path, output: str, kind: str = KIND) -> Optional[
 
 
 def plan_static_spec(
-    root: Path, output: str = CDI_SPEC, *, force: bool = False, generator: Optional[SpecGenerator] = None,
+    root: Path,
+    output: str = CDI_SPEC,
+    *,
+    force: bool = False,
+    generator: Optional[SpecGenerator] = None,
     use_installed: bool = True,
 ) -> ConfigPlan:
     """:func:`configure.cdi.spec.plan_spec`, refused first when the spec would be a second one for its kind.
@@ -139,7 +155,11 @@ def plan_static_spec(
 def _summary(source: str, refresh: RefreshUnits, specs: KindSpecs) -> str:
     if source == SOURCE_REFRESH:
         written = refresh.output in {f.path for f in specs.files}
-        when = "" if written else " (not written yet: it appears when the service runs with an NVIDIA driver loaded)"
+        when = (
+            ""
+            if written
+            else " (not written yet: it appears when the service runs with an NVIDIA driver loaded)"
+        )
         return f"the spec comes from nvidia-cdi-refresh, which writes {refresh.output} at boot and when the driver changes{when}"
     if source == SOURCE_STATIC:
         paths = ", ".join(f.path for f in specs.in_effect)

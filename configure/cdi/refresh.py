@@ -71,8 +71,13 @@ class UnitState:
 
     def to_dict(self) -> Dict[str, Any]:
         """The ``--json`` form."""
-        return {"path": self.path, "state": self.state, "preset": self.preset, "preset_file": self.preset_file,
-                "links": list(self.links)}  # fmt: skip
+        return {
+            "path": self.path,
+            "state": self.state,
+            "preset": self.preset,
+            "preset_file": self.preset_file,
+            "links": list(self.links),
+        }
 
 
 @dataclass(frozen=True)
@@ -113,7 +118,9 @@ class RefreshUnits:
         states = ", ".join(f"{u.name} {u.state}" for u in self.units)
         if self.active:
             return f"nvidia-cdi-refresh writes {self.output} at boot and when the driver changes ({states})"
-        preset = " (the vendor preset would enable them)" if all(u.preset == "enable" for u in self.units) else ""
+        preset = (
+            " (the vendor preset would enable them)" if all(u.preset == "enable" for u in self.units) else ""
+        )
         return f"the CDI refresh units are installed but will not run ({states}){preset}"
 
     def to_dict(self) -> Dict[str, Any]:
@@ -132,7 +139,9 @@ def detect_refresh(root: Path) -> RefreshUnits:
     presets = _preset_rules(root)
     units = tuple(_unit_state(root, name, presets) for name in REFRESH_UNITS)
     service = next(u for u in units if u.name == REFRESH_SERVICE_UNIT)
-    output, output_from = _service_output(root, service.path) if service.path else (REFRESH_OUTPUT, "the unit's default")
+    output, output_from = (
+        _service_output(root, service.path) if service.path else (REFRESH_OUTPUT, "the unit's default")
+    )
     return RefreshUnits(units=units, output=output, output_from=output_from)
 
 
@@ -187,7 +196,11 @@ def _preset_rules(root: Path) -> List[Tuple[str, str, str]]:
         raw = read_optional(rooted(root, files[file_name])) or b""
         for line in raw.decode("utf-8", "replace").splitlines():
             words = line.split()
-            if len(words) >= 2 and words[0] in ("enable", "disable") and not line.lstrip().startswith(("#", ";")):
+            if (
+                len(words) >= 2
+                and words[0] in ("enable", "disable")
+                and not line.lstrip().startswith(("#", ";"))
+            ):
                 rules.append((words[0], words[1], files[file_name]))
     return rules
 
@@ -231,7 +244,9 @@ def _drop_ins(root: Path, name: str) -> List[str]:
     for directory in reversed(UNIT_DIRS):  # /etc last, so its same-named drop-in wins
         base = rooted_or_none(root, f"{directory}/{name}.d")
         if base is not None and base.is_dir():
-            found.update({e.name: f"{directory}/{name}.d/{e.name}" for e in base.iterdir() if e.name.endswith(".conf")})
+            found.update(
+                {e.name: f"{directory}/{name}.d/{e.name}" for e in base.iterdir() if e.name.endswith(".conf")}
+            )
     return [found[key] for key in sorted(found)]
 
 

@@ -53,7 +53,11 @@ class Distro:
     def restart_hint(self) -> str:
         """What to do for containerd to read a change, as a phrase."""
         if not self.units:
-            return "k0s reloads containerd by itself when a drop-in changes" if self.name == "k0s" else "nothing to restart"
+            return (
+                "k0s reloads containerd by itself when a drop-in changes"
+                if self.name == "k0s"
+                else "nothing to restart"
+            )
         return "restart " + " or ".join(self.units)
 
     def describe(self) -> str:
@@ -77,7 +81,9 @@ def _rancher(root: Path, name: str, server: str, agent: str) -> Distro:
     evidence = _existing(root, (base, f"/usr/local/bin/{name}", f"/usr/bin/{name}"))
     evidence += tuple(f"{u}.service" for u in units)
     # Without unit files (an image, a test root) either unit may run the agent: name both.
-    return Distro(name, f"{base}/config.toml", "/run/k3s/containerd/containerd.sock", units or (server, agent), evidence)
+    return Distro(
+        name, f"{base}/config.toml", "/run/k3s/containerd/containerd.sock", units or (server, agent), evidence
+    )
 
 
 def candidates(root: Path) -> Dict[str, Distro]:
@@ -85,22 +91,34 @@ def candidates(root: Path) -> Dict[str, Distro]:
     k0s_units = _units(root, ("k0sworker", "k0scontroller"))
     return {
         PLAIN: Distro(
-            PLAIN, "/etc/containerd/config.toml", "/run/containerd/containerd.sock", ("containerd",),
-            _existing(root, ("/etc/containerd/config.toml", "/usr/bin/containerd", "/usr/local/bin/containerd")),
+            PLAIN,
+            "/etc/containerd/config.toml",
+            "/run/containerd/containerd.sock",
+            ("containerd",),
+            _existing(
+                root, ("/etc/containerd/config.toml", "/usr/bin/containerd", "/usr/local/bin/containerd")
+            ),
         ),
         "k3s": _rancher(root, "k3s", "k3s", "k3s-agent"),
         "rke2": _rancher(root, "rke2", "rke2-server", "rke2-agent"),
         "microk8s": Distro(
-            "microk8s", f"{MICROK8S_ARGS}/containerd.toml", "/var/snap/microk8s/common/run/containerd.sock",
-            ("snap.microk8s.daemon-containerd",), _existing(root, (f"{MICROK8S_ARGS}/containerd-template.toml",)),
+            "microk8s",
+            f"{MICROK8S_ARGS}/containerd.toml",
+            "/var/snap/microk8s/common/run/containerd.sock",
+            ("snap.microk8s.daemon-containerd",),
+            _existing(root, (f"{MICROK8S_ARGS}/containerd-template.toml",)),
             edit=f"{MICROK8S_ARGS}/containerd-template.toml",
         ),
         "k0s": Distro(
-            "k0s", "/etc/k0s/containerd.toml", "/run/k0s/containerd.sock", (),
-            _existing(root, ("/etc/k0s/containerd.toml", "/etc/k0s/containerd.d")) + tuple(f"{u}.service" for u in k0s_units),
+            "k0s",
+            "/etc/k0s/containerd.toml",
+            "/run/k0s/containerd.sock",
+            (),
+            _existing(root, ("/etc/k0s/containerd.toml", "/etc/k0s/containerd.d"))
+            + tuple(f"{u}.service" for u in k0s_units),
             edit="/etc/k0s/containerd.d/nvidia.toml",
         ),
-    }  # fmt: skip
+    }
 
 
 def detect(root: Path) -> List[Distro]:

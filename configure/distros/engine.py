@@ -109,10 +109,18 @@ class DistroContainerdEngine:
         plan = self.plain.plan(replace(options, config=distro.config, drop_in=drop_in, no_drop_in=False))
         main = rooted(options.root, distro.config)
         if any(change.path == main and change.changed for change in plan.changes):
-            raise ConfigFormatError(main, "k0s manages this file; its import of /etc/k0s/containerd.d/*.toml is missing")
+            raise ConfigFormatError(
+                main, "k0s manages this file; its import of /etc/k0s/containerd.d/*.toml is missing"
+            )
         if old is not None and not old.startswith(b"# Written by gpu-airgap"):
-            plan.warnings.append(f"replacing {drop_in} (not written by gpu-airgap; `configure revert` restores it)")
-        plan.facts.update(_deep_facts(options.root, distro.config, options.runtime_name, {drop_in or "": plan.changes[0].new}))
+            plan.warnings.append(
+                f"replacing {drop_in} (not written by gpu-airgap; `configure revert` restores it)"
+            )
+        plan.facts.update(
+            _deep_facts(
+                options.root, distro.config, options.runtime_name, {drop_in or "": plan.changes[0].new}
+            )
+        )
         return plan
 
     def report(
@@ -137,7 +145,9 @@ class DistroContainerdEngine:
             facts = _deep_facts(root, distro.config, runtime_name, {})
         else:
             facts = self.plain.report(root, runtime_name, distro.config)
-        facts.update(DISTRO=distro.name, RESTART=distro.restart_hint(), OWNER=operator.owner(root, distro) or "")
+        facts.update(
+            DISTRO=distro.name, RESTART=distro.restart_hint(), OWNER=operator.owner(root, distro) or ""
+        )
         return facts
 
 
@@ -152,8 +162,14 @@ def _deep_facts(root: Path, config: str, runtime_name: str, pending: Dict[str, b
     chain: List[ConfigFile] = []
     for item in load_chain(root, config, data, ours=next(iter(pending), None)):
         override = pending.get(item.path)
-        content: Dict[str, Any] = tomledit.parse(path, override).unwrap() if override is not None else item.data
+        content: Dict[str, Any] = (
+            tomledit.parse(path, override).unwrap() if override is not None else item.data
+        )
         chain.append(ConfigFile(item.path, content))
     plugin = CRI_PLUGIN[version]
-    merged = [ConfigFile(config, {"plugins": {plugin: rancher.merged_cri(chain, plugin)}})] if version == 3 else chain
+    merged = (
+        [ConfigFile(config, {"plugins": {plugin: rancher.merged_cri(chain, plugin)}})]
+        if version == 3
+        else chain
+    )
     return describe(merged, plugin, version, runtime_name)

@@ -19,7 +19,9 @@ from collections import Counter
 from typing import Dict, Iterable, List, Optional, Tuple
 
 BASE = '{{ template "base" . }}'
-BEGIN = "# BEGIN gpu-airgap: the NVIDIA runtime (configure containerd; `gpu-airgap configure revert` removes it)"
+BEGIN = (
+    "# BEGIN gpu-airgap: the NVIDIA runtime (configure containerd; `gpu-airgap configure revert` removes it)"
+)
 END = "# END gpu-airgap"
 _HEADER = re.compile(r"^\s*\[([^\[\]]+)\]\s*(#.*)?$")
 _SEGMENT = re.compile(r"""\s*(?:"((?:[^"\\]|\\.)*)"|'([^']*)'|([A-Za-z0-9_-]+))\s*(?:\.|$)""")
@@ -54,7 +56,9 @@ def tail(template: str) -> str:
     return rest if found else template
 
 
-def base_tables(generated: str, template: str = "", extra: Iterable[Tuple[str, ...]] = ()) -> Counter[Tuple[str, ...]]:
+def base_tables(
+    generated: str, template: str = "", extra: Iterable[Tuple[str, ...]] = ()
+) -> Counter[Tuple[str, ...]]:
     """The tables k3s's base template renders, read from the config it generated, plus ``extra``.
 
     When the generated file was rendered with ``template`` (its added tables appear in it), those
@@ -80,7 +84,13 @@ def redeclared(template: str, base: Iterable[Tuple[str, ...]]) -> List[str]:
 def runtime_block(plugin: str, name: str, binary: str, systemd: Optional[bool], quote: str) -> str:
     """Our tables: one runtime entry under ``plugin``, between the BEGIN and END marker comments."""
     head = f"[plugins.{quote}{plugin}{quote}.containerd.runtimes.{quote}{name}{quote}]"
-    lines = [BEGIN, head, '  runtime_type = "io.containerd.runc.v2"', head[:-1] + ".options]", f'  BinaryName = "{binary}"']
+    lines = [
+        BEGIN,
+        head,
+        '  runtime_type = "io.containerd.runc.v2"',
+        head[:-1] + ".options]",
+        f'  BinaryName = "{binary}"',
+    ]
     if systemd is not None:
         lines.append(f"  SystemdCgroup = {str(systemd).lower()}")
     lines.append(END)

@@ -41,7 +41,16 @@ from plumbing.errors import ConfigFormatError, UsageError
 from plumbing.fsutil import rooted
 
 #: where the agent looks for runtimes: the GPU Operator's toolkit, kwasm, then its PATH
-SEARCH_DIRS = ("/usr/local/nvidia/toolkit", "/opt/kwasm/bin", "/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
+SEARCH_DIRS = (
+    "/usr/local/nvidia/toolkit",
+    "/opt/kwasm/bin",
+    "/usr/local/sbin",
+    "/usr/local/bin",
+    "/usr/sbin",
+    "/usr/bin",
+    "/sbin",
+    "/bin",
+)
 #: handler -> binary the agent registers it for (pkg/agent/containerd/runtimes.go)
 AUTO_RUNTIMES = {
     "nvidia": "nvidia-container-runtime",
@@ -110,17 +119,25 @@ def plan(distro: Distro, options: RuntimeOptions, plan_: ConfigPlan) -> ConfigPl
         )
     version = int(data.get("version", 1)) if not isinstance(data.get("version"), bool) else 1
     if version not in (2, 3):
-        raise ConfigFormatError(rooted(root, distro.config), f"has config version {version}; only 2 and 3 are supported")
+        raise ConfigFormatError(
+            rooted(root, distro.config), f"has config version {version}; only 2 and 3 are supported"
+        )
     plugin = CRI_PLUGIN[version]
     auto = covered_by_agent(root, options.runtime_name, options.runtime_path)
     cri_now = (data.get("plugins") or {}).get(plugin) or {}
     need_cdi = options.cdi and (version == 2 or cri_now.get("enable_cdi") is False)
     if options.systemd_cgroup != "auto":
-        plan_.warnings.append(f"{distro.name} sets SystemdCgroup itself (it follows the kubelet); --systemd-cgroup is not used")
+        plan_.warnings.append(
+            f"{distro.name} sets SystemdCgroup itself (it follows the kubelet); --systemd-cgroup is not used"
+        )
     if options.cdi and not need_cdi:
-        plan_.warnings.append(f"containerd 2 (config version 3) enables CDI by default; nothing to write for --cdi on {distro.name}")
+        plan_.warnings.append(
+            f"containerd 2 (config version 3) enables CDI by default; nothing to write for --cdi on {distro.name}"
+        )
     if not auto or need_cdi:
-        plan_.changes.append(_containerd_change(distro, options, data, version, plugin, auto, need_cdi, plan_))
+        plan_.changes.append(
+            _containerd_change(distro, options, data, version, plugin, auto, need_cdi, plan_)
+        )
     if options.set_as_default:
         path = rooted(root, f"/etc/rancher/{distro.name}/config.yaml.d/{AGENT_CONFIG}")
         text = f"# Written by gpu-airgap (configure containerd); `gpu-airgap configure revert` removes it.\ndefault-runtime: {options.runtime_name}\n"
@@ -131,10 +148,18 @@ def plan(distro: Distro, options: RuntimeOptions, plan_: ConfigPlan) -> ConfigPl
             f"{AUTO_RUNTIMES[options.runtime_name]} at start: no containerd file written; {distro.restart_hint()}"
         )
         if options.runtime_name not in auto_found(root):
-            plan_.warnings.append(f"{options.runtime_path} is not installed yet; install the toolkit before the restart")
-    plan_.notes.update(config=distro.config, config_version=version, agent_registers=auto, runtime_name=options.runtime_name,
-                       runtime_path=options.runtime_path, set_as_default=options.set_as_default,
-                       previous_default=str(((cri_now.get("containerd") or {}).get("default_runtime_name")) or "runc"))  # fmt: skip
+            plan_.warnings.append(
+                f"{options.runtime_path} is not installed yet; install the toolkit before the restart"
+            )
+    plan_.notes.update(
+        config=distro.config,
+        config_version=version,
+        agent_registers=auto,
+        runtime_name=options.runtime_name,
+        runtime_path=options.runtime_path,
+        set_as_default=options.set_as_default,
+        previous_default=str(((cri_now.get("containerd") or {}).get("default_runtime_name")) or "runc"),
+    )
     plan_.facts = report(root, distro, options.runtime_name)
     # Only a restart makes the agent regenerate its config with the runtime (or with our files).
     plan_.notes["restart_needed"] = plan_.changed or plan_.facts.get("RUNTIME") != options.runtime_name
@@ -142,9 +167,15 @@ def plan(distro: Distro, options: RuntimeOptions, plan_: ConfigPlan) -> ConfigPl
 
 
 def _containerd_change(
-    distro: Distro, options: RuntimeOptions, data: Dict[str, Any], version: int, plugin: str,
-    auto: bool, need_cdi: bool, plan_: ConfigPlan,
-) -> FileChange:  # fmt: skip
+    distro: Distro,
+    options: RuntimeOptions,
+    data: Dict[str, Any],
+    version: int,
+    plugin: str,
+    auto: bool,
+    need_cdi: bool,
+    plan_: ConfigPlan,
+) -> FileChange:
     """The drop-in (when imported) or the template that adds what the agent does not."""
     directory = drop_in_dir(distro, data)
     systemd = _systemd(data, plugin)
@@ -176,7 +207,9 @@ def _containerd_change(
     existing = old.decode() if old is not None else ""
     quote = "'" if version == 3 else '"'
     block = k3s_template.runtime_block(plugin, options.runtime_name, options.runtime_path, systemd, quote)
-    base = k3s_template.base_tables(_generated_text(options.root, distro), existing, agent_tables(options.root, version))
+    base = k3s_template.base_tables(
+        _generated_text(options.root, distro), existing, agent_tables(options.root, version)
+    )
     clash = k3s_template.redeclared(k3s_template.BASE + "\n" + block, base)
     if clash:
         raise UsageError(
@@ -184,7 +217,9 @@ def _containerd_change(
             "choose another --runtime-name"
         )
     if existing and k3s_template.BASE not in existing:
-        plan_.warnings.append(f"{node} does not use {k3s_template.BASE}: it replaces {distro.name}'s whole config")
+        plan_.warnings.append(
+            f"{node} does not use {k3s_template.BASE}: it replaces {distro.name}'s whole config"
+        )
     plan_.notes["template"] = node
     return FileChange(path, old, k3s_template.with_block(existing, block).encode(), mode=0o644)
 
@@ -236,6 +271,8 @@ def report(root: Path, distro: Distro, runtime_name: str) -> Dict[str, str]:
     version = int(data.get("version", 1))
     chain = load_chain(root, distro.config, data)
     plugin = CRI_PLUGIN.get(version, CRI_PLUGIN[2])
-    if version == 3 or data.get("imports"):  # only containerd 2 releases import drop-ins: it merges them key by key
+    if version == 3 or data.get(
+        "imports"
+    ):  # only containerd 2 releases import drop-ins: it merges them key by key
         chain = [ConfigFile(distro.config, {"plugins": {plugin: merged_cri(chain, plugin)}})]
     return describe(chain, plugin, version, runtime_name)

@@ -65,7 +65,9 @@ class LiveOptions:
 
     address: Optional[str] = None  #: the engine's socket (one engine only)
     image: Optional[str] = None  #: an image already on the node
-    visible_devices: Optional[str] = None  #: NVIDIA_VISIBLE_DEVICES for the container (all, nvidia.com/gpu=all)
+    visible_devices: Optional[str] = (
+        None  #: NVIDIA_VISIBLE_DEVICES for the container (all, nvidia.com/gpu=all)
+    )
     timeout: float = 60.0  #: seconds per engine command
 
 
@@ -81,7 +83,9 @@ class ProcRunner:
         except ToolError as exc:  # not installed
             return Completed(127, "", str(exc))
         return Completed(
-            result.returncode, result.stdout.decode("utf-8", "replace"), result.stderr.decode("utf-8", "replace")
+            result.returncode,
+            result.stdout.decode("utf-8", "replace"),
+            result.stderr.decode("utf-8", "replace"),
         )
 
     def which(self, name: str) -> Optional[str]:
@@ -93,11 +97,15 @@ class ProcRunner:
         return Path(path).exists()
 
 
-def live_check(root: Path, engines: Optional[Sequence[str]], options: LiveOptions, runner: Runner) -> List[LiveResult]:
+def live_check(
+    root: Path, engines: Optional[Sequence[str]], options: LiveOptions, runner: Runner
+) -> List[LiveResult]:
     """One :class:`LiveResult` per engine ``verify`` checks (see the module docstring)."""
     names = verify_engines(root, engines)
     if options.address and len(names) > 1:
-        raise UsageError(f"--address names one engine's socket; pass --runtime with one of {', '.join(names)}")
+        raise UsageError(
+            f"--address names one engine's socket; pass --runtime with one of {', '.join(names)}"
+        )
     return [check_engine(name, root, options, runner) for name in names]
 
 
@@ -109,7 +117,11 @@ def check_engine(engine: str, root: Path, options: LiveOptions, runner: Runner) 
     if engine == "podman":
         return _podman(_podman_probe(root, notes, options, env), runner)
     if engine == "lxc":  # a throwaway LXC container needs a root filesystem we do not have
-        return LiveResult(engine, Outcome.CANNOT_RUN, "--live does not start LXC containers; restart a configured one (lxc-stop, lxc-start) to check it")
+        return LiveResult(
+            engine,
+            Outcome.CANNOT_RUN,
+            "--live does not start LXC containers; restart a configured one (lxc-stop, lxc-start) to check it",
+        )
     if engine == "crio" and notes.get("mode") == "hook":
         hooks_dir = "" if is_live_root(root) else str(rooted(root, posixpath.dirname(OCI_HOOK)))
         probe = Probe(engine, image=options.image, hooks_dir=hooks_dir, env=env, timeout=options.timeout)
@@ -117,9 +129,14 @@ def check_engine(engine: str, root: Path, options: LiveOptions, runner: Runner) 
     facts = get_engine(engine).report(root, runtime, recorded_config(notes))
     handler = (runtimeclass_handler(root) or runtime) if engine != "docker" else runtime
     probe = Probe(
-        engine, handler=handler, binary=facts.get("RUNTIME_PATH", ""), image=options.image,
-        sandbox_image=facts.get("SANDBOX_IMAGE", ""), env=env, timeout=options.timeout,
-    )  # fmt: skip
+        engine,
+        handler=handler,
+        binary=facts.get("RUNTIME_PATH", ""),
+        image=options.image,
+        sandbox_image=facts.get("SANDBOX_IMAGE", ""),
+        env=env,
+        timeout=options.timeout,
+    )
     if engine == "docker":
         if not runner.which("docker"):
             return LiveResult(engine, Outcome.CANNOT_RUN, "the docker command is not installed")
@@ -164,11 +181,16 @@ def _socket(engine: str, root: Path, options: LiveOptions, runner: Runner) -> Un
         address = DEFAULT_SOCKETS[engine]
     else:
         return LiveResult(
-            engine, Outcome.CANNOT_RUN,
+            engine,
+            Outcome.CANNOT_RUN,
             f"under --root {root}, pass --address with the socket of the {engine} that runs this root's configuration",
-        )  # fmt: skip
+        )
     if not runner.exists(address):
-        return LiveResult(engine, Outcome.CANNOT_RUN, f"{engine} is not running here: no socket at {address} (see --address)")
+        return LiveResult(
+            engine,
+            Outcome.CANNOT_RUN,
+            f"{engine} is not running here: no socket at {address} (see --address)",
+        )
     return address
 
 
@@ -180,7 +202,13 @@ def render(results: Sequence[LiveResult]) -> List[str]:
 def as_json(results: Sequence[LiveResult]) -> List[Dict[str, str]]:
     """The results for ``--json``."""
     return [
-        {"engine": r.engine, "outcome": r.outcome.value, "client": r.client, "image": r.image, "detail": r.detail}
+        {
+            "engine": r.engine,
+            "outcome": r.outcome.value,
+            "client": r.client,
+            "image": r.image,
+            "detail": r.detail,
+        }
         for r in results
     ]
 

@@ -147,10 +147,15 @@ class Client:
 
     def verdict(self, probe: Probe, image: str, state: str, exit_code: int, via: str) -> LiveResult:
         """RAN for a running container or one that exited 0, else FAILED naming the state."""
-        if state in ("running", "CONTAINER_RUNNING") or (state in ("exited", "CONTAINER_EXITED") and exit_code == 0):
+        if state in ("running", "CONTAINER_RUNNING") or (
+            state in ("exited", "CONTAINER_EXITED") and exit_code == 0
+        ):
             return self.result(probe, Outcome.RAN, f"a container of {image} started {via}", image)
         return self.result(
-            probe, Outcome.FAILED, f"the container of {image} started {via} is {state} (exit code {exit_code})", image
+            probe,
+            Outcome.FAILED,
+            f"the container of {image} started {via} is {state} (exit code {exit_code})",
+            image,
         )
 
 

@@ -57,22 +57,32 @@ class CrictlClient(Client):
             handler = ["--runtime", probe.handler] if probe.handler else []
             started = self.call(probe, "runp", *handler, pod_json)
             if not started.ok:
-                return self.result(probe, Outcome.FAILED, f"the engine refused a pod {via}: {started.reason()}", image)
+                return self.result(
+                    probe, Outcome.FAILED, f"the engine refused a pod {via}: {started.reason()}", image
+                )
             pod = started.stdout.split()[-1]
             result = self._container(probe, pod, pod_json, ctr_json, image, via)
             self.call(probe, "stopp", pod)
             return left_behind(result, f"the pod {pod}", self.call(probe, "rmp", pod))
 
-    def _container(self, probe: Probe, pod: str, pod_json: str, ctr_json: str, image: str, via: str) -> LiveResult:
+    def _container(
+        self, probe: Probe, pod: str, pod_json: str, ctr_json: str, image: str, via: str
+    ) -> LiveResult:
         created = self.call(probe, "create", "--no-pull", pod, ctr_json, pod_json)
         if not created.ok:
-            return self.result(probe, Outcome.FAILED, f"a container {via} was not created: {created.reason()}", image)
+            return self.result(
+                probe, Outcome.FAILED, f"a container {via} was not created: {created.reason()}", image
+            )
         container = created.stdout.split()[-1]
         begun = self.call(probe, "start", container)
         if not begun.ok:
-            return self.result(probe, Outcome.FAILED, f"a container {via} did not start: {begun.reason()}", image)
+            return self.result(
+                probe, Outcome.FAILED, f"a container {via} did not start: {begun.reason()}", image
+            )
         status = json_path(self.call(probe, "inspect", "-o", "json", container).stdout, "status") or {}
-        return self.verdict(probe, image, str(status.get("state", "unknown")), int(status.get("exitCode", -1)), via)
+        return self.verdict(
+            probe, image, str(status.get("state", "unknown")), int(status.get("exitCode", -1)), via
+        )
 
 
 def _cri_configs(directory: Path, image: str, env: Dict[str, str]) -> Tuple[str, str]:
@@ -135,12 +145,16 @@ class CtrClient(Client):
         result = self._run(probe, ns, [*binary, *env, image, name], via, image)
         self.call(probe, *ns, "tasks", "kill", "--signal", "SIGKILL", name)
         self.call(probe, *ns, "tasks", "delete", "--force", name)
-        return left_behind(result, f"the container {name}", self.call(probe, *ns, "containers", "delete", name))
+        return left_behind(
+            result, f"the container {name}", self.call(probe, *ns, "containers", "delete", name)
+        )
 
     def _run(self, probe: Probe, ns: List[str], args: List[str], via: str, image: str) -> LiveResult:
         run = self.call(probe, *ns, "run", "-d", "--null-io", *args)
         if not run.ok:
-            return self.result(probe, Outcome.FAILED, f"a container {via} did not start: {run.reason()}", image)
+            return self.result(
+                probe, Outcome.FAILED, f"a container {via} did not start: {run.reason()}", image
+            )
         name = args[-1]
         state = _ctr_task_status(self.call(probe, *ns, "tasks", "ls").stdout, name)
         exit_code = 0
@@ -149,7 +163,9 @@ class CtrClient(Client):
         status = {"RUNNING": "running", "STOPPED": "exited"}.get(state, state)
         result = self.verdict(probe, image, status, exit_code, via)
         if result.outcome is Outcome.RAN:  # say what this path does not prove
-            return self.result(probe, Outcome.RAN, f"{result.detail} (crictl would also check the CRI handler)", image)
+            return self.result(
+                probe, Outcome.RAN, f"{result.detail} (crictl would also check the CRI handler)", image
+            )
         return result
 
 

@@ -48,9 +48,13 @@ class EngineCliClient(Client):
             return self.no_image(probe)
         via = self.via(probe)
         env = probe.env_options()
-        created = self.call(probe, "create", "--pull", "never", "--network", "none", *self.create_options(probe), *env, image)
+        created = self.call(
+            probe, "create", "--pull", "never", "--network", "none", *self.create_options(probe), *env, image
+        )
         if not created.ok:
-            return self.result(probe, Outcome.FAILED, f"a container {via} was not created: {created.reason()}", image)
+            return self.result(
+                probe, Outcome.FAILED, f"a container {via} was not created: {created.reason()}", image
+            )
         container = created.stdout.split()[-1]
         result = self._start(probe, container, image, via)
         self.call(probe, "kill", container)  # SIGKILL: rm --force alone may wait for a graceful stop
@@ -59,10 +63,14 @@ class EngineCliClient(Client):
     def _start(self, probe: Probe, container: str, image: str, via: str) -> LiveResult:
         begun = self.call(probe, "start", container)
         if not begun.ok:
-            return self.result(probe, Outcome.FAILED, f"a container {via} did not start: {begun.reason()}", image)
+            return self.result(
+                probe, Outcome.FAILED, f"a container {via} did not start: {begun.reason()}", image
+            )
         state = self.call(probe, "inspect", "--format", "{{.State.Status}} {{.State.ExitCode}}", container)
         status, _, code = state.stdout.strip().partition(" ")
-        return self.verdict(probe, image, status or "unknown", int(code) if code.lstrip("-").isdigit() else -1, via)
+        return self.verdict(
+            probe, image, status or "unknown", int(code) if code.lstrip("-").isdigit() else -1, via
+        )
 
     def via(self, probe: Probe) -> str:
         """How the container went, for the sentence."""
@@ -86,9 +94,10 @@ class DockerClient(EngineCliClient):
         runtimes = json_path(info.stdout) or {}
         if probe.handler and probe.handler not in runtimes:
             return self.result(
-                probe, Outcome.FAILED,
+                probe,
+                Outcome.FAILED,
                 f"dockerd has not loaded the runtime {probe.handler} (it has {', '.join(sorted(runtimes)) or 'none'}); restart dockerd",
-            )  # fmt: skip
+            )
         return None
 
     def image_present(self, probe: Probe, image: str) -> bool:

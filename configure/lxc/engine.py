@@ -58,7 +58,9 @@ def config_path(root: Path, lxcpath: Optional[str], container: str) -> str:
     :raises UsageError: for a name LXC would not take, or a relative ``--lxcpath``.
     """
     if not _NAME.match(container):
-        raise UsageError(f"--container {container!r} is not an LXC container name (letters, digits, '.', '-', '_')")
+        raise UsageError(
+            f"--container {container!r} is not an LXC container name (letters, digits, '.', '-', '_')"
+        )
     directory = lxcpath or default_lxcpath(root)
     if not directory.startswith("/"):
         raise UsageError(f"--lxcpath must be an absolute directory, not {directory!r}")
@@ -89,7 +91,11 @@ def _included_files(root: Path, include: str) -> List[Path]:
     if path is None or not path.is_dir():
         return [path] if path is not None else []
     names = sorted(p.name for p in path.iterdir() if p.suffix == ".conf")
-    return [file for file in (rooted_or_none(root, posixpath.join(include, name)) for name in names) if file is not None]
+    return [
+        file
+        for file in (rooted_or_none(root, posixpath.join(include, name)) for name in names)
+        if file is not None
+    ]
 
 
 def environment(text: str) -> Dict[str, str]:
@@ -111,7 +117,9 @@ def wanted_lines(text: str, devices: str, capabilities: str) -> Tuple[List[str],
         if name not in env:
             lines.append(f"lxc.environment = {name}={value}")
         elif env[name] != value:
-            warnings.append(f"the container already sets {name}={env[name]}; kept (edit that line to change it)")
+            warnings.append(
+                f"the container already sets {name}={env[name]}; kept (edit that line to change it)"
+            )
     if HOOK not in lineedits.values(text, "lxc.hook.mount"):
         lines.append(f"lxc.hook.mount = {HOOK}")
     return lines, warnings
@@ -138,7 +146,9 @@ class LxcEngine:
         path = rooted(options.root, config)
         old = read_optional(path)
         if old is None:
-            raise UsageError(f"there is no LXC container {options.container} in {posixpath.dirname(posixpath.dirname(config))} ({config} does not exist)")
+            raise UsageError(
+                f"there is no LXC container {options.container} in {posixpath.dirname(posixpath.dirname(config))} ({config} does not exist)"
+            )
         text = decode_utf8(old, path)
         if not idmaps(options.root, text):
             raise ConfigFormatError(
@@ -146,10 +156,14 @@ class LxcEngine:
                 f"the container {options.container} is privileged (no lxc.idmap): LXC's nvidia hook only works in "
                 "unprivileged containers (a limit of libnvidia-container); map its ids with lxc.idmap first",
             )
-        lines, warnings = wanted_lines(text, options.devices or DEFAULT_DEVICES, options.capabilities or DEFAULT_CAPABILITIES)
+        lines, warnings = wanted_lines(
+            text, options.devices or DEFAULT_DEVICES, options.capabilities or DEFAULT_CAPABILITIES
+        )
         plan.warnings.extend(warnings)
         if not rooted(options.root, HOOK).is_file():
-            plan.warnings.append(f"{HOOK} does not exist under {options.root}: install lxc (it ships the hook)")
+            plan.warnings.append(
+                f"{HOOK} does not exist under {options.root}: install lxc (it ships the hook)"
+            )
         new_text, added = lineedits.append_lines(text, lines)
         plan.changes.append(FileChange(path, old, new_text.encode()))
         plan.notes.update({"container": options.container, "config": config, **lineedits.owned_notes(added)})
@@ -176,7 +190,11 @@ class LxcEngine:
         """Every container ``configure lxc`` changed: our lines, unprivileged, the hook and nvidia-container-cli."""
         passed: List[str] = []
         problems: List[str] = []
-        configs = dict.fromkeys(str(e.notes["config"]) for e in Journal(root).entries() if e.engine == ENGINE and "config" in e.notes)
+        configs = dict.fromkeys(
+            str(e.notes["config"])
+            for e in Journal(root).entries()
+            if e.engine == ENGINE and "config" in e.notes
+        )
         for config in configs:
             ok, wrong = _check_container(root, config)
             passed += ok
@@ -188,7 +206,9 @@ class LxcEngine:
         if any(rooted(root, posixpath.join(d, CLI)).is_file() for d in CLI_DIRS):
             passed.append(f"lxc: {CLI} is on the hook's PATH")
         else:
-            problems.append(f"lxc: {CLI} (libnvidia-container-tools) is not in {', '.join(CLI_DIRS)} under {root}")
+            problems.append(
+                f"lxc: {CLI} (libnvidia-container-tools) is not in {', '.join(CLI_DIRS)} under {root}"
+            )
         return passed, problems
 
 
@@ -198,9 +218,14 @@ def _check_container(root: Path, config: str) -> Tuple[List[str], List[str]]:
     if raw is None:
         return [], [f"lxc: {config} (container {name}) does not exist"]
     text = decode_utf8(raw, config)
-    problems = [f"lxc: {name}: {config} lacks `{line}`" for line in wanted_lines(text, DEFAULT_DEVICES, DEFAULT_CAPABILITIES)[0]]
+    problems = [
+        f"lxc: {name}: {config} lacks `{line}`"
+        for line in wanted_lines(text, DEFAULT_DEVICES, DEFAULT_CAPABILITIES)[0]
+    ]
     if environment(text).get("NVIDIA_VISIBLE_DEVICES", "") in ("", "void", "none"):
-        problems.append(f"lxc: {name}: NVIDIA_VISIBLE_DEVICES is empty, void or none: the hook gives it no GPU")
+        problems.append(
+            f"lxc: {name}: NVIDIA_VISIBLE_DEVICES is empty, void or none: the hook gives it no GPU"
+        )
     if not idmaps(root, text):
         problems.append(f"lxc: {name} is privileged (no lxc.idmap); LXC's nvidia hook refuses to run")
     return ([] if problems else [f"lxc: container {name} has the nvidia hook and its environment"]), problems
@@ -221,7 +246,9 @@ def _advice(options: RuntimeOptions, plan: ConfigPlan) -> ConfigPlan:
         commands = "; ".join(f"gpu-airgap configure lxc --container {name}{where}" for name in found)
         plan.next_step = f"LXC is configured per container; for each that should see the GPUs run: {commands}"
     else:
-        plan.next_step = f"LXC is configured per container: run gpu-airgap configure lxc --container NAME{where}"
+        plan.next_step = (
+            f"LXC is configured per container: run gpu-airgap configure lxc --container NAME{where}"
+        )
     plan.facts["CONTAINERS"] = ",".join(found)
     return plan
 

@@ -28,7 +28,9 @@ DEVICE = "gpu"
 Runner = Callable[[Sequence[str]], Tuple[int, str, str]]
 
 
-def setup_commands(daemon: str, profile: str, capabilities: str, current: Optional[Dict[str, Any]] = None) -> List[List[str]]:
+def setup_commands(
+    daemon: str, profile: str, capabilities: str, current: Optional[Dict[str, Any]] = None
+) -> List[List[str]]:
     """The client commands that give ``profile`` the GPUs; with ``current`` (``profile show``), only what it lacks."""
     client = _client(daemon)
     config = (current or {}).get("config") or {}
@@ -47,10 +49,15 @@ def undo_commands(daemon: str, profile: str, current: Optional[Dict[str, Any]] =
     """The client commands that take the settings out of ``profile`` again (only those it has, with ``current``)."""
     client = _client(daemon)
     if current is None:  # not asked: everything setup_commands adds
-        current = {"config": {RUNTIME_KEY: "true", CAPABILITIES_KEY: ""}, "devices": {DEVICE: {"type": "gpu"}}}
+        current = {
+            "config": {RUNTIME_KEY: "true", CAPABILITIES_KEY: ""},
+            "devices": {DEVICE: {"type": "gpu"}},
+        }
     config = current.get("config") or {}
     devices = current.get("devices") or {}
-    commands = [[client, "profile", "unset", profile, key] for key in (RUNTIME_KEY, CAPABILITIES_KEY) if key in config]
+    commands = [
+        [client, "profile", "unset", profile, key] for key in (RUNTIME_KEY, CAPABILITIES_KEY) if key in config
+    ]
     if isinstance(devices.get(DEVICE), dict) and devices[DEVICE].get("type") == "gpu":
         commands.append([client, "profile", "device", "remove", profile, DEVICE])
     return commands
@@ -68,7 +75,9 @@ def current_profile(daemon: str, profile: str, runner: Runner) -> Dict[str, Any]
     """
     status, out, err = runner([_client(daemon), "profile", "show", profile])
     if status != 0:
-        raise ToolError(f"{_client(daemon)} profile show {profile} failed: {(err or out).strip() or f'exit status {status}'}")
+        raise ToolError(
+            f"{_client(daemon)} profile show {profile} failed: {(err or out).strip() or f'exit status {status}'}"
+        )
     try:
         data = yaml.safe_load(out)
     except yaml.YAMLError as exc:
@@ -85,7 +94,9 @@ def apply(commands: Sequence[Sequence[str]], runner: Runner) -> List[str]:
     for command in commands:
         status, out, err = runner(command)
         if status != 0:
-            raise ToolError(f"{shlex.join(command)} failed: {(err or out).strip() or f'exit status {status}'}")
+            raise ToolError(
+                f"{shlex.join(command)} failed: {(err or out).strip() or f'exit status {status}'}"
+            )
         done.append(shlex.join(command))
     return done
 

@@ -59,7 +59,11 @@ def containers_conf(root: Path, files: Sequence[str] = CONTAINERS_CONFS) -> Dict
         paths = [rooted(root, name)]
         drop_ins = rooted(root, name + ".d")
         if drop_ins.is_dir():  # each drop-in through rooted(): a link's target is a node path
-            found = (rooted_or_none(root, f"{name}.d/{p.name}") for p in sorted(drop_ins.iterdir()) if p.suffix == ".conf")
+            found = (
+                rooted_or_none(root, f"{name}.d/{p.name}")
+                for p in sorted(drop_ins.iterdir())
+                if p.suffix == ".conf"
+            )
             paths += [p for p in found if p is not None and p.is_file()]
         for path in paths:
             raw = read_optional(path)
@@ -73,7 +77,9 @@ def containers_conf(root: Path, files: Sequence[str] = CONTAINERS_CONFS) -> Dict
 
 def hooks_dirs(root: Path, user: Optional[User] = None) -> Tuple[str, ...]:
     """The hooks directories root's podman (or ``user``'s) reads, weakest first."""
-    configured = containers_conf(root, user_conf_files(CONTAINERS_CONFS, user)).get("engine", {}).get("hooks_dir")
+    configured = (
+        containers_conf(root, user_conf_files(CONTAINERS_CONFS, user)).get("engine", {}).get("hooks_dir")
+    )
     if isinstance(configured, list) and configured and all(isinstance(d, str) for d in configured):
         return tuple(configured)
     return DEFAULT_HOOKS_DIRS
@@ -107,7 +113,9 @@ class PodmanEngine:
 
     name = ENGINE
 
-    def __init__(self, version: VersionProbe = podman_version, generator: Optional[cdi_spec.SpecGenerator] = None) -> None:
+    def __init__(
+        self, version: VersionProbe = podman_version, generator: Optional[cdi_spec.SpecGenerator] = None
+    ) -> None:
         self._version = version
         self._generator = generator
 
@@ -122,11 +130,15 @@ class PodmanEngine:
             user = lookup_user(options.root, options.user)
             plan.notes["user"] = user.name
         if options.set_as_default:
-            plan.warnings.append("--set-as-default has no meaning for podman: it has no default runtime to change")
+            plan.warnings.append(
+                "--set-as-default has no meaning for podman: it has no default runtime to change"
+            )
         version = self._version(options.root)
         old = version is not None and version < CDI_SINCE
         if version is not None and old and not options.hook:
-            plan.warnings.append(f"podman {version[0]}.{version[1]} has no CDI devices (4.1 and later do); using the OCI hook")
+            plan.warnings.append(
+                f"podman {version[0]}.{version[1]} has no CDI devices (4.1 and later do); using the OCI hook"
+            )
         if options.hook or old or not options.cdi:
             return self._plan_hook(options, plan)
         return self._plan_cdi(options, plan)
@@ -134,7 +146,9 @@ class PodmanEngine:
     def _plan_cdi(self, options: RuntimeOptions, plan: ConfigPlan) -> ConfigPlan:
         plan.notes.update({"mode": "cdi"})
         plan.facts["MODE"] = "cdi"
-        plan.next_step = f"podman containers get the GPUs with --device {cdi_spec.KIND}=all (or {cdi_spec.KIND}=0, ...)"
+        plan.next_step = (
+            f"podman containers get the GPUs with --device {cdi_spec.KIND}=all (or {cdi_spec.KIND}=0, ...)"
+        )
         found, problems = spec_in_effect(options.root)
         if found is not None:
             plan.facts["CDI_SPEC"] = found
@@ -168,14 +182,22 @@ class PodmanEngine:
         plan.changes.append(json_change(rooted(options.root, hook_file), hook_config(hook_path)))
         plan.notes.update({"mode": "hook", "hook_file": hook_file, "hook_path": hook_path})
         plan.facts.update({"MODE": "hook", "HOOK": hook_file, "HOOK_PATH": hook_path})
-        plan.next_step = "podman containers started with NVIDIA_VISIBLE_DEVICES=all (or 0, 1, ...) get the GPUs"
+        plan.next_step = (
+            "podman containers started with NVIDIA_VISIBLE_DEVICES=all (or 0, 1, ...) get the GPUs"
+        )
         return plan
 
-    def _plan_user_hook(self, options: RuntimeOptions, name: str, hook_path: str, plan: ConfigPlan) -> ConfigPlan:
+    def _plan_user_hook(
+        self, options: RuntimeOptions, name: str, hook_path: str, plan: ConfigPlan
+    ) -> ConfigPlan:
         if options.hooks_dir is not None:
-            raise UsageError("--hooks-dir and --user do not go together: a user's hook goes to ~/.config/containers/oci/hooks.d")
+            raise UsageError(
+                "--hooks-dir and --user do not go together: a user's hook goes to ~/.config/containers/oci/hooks.d"
+            )
         user = lookup_user(options.root, name)
-        changes, hook_file = rootless.plan_hook(options.root, user, hook_config(hook_path), hooks_dirs(options.root, user))
+        changes, hook_file = rootless.plan_hook(
+            options.root, user, hook_config(hook_path), hooks_dirs(options.root, user)
+        )
         plan.changes.extend(changes)
         plan.notes.update({"mode": "hook", "hook_file": hook_file, "hook_path": hook_path})
         plan.facts.update({"MODE": "hook", "USER": user.name, "HOOK": hook_file, "HOOK_PATH": hook_path})
@@ -208,8 +230,15 @@ class PodmanEngine:
         found, problems = spec_in_effect(root)
         if found is None:
             refresh = detect_refresh(root)
-            later = f" (nvidia-cdi-refresh writes {refresh.output} at boot; start nvidia-cdi-refresh.service now)" if refresh.active else ""
-            return [], [f"podman: no usable {cdi_spec.KIND} CDI spec in {' or '.join(SPEC_DIRS)}{later}", *(f"podman: {p}" for p in problems)]
+            later = (
+                f" (nvidia-cdi-refresh writes {refresh.output} at boot; start nvidia-cdi-refresh.service now)"
+                if refresh.active
+                else ""
+            )
+            return [], [
+                f"podman: no usable {cdi_spec.KIND} CDI spec in {' or '.join(SPEC_DIRS)}{later}",
+                *(f"podman: {p}" for p in problems),
+            ]
         passed = [f"podman: CDI devices {cdi_spec.KIND}=... come from {found}"]
         if user is None:
             return passed, []
@@ -220,9 +249,13 @@ class PodmanEngine:
 def _user_cdi_problems(root: Path, user: User, spec: str) -> List[str]:
     """What keeps ``user``'s podman from the devices of ``spec``: their own cdi_spec_dirs, device node modes."""
     problems: List[str] = []
-    dirs = containers_conf(root, user_conf_files(CONTAINERS_CONFS, user)).get("engine", {}).get("cdi_spec_dirs")
+    dirs = (
+        containers_conf(root, user_conf_files(CONTAINERS_CONFS, user)).get("engine", {}).get("cdi_spec_dirs")
+    )
     if isinstance(dirs, list) and posixpath.dirname(spec) not in dirs:
-        problems.append(f"{user.path(rootless.USER_CONF)} sets cdi_spec_dirs without {posixpath.dirname(spec)}")
+        problems.append(
+            f"{user.path(rootless.USER_CONF)} sets cdi_spec_dirs without {posixpath.dirname(spec)}"
+        )
     data, _ = cdi_spec.parse_spec(read_optional(rooted(root, spec)) or b"")
     nodes = [n.get("hostPath") or n.get("path") for e in _edits(data) for n in e.get("deviceNodes") or []]
     problems.extend(rootless.device_problems(root, user, [str(n) for n in dict.fromkeys(nodes) if n]))
@@ -232,11 +265,16 @@ def _user_cdi_problems(root: Path, user: User, spec: str) -> List[str]:
 def _edits(data: Any) -> List[Dict[str, Any]]:
     if not isinstance(data, dict):
         return []
-    edits = [data.get("containerEdits") or {}, *((d.get("containerEdits") or {}) for d in data.get("devices") or [] if isinstance(d, dict))]
+    edits = [
+        data.get("containerEdits") or {},
+        *((d.get("containerEdits") or {}) for d in data.get("devices") or [] if isinstance(d, dict)),
+    ]
     return [e for e in edits if isinstance(e, dict)]
 
 
-def _hook_checks(root: Path, hook_file: str, hook_path: str, user: Optional[User] = None) -> Tuple[List[str], List[str]]:
+def _hook_checks(
+    root: Path, hook_file: str, hook_path: str, user: Optional[User] = None
+) -> Tuple[List[str], List[str]]:
     raw = read_optional(rooted(root, hook_file)) if hook_file else None
     if raw is None:
         return [], [f"podman: the OCI hook {hook_file or '(none)'} does not exist"]
@@ -252,7 +290,9 @@ def _hook_checks(root: Path, hook_file: str, hook_path: str, user: Optional[User
         problems.append(f"podman: {posixpath.dirname(hook_file)} is not a hooks directory podman reads")
     # the hook runs nvidia-container-cli (libnvidia-container-tools) found on its PATH: without it every GPU container fails
     if not any(rooted(root, posixpath.join(d, "nvidia-container-cli")).is_file() for d in HOOK_SEARCH_PATH):
-        problems.append(f"podman: nvidia-container-cli, which the hook runs, is not in {', '.join(HOOK_SEARCH_PATH)} under {root}")
+        problems.append(
+            f"podman: nvidia-container-cli, which the hook runs, is not in {', '.join(HOOK_SEARCH_PATH)} under {root}"
+        )
     return passed, problems
 
 

@@ -66,7 +66,9 @@ def user_conf_files(system: Sequence[str], user: Optional[User]) -> Tuple[str, .
     return (*system, user.path(USER_CONF)) if user else tuple(system)
 
 
-def plan_hook(root: Path, user: User, hook: Dict[str, Any], system_dirs: Sequence[str]) -> Tuple[List[FileChange], str]:
+def plan_hook(
+    root: Path, user: User, hook: Dict[str, Any], system_dirs: Sequence[str]
+) -> Tuple[List[FileChange], str]:
     """The user's hook file, containers.conf and toolkit config; returns ``(changes, hook file node path)``.
 
     :param hook: the hook JSON as root's podman gets it; its ``-config`` flag is added here.
@@ -78,10 +80,20 @@ def plan_hook(root: Path, user: User, hook: Dict[str, Any], system_dirs: Sequenc
     hooks_dir = user.path(USER_HOOKS_DIR)
     hook_file = posixpath.join(hooks_dir, "oci-nvidia-hook.json")
     args = list(hook["hook"]["args"])
-    hook = {**hook, "hook": {**hook["hook"], "args": [args[0], f"-config={user.path(USER_TOOLKIT_CONF)}", *args[1:]]}}
+    hook = {
+        **hook,
+        "hook": {**hook["hook"], "args": [args[0], f"-config={user.path(USER_TOOLKIT_CONF)}", *args[1:]]},
+    }
     changes = [
-        _toml_change(root, user.path(USER_CONF), {"engine": {"hooks_dir": [*dict.fromkeys([*system_dirs, hooks_dir])]}}, owner),
-        _toml_change(root, user.path(USER_TOOLKIT_CONF), {"nvidia-container-cli": {"no-cgroups": True}}, owner),
+        _toml_change(
+            root,
+            user.path(USER_CONF),
+            {"engine": {"hooks_dir": [*dict.fromkeys([*system_dirs, hooks_dir])]}},
+            owner,
+        ),
+        _toml_change(
+            root, user.path(USER_TOOLKIT_CONF), {"nvidia-container-cli": {"no-cgroups": True}}, owner
+        ),
         json_change(rooted(root, hook_file), hook, owner),
     ]
     return changes, hook_file
@@ -101,7 +113,9 @@ def refuse_links_in_home(root: Path, user: User, relative: str) -> None:
         path = path / part
         if path.is_symlink():
             shown = posixpath.join(user.home, str(path.relative_to(home)))
-            raise ConfigFormatError(shown, f"a symbolic link in {user.name}'s home; refusing to write through it as root")
+            raise ConfigFormatError(
+                shown, f"a symbolic link in {user.name}'s home; refusing to write through it as root"
+            )
 
 
 def device_problems(root: Path, user: User, nodes: Sequence[str]) -> List[str]:

@@ -29,7 +29,9 @@ from installer.backends.rpm import RpmBackend
 from plumbing.errors import ToolError
 
 
-def make_backend(package_format: Optional[str], root: Path, rpm_dbpath: Optional[str] = None) -> PackageBackend:
+def make_backend(
+    package_format: Optional[str], root: Path, rpm_dbpath: Optional[str] = None
+) -> PackageBackend:
     """The backend for the node's package format.
 
     :raises ToolError: when the node has neither dpkg nor rpm.
@@ -38,4 +40,6 @@ def make_backend(package_format: Optional[str], root: Path, rpm_dbpath: Optional
         return DpkgBackend(root)
     if package_format == "rpm":
         return RpmBackend(root, rpm_dbpath)
-    raise ToolError(f"found neither a dpkg nor an rpm database under {root}; this node cannot install packages")
+    raise ToolError(
+        f"found neither a dpkg nor an rpm database under {root}; this node cannot install packages"
+    )

@@ -38,7 +38,9 @@ class DpkgBackend:
     def _states(self, names: Sequence[str]) -> Dict[str, Tuple[str, str]]:
         states = {name: ("", "") for name in names}
         if names:
-            result = proc.run([*self._query, "-W", "-f=${Package}\t${db:Status-Abbrev}\t${Version}\n", *names], check=False)
+            result = proc.run(
+                [*self._query, "-W", "-f=${Package}\t${db:Status-Abbrev}\t${Version}\n", *names], check=False
+            )
             for line in result.stdout.decode("utf-8", "replace").splitlines():
                 name, _, rest = line.partition("\t")
                 if name in states:
@@ -105,11 +107,15 @@ class DpkgBackend:
         """``dpkg --remove`` (conffiles stay, as with ``apt remove``), or ``--purge``."""
         self._seen = {}
         if names:
-            proc.run([*self._dpkg, "--purge" if purge else "--remove", *names], env_overrides=package_manager_env())
+            proc.run(
+                [*self._dpkg, "--purge" if purge else "--remove", *names], env_overrides=package_manager_env()
+            )
 
     def without_trace(self, names: Sequence[str]) -> List[str]:
         """See :meth:`PackageBackend.without_trace` (one dpkg-query for all of them)."""
-        states = {n: self._seen[n] for n in names} if all(n in self._seen for n in names) else self._states(names)
+        states = (
+            {n: self._seen[n] for n in names} if all(n in self._seen for n in names) else self._states(names)
+        )
         return [n for n in names if len(states[n][0]) < 2 or states[n][0][1] in ("n", " ")]
 
     def _select(self, names: Sequence[str], selection: str) -> None:

@@ -29,7 +29,9 @@ class ScriptFailure:
 class MaintainerScriptFailed(CommandError):
     """dpkg or rpm ran a package's maintainer script and it failed; ``failures`` names each one."""
 
-    def __init__(self, argv: Sequence[str], returncode: int, stderr: str, failures: Sequence[ScriptFailure]) -> None:
+    def __init__(
+        self, argv: Sequence[str], returncode: int, stderr: str, failures: Sequence[ScriptFailure]
+    ) -> None:
         super().__init__(argv, returncode, stderr)
         self.failures = list(failures)
         self.args = ("; ".join(str(f) for f in self.failures),)
@@ -45,7 +47,9 @@ _DPKG_FAILURE = re.compile(
     r"^\s*(?:installed|new|old) (\S+?)(?::\S+)? package (pre-installation|post-installation|pre-removal|post-removal)"
     r" script subprocess (returned error exit status \d+|was killed by signal .*)$"
 )
-_RPM_FAILURE = re.compile(r"^(?:warning|error): %(\w+)\((\S+)\) scriptlet failed, (exit status \d+|signal \d+)")
+_RPM_FAILURE = re.compile(
+    r"^(?:warning|error): %(\w+)\((\S+)\) scriptlet failed, (exit status \d+|signal \d+)"
+)
 
 
 def _previous_output(lines: List[str], index: int, own: Tuple[str, ...]) -> str:

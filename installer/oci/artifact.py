@@ -80,7 +80,12 @@ class Layer:
 
     def descriptor(self) -> Dict[str, Any]:
         """The OCI descriptor of this layer."""
-        return {"mediaType": self.media_type, "digest": self.digest, "size": self.size, "annotations": {TITLE: self.title}}
+        return {
+            "mediaType": self.media_type,
+            "digest": self.digest,
+            "size": self.size,
+            "annotations": {TITLE: self.title},
+        }
 
 
 def bundle_layer_type(compression: str) -> str:
@@ -94,7 +99,12 @@ def render_manifest(layers: Sequence[Layer], annotations: Mapping[str, str]) -> 
         "schemaVersion": 2,
         "mediaType": MANIFEST_MEDIA_TYPE,
         "artifactType": ARTIFACT_TYPE,
-        "config": {"mediaType": EMPTY_MEDIA_TYPE, "digest": EMPTY_DIGEST, "size": len(EMPTY_CONFIG), "data": "e30="},
+        "config": {
+            "mediaType": EMPTY_MEDIA_TYPE,
+            "digest": EMPTY_DIGEST,
+            "size": len(EMPTY_CONFIG),
+            "data": "e30=",
+        },
         "layers": [layer.descriptor() for layer in layers],
         "annotations": dict(annotations),
     }
@@ -145,7 +155,9 @@ def parse_manifest(data: bytes, where: str) -> BundleArtifact:
         raise ArtifactError(f"{where} is a {doc.get('mediaType')}, not a gpu-airgap bundle ({ARTIFACT_TYPE})")
     kind = doc.get("artifactType") or (doc.get("config") or {}).get("mediaType")
     if kind != ARTIFACT_TYPE:
-        raise ArtifactError(f"{where} is a {kind or 'container image'} artifact, not a gpu-airgap bundle ({ARTIFACT_TYPE})")
+        raise ArtifactError(
+            f"{where} is a {kind or 'container image'} artifact, not a gpu-airgap bundle ({ARTIFACT_TYPE})"
+        )
     raw_layers = doc.get("layers")
     if not isinstance(raw_layers, list) or not raw_layers or len(raw_layers) > MAX_LAYERS:
         raise ArtifactError(f"{where} has no layers or too many")
@@ -179,15 +191,23 @@ def _check_shape(layers: Tuple[Layer, ...], where: str) -> None:
     if len(layers) == 1 and types[0] in BUNDLE_LAYERS:
         return
     parts = layers[:-2]
-    if not parts or any(t != PART_LAYER for t in types[:-2]) or types[-2:] != [SUMS_LAYER, SUMS_SIGNATURE_LAYER]:
-        raise ArtifactError(f"{where} is neither one bundle layer nor split parts followed by their signed checksum list")
+    if (
+        not parts
+        or any(t != PART_LAYER for t in types[:-2])
+        or types[-2:] != [SUMS_LAYER, SUMS_SIGNATURE_LAYER]
+    ):
+        raise ArtifactError(
+            f"{where} is neither one bundle layer nor split parts followed by their signed checksum list"
+        )
     first = _PART_TITLE_RE.match(parts[0].title)
     base = first.group("base") if first else ""
     expected: List[str] = [f"{base}.part{n:03d}" for n in range(1, len(parts) + 1)]
     expected += [f"{base}.sha256sums", f"{base}.sha256sums.asc"]
     found = [layer.title for layer in layers]
     if not base or found != expected:
-        raise ArtifactError(f"{where} names its split files {', '.join(found[:3])}…, not BASE.part001… in order")
+        raise ArtifactError(
+            f"{where} names its split files {', '.join(found[:3])}…, not BASE.part001… in order"
+        )
 
 
 def annotations_for(manifest: Manifest, *, bundle_id: str, signer: str) -> Dict[str, str]:

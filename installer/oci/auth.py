@@ -39,7 +39,14 @@ TokenFetcher = Callable[[TokenRequest], Tuple[int, bytes]]
 class Authorizer:
     """What to send to ``host``: nothing, basic credentials, or a bearer token for the repository and actions."""
 
-    def __init__(self, host: str, credentials: Optional[Credentials], fetch: TokenFetcher, *, plain_http: Callable[[], bool]) -> None:
+    def __init__(
+        self,
+        host: str,
+        credentials: Optional[Credentials],
+        fetch: TokenFetcher,
+        *,
+        plain_http: Callable[[], bool],
+    ) -> None:
         self.host = host
         self.credentials = credentials
         self._fetch = fetch
@@ -53,7 +60,14 @@ class Authorizer:
             return self.credentials.basic()
         token = self._tokens.get((repository, actions))
         if token is None:  # a push token also covers pulls
-            token = next((t for (repo, granted), t in self._tokens.items() if repo == repository and set(actions) <= set(granted)), None)
+            token = next(
+                (
+                    t
+                    for (repo, granted), t in self._tokens.items()
+                    if repo == repository and set(actions) <= set(granted)
+                ),
+                None,
+            )
         return f"Bearer {token}" if token else None
 
     def learn(self, challenge: Challenge, repository: str, actions: Actions) -> None:
@@ -72,7 +86,9 @@ class Authorizer:
             self._tokens = {key: value for key, value in self._tokens.items() if key[0] != repository}
             self._tokens[(repository, actions)] = token
         else:
-            raise RegistryAuthError(f"{self.host} asks for an authentication scheme we do not speak ({challenge.scheme or 'none'})")
+            raise RegistryAuthError(
+                f"{self.host} asks for an authentication scheme we do not speak ({challenge.scheme or 'none'})"
+            )
 
     def token_request(self, challenge: Challenge, repository: str, actions: Actions) -> TokenRequest:
         """The request for a token the challenge asks for (pure)."""
@@ -83,7 +99,12 @@ class Authorizer:
         fields = {"service": challenge.params.get("service", ""), "scope": scope}
         if creds is not None and creds.identity_token:
             # OAuth2 refresh-token grant (what ``docker login`` stored for a token service): POST a form.
-            form = {**fields, "grant_type": "refresh_token", "refresh_token": creds.identity_token, "client_id": "gpu-airgap"}
+            form = {
+                **fields,
+                "grant_type": "refresh_token",
+                "refresh_token": creds.identity_token,
+                "client_id": "gpu-airgap",
+            }
             data = urllib.parse.urlencode(form).encode()
             headers = {"Content-Type": "application/x-www-form-urlencoded", "Content-Length": str(len(data))}
             return TokenRequest("POST", realm, headers, data)
@@ -111,7 +132,9 @@ class Authorizer:
         if parsed.scheme not in ("http", "https") or not parsed.netloc:
             raise RegistryAuthError(f"{self.host} names a token realm that is not an http(s) URL ({realm!r})")
         if sending_secrets and parsed.scheme == "http" and not self._plain_http():
-            raise RegistryAuthError(f"{self.host} asks us to send credentials to {realm} over plain http; refusing")
+            raise RegistryAuthError(
+                f"{self.host} asks us to send credentials to {realm} over plain http; refusing"
+            )
 
     def who(self) -> str:
         """``user 'NAME'`` or ``anonymous``, for messages."""
@@ -127,4 +150,6 @@ class Authorizer:
                 f"{by} requires credentials for {repository}: run `docker login {self.host}` or pass --username and --password-stdin"
             )
         who = f"user {creds.username!r}" if creds.username else "the identity token"
-        return RegistryAuthError(f"{by} refused the credentials of {who} from {creds.source} for {repository} (HTTP 401)")
+        return RegistryAuthError(
+            f"{by} refused the credentials of {who} from {creds.source} for {repository} (HTTP 401)"
+        )

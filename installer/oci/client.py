@@ -108,14 +108,18 @@ class RegistryClient:
         self._scheme = "http" if access.plain_http else "https"
         self._may_fall_back = loopback and not access.plain_http  #: until the first answer
         self._sleep = sleep
-        self._auth = Authorizer(host, access.credentials, self._send_token_request, plain_http=lambda: self._scheme == "http")
+        self._auth = Authorizer(
+            host, access.credentials, self._send_token_request, plain_http=lambda: self._scheme == "http"
+        )
         context = ssl.create_default_context()
         if access.ca_file is not None:
             try:
                 context.load_verify_locations(cafile=str(access.ca_file))
             except (OSError, ssl.SSLError) as exc:
                 raise RegistryError(f"cannot load the CA file {access.ca_file}: {exc}") from exc
-        self._opener = urllib.request.build_opener(urllib.request.HTTPSHandler(context=context), _NoRedirects())
+        self._opener = urllib.request.build_opener(
+            urllib.request.HTTPSHandler(context=context), _NoRedirects()
+        )
 
     @classmethod
     def for_reference(cls, ref: Reference, access: RegistryAccess) -> RegistryClient:
@@ -132,17 +136,23 @@ class RegistryClient:
         :raises DigestMismatch: the bytes do not match the requested digest or the registry's own header.
         """
         path = f"/v2/{ref.repository}/manifests/{ref.reference}"
-        resp = self._request("GET", path, ref.repository, ("pull",), headers={"Accept": ", ".join(media_types)})
+        resp = self._request(
+            "GET", path, ref.repository, ("pull",), headers={"Accept": ", ".join(media_types)}
+        )
         if resp.status == 404:
             resp.close()
-            raise RegistryNotFound(f"{ref} does not exist in the registry (no such repository, tag or digest)")
+            raise RegistryNotFound(
+                f"{ref} does not exist in the registry (no such repository, tag or digest)"
+            )
         self._expect(resp, (200,), f"fetching the manifest of {ref}")
         data = resp.read_small(f"the manifest of {ref}")
         digest = "sha256:" + hashlib.sha256(data).hexdigest()
         claimed = resp.headers.get("Docker-Content-Digest")
         for expected in (ref.digest, claimed if claimed and DIGEST_RE.match(claimed) else None):
             if expected is not None and expected != digest:
-                raise DigestMismatch(f"the manifest of {ref} does not match its digest {expected} (got {digest})")
+                raise DigestMismatch(
+                    f"the manifest of {ref} does not match its digest {expected} (got {digest})"
+                )
         return data, digest
 
     def blob_exists(self, repository: str, digest: str) -> bool:
@@ -176,7 +186,9 @@ class RegistryClient:
                 raise
             except (OSError, http.client.HTTPException) as exc:  # the connection broke mid-blob
                 if attempt == self.access.attempts:
-                    raise RegistryUnreachable(f"{where} could not be downloaded from {self.host}: {_reason(exc)}") from exc
+                    raise RegistryUnreachable(
+                        f"{where} could not be downloaded from {self.host}: {_reason(exc)}"
+                    ) from exc
                 self._sleep(0.5 * attempt)
         raise AssertionError("unreachable")
 
@@ -192,7 +204,9 @@ class RegistryClient:
         start.close()
         location = start.headers.get("Location")
         if not location:
-            raise RegistryError(f"{self.host} started an upload without telling where to send it (no Location header)")
+            raise RegistryError(
+                f"{self.host} started an upload without telling where to send it (no Location header)"
+            )
         url = urllib.parse.urljoin(start.url, location)
         url += ("&" if "?" in url else "?") + urllib.parse.urlencode({"digest": digest})
         headers = {"Content-Type": "application/octet-stream", "Content-Length": str(size)}
@@ -206,15 +220,20 @@ class RegistryClient:
         digest = "sha256:" + hashlib.sha256(data).hexdigest()
         path = f"/v2/{ref.repository}/manifests/{ref.reference}"
         resp = self._request(
-            "PUT", path, ref.repository, ("pull", "push"),
+            "PUT",
+            path,
+            ref.repository,
+            ("pull", "push"),
             headers={"Content-Type": media_type, "Content-Length": str(len(data))},
             body=lambda: io.BytesIO(data),
-        )  # fmt: skip
+        )
         self._expect(resp, (201,), f"storing the manifest of {ref}")
         resp.close()
         claimed = resp.headers.get("Docker-Content-Digest")
         if claimed and claimed != digest:
-            raise DigestMismatch(f"{self.host} stored the manifest of {ref} as {claimed}, but its bytes are {digest}")
+            raise DigestMismatch(
+                f"{self.host} stored the manifest of {ref} as {claimed}, but its bytes are {digest}"
+            )
         return digest
 
     # -- auth ------------------------------------------------------------------------------------
@@ -238,7 +257,9 @@ class RegistryClient:
             resp = self._exchange(method, target, sent, body)
             if resp.status == 403:
                 resp.close()
-                raise RegistryAuthError(f"{self.host} denied {self._auth.who()} {'/'.join(actions)} access to {repository} (HTTP 403)")
+                raise RegistryAuthError(
+                    f"{self.host} denied {self._auth.who()} {'/'.join(actions)} access to {repository} (HTTP 403)"
+                )
             if resp.status != 401:
                 return resp
             resp.close()
@@ -249,7 +270,12 @@ class RegistryClient:
 
     def _send_token_request(self, request: TokenRequest) -> Tuple[int, bytes]:
         body = request.body
-        resp = self._exchange(request.method, request.url, request.headers, (lambda: io.BytesIO(body)) if body is not None else None)
+        resp = self._exchange(
+            request.method,
+            request.url,
+            request.headers,
+            (lambda: io.BytesIO(body)) if body is not None else None,
+        )
         return resp.status, resp.read_small(f"the answer of the token service {request.url.split('?', 1)[0]}")
 
     # -- transport -------------------------------------------------------------------------------
@@ -272,7 +298,9 @@ class RegistryClient:
     def _url(self, target: str) -> str:
         return target if "://" in target else f"{self._scheme}://{self.host}{target}"
 
-    def _exchange(self, method: str, target: str, headers: Dict[str, str], body: Optional[BodyFactory]) -> _Response:
+    def _exchange(
+        self, method: str, target: str, headers: Dict[str, str], body: Optional[BodyFactory]
+    ) -> _Response:
         """One request, retried when it is a read and the network or a proxy failed; HTTP errors are answers."""
         idempotent = method in ("GET", "HEAD")
         attempt = 0
@@ -294,22 +322,30 @@ class RegistryClient:
                     continue
                 if not idempotent or attempt >= self.access.attempts:
                     raise RegistryUnreachable(f"cannot reach the registry at {url}: {_reason(exc)}") from exc
-                output.warn(f"cannot reach {url} ({_reason(exc)}); retry {attempt} of {self.access.attempts - 1} in {0.5 * attempt:.1f} s")
+                output.warn(
+                    f"cannot reach {url} ({_reason(exc)}); retry {attempt} of {self.access.attempts - 1} in {0.5 * attempt:.1f} s"
+                )
                 self._sleep(0.5 * attempt)
                 continue
             self._may_fall_back = False
             if resp.status in _RETRY_STATUS and idempotent and attempt < self.access.attempts:
                 resp.close()
-                output.warn(f"{method} {url}: HTTP {resp.status}; retry {attempt} of {self.access.attempts - 1} in {0.5 * attempt:.1f} s")
+                output.warn(
+                    f"{method} {url}: HTTP {resp.status}; retry {attempt} of {self.access.attempts - 1} in {0.5 * attempt:.1f} s"
+                )
                 self._sleep(0.5 * attempt)
                 continue
             if resp.status in _RETRY_STATUS or resp.status >= 500:
                 resp.close()
-                raise RegistryUnreachable(f"the registry at {self.host} failed with HTTP {resp.status} for {method} {url}")
+                raise RegistryUnreachable(
+                    f"the registry at {self.host} failed with HTTP {resp.status} for {method} {url}"
+                )
             return resp
 
     def _send(self, method: str, url: str, headers: Dict[str, str], data: Optional[IO[bytes]]) -> _Response:
-        request = urllib.request.Request(url, data=data, method=method, headers={"User-Agent": f"gpu-airgap/{VERSION}", **headers})
+        request = urllib.request.Request(
+            url, data=data, method=method, headers={"User-Agent": f"gpu-airgap/{VERSION}", **headers}
+        )
         try:
             raw = self._opener.open(request, timeout=self.access.timeout)
         except urllib.error.HTTPError as exc:  # an answer, not a failure: the caller decides
@@ -351,7 +387,9 @@ def _copy_checked(source: IO[bytes], out: IO[bytes], digest: str, size: int, whe
     if count != size:
         raise DigestMismatch(f"{where} ended after {count} of its {size} bytes")
     if actual != digest:
-        raise DigestMismatch(f"{where} does not match its digest (got {actual}): the registry served altered or corrupt data")
+        raise DigestMismatch(
+            f"{where} does not match its digest (got {actual}): the registry served altered or corrupt data"
+        )
 
 
 def _error_detail(data: bytes) -> str:

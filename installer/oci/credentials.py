@@ -96,20 +96,26 @@ def from_docker_config(host: str, environ: Mapping[str, str]) -> Optional[Creden
         auths = doc.get("auths") or {}
         entries = {_registry_key(k): v for k, v in auths.items()}
     except (ValueError, AttributeError) as exc:
-        raise ConfigFormatError(path, "is not Docker's JSON client config (an object with \"auths\")") from exc
+        raise ConfigFormatError(path, 'is not Docker\'s JSON client config (an object with "auths")') from exc
     entry = entries.get(host.lower())
     if not isinstance(entry, dict):
         return None
     source = f"{path} ({host})"
     if entry.get("identitytoken"):
-        return Credentials(username=str(entry.get("username", "")), identity_token=str(entry["identitytoken"]), source=source)
+        return Credentials(
+            username=str(entry.get("username", "")), identity_token=str(entry["identitytoken"]), source=source
+        )
     if entry.get("auth"):
         try:
-            user, sep, password = base64.b64decode(str(entry["auth"]), validate=True).decode("utf-8").partition(":")
+            user, sep, password = (
+                base64.b64decode(str(entry["auth"]), validate=True).decode("utf-8").partition(":")
+            )
         except (binascii.Error, UnicodeDecodeError) as exc:
-            raise ConfigFormatError(path, f"has an \"auth\" for {host} that is not base64 of user:password") from exc
+            raise ConfigFormatError(
+                path, f'has an "auth" for {host} that is not base64 of user:password'
+            ) from exc
         if not sep:
-            raise ConfigFormatError(path, f"has an \"auth\" for {host} that is not base64 of user:password")
+            raise ConfigFormatError(path, f'has an "auth" for {host} that is not base64 of user:password')
         return Credentials(username=user, password=password, source=source)
     if entry.get("username") and entry.get("password"):
         return Credentials(username=str(entry["username"]), password=str(entry["password"]), source=source)

@@ -88,11 +88,17 @@ def parse_reference(text: str) -> Reference:
         if ":" in last:
             path, _, tag = path.rpartition(":")
             if not _TAG_RE.match(tag):
-                raise UsageError(f"{text!r} has a malformed tag {tag!r}; use letters, digits, '_', '.', '-' (128 at most)")
+                raise UsageError(
+                    f"{text!r} has a malformed tag {tag!r}; use letters, digits, '_', '.', '-' (128 at most)"
+                )
     if not _REPOSITORY_RE.match(path) or len(path) > 255:
-        raise UsageError(f"{text!r} has a malformed repository {path!r}; use lowercase path components like team/nvct")
+        raise UsageError(
+            f"{text!r} has a malformed repository {path!r}; use lowercase path components like team/nvct"
+        )
     if tag is None and digest is None:
-        raise UsageError(f"{text!r} names no tag or digest; add :TAG or @sha256:DIGEST (there is no implicit latest)")
+        raise UsageError(
+            f"{text!r} names no tag or digest; add :TAG or @sha256:DIGEST (there is no implicit latest)"
+        )
     return Reference(host, path, tag, digest)
 
 

@@ -96,10 +96,16 @@ def bundle_files(entry: Path) -> List[Tuple[Path, str]]:
     base, parts = split
     files = [(part, artifact.PART_LAYER) for part in parts]
     sums = base.with_name(base.name + ".sha256sums")
-    return [*files, (sums, artifact.SUMS_LAYER), (sums.with_name(sums.name + ".asc"), artifact.SUMS_SIGNATURE_LAYER)]
+    return [
+        *files,
+        (sums, artifact.SUMS_LAYER),
+        (sums.with_name(sums.name + ".asc"), artifact.SUMS_SIGNATURE_LAYER),
+    ]
 
 
-def push_bundle(entry: Path, ref: Reference, keyring: Path, client: RegistryClient, log: Log = None) -> PushResult:
+def push_bundle(
+    entry: Path, ref: Reference, keyring: Path, client: RegistryClient, log: Log = None
+) -> PushResult:
     """Verify ``entry`` with ``keyring``, then store it as the artifact ``ref`` (a tag).
 
     :raises BundleVerificationError: the bundle does not verify (nothing is pushed).
@@ -109,7 +115,9 @@ def push_bundle(entry: Path, ref: Reference, keyring: Path, client: RegistryClie
     from plumbing.gpg import Keyring
 
     if ref.tag is None:
-        raise UsageError(f"push to a tag (oci://{ref.host}/{ref.repository}:TAG); the registry names the digest")
+        raise UsageError(
+            f"push to a tag (oci://{ref.host}/{ref.repository}:TAG); the registry names the digest"
+        )
     _say(log, f"verifying {entry.name} with {keyring}")
     with Keyring.open([keyring]) as keys:
         report = bundle_lib.verify(entry, keys)
@@ -122,9 +130,16 @@ def push_bundle(entry: Path, ref: Reference, keyring: Path, client: RegistryClie
         if client.upload_blob(ref.repository, digest, size, _reader(path)):
             result.uploaded.append(digest)
         result.layers.append(artifact.Layer(media_type, digest, size, path.name))
-    client.upload_blob(ref.repository, artifact.EMPTY_DIGEST, len(artifact.EMPTY_CONFIG), lambda: io.BytesIO(artifact.EMPTY_CONFIG))
+    client.upload_blob(
+        ref.repository,
+        artifact.EMPTY_DIGEST,
+        len(artifact.EMPTY_CONFIG),
+        lambda: io.BytesIO(artifact.EMPTY_CONFIG),
+    )
     notes = artifact.annotations_for(report.manifest, bundle_id=result.bundle_id, signer=result.signer)
-    result.digest = client.put_manifest(ref, artifact.render_manifest(result.layers, notes), artifact.MANIFEST_MEDIA_TYPE)
+    result.digest = client.put_manifest(
+        ref, artifact.render_manifest(result.layers, notes), artifact.MANIFEST_MEDIA_TYPE
+    )
     return result
 
 
@@ -139,7 +154,12 @@ def resolve(ref: Reference, client: RegistryClient) -> Tuple[artifact.BundleArti
 
 
 def download(
-    ref: Reference, found: artifact.BundleArtifact, digest: str, dest: Path, client: RegistryClient, log: Log = None
+    ref: Reference,
+    found: artifact.BundleArtifact,
+    digest: str,
+    dest: Path,
+    client: RegistryClient,
+    log: Log = None,
 ) -> Pulled:
     """Stream every layer of ``found`` by digest into the private directory ``dest``, each checked as it arrives.
 
@@ -158,7 +178,9 @@ def download(
     return Pulled(safe_join(dest, found.entry), tuple(files), ref, digest, found.split)
 
 
-def pull_verified(ref: Reference, output: Path, keyring: Path, access: RegistryAccess, log: Log = None) -> PullResult:
+def pull_verified(
+    ref: Reference, output: Path, keyring: Path, access: RegistryAccess, log: Log = None
+) -> PullResult:
     """``bundle pull``: fetch, verify with ``keyring`` like ``bundle verify``, then move the files to ``output``.
 
     ``output`` is the bundle file to write (a split bundle's parts become ``OUTPUT.partNNN``, and
@@ -177,7 +199,9 @@ def pull_verified(ref: Reference, output: Path, keyring: Path, access: RegistryA
             f"{ref} is a split bundle whose signed checksum list names its parts {found.base_name}.partNNN; "
             f"pass --output {output.parent / found.base_name} or a directory"
         )
-    work = Path(tempfile.mkdtemp(prefix=".gpu-airgap-pull-", dir=output if output.is_dir() else output.parent))
+    work = Path(
+        tempfile.mkdtemp(prefix=".gpu-airgap-pull-", dir=output if output.is_dir() else output.parent)
+    )
     try:
         pulled = download(ref, found, digest, work, client, log)
         _say(log, f"verifying {pulled.entry.name} with {keyring}")

@@ -65,8 +65,15 @@ class BuildResult:
 
 
 #: the file name endings a bundle's compression implies (``tar -xf`` and people read the name)
-SUFFIXES = ((".tar.zst", "zstd"), (".tzst", "zstd"), (".tar.xz", "xz"), (".txz", "xz"),
-            (".tar.gz", "gzip"), (".tgz", "gzip"), (".tar", "none"))  # fmt: skip
+SUFFIXES = (
+    (".tar.zst", "zstd"),
+    (".tzst", "zstd"),
+    (".tar.xz", "xz"),
+    (".txz", "xz"),
+    (".tar.gz", "gzip"),
+    (".tgz", "gzip"),
+    (".tar", "none"),
+)
 
 
 def compression_for(output: Path, compression: str | None) -> str:
@@ -125,10 +132,19 @@ def build_bundle(
     if not targets and locked is None:
         raise UsageError("name at least one --target, e.g. --target deb/amd64")
     with reading(mirror):  # no sync switches files in while they are read
-        selection = select_from_mirror(mirror, version=version, targets=targets, channel=channel, locked=locked)
+        selection = select_from_mirror(
+            mirror, version=version, targets=targets, channel=channel, locked=locked
+        )
         return build_from_selection(
-            selection, sign_key=sign_key, gnupghome=gnupghome, output=output,
-            compression=compression, split=split, wheel_cache=wheel_cache, epoch=epoch, info_cache=info_cache,
+            selection,
+            sign_key=sign_key,
+            gnupghome=gnupghome,
+            output=output,
+            compression=compression,
+            split=split,
+            wheel_cache=wheel_cache,
+            epoch=epoch,
+            info_cache=info_cache,
             meter=meter,
         )
 
@@ -156,7 +172,10 @@ def build_from_selection(
         build_target_repo(t, key=key, epoch=epoch, channel=selection.channel, info_cache=info_cache)
         for t in selection.targets
     ]
-    node_files = {NODE_TOOL: build_zipapp(epoch=PYZ_EPOCH, cache=wheel_cache), INSTALL_SH: _INSTALL_SH_SOURCE.read_bytes()}
+    node_files = {
+        NODE_TOOL: build_zipapp(epoch=PYZ_EPOCH, cache=wheel_cache),
+        INSTALL_SH: _INSTALL_SH_SOURCE.read_bytes(),
+    }
     sums = render_sums(node_files)
     generated: dict[str, tuple[bytes, str]] = {
         NODE_SUMS: (sums, "node-checksums"),
@@ -171,7 +190,9 @@ def build_from_selection(
             generated[path] = (data, "repo-metadata")
     # Named after the content, not the output file, so renaming the output keeps builds identical.
     name = f"gpu-airgap-bundle-{upstream_version(selection.targets[0].toolkit_version)}-{selection.channel}"
-    sbom = render_spdx(bundle_name=name, created=created, tool_version=VERSION, packages=_sbom_packages(repos))
+    sbom = render_spdx(
+        bundle_name=name, created=created, tool_version=VERSION, packages=_sbom_packages(repos)
+    )
     generated[SBOM_NAME] = (sbom, "sbom")
     manifest = _manifest(selection, repos, generated, created=created, signer=key.fingerprint)
     manifest_bytes = manifest.to_json()
@@ -179,9 +200,15 @@ def build_from_selection(
     packages = {p.member: p for repo in repos for p in repo.packages}
     clash = set(packages) & set(generated)
     if clash or len(packages) != sum(len(r.packages) for r in repos):
-        raise ToolError(f"two bundle members would share a name ({', '.join(sorted(clash)) or 'a package file'}); rename in the mirror")
+        raise ToolError(
+            f"two bundle members would share a name ({', '.join(sorted(clash)) or 'a package file'}); rename in the mirror"
+        )
     payload = len(manifest_bytes) + len(signature)
-    meter.start(payload + sum(len(data) for data, _ in generated.values()) + sum(p.source.size for p in packages.values()))
+    meter.start(
+        payload
+        + sum(len(data) for data, _ in generated.values())
+        + sum(p.source.size for p in packages.values())
+    )
     try:
         with BundleWriter(output, compression=compression, mtime=epoch, split=split) as writer:
             writer.add_bytes(MANIFEST_NAME, manifest_bytes)
@@ -199,7 +226,9 @@ def build_from_selection(
                 meter.advance(size)
             outputs = writer.commit(
                 lambda parts: _checksum_list(output, parts, key) if split is not None else {},
-                check_first=_first_part_check(split, [manifest_bytes, signature, *(generated[n][0] for n in HEAD)]),
+                check_first=_first_part_check(
+                    split, [manifest_bytes, signature, *(generated[n][0] for n in HEAD)]
+                ),
             )
     except OSError as exc:  # writing the output: a full disk, a read-only directory, ...
         if NoSpaceError.matches(exc):
@@ -229,8 +258,13 @@ def _checksum_list(output: Path, parts: list[tuple[Path, Path]], key: OperatorKe
 def _sbom_packages(repos: list[TargetRepo]) -> list[SbomPackage]:
     return [
         SbomPackage(
-            name=p.source.name, version=p.source.version, arch=p.source.arch, file=p.member,
-            sha256=p.sha256, origin=p.source.origin, target=repo.repo_dir.rsplit("/", 1)[-1],
+            name=p.source.name,
+            version=p.source.version,
+            arch=p.source.arch,
+            file=p.member,
+            sha256=p.sha256,
+            origin=p.source.origin,
+            target=repo.repo_dir.rsplit("/", 1)[-1],
         )
         for repo in repos
         for p in repo.packages
@@ -257,9 +291,17 @@ def _manifest(
                 provenance=sel.provenance,
                 packages=tuple(
                     PackageEntry(
-                        name=p.source.name, version=p.source.version, arch=p.source.arch, file=p.member,
-                        size=p.source.size, sha256=p.sha256, install_order=index, depends=p.depends,
-                        origin=p.source.origin, breaks=sel.breaks_of(p.source.name), header=p.header.shown(),
+                        name=p.source.name,
+                        version=p.source.version,
+                        arch=p.source.arch,
+                        file=p.member,
+                        size=p.source.size,
+                        sha256=p.sha256,
+                        install_order=index,
+                        depends=p.depends,
+                        origin=p.source.origin,
+                        breaks=sel.breaks_of(p.source.name),
+                        header=p.header.shown(),
                     )
                     for index, p in enumerate(repo.packages)
                 ),

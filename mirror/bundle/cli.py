@@ -18,19 +18,31 @@ from plumbing.errors import UsageError
 
 _MIRROR = typer.Option(..., "--mirror", help="The mirror directory (from `gpu-airgap mirror sync`).")
 _VERSION = typer.Option(
-    None, "--version", show_default=False,
+    None,
+    "--version",
+    show_default=False,
     help="Toolkit release, as for mirror sync: latest (default), 1.17.8, 1.17.8-1, '1.17.*' or '>=1.17,<1.18'.",
-)  # fmt: skip
-_CHANNEL = typer.Option(None, "--channel", click_type=click.Choice(CHANNELS), help="stable or experimental (default: the mirror's).")
+)
+_CHANNEL = typer.Option(
+    None,
+    "--channel",
+    click_type=click.Choice(CHANNELS),
+    help="stable or experimental (default: the mirror's).",
+)
 _TARGET = typer.Option([], "--target", help="deb/amd64, rpm/x86_64, …; repeat for several.")
 _SIGN_KEY = typer.Option(..., "--sign-key", help="The operator's secret key (fingerprint or key id).")
 _GNUPGHOME = typer.Option(None, "--gnupghome", help="gpg home holding the secret key.")
 _OUTPUT_FILE = typer.Option(..., "--output", help="The bundle file to write.")
 _COMPRESSION = typer.Option(
-    None, "--compression", click_type=click.Choice(COMPRESSIONS), show_default=False,
+    None,
+    "--compression",
+    click_type=click.Choice(COMPRESSIONS),
+    show_default=False,
     help="zstd, xz, gzip or none (nodes without zstd: xz); default: what --output's name says, else zstd.",
-)  # fmt: skip
-_SPLIT = typer.Option(None, "--split", help="Write parts of at most this size (650M, 4G) plus a signed checksum list.")
+)
+_SPLIT = typer.Option(
+    None, "--split", help="Write parts of at most this size (650M, 4G) plus a signed checksum list."
+)
 _LOCKED = typer.Option(None, "--locked", help="Take exactly the set in this lockfile (gpu-airgap.lock).")
 _JSON_OUTPUT = typer.Option(False, "--json", help="Print one JSON object.")
 
@@ -63,7 +75,9 @@ def build_command(
 
     if compression is not None and compression not in COMPRESSIONS:
         raise UsageError(f"unknown --compression {compression!r}; use one of {', '.join(COMPRESSIONS)}")
-    refuse_with(ctx, "locked", ["version", "channel", "target"], "the lockfile names the release and the targets")
+    refuse_with(
+        ctx, "locked", ["version", "channel", "target"], "the lockfile names the release and the targets"
+    )
     VersionSelector.parse(version or "latest")  # a bad --version is a usage error before the mirror is read
     result = build_bundle(
         mirror,

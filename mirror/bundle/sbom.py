@@ -32,7 +32,9 @@ def _spdx_id(text: str) -> str:
     return "SPDXRef-Package-" + re.sub(r"[^A-Za-z0-9.-]", "-", text)
 
 
-def render_spdx(*, bundle_name: str, created: str, tool_version: str, packages: Sequence[SbomPackage]) -> bytes:
+def render_spdx(
+    *, bundle_name: str, created: str, tool_version: str, packages: Sequence[SbomPackage]
+) -> bytes:
     """Render the SPDX 2.3 JSON document (canonical key order, UTF-8)."""
     ordered = sorted(packages, key=lambda p: (p.target, p.name, p.version, p.file))
     digest = hashlib.sha256("\n".join(f"{p.file} {p.sha256}" for p in ordered).encode()).hexdigest()
@@ -70,7 +72,11 @@ def render_spdx(*, bundle_name: str, created: str, tool_version: str, packages: 
         "creationInfo": {"created": created, "creators": [f"Tool: gpu-airgap-{tool_version}"]},
         "packages": spdx_packages,
         "relationships": [
-            {"spdxElementId": "SPDXRef-DOCUMENT", "relationshipType": "DESCRIBES", "relatedSpdxElement": p["SPDXID"]}
+            {
+                "spdxElementId": "SPDXRef-DOCUMENT",
+                "relationshipType": "DESCRIBES",
+                "relatedSpdxElement": p["SPDXID"],
+            }
             for p in spdx_packages
         ],
     }

@@ -126,7 +126,9 @@ def select_from_mirror(
             held = ", ".join(r.key for r in state.repos) or "nothing"
             raise SourceError(f"the mirror has no {key} repository (it holds {held}); sync it first")
         if locked is not None:
-            release = _locked_release(repo, next(t for t in locked.targets if (t.format, t.arch) == (fmt, arch)))
+            release = _locked_release(
+                repo, next(t for t in locked.targets if (t.format, t.arch) == (fmt, arch))
+            )
         else:
             release = _pick_release(repo, version)
         entries = signed_entries(mirror, repo)
@@ -143,14 +145,18 @@ def select_from_mirror(
                     upstream_url=repo.base_url,
                     fingerprint=prov.fingerprint,
                     signed_at=prov.signed_at,
-                    signed_files=tuple(SignedFile(f.path, f.size, f.sha256, f.sha512) for f in prov.signed_files),
+                    signed_files=tuple(
+                        SignedFile(f.path, f.size, f.sha256, f.sha512) for f in prov.signed_files
+                    ),
                 ),
                 breaks=release.breaks,
             )
         )
     versions = {upstream_version(t.toolkit_version) for t in chosen}
     if len(versions) > 1:
-        raise SourceError(f"the targets resolve to different toolkit versions ({', '.join(sorted(versions))}); pass --version")
+        raise SourceError(
+            f"the targets resolve to different toolkit versions ({', '.join(sorted(versions))}); pass --version"
+        )
     return MirrorSelection(upstream=state.upstream, channel=channel, targets=tuple(chosen))
 
 
@@ -158,10 +164,20 @@ def _source_package(mirror: Path, pkg: StoredPackage, entries: dict[str, Package
     """The mirror file of ``pkg``, with the signed index entry it was fetched for (the builder checks its header against it)."""
     entry = entries.get(pkg.path)
     if entry is None:
-        raise SourceError(f"the mirror's signed index does not list {pkg.path}, which its state holds; sync it again")
-    if not _same(pkg, LockedPackage(entry.name, entry.version, entry.arch, entry.filename, entry.size, "", entry.sha256, entry.sha512)):
-        raise ChecksumMismatch(f"{pkg.path} (as the mirror's state records it, against its signed index entry)",
-                               entry.sha512 or entry.sha256 or "", pkg.sha512 or pkg.sha256 or "")  # fmt: skip
+        raise SourceError(
+            f"the mirror's signed index does not list {pkg.path}, which its state holds; sync it again"
+        )
+    if not _same(
+        pkg,
+        LockedPackage(
+            entry.name, entry.version, entry.arch, entry.filename, entry.size, "", entry.sha256, entry.sha512
+        ),
+    ):
+        raise ChecksumMismatch(
+            f"{pkg.path} (as the mirror's state records it, against its signed index entry)",
+            entry.sha512 or entry.sha256 or "",
+            pkg.sha512 or pkg.sha256 or "",
+        )
     return SourcePackage(
         name=pkg.name,
         version=pkg.version,
@@ -181,13 +197,17 @@ def _pick_release(repo: RepoRecord, version: str) -> Release:
         raise SourceError(f"the mirror's {repo.key} repository holds no toolkit release")
     selector = VersionSelector.parse(version)
     if selector.kind == "all":
-        raise SelectorError(version, "a bundle carries one release; use latest, a version, a wildcard or a range")
+        raise SelectorError(
+            version, "a bundle carries one release; use latest, a version, a wildcard or a range"
+        )
     fmt = PackageFormat(repo.format)
     chosen = selector.choose([r.toolkit_version for r in repo.releases], fmt)
     if chosen is not None:
         return next(r for r in repo.releases if r.toolkit_version == chosen)
     have = ", ".join(r.toolkit_version for r in repo.releases)
-    raise MissingRelease(f"the mirror's {repo.key} repository has no toolkit {selector} (it has {have}); sync it first")
+    raise MissingRelease(
+        f"the mirror's {repo.key} repository has no toolkit {selector} (it has {have}); sync it first"
+    )
 
 
 def _locked_release(repo: RepoRecord, target: LockedTarget) -> Release:
@@ -212,7 +232,12 @@ def _locked_release(repo: RepoRecord, target: LockedTarget) -> Release:
 
 
 def _same(held: StoredPackage, wanted: LockedPackage) -> bool:
-    if (held.name, held.version, held.arch, held.size) != (wanted.name, wanted.version, wanted.arch, wanted.size):
+    if (held.name, held.version, held.arch, held.size) != (
+        wanted.name,
+        wanted.version,
+        wanted.arch,
+        wanted.size,
+    ):
         return False
     # A digest recorded on both sides must agree; at least one must be comparable.
     pairs = [(held.sha256, wanted.sha256), (held.sha512, wanted.sha512)]

@@ -91,8 +91,10 @@ class _SplitSink(io.RawIOBase):
 
     def _next_part(self) -> None:
         self._close_part()
-        final = self.output if self.part_size is None else self.output.with_name(
-            f"{self.output.name}.part{len(self.temps) + 1:03d}"
+        final = (
+            self.output
+            if self.part_size is None
+            else self.output.with_name(f"{self.output.name}.part{len(self.temps) + 1:03d}")
         )
         fd, tmp = tempfile.mkstemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent)
         self._fh = os.fdopen(fd, "wb")
@@ -247,7 +249,9 @@ class BundleWriter:
         elif compression == "xz":
             self._compressor = lzma.LZMAFile(self._buffered, mode="wb", preset=6)  # type: ignore[assignment]  # noqa: SIM115
         elif compression == "gzip":
-            self._compressor = gzip.GzipFile(filename="", mode="wb", fileobj=self._buffered, mtime=0, compresslevel=6)  # type: ignore[assignment]
+            self._compressor = gzip.GzipFile(
+                filename="", mode="wb", fileobj=self._buffered, mtime=0, compresslevel=6
+            )  # type: ignore[assignment]
         else:
             self._compressor = self._buffered
         self._offset = 0  # uncompressed bytes written, for tar block padding
@@ -372,4 +376,3 @@ class BundleWriter:
         """Abort on an exception; the caller commits explicitly on success."""
         if exc_type is not None:
             self.abort()
-

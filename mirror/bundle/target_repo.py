@@ -78,7 +78,9 @@ def build_target_repo(
     )
     if selection.format == "deb":
         entries = [AptEntry(p.source, p.sha256, p.header.fields) for p in packages]
-        metadata = apt_metadata(entries, arch=selection.arch, key=key, epoch=epoch, channel=channel, labels=BUNDLE_LABELS)
+        metadata = apt_metadata(
+            entries, arch=selection.arch, key=key, epoch=epoch, channel=channel, labels=BUNDLE_LABELS
+        )
     else:
         metadata = yum_metadata([p.source.path for p in packages], key=key, epoch=epoch)
     return TargetRepo(selection, repo_dir, packages, {f"{repo_dir}/{k}": v for k, v in metadata.items()})

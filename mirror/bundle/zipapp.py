@@ -66,15 +66,29 @@ def ensure_wheels(cache: Path | None = None) -> list[Path]:
     missing = [r for r in pinned_requirements() if _wheel_for(cache, r) is None]
     if missing:
         run(
-            [sys.executable, "-m", "pip", "download", "--quiet", "--only-binary=:all:", "--python-version", "3.9",
-             "--no-deps", "--dest", str(cache), *missing],
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--quiet",
+                "--only-binary=:all:",
+                "--python-version",
+                "3.9",
+                "--no-deps",
+                "--dest",
+                str(cache),
+                *missing,
+            ],
             timeout=600,
         )
     wheels = []
     for requirement in pinned_requirements():
         wheel = _wheel_for(cache, requirement)
         if wheel is None:
-            raise ToolError(f"the node wheel {requirement} is not in {cache}; run `make nodewheels` on a connected host")
+            raise ToolError(
+                f"the node wheel {requirement} is not in {cache}; run `make nodewheels` on a connected host"
+            )
         wheels.append(wheel)
     return wheels
 
@@ -125,7 +139,11 @@ def _build(entries: dict[str, bytes], wheels: list[Path], epoch: int) -> bytes:
                 name = info.filename
                 top = name.split("/", 1)[0]
                 # dist-info stays: importlib.metadata.version() (annotated-doc, typer) reads it from the zip.
-                if info.is_dir() or top.endswith(".data") or name.endswith((".so", ".pyd", ".pyc", "/RECORD")):
+                if (
+                    info.is_dir()
+                    or top.endswith(".data")
+                    or name.endswith((".so", ".pyd", ".pyc", "/RECORD"))
+                ):
                     continue
                 entries[name] = zf.read(info)
     stamp = time.gmtime(epoch)[:6]

@@ -28,7 +28,11 @@ from plumbing.output import emit_lines, warn
 from plumbing.proc import run
 from plumbing.version import VERSION
 
-fleet_app = typer.Typer(cls=Group, help="Roll the toolkit out to many nodes: Kubernetes manifests (Ansible: deploy/ansible).", no_args_is_help=True)
+fleet_app = typer.Typer(
+    cls=Group,
+    help="Roll the toolkit out to many nodes: Kubernetes manifests (Ansible: deploy/ansible).",
+    no_args_is_help=True,
+)
 
 
 def pod_script() -> str:
@@ -37,56 +41,121 @@ def pod_script() -> str:
 
 
 _BUNDLE = typer.Option(
-    None, "--bundle", metavar="oci://HOST[:PORT]/REPO:TAG|@sha256:…",
+    None,
+    "--bundle",
+    metavar="oci://HOST[:PORT]/REPO:TAG|@sha256:…",
     help="The bundle in a registry (gpu-airgap bundle push): each node pulls it by digest (a tag is resolved now).",
 )
-_BUNDLE_FILE = typer.Option(None, "--bundle-file", metavar="FILE", help="A local copy of the URL's or ConfigMap's bundle: its sha256 goes into the pod template.")
-_BUNDLE_SHA256 = typer.Option(None, "--bundle-sha256", metavar="HEX", help="The sha256 of the URL's or ConfigMap's bundle (instead of --bundle-file).")
+_BUNDLE_FILE = typer.Option(
+    None,
+    "--bundle-file",
+    metavar="FILE",
+    help="A local copy of the URL's or ConfigMap's bundle: its sha256 goes into the pod template.",
+)
+_BUNDLE_SHA256 = typer.Option(
+    None,
+    "--bundle-sha256",
+    metavar="HEX",
+    help="The sha256 of the URL's or ConfigMap's bundle (instead of --bundle-file).",
+)
 _MAX_UNAVAILABLE = typer.Option(
-    fleet_k8s.DEFAULT_MAX_UNAVAILABLE, "--max-unavailable", metavar="N|N%", help="Nodes an update takes down at once: a count or a percentage."
+    fleet_k8s.DEFAULT_MAX_UNAVAILABLE,
+    "--max-unavailable",
+    metavar="N|N%",
+    help="Nodes an update takes down at once: a count or a percentage.",
 )
-_ON_DELETE = typer.Option(False, "--on-delete", help="updateStrategy OnDelete: only deleted pods get the new bundle (the canary step).")
+_ON_DELETE = typer.Option(
+    False,
+    "--on-delete",
+    help="updateStrategy OnDelete: only deleted pods get the new bundle (the canary step).",
+)
 _REGISTRY_SECRET = typer.Option(
-    None, "--registry-secret", metavar="NAME", help="A kubernetes.io/dockerconfigjson Secret: the pod's registry credentials and imagePullSecret."
+    None,
+    "--registry-secret",
+    metavar="NAME",
+    help="A kubernetes.io/dockerconfigjson Secret: the pod's registry credentials and imagePullSecret.",
 )
-_TAKE_OVER = typer.Option(False, "--take-over", help="Take the runtime configuration over from the NVIDIA GPU Operator (install --force).")
+_TAKE_OVER = typer.Option(
+    False,
+    "--take-over",
+    help="Take the runtime configuration over from the NVIDIA GPU Operator (install --force).",
+)
 _REGISTRY_CA = typer.Option(
-    None, "--registry-ca", metavar="FILE", help="PEM of the CA that signed the registry's certificate (rendered as a ConfigMap for the pods)."
+    None,
+    "--registry-ca",
+    metavar="FILE",
+    help="PEM of the CA that signed the registry's certificate (rendered as a ConfigMap for the pods).",
 )
-_REGISTRY_PLAIN_HTTP = typer.Option(False, "--registry-plain-http", help="The nodes speak plain http to the registry.")
-_BUNDLE_URL = typer.Option(None, "--bundle-url", metavar="URL", help="Where every node fetches the bundle (http/https).")
+_REGISTRY_PLAIN_HTTP = typer.Option(
+    False, "--registry-plain-http", help="The nodes speak plain http to the registry."
+)
+_BUNDLE_URL = typer.Option(
+    None, "--bundle-url", metavar="URL", help="Where every node fetches the bundle (http/https)."
+)
 _BUNDLE_CONFIGMAP = typer.Option(
-    None, "--bundle-configmap", metavar="NAME", help="A ConfigMap holding the bundle under binaryData key 'bundle' (1 MiB limit)."
+    None,
+    "--bundle-configmap",
+    metavar="NAME",
+    help="A ConfigMap holding the bundle under binaryData key 'bundle' (1 MiB limit).",
 )
-_KEYRING = typer.Option(None, "--keyring", metavar="FILE", help="The operator's public key, embedded in a ConfigMap.")
+_KEYRING = typer.Option(
+    None, "--keyring", metavar="FILE", help="The operator's public key, embedded in a ConfigMap."
+)
 _KEYRING_CONFIGMAP = typer.Option(
-    None, "--keyring-configmap", metavar="NAME", help="An existing ConfigMap with the key under 'operator.asc'."
+    None,
+    "--keyring-configmap",
+    metavar="NAME",
+    help="An existing ConfigMap with the key under 'operator.asc'.",
 )
 _TOOLS = typer.Option(
-    "host", "--tools", click_type=click.Choice(fleet_k8s.TOOLS), help="host: the node's own python3, gpg and dpkg/rpm under chroot (default) | image: the image's."
+    "host",
+    "--tools",
+    click_type=click.Choice(fleet_k8s.TOOLS),
+    help="host: the node's own python3, gpg and dpkg/rpm under chroot (default) | image: the image's.",
 )
 _IMAGE = typer.Option(
-    None, "--image", help="Container image. Default busybox:1.36 with --tools host (sh, cp, chroot), "
+    None,
+    "--image",
+    help="Container image. Default busybox:1.36 with --tools host (sh, cp, chroot), "
     "gpu-airgap-node:VERSION with --tools image (deploy/kubernetes/Containerfile).",
 )
 _NAMESPACE = typer.Option("gpu-airgap", "--namespace", help="Namespace of the DaemonSet and its ConfigMaps.")
 _NAME = typer.Option("gpu-airgap-node", "--name", help="Name of the DaemonSet.")
 _NODE_SELECTOR = typer.Option(
-    list(fleet_k8s.DEFAULT_NODE_SELECTOR), "--node-selector", metavar="LABEL=VALUE", help="Repeat for several."
+    list(fleet_k8s.DEFAULT_NODE_SELECTOR),
+    "--node-selector",
+    metavar="LABEL=VALUE",
+    help="Repeat for several.",
 )
 _TOLERATION = typer.Option(
-    list(fleet_k8s.DEFAULT_TOLERATIONS), "--toleration", metavar="KEY[=VALUE][:EFFECT]", help="Repeat for several."
+    list(fleet_k8s.DEFAULT_TOLERATIONS),
+    "--toleration",
+    metavar="KEY[=VALUE][:EFFECT]",
+    help="Repeat for several.",
 )
-_RUNTIME = typer.Option("auto", "--runtime", click_type=click.Choice(fleet_k8s.RUNTIMES), help="auto | containerd | docker | crio | podman | lxc | none")
-_RUNTIME_NAME = typer.Option("nvidia", "--runtime-name", help="Runtime name, also the RuntimeClass name and handler.")
-_SET_AS_DEFAULT = typer.Option(False, "--set-as-default", help="Make it the engine's default runtime (not advised).")
-_CDI = typer.Option("auto", "--cdi", click_type=click.Choice(CDI_CHOICES), help="auto (when a driver is present) | on | off")
+_RUNTIME = typer.Option(
+    "auto",
+    "--runtime",
+    click_type=click.Choice(fleet_k8s.RUNTIMES),
+    help="auto | containerd | docker | crio | podman | lxc | none",
+)
+_RUNTIME_NAME = typer.Option(
+    "nvidia", "--runtime-name", help="Runtime name, also the RuntimeClass name and handler."
+)
+_SET_AS_DEFAULT = typer.Option(
+    False, "--set-as-default", help="Make it the engine's default runtime (not advised)."
+)
+_CDI = typer.Option(
+    "auto", "--cdi", click_type=click.Choice(CDI_CHOICES), help="auto (when a driver is present) | on | off"
+)
 _HOLD = typer.Option(False, "--hold", help="Keep the nodes on this release.")
 _NO_RUNTIMECLASS = typer.Option(False, "--no-runtimeclass", help="Leave the RuntimeClass out.")
 _DISTRO = typer.Option(
-    None, "--distro", click_type=click.Choice(DISTROS),
+    None,
+    "--distro",
+    click_type=click.Choice(DISTROS),
     help="The nodes' Kubernetes distribution (default: each node detects it); k3s: no RuntimeClass of k3s's own name.",
-)  # fmt: skip
+)
 _OUTPUT = typer.Option("-", "--output", metavar="FILE|-", help="Write the manifests here (- is stdout).")
 
 
@@ -123,13 +192,31 @@ def k8s_command(
     ca_text = _read_ca(registry_ca) if registry_ca is not None else None
     ref, digest = _bundle_identity(bundle, bundle_file, bundle_sha256, registry_plain_http, registry_ca)
     options = fleet_k8s.K8sOptions(
-        bundle_url=bundle_url, bundle_configmap=bundle_configmap, bundle_ref=ref, bundle_digest=digest,
-        max_unavailable=max_unavailable, on_delete=on_delete, registry_secret=registry_secret,
-        registry_plain_http=registry_plain_http, registry_ca_text=ca_text, take_over=take_over, keyring_configmap=keyring_configmap, image=image, tools=tools,
-        namespace=namespace, name=name, node_selector=tuple(node_selector), tolerations=tuple(toleration),
-        runtime=runtime, runtime_name=runtime_name, set_as_default=set_as_default, cdi=cdi, hold=hold,
-        runtimeclass=not no_runtimeclass, distro=distro,
-    )  # fmt: skip
+        bundle_url=bundle_url,
+        bundle_configmap=bundle_configmap,
+        bundle_ref=ref,
+        bundle_digest=digest,
+        max_unavailable=max_unavailable,
+        on_delete=on_delete,
+        registry_secret=registry_secret,
+        registry_plain_http=registry_plain_http,
+        registry_ca_text=ca_text,
+        take_over=take_over,
+        keyring_configmap=keyring_configmap,
+        image=image,
+        tools=tools,
+        namespace=namespace,
+        name=name,
+        node_selector=tuple(node_selector),
+        tolerations=tuple(toleration),
+        runtime=runtime,
+        runtime_name=runtime_name,
+        set_as_default=set_as_default,
+        cdi=cdi,
+        hold=hold,
+        runtimeclass=not no_runtimeclass,
+        distro=distro,
+    )
     keyring_text = _read_key(keyring) if keyring is not None else None
     text = fleet_k8s.render(options, pod_script(), keyring_text)
     note = fleet_k8s.runtimeclass_note(options)
@@ -142,7 +229,11 @@ def k8s_command(
 
 
 def _bundle_identity(
-    bundle: Optional[str], bundle_file: Optional[Path], sha256: Optional[str], plain_http: bool, ca_file: Optional[Path]
+    bundle: Optional[str],
+    bundle_file: Optional[Path],
+    sha256: Optional[str],
+    plain_http: bool,
+    ca_file: Optional[Path],
 ) -> Tuple[Optional[str], Optional[str]]:
     """The pinned ``oci://`` reference (or None) and the digest the pod template carries.
 
@@ -150,13 +241,17 @@ def _bundle_identity(
     """
     if bundle is not None:
         if bundle_file is not None or sha256 is not None:
-            raise UsageError("--bundle oci://… carries its own digest: leave out --bundle-file and --bundle-sha256")
+            raise UsageError(
+                "--bundle oci://… carries its own digest: leave out --bundle-file and --bundle-sha256"
+            )
         return _pin(bundle, plain_http, ca_file)
     if bundle_file is not None and sha256 is not None:
         raise UsageError("give one of --bundle-file and --bundle-sha256")
     if sha256 is not None:
         if not re.match(r"^[0-9a-f]{64}$", sha256):
-            raise UsageError(f"--bundle-sha256 {sha256!r} must be 64 lowercase hex digits (sha256sum's output)")
+            raise UsageError(
+                f"--bundle-sha256 {sha256!r} must be 64 lowercase hex digits (sha256sum's output)"
+            )
         return None, f"sha256:{sha256}"
     if bundle_file is not None:
         try:
@@ -187,18 +282,38 @@ def _pin(text: str, plain_http: bool, ca_file: Optional[Path]) -> Tuple[str, str
     ref = parse_reference(text)
     if ref.digest is not None:
         return str(ref), ref.digest
-    client = RegistryClient.for_reference(ref, registry_access(ref.host, None, False, str(ca_file) if ca_file else None, plain_http))
+    client = RegistryClient.for_reference(
+        ref, registry_access(ref.host, None, False, str(ca_file) if ca_file else None, plain_http)
+    )
     _, digest = resolve(ref, client)
     return str(ref.pinned(digest)), digest
 
 
-_IMAGE_TOOLS = typer.Option("host", "--tools", click_type=click.Choice(fleet_k8s.TOOLS), help="host: a static busybox | image: --rootfs.")
-_BUSYBOX = typer.Option(Path("/bin/busybox"), "--busybox", help="A statically linked busybox (Debian's busybox-static).")
-_ROOTFS = typer.Option(None, "--rootfs", help="--tools image: a root filesystem with python3, gpg, tar, zstd and dpkg/rpm.")
-_IMAGE_OUTPUT = typer.Option(None, "--output", metavar="FILE", help="Write an OCI image layout tar (ctr images import, skopeo oci-archive:).")
-_PUSH = typer.Option(None, "--push", metavar="oci://HOST[:PORT]/REPO:TAG", help="Push the image to this registry.")
+_IMAGE_TOOLS = typer.Option(
+    "host",
+    "--tools",
+    click_type=click.Choice(fleet_k8s.TOOLS),
+    help="host: a static busybox | image: --rootfs.",
+)
+_BUSYBOX = typer.Option(
+    Path("/bin/busybox"), "--busybox", help="A statically linked busybox (Debian's busybox-static)."
+)
+_ROOTFS = typer.Option(
+    None, "--rootfs", help="--tools image: a root filesystem with python3, gpg, tar, zstd and dpkg/rpm."
+)
+_IMAGE_OUTPUT = typer.Option(
+    None,
+    "--output",
+    metavar="FILE",
+    help="Write an OCI image layout tar (ctr images import, skopeo oci-archive:).",
+)
+_PUSH = typer.Option(
+    None, "--push", metavar="oci://HOST[:PORT]/REPO:TAG", help="Push the image to this registry."
+)
 _TAG = typer.Option(f"gpu-airgap-tools:{VERSION}", "--tag", help="The image's name in the --output archive.")
-_PLAIN_HTTP = typer.Option(False, "--plain-http", help="Speak plain http to the registry (loopback registries need not).")
+_PLAIN_HTTP = typer.Option(
+    False, "--plain-http", help="Speak plain http to the registry (loopback registries need not)."
+)
 _CA_FILE = typer.Option(None, "--ca-file", help="PEM file of the CA that signed the registry's certificate.")
 
 
@@ -222,7 +337,9 @@ def image_command(
         applets = run([str(busybox), "--list"]).stdout.decode().split()
         image = fleet_image.build(fleet_image.busybox_entries(data, applets), ["/bin/sh"])
     elif rootfs is None:
-        raise UsageError("--tools image needs --rootfs DIR: a root filesystem with python3, gpg, tar, zstd and dpkg/rpm")
+        raise UsageError(
+            "--tools image needs --rootfs DIR: a root filesystem with python3, gpg, tar, zstd and dpkg/rpm"
+        )
     else:
         image = fleet_image.build(fleet_image.tree_entries(rootfs), ["python3"])
     lines = []
@@ -253,7 +370,9 @@ def _push_image(image: fleet_image.Image, target: str, plain_http: bool, ca_file
     ref = parse_reference(target)
     client = RegistryClient.for_reference(ref, registry_access(ref.host, None, False, ca_file, plain_http))
     for blob in (image.layer, image.config):
-        client.upload_blob(ref.repository, blob.digest, len(blob.data), functools.partial(io.BytesIO, blob.data))
+        client.upload_blob(
+            ref.repository, blob.digest, len(blob.data), functools.partial(io.BytesIO, blob.data)
+        )
     digest = client.put_manifest(ref, image.manifest.data, fleet_image.MANIFEST_TYPE)
     return f"{ref.host}/{ref.repository}@{digest}"
 

@@ -67,7 +67,11 @@ def busybox_entries(busybox: bytes, applets: Sequence[str]) -> List[Entry]:
     """``/bin/busybox`` and a symlink per applet, plus the empty directories a container expects."""
     entries: List[Entry] = [(name, 0o40755, b"", "") for name in BUSYBOX_DIRS]
     entries.append(("bin/busybox", 0o100755, busybox, ""))
-    entries += [(f"bin/{applet}", 0o120777, b"", "busybox") for applet in sorted(set(applets)) if applet != "busybox" and "/" not in applet]
+    entries += [
+        (f"bin/{applet}", 0o120777, b"", "busybox")
+        for applet in sorted(set(applets))
+        if applet != "busybox" and "/" not in applet
+    ]
     return entries
 
 
@@ -99,7 +103,14 @@ def _layer_tar(entries: Sequence[Entry]) -> bytes:
     with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for path, mode, data, target in sorted(entries, key=lambda e: e[0]):
             info = tarfile.TarInfo(path)
-            info.mode, info.mtime, info.uid, info.gid, info.uname, info.gname = stat.S_IMODE(mode), 0, 0, 0, "root", "root"
+            info.mode, info.mtime, info.uid, info.gid, info.uname, info.gname = (
+                stat.S_IMODE(mode),
+                0,
+                0,
+                0,
+                "root",
+                "root",
+            )
             if target:
                 info.type, info.linkname = tarfile.SYMTYPE, target
                 tar.addfile(info)
@@ -119,18 +130,31 @@ def build(entries: Sequence[Entry], command: Sequence[str], arch: str = "amd64")
     config = {
         "architecture": arch,
         "os": "linux",
-        "config": {"Cmd": list(command), "Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"]},
+        "config": {
+            "Cmd": list(command),
+            "Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],
+        },
         "rootfs": {"type": "layers", "diff_ids": ["sha256:" + hashlib.sha256(tar).hexdigest()]},
     }
     config_blob = Blob(CONFIG_TYPE, json.dumps(config, sort_keys=True, separators=(",", ":")).encode())
-    manifest = {"schemaVersion": 2, "mediaType": MANIFEST_TYPE, "config": config_blob.descriptor(), "layers": [layer.descriptor()]}
-    return Image(Blob(MANIFEST_TYPE, json.dumps(manifest, separators=(",", ":")).encode()), config_blob, layer)
+    manifest = {
+        "schemaVersion": 2,
+        "mediaType": MANIFEST_TYPE,
+        "config": config_blob.descriptor(),
+        "layers": [layer.descriptor()],
+    }
+    return Image(
+        Blob(MANIFEST_TYPE, json.dumps(manifest, separators=(",", ":")).encode()), config_blob, layer
+    )
 
 
 def layout_archive(image: Image, tag: str) -> bytes:
     """An OCI image layout holding ``image`` under ``tag``, as one tar (what ``oci-archive:`` names)."""
-    index = {"schemaVersion": 2, "mediaType": INDEX_TYPE,
-             "manifests": [{**image.manifest.descriptor(), "annotations": {REF_NAME: tag}}]}  # fmt: skip
+    index = {
+        "schemaVersion": 2,
+        "mediaType": INDEX_TYPE,
+        "manifests": [{**image.manifest.descriptor(), "annotations": {REF_NAME: tag}}],
+    }
     files = [("oci-layout", b'{"imageLayoutVersion":"1.0.0"}'), ("index.json", json.dumps(index).encode())]
     files += [(f"blobs/sha256/{blob.digest.split(':', 1)[1]}", blob.data) for blob in image.blobs()]
     dirs = [("blobs", 0o40755, b"", ""), ("blobs/sha256", 0o40755, b"", "")]

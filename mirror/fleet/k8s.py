@@ -56,15 +56,21 @@ KEYRING_KEY = "operator.asc"  #: the key's name in the keyring ConfigMap
 BUNDLE_KEY = "bundle"  #: the bundle's name in the bundle ConfigMap (binaryData)
 HOST_ROOT = "/host"
 RUNTIMES = RUNTIME_CHOICES
-DEFAULT_MAX_UNAVAILABLE = "10%"  #: how many nodes an update takes down at once (README "Rolling a new bundle")
-DIGEST_ANNOTATION = "gpu-airgap.io/bundle-digest"  #: in the pod template: a new bundle is a new template, so it rolls
+DEFAULT_MAX_UNAVAILABLE = (
+    "10%"  #: how many nodes an update takes down at once (README "Rolling a new bundle")
+)
+DIGEST_ANNOTATION = (
+    "gpu-airgap.io/bundle-digest"  #: in the pod template: a new bundle is a new template, so it rolls
+)
 REGISTRY_CONFIG = "/etc/gpu-airgap/registry/.dockerconfigjson"  #: where the --registry-secret is mounted
 REGISTRY_CA = "/etc/gpu-airgap/registry-ca/ca.pem"  #: where the --registry-ca ConfigMap is mounted
 EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_LABEL_NAME = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+_LABEL_NAME = re.compile(
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+)
 _LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
 
 
@@ -74,13 +80,19 @@ class K8sOptions:
 
     bundle_url: Optional[str] = None
     bundle_configmap: Optional[str] = None
-    bundle_ref: Optional[str] = None  #: oci://HOST/REPO@sha256:… (pinned): the pod pulls it from the registry by digest
-    bundle_digest: Optional[str] = None  #: sha256:… of the bundle file, or the artifact's manifest digest for bundle_ref
+    bundle_ref: Optional[str] = (
+        None  #: oci://HOST/REPO@sha256:… (pinned): the pod pulls it from the registry by digest
+    )
+    bundle_digest: Optional[str] = (
+        None  #: sha256:… of the bundle file, or the artifact's manifest digest for bundle_ref
+    )
     max_unavailable: str = DEFAULT_MAX_UNAVAILABLE
     on_delete: bool = False  #: updateStrategy OnDelete: the canary step (README "Rolling a new bundle")
     registry_secret: Optional[str] = None  #: a kubernetes.io/dockerconfigjson Secret for the registry
     registry_plain_http: bool = False
-    registry_ca_text: Optional[str] = None  #: PEM of the registry's CA (--registry-ca), rendered as a ConfigMap
+    registry_ca_text: Optional[str] = (
+        None  #: PEM of the registry's CA (--registry-ca), rendered as a ConfigMap
+    )
     take_over: bool = False  #: install --force: take over from the GPU Operator
     keyring_configmap: Optional[str] = None  #: None: a ConfigMap is rendered from the key text
     image: Optional[str] = None  #: None: IMAGE_FOR_TOOLS[tools]
@@ -95,26 +107,40 @@ class K8sOptions:
     cdi: str = "auto"
     hold: bool = False
     runtimeclass: bool = True
-    distro: Optional[str] = None  #: the nodes' containerd (``--distro``, passed to install); None: each node detects
+    distro: Optional[str] = (
+        None  #: the nodes' containerd (``--distro``, passed to install); None: each node detects
+    )
 
     def validate(self) -> None:
         """:raises UsageError: naming the first bad option."""
         if sum(x is not None for x in (self.bundle_url, self.bundle_configmap, self.bundle_ref)) != 1:
             raise UsageError("give exactly one of --bundle oci://…, --bundle-url and --bundle-configmap")
         if self.bundle_digest is None or not _DIGEST.match(self.bundle_digest):
-            raise UsageError("the bundle's sha256 must go into the pod template so that a new bundle rolls the DaemonSet: "
-                             "give --bundle-file FILE (a local copy) or --bundle-sha256 HEX")  # fmt: skip
+            raise UsageError(
+                "the bundle's sha256 must go into the pod template so that a new bundle rolls the DaemonSet: "
+                "give --bundle-file FILE (a local copy) or --bundle-sha256 HEX"
+            )
         if self.bundle_ref is not None and not self.bundle_ref.endswith("@" + self.bundle_digest):
-            raise UsageError(f"--bundle {self.bundle_ref!r} must be pinned to its digest (oci://HOST/REPO@sha256:…)")
+            raise UsageError(
+                f"--bundle {self.bundle_ref!r} must be pinned to its digest (oci://HOST/REPO@sha256:…)"
+            )
         parse_max_unavailable(self.max_unavailable)
         if self.registry_ca_text is not None and self.bundle_ref is None:
             raise UsageError("--registry-ca applies to --bundle oci://… only")
-        if self.registry_secret is not None and (len(self.registry_secret) > 253 or not _DNS_SUBDOMAIN.match(self.registry_secret)):
-            raise UsageError(f"--registry-secret {self.registry_secret!r} must be the name of a Secret such as registry-pull")
+        if self.registry_secret is not None and (
+            len(self.registry_secret) > 253 or not _DNS_SUBDOMAIN.match(self.registry_secret)
+        ):
+            raise UsageError(
+                f"--registry-secret {self.registry_secret!r} must be the name of a Secret such as registry-pull"
+            )
         if self.bundle_url is not None and urlparse(self.bundle_url).scheme not in ("http", "https"):
             raise UsageError(f"--bundle-url {self.bundle_url!r} must be an http:// or https:// URL")
-        for flag, value in (("--namespace", self.namespace), ("--name", self.name),
-                            ("--bundle-configmap", self.bundle_configmap), ("--keyring-configmap", self.keyring_configmap)):  # fmt: skip
+        for flag, value in (
+            ("--namespace", self.namespace),
+            ("--name", self.name),
+            ("--bundle-configmap", self.bundle_configmap),
+            ("--keyring-configmap", self.keyring_configmap),
+        ):
             if value is not None and (len(value) > 63 or not _DNS_LABEL.match(value)):
                 raise UsageError(f"{flag} {value!r} must be a lowercase DNS label such as gpu-airgap")
         if self.runtime not in RUNTIMES:
@@ -124,7 +150,9 @@ class K8sOptions:
         if self.tools not in TOOLS:
             raise UsageError(f"--tools must be one of {', '.join(TOOLS)}, not {self.tools!r}")
         if self.image is not None and (not self.image or any(c.isspace() for c in self.image)):
-            raise UsageError(f"--image {self.image!r} must be an image reference such as registry.local/gpu-airgap-node:{VERSION}")
+            raise UsageError(
+                f"--image {self.image!r} must be an image reference such as registry.local/gpu-airgap-node:{VERSION}"
+            )
         parse_node_selector(self.node_selector)
         for toleration in self.tolerations:
             parse_toleration(toleration)
@@ -153,7 +181,9 @@ def parse_node_selector(items: Tuple[str, ...]) -> Dict[str, str]:
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not _LABEL_NAME.match(key) or len(value) > 63 or not _LABEL_VALUE.match(value):
-            raise UsageError(f"--node-selector {item!r} must be LABEL=VALUE, for example nvidia.com/gpu.present=true")
+            raise UsageError(
+                f"--node-selector {item!r} must be LABEL=VALUE, for example nvidia.com/gpu.present=true"
+            )
         selector[key] = value
     return selector
 
@@ -166,7 +196,9 @@ def parse_max_unavailable(text: str) -> int | str:
     match = re.match(r"^([0-9]{1,6})(%?)$", text)
     number = int(match.group(1)) if match else 0
     if not match or number < 1 or (match.group(2) and number > 100):
-        raise UsageError(f"--max-unavailable {text!r} must be a number of nodes (1, 50) or a percentage (10%)")
+        raise UsageError(
+            f"--max-unavailable {text!r} must be a number of nodes (1, 50) or a percentage (10%)"
+        )
     return text if match.group(2) else number
 
 
@@ -177,8 +209,14 @@ def parse_toleration(text: str) -> Dict[str, str]:
     """
     spec, _, effect = text.partition(":")
     key, sep, value = spec.partition("=")
-    if not _LABEL_NAME.match(key) or (sep and not _LABEL_VALUE.match(value)) or (effect and effect not in EFFECTS):
-        raise UsageError(f"--toleration {text!r} must be KEY[=VALUE][:EFFECT] with EFFECT one of {', '.join(EFFECTS)}")
+    if (
+        not _LABEL_NAME.match(key)
+        or (sep and not _LABEL_VALUE.match(value))
+        or (effect and effect not in EFFECTS)
+    ):
+        raise UsageError(
+            f"--toleration {text!r} must be KEY[=VALUE][:EFFECT] with EFFECT one of {', '.join(EFFECTS)}"
+        )
     toleration = {"key": key, "operator": "Equal" if sep else "Exists"}
     if sep:
         toleration["value"] = value
@@ -201,13 +239,33 @@ def documents(options: K8sOptions, script: str, keyring_text: Optional[str]) -> 
     # The pod is privileged with hostPID: namespaces that enforce Pod Security "baseline" would refuse it.
     namespace = {"name": options.namespace, "labels": {"pod-security.kubernetes.io/enforce": "privileged"}}
     docs: List[Dict[str, Any]] = [{"apiVersion": "v1", "kind": "Namespace", "metadata": namespace}]
-    docs.append({"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta(f"{options.name}-script"), "data": {"k8s-node.py": script}})
+    docs.append(
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": meta(f"{options.name}-script"),
+            "data": {"k8s-node.py": script},
+        }
+    )
     keyring_map = options.keyring_configmap or f"{options.name}-keyring"
     if keyring_text is not None:
-        docs.append({"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta(keyring_map), "data": {KEYRING_KEY: keyring_text}})
+        docs.append(
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": meta(keyring_map),
+                "data": {KEYRING_KEY: keyring_text},
+            }
+        )
     if options.registry_ca_text is not None:
-        docs.append({"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta(f"{options.name}-registry-ca"),
-                     "data": {"ca.pem": options.registry_ca_text}})  # fmt: skip
+        docs.append(
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": meta(f"{options.name}-registry-ca"),
+                "data": {"ca.pem": options.registry_ca_text},
+            }
+        )
     docs.append(_daemonset(options, meta, keyring_map))
     if options.runtimeclass and options.runtime != "none" and runtimeclass_note(options) is None:
         runtime_class = runtimeclass.manifest(options.runtime_name, options.runtime_name)
@@ -219,7 +277,12 @@ def documents(options: K8sOptions, script: str, keyring_text: Optional[str]) -> 
 
 def render(options: K8sOptions, script: str, keyring_text: Optional[str]) -> str:
     """:func:`documents` as multi-document YAML (scripts and keys as readable block scalars)."""
-    return yaml.dump_all(documents(options, script, keyring_text), Dumper=_BlockDumper, sort_keys=False, default_flow_style=False)
+    return yaml.dump_all(
+        documents(options, script, keyring_text),
+        Dumper=_BlockDumper,
+        sort_keys=False,
+        default_flow_style=False,
+    )
 
 
 Meta = Callable[[str], Dict[str, Any]]
@@ -227,9 +290,13 @@ Meta = Callable[[str], Dict[str, Any]]
 
 def _meta(options: K8sOptions) -> Meta:
     """Metadata for a namespaced object of this rollout, by name."""
+
     def meta(name: str) -> Dict[str, Any]:
-        return {"name": name, "namespace": options.namespace,
-                "labels": {APP_LABEL: options.name, "app.kubernetes.io/managed-by": "gpu-airgap"}}  # fmt: skip
+        return {
+            "name": name,
+            "namespace": options.namespace,
+            "labels": {APP_LABEL: options.name, "app.kubernetes.io/managed-by": "gpu-airgap"},
+        }
 
     return meta
 
@@ -267,7 +334,9 @@ def _env(options: K8sOptions) -> List[Dict[str, str]]:
     on_host = options.tools == "host"
     values = {
         "GPU_AIRGAP_HOST_ROOT": "/" if on_host else HOST_ROOT,
-        "GPU_AIRGAP_KEYRING": f"{HOST_CACHE}/{KEYRING_KEY}" if on_host else f"/etc/gpu-airgap/keyring/{KEYRING_KEY}",
+        "GPU_AIRGAP_KEYRING": f"{HOST_CACHE}/{KEYRING_KEY}"
+        if on_host
+        else f"/etc/gpu-airgap/keyring/{KEYRING_KEY}",
         "GPU_AIRGAP_RUNTIME": options.runtime,
         "GPU_AIRGAP_RUNTIME_NAME": options.runtime_name,
         "GPU_AIRGAP_SET_AS_DEFAULT": str(options.set_as_default).lower(),
@@ -278,7 +347,11 @@ def _env(options: K8sOptions) -> List[Dict[str, str]]:
     if options.distro is not None:  # the same detection as on the node, overridden the same way
         values["GPU_AIRGAP_DISTRO"] = options.distro
     if on_host:
-        values.update(GPU_AIRGAP_HOST_MOUNT=HOST_ROOT, GPU_AIRGAP_CACHE=HOST_CACHE, GPU_AIRGAP_READY_FILE=f"{HOST_CACHE}/ready")
+        values.update(
+            GPU_AIRGAP_HOST_MOUNT=HOST_ROOT,
+            GPU_AIRGAP_CACHE=HOST_CACHE,
+            GPU_AIRGAP_READY_FILE=f"{HOST_CACHE}/ready",
+        )
     values["GPU_AIRGAP_BUNDLE_DIGEST"] = str(options.bundle_digest)
     if options.bundle_ref is not None:
         values["GPU_AIRGAP_BUNDLE_REF"] = options.bundle_ref
@@ -286,11 +359,15 @@ def _env(options: K8sOptions) -> List[Dict[str, str]]:
         if options.registry_ca_text is not None:
             values["GPU_AIRGAP_REGISTRY_CA"] = f"{HOST_CACHE}/registry-ca.pem" if on_host else REGISTRY_CA
         if options.registry_secret is not None:
-            values["GPU_AIRGAP_REGISTRY_CONFIG"] = f"{HOST_CACHE}/registry.json" if on_host else REGISTRY_CONFIG
+            values["GPU_AIRGAP_REGISTRY_CONFIG"] = (
+                f"{HOST_CACHE}/registry.json" if on_host else REGISTRY_CONFIG
+            )
     elif options.bundle_url is not None:
         values["GPU_AIRGAP_BUNDLE_URL"] = options.bundle_url
     else:
-        values["GPU_AIRGAP_BUNDLE_FILE"] = f"{HOST_CACHE}/bundle.configmap" if on_host else f"/etc/gpu-airgap/bundle/{BUNDLE_KEY}"
+        values["GPU_AIRGAP_BUNDLE_FILE"] = (
+            f"{HOST_CACHE}/bundle.configmap" if on_host else f"/etc/gpu-airgap/bundle/{BUNDLE_KEY}"
+        )
     return [{"name": k, "value": v} for k, v in values.items()]
 
 
@@ -324,7 +401,9 @@ def _daemonset(options: K8sOptions, meta: Meta, keyring_map: str) -> Dict[str, A
         volumes.append({"name": "registry-ca", "configMap": {"name": f"{options.name}-registry-ca"}})
     if options.registry_secret is not None:
         mounts.append({"name": "registry", "mountPath": REGISTRY_CONFIG.rsplit("/", 1)[0], "readOnly": True})
-        volumes.append({"name": "registry", "secret": {"secretName": options.registry_secret, "defaultMode": 0o400}})
+        volumes.append(
+            {"name": "registry", "secret": {"secretName": options.registry_secret, "defaultMode": 0o400}}
+        )
     command, probe = _commands(options)
     container = {
         "name": "install",
@@ -364,8 +443,14 @@ def _daemonset(options: K8sOptions, meta: Meta, keyring_map: str) -> Dict[str, A
         pod.update(hostNetwork=True, dnsPolicy="ClusterFirstWithHostNet")
     if options.registry_secret is not None:
         pod["imagePullSecrets"] = [{"name": options.registry_secret}]
-    strategy: Dict[str, Any] = {"type": "OnDelete"} if options.on_delete else {
-        "type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": parse_max_unavailable(options.max_unavailable)}}  # fmt: skip
+    strategy: Dict[str, Any] = (
+        {"type": "OnDelete"}
+        if options.on_delete
+        else {
+            "type": "RollingUpdate",
+            "rollingUpdate": {"maxUnavailable": parse_max_unavailable(options.max_unavailable)},
+        }
+    )
     return {
         "apiVersion": "apps/v1",
         "kind": "DaemonSet",

@@ -14,14 +14,24 @@ from plumbing.clikit import legacy_spellings
 from plumbing.errors import UsageError
 
 _MIRROR = typer.Option(..., "--mirror", help="The mirror directory (from `gpu-airgap mirror sync`).")
-_OUTPUT = typer.Option(..., "--output", help="The directory to publish into (replaced atomically; served by your web server).")
-_BASE_URL = typer.Option(..., "--base-url", help="The URL nodes reach --output at, e.g. http://mirror.internal/nvct.")
-_SIGN_KEY = typer.Option(None, "--sign-key", help="The operator's secret key (fingerprint or key id) that signs the indexes.")
+_OUTPUT = typer.Option(
+    ..., "--output", help="The directory to publish into (replaced atomically; served by your web server)."
+)
+_BASE_URL = typer.Option(
+    ..., "--base-url", help="The URL nodes reach --output at, e.g. http://mirror.internal/nvct."
+)
+_SIGN_KEY = typer.Option(
+    None, "--sign-key", help="The operator's secret key (fingerprint or key id) that signs the indexes."
+)
 _GNUPGHOME = typer.Option(None, "--gnupghome", help="gpg home holding the secret key.")
 _PRESERVE = typer.Option(
-    False, "--preserve-upstream", help="Publish upstream's own signed indexes unchanged (needs an unfiltered mirror)."
+    False,
+    "--preserve-upstream",
+    help="Publish upstream's own signed indexes unchanged (needs an unfiltered mirror).",
 )
-_KEYRING = typer.Option(None, "--keyring", help="With --preserve-upstream: upstream's key file, instead of NVIDIA's pinned key.")
+_KEYRING = typer.Option(
+    None, "--keyring", help="With --preserve-upstream: upstream's key file, instead of NVIDIA's pinned key."
+)
 _KEYRING_NAME = typer.Option(
     DEFAULT_KEYRING_NAME, "--keyring-name", help="Nodes keep the key as /usr/share/keyrings/NAME.gpg."
 )
@@ -59,11 +69,15 @@ def publish_command(
 
     url = normalize_base_url(base_url)
     if not valid_keyring_name(keyring_name):  # usage errors first; publish() checks again for library callers
-        raise UsageError(f"--keyring-name {keyring_name!r} must be a plain file name such as {DEFAULT_KEYRING_NAME}")
+        raise UsageError(
+            f"--keyring-name {keyring_name!r} must be a plain file name such as {DEFAULT_KEYRING_NAME}"
+        )
     if preserve_upstream and sign_key and not quiet:
         output.warn("--sign-key is not used: --preserve-upstream keeps upstream's signatures")
     if not preserve_upstream and not sign_key:
-        raise UsageError("name the operator key with --sign-key (or keep upstream's signatures with --preserve-upstream)")
+        raise UsageError(
+            "name the operator key with --sign-key (or keep upstream's signatures with --preserve-upstream)"
+        )
     if keyring is not None and not preserve_upstream:
         raise UsageError("--keyring only applies with --preserve-upstream")
     if keyring is not None:
@@ -76,27 +90,51 @@ def publish_command(
     with contextlib.ExitStack() as stack:
         if preserve_upstream:
             ring = stack.enter_context(open_keyring([keyring] if keyring else None))
-            result = publish(mirror, out, base_url=url, keyring_name=keyring_name, key=None, upstream_keyring=ring, epoch=epoch,
-                             meter=meter)
+            result = publish(
+                mirror,
+                out,
+                base_url=url,
+                keyring_name=keyring_name,
+                key=None,
+                upstream_keyring=ring,
+                epoch=epoch,
+                meter=meter,
+            )
         else:
             key = OperatorKey.find(str(sign_key), gnupghome)
             result = publish(
-                mirror, out, base_url=url, keyring_name=keyring_name, key=key, upstream_keyring=None, epoch=epoch,
-                info_cache=package_info_cache(), meter=meter,
+                mirror,
+                out,
+                base_url=url,
+                keyring_name=keyring_name,
+                key=key,
+                upstream_keyring=None,
+                epoch=epoch,
+                info_cache=package_info_cache(),
+                meter=meter,
             )
     if json_output:
-        output.emit_json({
-            "output": result.out, "base_url": result.base_url, "signer": result.signer,
-            "preserved_upstream": result.preserved_upstream, "files": result.files, "bytes": result.bytes,
-            "linked": result.linked, "seconds": round(result.seconds, 3),
-            "repos": [r.__dict__ for r in result.repos],
-        })  # fmt: skip
+        output.emit_json(
+            {
+                "output": result.out,
+                "base_url": result.base_url,
+                "signer": result.signer,
+                "preserved_upstream": result.preserved_upstream,
+                "files": result.files,
+                "bytes": result.bytes,
+                "linked": result.linked,
+                "seconds": round(result.seconds, 3),
+                "repos": [r.__dict__ for r in result.repos],
+            }
+        )
     elif not quiet:
         how = "upstream's signatures" if result.preserved_upstream else "re-signed"
         output.emit_lines(
             f"{r.key}: {r.packages} package(s), {r.bytes} bytes, {how} by {r.signed_by}" for r in result.repos
         )
-        output.emit_lines([
-            f"published {out} for {result.base_url}: {result.files} file(s), {result.bytes} bytes "
-            f"({result.linked} hard-linked); {result.seconds:.2f} s; node commands in {out / 'INSTALL.md'}"
-        ])  # fmt: skip
+        output.emit_lines(
+            [
+                f"published {out} for {result.base_url}: {result.files} file(s), {result.bytes} bytes "
+                f"({result.linked} hard-linked); {result.seconds:.2f} s; node commands in {out / 'INSTALL.md'}"
+            ]
+        )

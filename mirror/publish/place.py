@@ -69,7 +69,9 @@ class Placer:
                 linked = False
             sha256, sha512, size = _copy_hashing(source, None if linked else target)
         except FileNotFoundError:
-            raise ToolError(f"{stored.path} is missing from the mirror; nothing was published: run `gpu-airgap mirror verify` and sync again") from None
+            raise ToolError(
+                f"{stored.path} is missing from the mirror; nothing was published: run `gpu-airgap mirror verify` and sync again"
+            ) from None
         except OSError as exc:
             raise ToolError(f"cannot publish {stored.path}: {exc.strerror or exc}") from exc
         if size != stored.size:

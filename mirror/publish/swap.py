@@ -48,9 +48,13 @@ def check_target(out: Path, mirror: Path) -> None:
     """
     out_abs, mirror_abs = os.path.realpath(out), os.path.realpath(mirror)
     if _within(out_abs, mirror_abs):
-        raise PublishTargetError(f"--output {out} is inside the mirror {mirror}; publish to a directory outside it")
+        raise PublishTargetError(
+            f"--output {out} is inside the mirror {mirror}; publish to a directory outside it"
+        )
     if _within(mirror_abs, out_abs):
-        raise PublishTargetError(f"--output {out} contains the mirror {mirror}; replacing it would delete the mirror")
+        raise PublishTargetError(
+            f"--output {out} contains the mirror {mirror}; replacing it would delete the mirror"
+        )
     if out.is_symlink() or (out.exists() and not out.is_dir()):
         raise PublishTargetError(f"--output {out} exists and is not a directory; name a directory")
     if out.is_dir() and any(out.iterdir()) and not (out / MARKER).is_file():
@@ -104,7 +108,10 @@ def _swap_in(new: Path, out: Path) -> None:
         new.rename(out)
         return
     exchange = _renameat2()
-    if exchange is not None and exchange(_AT_FDCWD, os.fsencode(new), _AT_FDCWD, os.fsencode(out), _RENAME_EXCHANGE) == 0:
+    if (
+        exchange is not None
+        and exchange(_AT_FDCWD, os.fsencode(new), _AT_FDCWD, os.fsencode(out), _RENAME_EXCHANGE) == 0
+    ):
         return
     err = ctypes.get_errno() if exchange is not None else errno.ENOSYS
     if err not in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):

@@ -103,8 +103,16 @@ def normalize_base_url(url: str) -> str:
     :raises UsageError: for another scheme, no host, or a query or fragment.
     """
     parts = urlsplit(url.strip())
-    if parts.scheme not in ("http", "https") or not parts.netloc or parts.query or parts.fragment or " " in url.strip():
-        raise UsageError(f"--base-url {url!r} must be an http:// or https:// URL such as http://mirror.internal/nvct")
+    if (
+        parts.scheme not in ("http", "https")
+        or not parts.netloc
+        or parts.query
+        or parts.fragment
+        or " " in url.strip()
+    ):
+        raise UsageError(
+            f"--base-url {url!r} must be an http:// or https:// URL such as http://mirror.internal/nvct"
+        )
     return url.strip().rstrip("/")
 
 
@@ -135,7 +143,9 @@ def publish(
     if (key is None) == (upstream_keyring is None):
         raise UsageError("publish needs exactly one of an operator key and --preserve-upstream")
     if not valid_keyring_name(keyring_name):
-        raise UsageError(f"--keyring-name {keyring_name!r} must be a plain file name such as {DEFAULT_KEYRING_NAME}")
+        raise UsageError(
+            f"--keyring-name {keyring_name!r} must be a plain file name such as {DEFAULT_KEYRING_NAME}"
+        )
     base_url = normalize_base_url(base_url)
     check_target(out, mirror)
     with store.reading(mirror) as state:
@@ -146,7 +156,9 @@ def publish(
         meter.start(sum(p.size for repo in state.repos for p in repo.packages))
         try:
             with staged(out) as tree:
-                result = _fill(tree, state, mirror, out, site, key, upstream_keyring, epoch, info_cache, meter)
+                result = _fill(
+                    tree, state, mirror, out, site, key, upstream_keyring, epoch, info_cache, meter
+                )
         except (OSError, ToolError) as exc:
             if NoSpaceError.matches(exc):  # staged() removed the new tree: OUT is as it was
                 raise NoSpaceError(out, f"{out} is unchanged") from exc
@@ -157,16 +169,26 @@ def publish(
 
 
 def _fill(
-    tree: Path, state: store.MirrorState, mirror: Path, out: Path, site: Site,
-    key: OperatorKey | None, upstream_keyring: Keyring | None, epoch: int, info_cache: Path | None, meter: Meter,
-) -> PublishResult:  # fmt: skip
+    tree: Path,
+    state: store.MirrorState,
+    mirror: Path,
+    out: Path,
+    site: Site,
+    key: OperatorKey | None,
+    upstream_keyring: Keyring | None,
+    epoch: int,
+    info_cache: Path | None,
+    meter: Meter,
+) -> PublishResult:
     """Put every repo, the key, the text files and the marker into the empty ``tree``."""
     placer = Placer(mirror, tree, meter)
     if upstream_keyring is not None:
         repos = [_preserved(repo, mirror, placer, upstream_keyring) for repo in state.repos]
         signers = sorted({r.signed_by for r in repos})
         if len(signers) > 1:
-            raise PreserveError(f"the mirror's repos are signed by different upstream keys ({', '.join(signers)}); publish them separately")
+            raise PreserveError(
+                f"the mirror's repos are signed by different upstream keys ({', '.join(signers)}); publish them separately"
+            )
         signer, public = signers[0], upstream_keyring.export(signers[0])
     else:
         assert key is not None
@@ -177,19 +199,32 @@ def _fill(
     for path, data in texts.items():
         placer.write(path, data, epoch)
     result = PublishResult(
-        out=str(out), base_url=site.base_url, signer=signer, preserved_upstream=upstream_keyring is not None,
-        repos=tuple(repos), files=placer.files, bytes=placer.bytes, linked=placer.linked, seconds=0.0,
-    )  # fmt: skip
-    marker = {"tool": "gpu-airgap", "version": VERSION, "mirror": os.path.abspath(mirror),
-              "created": datetime.fromtimestamp(epoch, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-              **{k: v for k, v in dataclasses.asdict(result).items() if k not in ("out", "seconds")}}  # fmt: skip
+        out=str(out),
+        base_url=site.base_url,
+        signer=signer,
+        preserved_upstream=upstream_keyring is not None,
+        repos=tuple(repos),
+        files=placer.files,
+        bytes=placer.bytes,
+        linked=placer.linked,
+        seconds=0.0,
+    )
+    marker = {
+        "tool": "gpu-airgap",
+        "version": VERSION,
+        "mirror": os.path.abspath(mirror),
+        "created": datetime.fromtimestamp(epoch, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        **{k: v for k, v in dataclasses.asdict(result).items() if k not in ("out", "seconds")},
+    }
     placer.write(MARKER, (json.dumps(marker, indent=2, sort_keys=True) + "\n").encode(), epoch)
     return result
 
 
 def _channels(state: store.MirrorState, fmt: str) -> tuple[str, ...]:
     held = {r.channel for r in state.repos if r.format == fmt}
-    return tuple([c for c in ("stable", "experimental") if c in held] + sorted(held - {"stable", "experimental"}))
+    return tuple(
+        [c for c in ("stable", "experimental") if c in held] + sorted(held - {"stable", "experimental"})
+    )
 
 
 def _site_files(site: Site, out: Path, *, signer: str, preserved: bool) -> dict[str, bytes]:
@@ -202,11 +237,18 @@ def _site_files(site: Site, out: Path, *, signer: str, preserved: bool) -> dict[
 
 def _source(stored: store.StoredPackage, placed: Path, sha256: str) -> SourcePackage:
     """The placed file, with the sha256 ``Placer.place`` computed while it checked the recorded digest."""
-    return SourcePackage(stored.name, stored.version, stored.arch, placed, stored.size, sha256, stored.sha512, stored.url)
+    return SourcePackage(
+        stored.name, stored.version, stored.arch, placed, stored.size, sha256, stored.sha512, stored.url
+    )
 
 
 def _resigned(
-    repo: store.RepoRecord, mirror: Path, placer: Placer, key: OperatorKey, epoch: int, info_cache: Path | None
+    repo: store.RepoRecord,
+    mirror: Path,
+    placer: Placer,
+    key: OperatorKey,
+    epoch: int,
+    info_cache: Path | None,
 ) -> PublishedRepo:
     """Place every package the repo holds at ``<key>/<file name>`` and sign fresh indexes over them."""
     names: dict[str, str] = {}
@@ -215,7 +257,9 @@ def _resigned(
     for stored in repo.packages:
         name = Path(stored.path).name
         if name in names:
-            raise MirrorStateError(mirror, f"{repo.key} holds two packages named {name} ({names[name]}, {stored.path})")
+            raise MirrorStateError(
+                mirror, f"{repo.key} holds two packages named {name} ({names[name]}, {stored.path})"
+            )
         names[name] = stored.path
         placed, sha256 = placer.place(stored, f"{repo.key}/{name}")
         sources.append(_source(stored, placed, sha256))
@@ -223,13 +267,23 @@ def _resigned(
     facts = package_headers(repo.format, sources, info_cache, verified=True)
     if repo.format == "deb":
         entries = [AptEntry(src, sha, fact.header.fields) for src, sha, fact in zip(sources, sha256s, facts)]
-        metadata = apt_metadata(entries, arch=repo.arch, key=key, epoch=epoch, channel=repo.channel, labels=PUBLISH_LABELS)
+        metadata = apt_metadata(
+            entries, arch=repo.arch, key=key, epoch=epoch, channel=repo.channel, labels=PUBLISH_LABELS
+        )
     else:
         metadata = yum_metadata([s.path for s in sources], key=key, epoch=epoch)
     for path, data in metadata.items():
         placer.write(f"{repo.key}/{path}", data, epoch)
-    return PublishedRepo(repo.key, repo.format, repo.arch, repo.channel, len(sources), sum(s.size for s in sources),
-                         key.fingerprint, preserved=False)  # fmt: skip
+    return PublishedRepo(
+        repo.key,
+        repo.format,
+        repo.arch,
+        repo.channel,
+        len(sources),
+        sum(s.size for s in sources),
+        key.fingerprint,
+        preserved=False,
+    )
 
 
 class _MirrorFetcher:
@@ -259,7 +313,11 @@ def _preserved(repo: store.RepoRecord, mirror: Path, placer: Placer, keyring: Ke
     snapshot = loader(_MirrorFetcher(mirror), base, keyring)
     held = {p.path: p for p in repo.packages}
     listed = {f"{repo.key}/{clean_relative(p.filename, base)}": p for p in snapshot.packages}
-    have = [path for path, p in listed.items() if path in held and _same_file(held[path], p.size, p.sha256, p.sha512)]
+    have = [
+        path
+        for path, p in listed.items()
+        if path in held and _same_file(held[path], p.size, p.sha256, p.sha512)
+    ]
     if len(have) != len(listed):
         raise PreserveError(
             f"--preserve-upstream cannot keep upstream's signatures for {repo.key}: the mirror is filtered "
@@ -267,16 +325,28 @@ def _preserved(repo: store.RepoRecord, mirror: Path, placer: Placer, keyring: Ke
             "sync it with --version all, or publish without --preserve-upstream to re-sign it with --sign-key"
         )
     signed = {f.path: f for f in repo.provenance.signed_files}
-    needed = [f"{repo.key}/{clean_relative(m.path, base)}" for m in snapshot.metadata] + _other_indexes(snapshot, repo.key, base)
+    needed = [f"{repo.key}/{clean_relative(m.path, base)}" for m in snapshot.metadata] + _other_indexes(
+        snapshot, repo.key, base
+    )
     for path in needed:
         if path not in signed:
-            raise PreserveError(f"--preserve-upstream cannot publish {repo.key}: the mirror does not hold {path}, which its signed index names")
+            raise PreserveError(
+                f"--preserve-upstream cannot publish {repo.key}: the mirror does not hold {path}, which its signed index names"
+            )
         placer.place(signed[path], path)
     _derived_packages(snapshot, repo.key, placer)
     for path in sorted(listed):
         placer.place(held[path], path)
-    return PublishedRepo(repo.key, repo.format, repo.arch, repo.channel, len(listed), sum(p.size for p in listed.values()),
-                         snapshot.fingerprint, preserved=True)  # fmt: skip
+    return PublishedRepo(
+        repo.key,
+        repo.format,
+        repo.arch,
+        repo.channel,
+        len(listed),
+        sum(p.size for p in listed.values()),
+        snapshot.fingerprint,
+        preserved=True,
+    )
 
 
 def _same_file(stored: store.StoredPackage, size: int, sha256: str | None, sha512: str | None) -> bool:
@@ -289,21 +359,32 @@ def _other_indexes(snapshot: RepoSnapshot, key: str, base: str) -> list[str]:
     if snapshot.repomd is None:
         return []
     have = {m.path for m in snapshot.metadata}
-    return sorted(f"{key}/{clean_relative(d.href, base)}" for d in snapshot.repomd.data.values() if d.href not in have)
+    return sorted(
+        f"{key}/{clean_relative(d.href, base)}" for d in snapshot.repomd.data.values() if d.href not in have
+    )
 
 
 def _derived_packages(snapshot: RepoSnapshot, key: str, placer: Placer) -> None:
     """apt: when the mirror kept only ``Packages.xz``, also publish the ``Packages`` InRelease lists (checked)."""
     release = snapshot.release
-    if release is None or "Packages" not in release.files or any(m.path == "Packages" for m in snapshot.metadata):
+    if (
+        release is None
+        or "Packages" not in release.files
+        or any(m.path == "Packages" for m in snapshot.metadata)
+    ):
         return
     xz = next((m.data for m in snapshot.metadata if m.path == "Packages.xz"), None)
     if xz is None:
         return
     plain = lzma.decompress(xz)
     try:
-        check_digest(f"{key}/Packages", plain, "sha512", release.files["Packages"].sha512, release.files["Packages"].size)
+        check_digest(
+            f"{key}/Packages",
+            plain,
+            "sha512",
+            release.files["Packages"].sha512,
+            release.files["Packages"].size,
+        )
     except VerificationError:
         return  # InRelease lists Packages.xz too, which apt prefers; an unusable Packages is simply left out
     placer.write(f"{key}/Packages", plain, None)
-

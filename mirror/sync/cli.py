@@ -29,7 +29,6 @@ if TYPE_CHECKING:
 DEFAULT_UPSTREAM = "https://nvidia.github.io/libnvidia-container"
 
 
-
 def add_sync_commands(app: typer.Typer) -> None:
     """Register ``sync``, ``plan``, ``status``, ``verify`` and ``prune`` on the ``mirror`` group."""
     app.command("sync")(sync_command)
@@ -47,13 +46,24 @@ def add_sync_commands(app: typer.Typer) -> None:
 _DEST = typer.Option(..., "--dest", help="The mirror directory to write (created if missing).")
 _MIRROR = typer.Option(..., "--mirror", help="The mirror directory (from `gpu-airgap mirror sync`).")
 _UPSTREAM = typer.Option(DEFAULT_UPSTREAM, "--upstream", help="Base URL of NVIDIA's repositories.")
-_CHANNEL = typer.Option("stable", "--channel", click_type=click.Choice(CHANNELS), help="stable or experimental (release candidates).")
+_CHANNEL = typer.Option(
+    "stable",
+    "--channel",
+    click_type=click.Choice(CHANNELS),
+    help="stable or experimental (release candidates).",
+)
 _FORMAT = typer.Option("deb,rpm", "--format", help="Package formats, comma-separated: deb, rpm.")
-_ARCH = typer.Option(["amd64"], "--arch", help="Architectures (amd64/x86_64, arm64/aarch64, ppc64el); repeat or comma-separate.")
+_ARCH = typer.Option(
+    ["amd64"],
+    "--arch",
+    help="Architectures (amd64/x86_64, arm64/aarch64, ppc64el); repeat or comma-separate.",
+)
 _VERSION = typer.Option(
-    None, "--version", show_default=False,
+    None,
+    "--version",
+    show_default=False,
     help="latest (default), all (every package: a full mirror), 1.17.8, 1.17.8-1, '>=1.17,<1.18' or '1.17.*'.",
-)  # fmt: skip
+)
 _KEYRING = typer.Option(None, "--keyring", help="Trust this key file instead of NVIDIA's pinned key.")
 _JOBS = typer.Option(4, "--jobs", min=1, max=64, help="Parallel downloads.")
 _JSON = typer.Option(False, "--json", help="Print one JSON object.")
@@ -63,12 +73,20 @@ _WRITE_LOCK = typer.Option(None, "--write-lock", help="Record the synced set in 
 
 
 def _options(
-    ctx: typer.Context, upstream: str, channel: str, fmt: str, arch: list[str], version: Optional[str], locked: Optional[Path]
+    ctx: typer.Context,
+    upstream: str,
+    channel: str,
+    fmt: str,
+    arch: list[str],
+    version: Optional[str],
+    locked: Optional[Path],
 ) -> sync_lib.SyncOptions:
     from mirror.selectors import VersionSelector
     from mirror.sync import core as sync_lib
 
-    refuse_with(ctx, "locked", ["version", "channel", "fmt", "arch"], "the lockfile names the release and the targets")
+    refuse_with(
+        ctx, "locked", ["version", "channel", "fmt", "arch"], "the lockfile names the release and the targets"
+    )
     version = version or "latest"
     if channel not in CHANNELS:
         raise UsageError(f"unknown --channel {channel!r}; use stable or experimental")
@@ -80,7 +98,9 @@ def _options(
     else:
         arches = [a for value in arch for a in value.split(",") if a.strip()]
         targets = sync_lib.parse_targets([f for f in fmt.split(",") if f.strip()], arches)
-    return sync_lib.SyncOptions(upstream=upstream, channel=channel, targets=tuple(targets), selector=version, locked=lock)
+    return sync_lib.SyncOptions(
+        upstream=upstream, channel=channel, targets=tuple(targets), selector=version, locked=lock
+    )
 
 
 def _silent(line: str) -> None:
@@ -101,15 +121,25 @@ def _target_json(item: sync_lib.PlannedTarget) -> dict[str, Any]:
         "key_fingerprint": item.fingerprint,
         "total_bytes": item.total_bytes,
         "packages": [
-            {"name": p.name, "version": p.version, "arch": p.arch, "size": p.size, "sha256": p.sha256,
-             "sha512": p.sha512, "path": item.path(p), "url": item.url(p)}
+            {
+                "name": p.name,
+                "version": p.version,
+                "arch": p.arch,
+                "size": p.size,
+                "sha256": p.sha256,
+                "sha512": p.sha512,
+                "path": item.path(p),
+                "url": item.url(p),
+            }
             for p in item.held
         ],
         "node_requirements": list(item.node_requirements),
         "breaks": list(item.breaks),
-        "releases": sorted([r.toolkit_version for r in item.other_releases] + [item.toolkit_version],
-                           key=sort_key(item.target.format)),  # oldest first, like the state
-    }  # fmt: skip
+        "releases": sorted(
+            [r.toolkit_version for r in item.other_releases] + [item.toolkit_version],
+            key=sort_key(item.target.format),
+        ),  # oldest first, like the state
+    }
 
 
 def _target_lines(item: sync_lib.PlannedTarget) -> list[str]:
@@ -153,9 +183,14 @@ def sync_command(
     _warn_channel(options, quiet)  # on stderr, so --json still prints one object on stdout
     progress = progress_lib.choose(quiet=quiet, json_output=json_output)
     try:
-        with open_keyring([keyring] if keyring else None) as ring, Downloader(jobs=jobs, notify=_silent if quiet else output.warn) as downloader:
+        with (
+            open_keyring([keyring] if keyring else None) as ring,
+            Downloader(jobs=jobs, notify=_silent if quiet else output.warn) as downloader,
+        ):
             try:
-                result = sync_lib.sync(options, dest, downloader=downloader, loader=sync_lib.make_loader(ring), progress=progress)
+                result = sync_lib.sync(
+                    options, dest, downloader=downloader, loader=sync_lib.make_loader(ring), progress=progress
+                )
             finally:
                 progress.close()
     except KeyboardInterrupt:
@@ -165,18 +200,26 @@ def sync_command(
     if write_lock is not None:
         result.to_lockfile(options.upstream).save(write_lock)
     if json_output:
-        output.emit_json({
-            "dest": str(dest), "channel": result.channel, "downloaded_files": result.downloaded_files,
-            "downloaded_bytes": result.downloaded_bytes, "reused_files": result.reused_files,
-            "seconds": round(result.seconds, 3), "lockfile": str(write_lock) if write_lock else None,
-            "targets": [_target_json(t) for t in result.targets],
-        })  # fmt: skip
+        output.emit_json(
+            {
+                "dest": str(dest),
+                "channel": result.channel,
+                "downloaded_files": result.downloaded_files,
+                "downloaded_bytes": result.downloaded_bytes,
+                "reused_files": result.reused_files,
+                "seconds": round(result.seconds, 3),
+                "lockfile": str(write_lock) if write_lock else None,
+                "targets": [_target_json(t) for t in result.targets],
+            }
+        )
     elif not quiet:
         output.emit_lines(line for t in result.targets for line in _target_lines(t))
-        output.emit_lines([
-            f"synced {dest}: downloaded {result.downloaded_files} file(s), {result.downloaded_bytes} bytes; "
-            f"{result.reused_files} already present; {result.seconds:.2f} s"
-        ])  # fmt: skip
+        output.emit_lines(
+            [
+                f"synced {dest}: downloaded {result.downloaded_files} file(s), {result.downloaded_bytes} bytes; "
+                f"{result.reused_files} already present; {result.seconds:.2f} s"
+            ]
+        )
 
 
 def plan_command(
@@ -201,7 +244,9 @@ def plan_command(
         planned = sync_lib.plan(options, fetcher=downloader.fetcher(), loader=sync_lib.make_loader(ring))
     total = sum(t.total_bytes for t in planned)
     if json_output:
-        output.emit_json({"channel": options.channel, "total_bytes": total, "targets": [_target_json(t) for t in planned]})
+        output.emit_json(
+            {"channel": options.channel, "total_bytes": total, "targets": [_target_json(t) for t in planned]}
+        )
     else:
         output.emit_lines(line for t in planned for line in _target_lines(t))
         output.emit_lines([f"total: {total} bytes in {sum(len(t.held) for t in planned)} package file(s)"])
@@ -226,9 +271,12 @@ def status_command(
             fetcher = downloader.fetcher(maintain.ReadOnlyCache(mirror))
             repos = maintain.status(mirror, fetcher=fetcher, loader=sync_lib.make_loader(ring))
     if json_output:
-        output.emit_json({"mirror": str(mirror), "repos": [
-            {**dataclasses.asdict(r), "newer_upstream": r.newer_upstream} for r in repos
-        ]})  # fmt: skip
+        output.emit_json(
+            {
+                "mirror": str(mirror),
+                "repos": [{**dataclasses.asdict(r), "newer_upstream": r.newer_upstream} for r in repos],
+            }
+        )
         return
     for r in repos:
         line = f"{r.key}: {', '.join(r.releases)} ({r.packages} files, {r.bytes} bytes, synced {r.synced_at})"
@@ -247,7 +295,9 @@ def verify_command(mirror: Path = _MIRROR, json_output: bool = _JSON) -> None:
 
     report = maintain.verify(mirror)
     if json_output:
-        output.emit_json({"mirror": str(mirror), "files": report.files, "bytes": report.bytes, "problems": report.problems})
+        output.emit_json(
+            {"mirror": str(mirror), "files": report.files, "bytes": report.bytes, "problems": report.problems}
+        )
     if report.problems:
         raise ProblemsFound(f"{len(report.problems)} problem(s) in {mirror}", report.problems)
     if not json_output:

@@ -49,12 +49,24 @@ from plumbing.errors import NoSpaceError
 
 # The records live in mirror.sync.targets; callers reach them here too (``sync_lib.SyncOptions``).
 __all__ = [
-    "DEFAULT_UPSTREAM", "PlannedTarget", "Progress", "RepoLoader", "RepoTarget", "SyncOptions", "SyncResult",
-    "make_loader", "parse_targets", "plan", "plan_target", "sync",
-]  # fmt: skip
+    "DEFAULT_UPSTREAM",
+    "PlannedTarget",
+    "Progress",
+    "RepoLoader",
+    "RepoTarget",
+    "SyncOptions",
+    "SyncResult",
+    "make_loader",
+    "parse_targets",
+    "plan",
+    "plan_target",
+    "sync",
+]
 
 
-def plan_target(options: SyncOptions, target: RepoTarget, *, fetcher: Fetcher, loader: RepoLoader) -> PlannedTarget:
+def plan_target(
+    options: SyncOptions, target: RepoTarget, *, fetcher: Fetcher, loader: RepoLoader
+) -> PlannedTarget:
     """Load and verify ``target``'s repo, then resolve ``options.selector`` (or match the lockfile).
 
     :raises SignatureError | ChecksumMismatch | MetadataError | FetchError: when metadata is bad.
@@ -66,9 +78,12 @@ def plan_target(options: SyncOptions, target: RepoTarget, *, fetcher: Fetcher, l
     metadata = {f"{key}/{clean_relative(m.path, base)}": m.data for m in snapshot.metadata}
     signed_at = snapshot.signed_at.astimezone(timezone.utc).isoformat() if snapshot.signed_at else None
     common = {
-        "target": target, "key": key, "base_url": base, "fingerprint": snapshot.fingerprint,
+        "target": target,
+        "key": key,
+        "base_url": base,
+        "fingerprint": snapshot.fingerprint,
         "extra_metadata": _extra_metadata(snapshot, key, base, set(metadata)),
-    }  # fmt: skip
+    }
     if options.locked is not None:
         wanted = _locked_target(options.locked, target)
         by_key = {p.key: p for p in snapshot.packages}
@@ -77,10 +92,16 @@ def plan_target(options: SyncOptions, target: RepoTarget, *, fetcher: Fetcher, l
         # what they break, so a bundle built from a locked mirror carries both.
         try:
             # Resolved within the locked set, so upstream's later additions cannot change the release.
-            release = ReleasePlan.of(resolve(list(chosen), VersionSelector.parse(wanted.toolkit_version), target.format))
+            release = ReleasePlan.of(
+                resolve(list(chosen), VersionSelector.parse(wanted.toolkit_version), target.format)
+            )
             requirements, breaks = release.node_requirements, release.breaks
         except UnresolvableDependency:
-            release, requirements, breaks = None, (), ()  # the differences below say what upstream no longer has
+            release, requirements, breaks = (
+                None,
+                (),
+                (),
+            )  # the differences below say what upstream no longer has
         also: tuple[Package, ...] = ()
         others: tuple[ReleasePlan, ...] = ()
         if release is not None and set(release.packages) < set(chosen):
@@ -111,7 +132,9 @@ def plan_target(options: SyncOptions, target: RepoTarget, *, fetcher: Fetcher, l
         also = tuple(sorted(rest, key=lambda p: (p.name, p.arch, p.filename)))
         others = _other_releases(tuple(resolution.packages) + also, target.format, resolution.toolkit_version)
     for pkg in (*resolution.packages, *also):
-        clean_relative(pkg.filename, base)  # refuse ``../`` names now, before anything is downloaded or reported
+        clean_relative(
+            pkg.filename, base
+        )  # refuse ``../`` names now, before anything is downloaded or reported
     return PlannedTarget(
         **common,  # type: ignore[arg-type]
         packages=release.packages,
@@ -125,7 +148,9 @@ def plan_target(options: SyncOptions, target: RepoTarget, *, fetcher: Fetcher, l
     )
 
 
-def _other_releases(packages: tuple[Package, ...], fmt: PackageFormat, newest: str) -> tuple[ReleasePlan, ...]:
+def _other_releases(
+    packages: tuple[Package, ...], fmt: PackageFormat, newest: str
+) -> tuple[ReleasePlan, ...]:
     """Every release ``packages`` resolve to, oldest first, except ``newest`` (the target's own, resolved already)."""
     return tuple(ReleasePlan.of(r) for r in resolve_each(packages, fmt, skip=(newest,)))
 
@@ -140,7 +165,9 @@ def _extra_metadata(snapshot: Snapshot, key: str, base: str, have: set[str]) -> 
         path = f"{key}/{clean_relative(data.href, base)}"
         if path in have or data.size is None or data.checksum_type not in ("sha256", "sha512"):
             continue
-        extra.append(store.StoredFile(path=path, size=data.size, **{data.checksum_type: data.checksum.lower()}))
+        extra.append(
+            store.StoredFile(path=path, size=data.size, **{data.checksum_type: data.checksum.lower()})
+        )
     return tuple(sorted(extra, key=lambda f: f.path))
 
 
@@ -166,7 +193,9 @@ def sync(
         with store.locked(dest):
             txn = Transaction(dest)
             try:
-                result = _sync_locked(options, dest, txn, downloader=downloader, loader=loader, progress=progress)
+                result = _sync_locked(
+                    options, dest, txn, downloader=downloader, loader=loader, progress=progress
+                )
             except KeyboardInterrupt:
                 # Ctrl-C, like a kill: keep the verified downloads and .part files in staging/ for the next
                 # sync to re-check and resume. Nothing outside staging/ has changed.
@@ -209,9 +238,15 @@ def _sync_locked(
     requests, entering = _downloads(dest, planned, previous, txn, result)
     if progress is not None:
         progress.start_downloads(len(requests), sum(r.size for r in requests))
-    result.downloaded_bytes = downloader.download_many(requests, progress.advance if progress is not None else None)
+    result.downloaded_bytes = downloader.download_many(
+        requests, progress.advance if progress is not None else None
+    )
     result.downloaded_files = len(requests)
-    for path, url, entry in entering:  # their digests matched (download or staged_match): now read what they say
+    for (
+        path,
+        url,
+        entry,
+    ) in entering:  # their digests matched (download or staged_match): now read what they say
         check_agrees(read_header(txn.staging_path(path), entry.format.value, what=url), entry, what=url)
     for item in planned:
         for path, data in item.metadata.items():
@@ -248,7 +283,9 @@ def _downloads(
             path = item.path(pkg)
             if path not in wanted:
                 signed = store.StoredFile(path, pkg.size, sha256=pkg.sha256, sha512=pkg.sha512)
-                recorded = store.same_record(held.get(path), size=pkg.size, sha256=pkg.sha256, sha512=pkg.sha512)
+                recorded = store.same_record(
+                    held.get(path), size=pkg.size, sha256=pkg.sha256, sha512=pkg.sha512
+                )
                 wanted[path] = _Wanted(item.url(pkg), signed, recorded=recorded, entry=pkg)
     in_place = store.intact(dest, [w.signed for w in wanted.values() if w.recorded])
     requests: list[DownloadRequest] = []
@@ -264,7 +301,9 @@ def _downloads(
         if txn.staged_match(path, size=signed.size, sha256=signed.sha256, sha512=signed.sha512):
             result.reused_files += is_package  # verified by a run that was stopped before its switch
             continue
-        requests.append(DownloadRequest(want.url, target, signed.size, sha256=signed.sha256, sha512=signed.sha512))
+        requests.append(
+            DownloadRequest(want.url, target, signed.size, sha256=signed.sha256, sha512=signed.sha512)
+        )
     return requests, entering
 
 
@@ -278,7 +317,9 @@ class _Wanted:
     entry: Package | None  #: the signed index entry of a package (None: a yum index such as filelists)
 
 
-def _new_state(options: SyncOptions, planned: Sequence[PlannedTarget], previous: store.MirrorState | None) -> store.MirrorState:
+def _new_state(
+    options: SyncOptions, planned: Sequence[PlannedTarget], previous: store.MirrorState | None
+) -> store.MirrorState:
     """Merge what this sync resolved into the previous state: releases accumulate until pruned."""
     now = datetime.now(timezone.utc).isoformat(timespec="seconds")
     repos = {r.key: r for r in previous.repos} if previous else {}
@@ -288,9 +329,15 @@ def _new_state(options: SyncOptions, planned: Sequence[PlannedTarget], previous:
         for pkg in item.held:
             path = item.path(pkg)
             packages[path] = store.StoredPackage(
-                path=path, size=pkg.size, sha256=pkg.sha256, sha512=pkg.sha512,
-                name=pkg.name, version=pkg.version, arch=pkg.arch, url=item.url(pkg),
-            )  # fmt: skip
+                path=path,
+                size=pkg.size,
+                sha256=pkg.sha256,
+                sha512=pkg.sha512,
+                name=pkg.name,
+                version=pkg.version,
+                arch=pkg.arch,
+                url=item.url(pkg),
+            )
         offered = (
             ReleasePlan(item.toolkit_version, item.packages, item.node_requirements, item.breaks),
             *item.other_releases,
@@ -307,9 +354,13 @@ def _new_state(options: SyncOptions, planned: Sequence[PlannedTarget], previous:
             for r in offered
         ]
         releases.sort(key=lambda r, fmt=item.target.format: sort_key(fmt)(r.toolkit_version))  # type: ignore[misc]
-        signed = tuple(
-            store.StoredFile(path=p, size=len(d), sha512=_sha512(d)) for p, d in sorted(item.metadata.items())
-        ) + item.extra_metadata
+        signed = (
+            tuple(
+                store.StoredFile(path=p, size=len(d), sha512=_sha512(d))
+                for p, d in sorted(item.metadata.items())
+            )
+            + item.extra_metadata
+        )
         repos[item.key] = store.RepoRecord(
             key=item.key,
             format=item.target.format.value,

@@ -152,7 +152,9 @@ class Downloader:
                 else:
                     self._raise_for_status(url, response)
                     body.start(response)
-                self._stream(url, response, body.data.extend, limit=MAX_METADATA - body.offset, stat="metadata_bytes")
+                self._stream(
+                    url, response, body.data.extend, limit=MAX_METADATA - body.offset, stat="metadata_bytes"
+                )
             if body.offset > MAX_METADATA:
                 raise FetchError(url, None, f"the server sent more than {MAX_METADATA} bytes of metadata")
             data = bytes(body.data)
@@ -263,12 +265,19 @@ class Downloader:
             if cancel.is_set():
                 return 0
             return self.download(
-                item.url, item.dest, size=item.size, sha256=item.sha256, sha512=item.sha512, on_progress=progress
+                item.url,
+                item.dest,
+                size=item.size,
+                sha256=item.sha256,
+                sha512=item.sha512,
+                on_progress=progress,
             )
 
         total = 0
         first_error: BaseException | None = None
-        with ThreadPoolExecutor(max_workers=min(self.jobs, len(items)), thread_name_prefix="download") as pool:
+        with ThreadPoolExecutor(
+            max_workers=min(self.jobs, len(items)), thread_name_prefix="download"
+        ) as pool:
             futures = [pool.submit(one, item) for item in items]
             for future in futures:
                 try:
@@ -285,7 +294,9 @@ class Downloader:
 
     # -- internals -------------------------------------------------------------------------------
 
-    def _fetch_into(self, url: str, state: PartialFile, size: int, on_progress: ProgressCallback | None) -> int:
+    def _fetch_into(
+        self, url: str, state: PartialFile, size: int, on_progress: ProgressCallback | None
+    ) -> int:
         headers: dict[str, str] = {}
         if 0 < state.offset < size:
             headers["Range"] = f"bytes={state.offset}-"
@@ -304,7 +315,14 @@ class Downloader:
                         raise _Retryable(None, "the server refused to resume the transfer")
             self._raise_for_status(url, response)
             # Stop reading past the signed size: the digest check then fails without the rest.
-            got = self._stream(url, response, state.append, limit=size - state.offset, stat="package_bytes", on_progress=on_progress)
+            got = self._stream(
+                url,
+                response,
+                state.append,
+                limit=size - state.offset,
+                stat="package_bytes",
+                on_progress=on_progress,
+            )
         # A response that ended cleanly but short is a wrong file, not a network hiccup (a dropped
         # connection raises above): the caller's size check reports it without pointless retries.
         return got
@@ -374,7 +392,9 @@ class Downloader:
                     hint = CONNECTION_HINT if exc.status is None else ""
                     raise FetchError(url, exc.status, exc.detail, attempts=number + 1, hint=hint) from exc
                 delay = min(self.max_backoff, self.backoff * (2**number))
-                self.notify(f"{url}: {exc.detail or exc.status}; retry {number + 1} of {self.retries} in {delay:.1f} s")
+                self.notify(
+                    f"{url}: {exc.detail or exc.status}; retry {number + 1} of {self.retries} in {delay:.1f} s"
+                )
                 self.stats.add(retries=1)
                 self.sleep(delay)
         raise AssertionError("unreachable")  # pragma: no cover

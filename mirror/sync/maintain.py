@@ -68,7 +68,9 @@ def prune(dest: Path, keep: int, *, dry_run: bool = False) -> PruneReport:
         raise UsageError("--keep must be at least 1 (use rm -r to delete a whole mirror)")
     report = PruneReport()
     with store.locked(dest):
-        switch.finish_pending(dest, dest / store.META_DIR)  # prune the state a killed sync committed, not the one before
+        switch.finish_pending(
+            dest, dest / store.META_DIR
+        )  # prune the state a killed sync committed, not the one before
         state = store.MirrorState.load(dest)
         repos: list[store.RepoRecord] = []
         doomed: list[store.StoredPackage] = []
@@ -106,8 +108,12 @@ class RepoStatus:
     @property
     def newer_upstream(self) -> bool:
         """True when upstream has a newer toolkit than the newest one held."""
-        return bool(self.upstream_latest and self.releases and self.upstream_latest != self.releases[-1]
-                    and self.upstream_latest not in self.releases)  # fmt: skip
+        return bool(
+            self.upstream_latest
+            and self.releases
+            and self.upstream_latest != self.releases[-1]
+            and self.upstream_latest not in self.releases
+        )
 
 
 def status(dest: Path, *, fetcher: Fetcher | None, loader: RepoLoader | None) -> list[RepoStatus]:
@@ -125,7 +131,9 @@ def status(dest: Path, *, fetcher: Fetcher | None, loader: RepoLoader | None) ->
             try:
                 fmt = PackageFormat(repo.format)
                 snapshot = loader(fetcher, repo.base_url, fmt)
-                latest = resolve(list(snapshot.packages), VersionSelector.parse("latest"), fmt).toolkit_version
+                latest = resolve(
+                    list(snapshot.packages), VersionSelector.parse("latest"), fmt
+                ).toolkit_version
             except Exception as exc:
                 error = str(exc)
         result.append(

@@ -28,9 +28,12 @@ _DNS_ERRORS: Final = {
 }
 _UNREACHABLE: Final = {errno.ENETUNREACH, errno.EHOSTUNREACH, errno.EADDRNOTAVAIL}
 _DROPPED: Final = (
-    urllib3.exceptions.ProtocolError, urllib3.exceptions.IncompleteRead,
-    requests.exceptions.ChunkedEncodingError, ConnectionResetError, BrokenPipeError,
-)  # fmt: skip
+    urllib3.exceptions.ProtocolError,
+    urllib3.exceptions.IncompleteRead,
+    requests.exceptions.ChunkedEncodingError,
+    ConnectionResetError,
+    BrokenPipeError,
+)
 
 
 @dataclass(frozen=True)
@@ -60,25 +63,36 @@ def _kinds(host: str, where: str) -> list[tuple[Callable[[BaseException], bool],
         (_unresolved, Failure(f"the host name {host} does not resolve", retry=False)),
         (
             lambda c: isinstance(c, (requests.exceptions.ProxyError, urllib3.exceptions.ProxyError)),
-            Failure("the proxy (https_proxy / http_proxy) could not be reached or refused the request", retry=True),
+            Failure(
+                "the proxy (https_proxy / http_proxy) could not be reached or refused the request", retry=True
+            ),
         ),
         (
             lambda c: isinstance(c, (requests.exceptions.SSLError, urllib3.exceptions.SSLError)),
-            Failure(f"the TLS connection to {host} failed (is its certificate trusted on this host?)", retry=False),
+            Failure(
+                f"the TLS connection to {host} failed (is its certificate trusted on this host?)", retry=False
+            ),
         ),
-        (lambda c: isinstance(c, ConnectionRefusedError), Failure(f"{where} refused the connection", retry=True)),
+        (
+            lambda c: isinstance(c, ConnectionRefusedError),
+            Failure(f"{where} refused the connection", retry=True),
+        ),
         (
             lambda c: isinstance(c, OSError) and c.errno in _UNREACHABLE,
             Failure(f"{where} is unreachable from this host", retry=True),
         ),
         (
             # urllib3's NewConnectionError subclasses ConnectTimeoutError: only a real timeout counts.
-            lambda c: isinstance(c, (requests.exceptions.ConnectTimeout, urllib3.exceptions.ConnectTimeoutError))
-            and not isinstance(c, urllib3.exceptions.NewConnectionError),
+            lambda c: (
+                isinstance(c, (requests.exceptions.ConnectTimeout, urllib3.exceptions.ConnectTimeoutError))
+                and not isinstance(c, urllib3.exceptions.NewConnectionError)
+            ),
             Failure(f"connecting to {where} timed out", retry=True),
         ),
         (
-            lambda c: isinstance(c, (requests.exceptions.ReadTimeout, urllib3.exceptions.ReadTimeoutError, TimeoutError)),
+            lambda c: isinstance(
+                c, (requests.exceptions.ReadTimeout, urllib3.exceptions.ReadTimeoutError, TimeoutError)
+            ),
             Failure(f"{where} stopped sending data (read timeout)", retry=True),
         ),
         (
@@ -106,4 +120,6 @@ def _causes(exc: BaseException) -> Iterator[BaseException]:
         yield current
         reason = getattr(current, "reason", None)
         first = current.args[0] if current.args else None
-        todo += [c for c in (reason, first, current.__cause__, current.__context__) if isinstance(c, BaseException)]
+        todo += [
+            c for c in (reason, first, current.__cause__, current.__context__) if isinstance(c, BaseException)
+        ]

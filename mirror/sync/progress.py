@@ -51,7 +51,9 @@ class LineProgress:
     def start_downloads(self, files: int, total_bytes: int) -> None:
         """Print what will be downloaded."""
         self._total, self._last = total_bytes, time.monotonic()
-        self.stream.write(f"downloading {files} file(s), {_mib(total_bytes)}\n" if files else "nothing to download\n")
+        self.stream.write(
+            f"downloading {files} file(s), {_mib(total_bytes)}\n" if files else "nothing to download\n"
+        )
 
     def advance(self, nbytes: int) -> None:
         """Count bytes; print a line now and then."""

@@ -108,7 +108,10 @@ class SyncOptions:
 
     upstream: str = DEFAULT_UPSTREAM
     channel: str = "stable"
-    targets: tuple[RepoTarget, ...] = (RepoTarget(PackageFormat.DEB, "amd64"), RepoTarget(PackageFormat.RPM, "x86_64"))
+    targets: tuple[RepoTarget, ...] = (
+        RepoTarget(PackageFormat.DEB, "amd64"),
+        RepoTarget(PackageFormat.RPM, "x86_64"),
+    )
     selector: str = "latest"
     locked: Lockfile | None = None
 
@@ -205,7 +208,9 @@ class SyncResult:
 
     def to_lockfile(self, upstream: str) -> Lockfile:
         """The lockfile that reproduces this sync."""
-        return Lockfile(channel=self.channel, upstream=upstream, targets=tuple(t.locked() for t in self.targets))
+        return Lockfile(
+            channel=self.channel, upstream=upstream, targets=tuple(t.locked() for t in self.targets)
+        )
 
 
 class Progress(Protocol):

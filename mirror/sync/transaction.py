@@ -83,7 +83,9 @@ class Transaction:
 
     def staged_match(self, path: str, *, size: int, sha256: str | None, sha512: str | None) -> bool:
         """True when an interrupted run already staged ``DEST/path`` with exactly this signed size and digest."""
-        wanted = store.StoredFile(path, size, sha256=sha256.lower() if sha256 else None, sha512=sha512.lower() if sha512 else None)
+        wanted = store.StoredFile(
+            path, size, sha256=sha256.lower() if sha256 else None, sha512=sha512.lower() if sha512 else None
+        )
         return store.check_file(self.staging, wanted) is None
 
     def commit(self, state: store.MirrorState) -> None:
@@ -98,8 +100,12 @@ class Transaction:
             paths += self._stage(path, data)
         for url, response in sorted(self._staged_cache.items()):
             base = f"{CACHE_DIR}/{_cache_key(url)}"
-            info = {"url": url, "etag": response.etag, "last_modified": response.last_modified,
-                    "sha256": hashlib.sha256(response.body).hexdigest()}  # fmt: skip
+            info = {
+                "url": url,
+                "etag": response.etag,
+                "last_modified": response.last_modified,
+                "sha256": hashlib.sha256(response.body).hexdigest(),
+            }
             paths += self._stage(f"{base}.body", response.body)
             paths += self._stage(f"{base}.json", json.dumps(info, sort_keys=True).encode())
         paths += self._stage(store.state_path(Path()).as_posix(), state.to_json())  # last: it names the rest
@@ -128,7 +134,11 @@ def read_cache(dest: Path, url: str) -> CachedResponse | None:
         body = base.with_suffix(".body").read_bytes()
     except (OSError, ValueError):
         return None
-    if not isinstance(info, dict) or info.get("url") != url or hashlib.sha256(body).hexdigest() != info.get("sha256"):
+    if (
+        not isinstance(info, dict)
+        or info.get("url") != url
+        or hashlib.sha256(body).hexdigest() != info.get("sha256")
+    ):
         return None
     return CachedResponse(body, info.get("etag"), info.get("last_modified"))
 

@@ -34,7 +34,10 @@ from tests.upstream import UpstreamServer
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PREPARE = REPO_ROOT / "scripts" / "prepare-debootstrap-cache"
-CACHE = Path(os.environ.get("GPU_AIRGAP_TEST_CACHE") or Path.home() / ".cache" / "gpu-airgap-tests") / "debootstrap"
+CACHE = (
+    Path(os.environ.get("GPU_AIRGAP_TEST_CACHE") or Path.home() / ".cache" / "gpu-airgap-tests")
+    / "debootstrap"
+)
 NODE_REPO = CACHE / "node-repo"
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 #: the hierarchies nspawn makes its payload/supervisor cgroups in when the host has no systemd
@@ -60,7 +63,9 @@ def node_packages() -> str:
 
 
 def _suite() -> str:
-    fields = dict(line.split("=", 1) for line in Path("/etc/os-release").read_text().splitlines() if "=" in line)
+    fields = dict(
+        line.split("=", 1) for line in Path("/etc/os-release").read_text().splitlines() if "=" in line
+    )
     return fields.get("VERSION_CODENAME", "").strip('"')
 
 
@@ -93,22 +98,46 @@ def _build_tarball(scratch: Path) -> None:
     suite = _suite()
     with UpstreamServer(NODE_REPO) as server:
         done = subprocess.run(
-            ["debootstrap", "--variant=minbase", f"--include={node_packages()}", "--no-check-gpg", suite, str(root),
-             server.url + "/"],
-            capture_output=True, text=True, timeout=1200, check=False,
-        )  # fmt: skip
+            [
+                "debootstrap",
+                "--variant=minbase",
+                f"--include={node_packages()}",
+                "--no-check-gpg",
+                suite,
+                str(root),
+                server.url + "/",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=1200,
+            check=False,
+        )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     _prepare_root(root)
     subprocess.run(
-        ["tar", "--numeric-owner", "--xattrs", "-I", "zstd -T0 -3", "-C", str(root), "-cf", str(scratch / "root.tar.zst"), "."],
-        check=True, capture_output=True,
-    )  # fmt: skip
+        [
+            "tar",
+            "--numeric-owner",
+            "--xattrs",
+            "-I",
+            "zstd -T0 -3",
+            "-C",
+            str(root),
+            "-cf",
+            str(scratch / "root.tar.zst"),
+            ".",
+        ],
+        check=True,
+        capture_output=True,
+    )
     shutil.rmtree(root)
 
 
 def node_tarball() -> Path:
     """The booted node's root as a tarball, debootstrapped once per node-repo and recipe."""
-    debootstrap = subprocess.run(["dpkg-query", "-W", "-f=${Version}", "debootstrap"], capture_output=True, text=True, check=False)
+    debootstrap = subprocess.run(
+        ["dpkg-query", "-W", "-f=${Version}", "debootstrap"], capture_output=True, text=True, check=False
+    )
     release = (NODE_REPO / "dists" / _suite() / "Release").read_bytes()
     key = digest(RECIPE, debootstrap.stdout, release)
     tarball = cached_dir("booted-node", key, _build_tarball) / "root.tar.zst"
@@ -169,21 +198,51 @@ class BootedNode:
     def start(self) -> None:
         """Unpack the root, boot it, and wait until its systemd says the system is up."""
         self.root.mkdir(parents=True)
-        subprocess.run(["tar", "--numeric-owner", "--xattrs", "-I", "zstd", "-C", str(self.root), "-xf", str(self.tarball)],
-                       check=True, capture_output=True)  # fmt: skip
+        subprocess.run(
+            [
+                "tar",
+                "--numeric-owner",
+                "--xattrs",
+                "-I",
+                "zstd",
+                "-C",
+                str(self.root),
+                "-xf",
+                str(self.tarball),
+            ],
+            check=True,
+            capture_output=True,
+        )
         for cgroup in self._cgroups():
             cgroup.mkdir()
         # a small shell moves itself into the node's cgroups, then becomes nspawn (a preexec_fn is not
         # safe with the test server's threads)
         enter = 'echo $$ > "$0" && echo $$ > "$1" && shift && exec "$@"'
         procs = [str(cgroup / "cgroup.procs") for cgroup in self._cgroups()]
-        argv = ["sh", "-c", enter, *procs, "systemd-nspawn", "-D", str(self.root), f"--machine={self.name}", "--boot",
-                "--register=no", "--keep-unit", "--console=passive", "--private-network"]  # fmt: skip
+        argv = [
+            "sh",
+            "-c",
+            enter,
+            *procs,
+            "systemd-nspawn",
+            "-D",
+            str(self.root),
+            f"--machine={self.name}",
+            "--boot",
+            "--register=no",
+            "--keep-unit",
+            "--console=passive",
+            "--private-network",
+        ]
         with open(self.log, "wb") as log:
             self.nspawn = subprocess.Popen(
-                argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
                 env={**os.environ, "SYSTEMD_SECCOMP": "0"},
-            )  # fmt: skip
+            )
         self.pid1 = self._wait_for_pid1()
         self.wait_until_up()
 
@@ -192,7 +251,9 @@ class BootedNode:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.nspawn.poll() is not None:
-                raise AssertionError(f"systemd-nspawn exited {self.nspawn.returncode}: {self.log.read_text()[-3000:]}")
+                raise AssertionError(
+                    f"systemd-nspawn exited {self.nspawn.returncode}: {self.log.read_text()[-3000:]}"
+                )
             for child in _children(self.nspawn.pid):
                 with contextlib.suppress(OSError):
                     if Path(f"/proc/{child}/comm").read_text().strip() == "systemd":
@@ -209,7 +270,9 @@ class BootedNode:
             if state in ("running", "degraded"):
                 return
             time.sleep(0.5)
-        raise AssertionError(f"the node did not finish booting (state {state!r}): {self.log.read_text()[-3000:]}")
+        raise AssertionError(
+            f"the node did not finish booting (state {state!r}): {self.log.read_text()[-3000:]}"
+        )
 
     def stop(self) -> None:
         """Power the node off through nspawn, kill what is left by PID, remove its cgroups and root."""
@@ -246,21 +309,35 @@ class BootedNode:
     @staticmethod
     def _remove_cgroup(top: Path) -> None:
         if top.is_dir():
-            kill_until_gone(lambda: [int(p) for procs in top.rglob("cgroup.procs") for p in procs.read_text().split()], 5)
+            kill_until_gone(
+                lambda: [int(p) for procs in top.rglob("cgroup.procs") for p in procs.read_text().split()], 5
+            )
             remove_cgroup_tree(top)
 
     # -- inside the node -------------------------------------------------------------------------
 
     def argv(self, *argv: str) -> list[str]:
         """``argv`` run in every namespace of the node, with a root shell's clean environment."""
-        return ["nsenter", "-t", str(self.pid1), "-a", "env", "-i", f"PATH={NODE_PATH}", "HOME=/root", "LANG=C.UTF-8",
-                *argv]  # fmt: skip
+        return [
+            "nsenter",
+            "-t",
+            str(self.pid1),
+            "-a",
+            "env",
+            "-i",
+            f"PATH={NODE_PATH}",
+            "HOME=/root",
+            "LANG=C.UTF-8",
+            *argv,
+        ]
 
     def run(self, *argv: str, check: bool = True, timeout: float = 600) -> subprocess.CompletedProcess[str]:
         """Run ``argv`` inside the node; ``check``: fail the test, with its output, when it exits non-zero."""
         done = subprocess.run(self.argv(*argv), capture_output=True, text=True, timeout=timeout, check=False)
         if check:
-            assert done.returncode == 0, f"{argv} exited {done.returncode}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+            assert done.returncode == 0, (
+                f"{argv} exited {done.returncode}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+            )
         return done
 
     def path(self, node_path: str) -> Path:

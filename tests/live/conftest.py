@@ -40,7 +40,6 @@ def cri() -> None:
     cri_modules()
 
 
-
 @pytest.fixture(scope="session")
 def booted_tarball() -> Path:
     """The root of a node booted with systemd (:mod:`tests.live.booted`), debootstrapped once and cached."""

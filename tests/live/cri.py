@@ -99,10 +99,20 @@ def _generate(out: Path, version: str) -> None:
     proto_dir.mkdir()
     source_version = fetch_cri_proto(proto_dir / f"{MODULE}.proto", version)
     generated = subprocess.run(
-        [sys.executable, "-m", "grpc_tools.protoc", f"-I{proto_dir}", f"--python_out={out}",
-         f"--grpc_python_out={out}", str(proto_dir / f"{MODULE}.proto")],
-        capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "grpc_tools.protoc",
+            f"-I{proto_dir}",
+            f"--python_out={out}",
+            f"--grpc_python_out={out}",
+            str(proto_dir / f"{MODULE}.proto"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     if generated.returncode != 0:
         raise RuntimeError(f"grpc_tools.protoc failed: {generated.stderr.strip()[-2000:]}")
     (out / "SOURCE_VERSION").write_text(source_version + "\n")
@@ -137,7 +147,9 @@ class CriError(Exception):
 class CriClient:
     """RuntimeService calls over containerd's socket, shaped for the tests."""
 
-    def __init__(self, socket: Path, log_dir: Path, cgroup_parent: str, node_root: Optional[Path] = None) -> None:
+    def __init__(
+        self, socket: Path, log_dir: Path, cgroup_parent: str, node_root: Optional[Path] = None
+    ) -> None:
         """``node_root``: containerd runs in another root (a booted node) where ``log_dir`` is; the test reads it there."""
         import grpc
 
@@ -185,11 +197,18 @@ class CriClient:
         """
         config = self.pod_config(name or f"pod-{uuid.uuid4().hex[:8]}")
         self._seen(self.log_dir / config.metadata.name).mkdir(parents=True, exist_ok=True)
-        reply = self._call("RunPodSandbox", self.pb.RunPodSandboxRequest(config=config, runtime_handler=handler))
+        reply = self._call(
+            "RunPodSandbox", self.pb.RunPodSandboxRequest(config=config, runtime_handler=handler)
+        )
         return reply.pod_sandbox_id, config
 
     def run_container(
-        self, pod_id: str, pod_config: Any, image: str, command: list[str], env: Optional[dict[str, str]] = None,
+        self,
+        pod_id: str,
+        pod_config: Any,
+        image: str,
+        command: list[str],
+        env: Optional[dict[str, str]] = None,
         timeout: float = 30,
     ) -> ContainerRun:
         """Create and start a container in the pod, wait for it to exit, and return its state and log."""
@@ -211,14 +230,18 @@ class CriClient:
         deadline = time.monotonic() + timeout
         status = None
         while time.monotonic() < deadline:
-            status = self._call("ContainerStatus", pb.ContainerStatusRequest(container_id=container_id)).status
+            status = self._call(
+                "ContainerStatus", pb.ContainerStatusRequest(container_id=container_id)
+            ).status
             if status.state == pb.CONTAINER_EXITED:
                 break
             time.sleep(0.1)
         assert status is not None
         log_file = self._seen(Path(pod_config.log_directory) / config.log_path)
         log = log_file.read_text() if log_file.exists() else ""
-        return ContainerRun(container_id, pb.ContainerState.Name(status.state), status.exit_code, _log_lines(log))
+        return ContainerRun(
+            container_id, pb.ContainerState.Name(status.state), status.exit_code, _log_lines(log)
+        )
 
     def runtime_handlers(self) -> set[str]:
         """The runtime handlers the running daemon's CRI plugin loaded (``Status`` with ``verbose``)."""

@@ -37,7 +37,11 @@ def unique_cgroup(prefix: str = "gpu-airgap-live") -> str:
 
 
 def _hierarchies() -> list[Path]:
-    return [p for p in CGROUP_ROOT.iterdir() if p.is_dir() and not p.is_symlink()] if CGROUP_ROOT.is_dir() else []
+    return (
+        [p for p in CGROUP_ROOT.iterdir() if p.is_dir() and not p.is_symlink()]
+        if CGROUP_ROOT.is_dir()
+        else []
+    )
 
 
 def remove_cgroups(names: Sequence[str], existed: Optional[set[Path]] = None) -> None:
@@ -103,7 +107,9 @@ def _release_cgroups(names: Sequence[str], existed: set[Path]) -> None:
     remove_cgroups(names, existed)
 
 
-def _run(argv: Sequence[str], timeout: float = 60, env: Optional[dict[str, str]] = None) -> subprocess.CompletedProcess[str]:
+def _run(
+    argv: Sequence[str], timeout: float = 60, env: Optional[dict[str, str]] = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, env=env, check=False)
 
 
@@ -150,8 +156,11 @@ class Daemon:
         self._log = open(self.log_path, "wb")  # noqa: SIM115  # the daemon writes it until stop()
         self.process = subprocess.Popen(
             node_view_argv(self.node, self.dir / "view", self.argv(), self.layers),
-            stdout=self._log, stderr=subprocess.STDOUT, env=self.env, start_new_session=True,
-        )  # fmt: skip
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env=self.env,
+            start_new_session=True,
+        )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -217,10 +226,19 @@ class Containerd(Daemon):
 
     def argv(self) -> list[str]:
         """containerd with flags that override root, state and address of whatever config it reads."""
-        return ["containerd", "--root", str(self.dir / "root"), "--state", str(self.dir / "state"),
-                "--address", str(self.socket)]  # fmt: skip
+        return [
+            "containerd",
+            "--root",
+            str(self.dir / "root"),
+            "--state",
+            str(self.dir / "state"),
+            "--address",
+            str(self.socket),
+        ]
 
-    def ctr(self, *args: str, namespace: str = "k8s.io", timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    def ctr(
+        self, *args: str, namespace: str = "k8s.io", timeout: float = 60
+    ) -> subprocess.CompletedProcess[str]:
         """``ctr --address SOCKET --namespace NS ARGS``."""
         return _run(["ctr", "--address", str(self.socket), "--namespace", namespace, *args], timeout=timeout)
 
@@ -292,7 +310,10 @@ class Dockerd(Daemon):
 
     def ready(self) -> bool:
         """``docker version`` reaches the daemon."""
-        return self.socket.exists() and self.docker("version", "--format", "{{.Server.Version}}", timeout=10).returncode == 0
+        return (
+            self.socket.exists()
+            and self.docker("version", "--format", "{{.Server.Version}}", timeout=10).returncode == 0
+        )
 
     def reload(self) -> None:
         """``kill -HUP``: dockerd re-reads daemon.json (runtimes included)."""

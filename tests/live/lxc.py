@@ -67,7 +67,9 @@ def unprivileged_container(lxcpath: Path, name: str, privileged: bool = False) -
     (rootfs / "init").chmod(0o755)
     for path in [rootfs, *rootfs.rglob("*")]:
         os.lchown(path, MAPPED_ROOT, MAPPED_ROOT)
-    idmap = "" if privileged else f"lxc.idmap = u 0 {MAPPED_ROOT} 65536\nlxc.idmap = g 0 {MAPPED_ROOT} 65536\n"
+    idmap = (
+        "" if privileged else f"lxc.idmap = u 0 {MAPPED_ROOT} 65536\nlxc.idmap = g 0 {MAPPED_ROOT} 65536\n"
+    )
     container.config.write_text(
         f"lxc.uts.name = {name}\nlxc.rootfs.path = dir:{rootfs}\n{idmap}lxc.net.0.type = empty\n"
         "lxc.apparmor.profile = unconfined\nlxc.mount.auto = proc:mixed sys:ro\nlxc.init.cmd = /init\n"
@@ -75,18 +77,35 @@ def unprivileged_container(lxcpath: Path, name: str, privileged: bool = False) -
     return container
 
 
-def start(container: LxcContainer, path_first: Path, log: Path, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def start(
+    container: LxcContainer, path_first: Path, log: Path, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
     """``lxc-start -F`` the container with ``path_first`` first on PATH (where the hook finds nvidia-container-cli)."""
     (container.rootfs / "ran").unlink(missing_ok=True)
     cgroups = [f"lxc.payload.{container.name}", f"lxc.monitor.{container.name}", PIVOT]
     before = existing_cgroups(cgroups)
     env = dict(os.environ, PATH=f"{path_first}:{os.environ.get('PATH', '/usr/bin:/bin')}")
-    argv = ["lxc-start", "-n", container.name, "-P", str(container.lxcpath), "-F", "-l", "DEBUG", "-o", str(log)]
+    argv = [
+        "lxc-start",
+        "-n",
+        container.name,
+        "-P",
+        str(container.lxcpath),
+        "-F",
+        "-l",
+        "DEBUG",
+        "-o",
+        str(log),
+    ]
     process = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         out, err = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        subprocess.run(["lxc-stop", "-k", "-n", container.name, "-P", str(container.lxcpath)], check=False, capture_output=True)
+        subprocess.run(
+            ["lxc-stop", "-k", "-n", container.name, "-P", str(container.lxcpath)],
+            check=False,
+            capture_output=True,
+        )
         process.kill()
         out, err = process.communicate()
     finally:

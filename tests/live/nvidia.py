@@ -22,7 +22,8 @@ from pathlib import Path
 #: NVIDIA's toolkit built from source, beside the checkout (the same place and variable as the
 #: real-packages upstream profile uses; switch to ``tests.upstream.prebuilt`` once that is merged)
 NVIDIA_BUILD = Path(
-    os.environ.get("GPU_AIRGAP_NVIDIA_BUILD") or Path(__file__).resolve().parents[3] / "shared" / "nvidia-from-source"
+    os.environ.get("GPU_AIRGAP_NVIDIA_BUILD")
+    or Path(__file__).resolve().parents[3] / "shared" / "nvidia-from-source"
 )
 BASE_DEB = "deb/amd64/nvidia-container-toolkit-base_1.20.0-1_amd64.deb"
 TOOLKIT_DEB = "deb/amd64/nvidia-container-toolkit_1.20.0-1_amd64.deb"
@@ -53,7 +54,9 @@ def missing_reason() -> str:
 def extract_toolkit(dest: Path) -> Path:
     """Unpack both (checked) packages into ``dest``; return the directory holding the binaries (``usr/bin``)."""
     for deb in (BASE_DEB, TOOLKIT_DEB):
-        subprocess.run(["dpkg-deb", "-x", str(NVIDIA_BUILD / deb), str(dest)], check=True, capture_output=True)
+        subprocess.run(
+            ["dpkg-deb", "-x", str(NVIDIA_BUILD / deb), str(dest)], check=True, capture_output=True
+        )
     return dest / "usr/bin"
 
 

@@ -46,7 +46,9 @@ def _ansible(tmp: Path, node: booted.BootedNode, bundle: Path, keyring: Path) ->
     if not key.exists():
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
         node.authorize(key.with_suffix(".pub"))
-    ssh_args = f'-o ProxyCommand="{node.ssh_proxy()}" -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null'
+    ssh_args = (
+        f'-o ProxyCommand="{node.ssh_proxy()}" -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null'
+    )
     (tmp / "inventory.ini").write_text(
         "[gpu_nodes]\n"
         f"gpu-node ansible_host=127.0.0.1 ansible_user=root ansible_ssh_private_key_file={key}\n"
@@ -58,7 +60,15 @@ def _ansible(tmp: Path, node: booted.BootedNode, bundle: Path, keyring: Path) ->
         "gpu_airgap_runtime=containerd\n"
         "gpu_airgap_cdi=off\n"
     )
-    args = ["-i", str(tmp / "inventory.ini"), str(PLAYBOOK), "-e", f"gpu_airgap_bundle={bundle}", "-e", f"gpu_airgap_keyring={keyring}"]
+    args = [
+        "-i",
+        str(tmp / "inventory.ini"),
+        str(PLAYBOOK),
+        "-e",
+        f"gpu_airgap_bundle={bundle}",
+        "-e",
+        f"gpu_airgap_keyring={keyring}",
+    ]
     no_ssh_master_left = {"ANSIBLE_SSH_ARGS": "-o ControlMaster=no -o ControlPersist=no"}
     return run_playbook(tmp, args, env=no_ssh_master_left, timeout=600)
 
@@ -71,7 +81,9 @@ def test_the_roles_restart_handler_rolls_back_a_containerd_that_stays_down_and_r
     booted.gate_containerd(node)
     first = _ansible(tmp_path, node, deb_bundle, operator_key.public)
     assert first.returncode != 0, first.output[-4000:]
-    assert first.task(HOST, INSTALL)["status"] == "ok" and first.task(HOST, INSTALL)["result"]["engines_changed"] == ["containerd"]
+    assert first.task(HOST, INSTALL)["status"] == "ok" and first.task(HOST, INSTALL)["result"][
+        "engines_changed"
+    ] == ["containerd"]
     handler = first.task(HOST, HANDLER)
     assert handler["status"] == "failed" and handler["result"]["rc"] == 11, handler
     assert "containerd did not come back" in handler["result"]["msg"]

@@ -81,21 +81,40 @@ def test_verify_catches_a_wrong_kind_and_a_missing_device_that_would_fail_the_co
     spec_path = node / SPEC
     good = yaml.safe_load(spec_path.read_text())
     wrong_kind = dict(good, kind="example.com/gpu")
-    missing = dict(good, devices=[
-        *good["devices"][:-1],
-        {"name": "1", "containerEdits": {"deviceNodes": [{"path": "/dev/nvidia1", "hostPath": "/dev/nvidia1"}]}},
-        {"name": "all", "containerEdits": {"deviceNodes": [
-            {"path": "/dev/nvidia0", "hostPath": "/dev/nvidia0"}, {"path": "/dev/nvidia1", "hostPath": "/dev/nvidia1"}]}},
-    ])  # fmt: skip
+    missing = dict(
+        good,
+        devices=[
+            *good["devices"][:-1],
+            {
+                "name": "1",
+                "containerEdits": {"deviceNodes": [{"path": "/dev/nvidia1", "hostPath": "/dev/nvidia1"}]},
+            },
+            {
+                "name": "all",
+                "containerEdits": {
+                    "deviceNodes": [
+                        {"path": "/dev/nvidia0", "hostPath": "/dev/nvidia0"},
+                        {"path": "/dev/nvidia1", "hostPath": "/dev/nvidia1"},
+                    ]
+                },
+            },
+        ],
+    )
     cases = [
-        (wrong_kind, "kind is 'example.com/gpu', not 'nvidia.com/gpu'", "unresolvable CDI devices nvidia.com/gpu=all"),
+        (
+            wrong_kind,
+            "kind is 'example.com/gpu', not 'nvidia.com/gpu'",
+            "unresolvable CDI devices nvidia.com/gpu=all",
+        ),
         (missing, "/dev/nvidia1 does not exist on the node", "/dev/nvidia1"),
     ]
     for spec, problem, _failure in cases:  # verify first: no container is tried yet
         spec_path.write_text(yaml.safe_dump(spec, sort_keys=False))
         verified = run_cli("configure", "verify", "--root", str(node))
         assert verified.exit_code == 9
-        assert any(problem in line for line in verified.stdout.splitlines() if line.startswith("PROBLEM:")), verified.stdout
+        assert any(problem in line for line in verified.stdout.splitlines() if line.startswith("PROBLEM:")), (
+            verified.stdout
+        )
 
     # ...and what verify caught is what breaks the container: the runtime refuses both specs
     daemon = start_containerd(node, image)

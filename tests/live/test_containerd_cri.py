@@ -55,7 +55,9 @@ def test_seed_walkthrough_ends_with_a_pod_on_handler_nvidia_that_starts(
         assert "DefaultRuntimeName:runc" in daemon.log_tail(100_000)
         pod, pod_config = client.run_pod(handler)
         assert client.pod_state(pod) == "SANDBOX_READY"
-        run = client.run_container(pod, pod_config, image.ref, ["/bin/sh", "-c", "echo started in $(hostname)"])
+        run = client.run_container(
+            pod, pod_config, image.ref, ["/bin/sh", "-c", "echo started in $(hostname)"]
+        )
         assert (run.state, run.exit_code) == ("CONTAINER_EXITED", 0), run
         assert "started in" in run.log
         handled = nvidia.handled_bundles(tmp_path / "runtime.log")

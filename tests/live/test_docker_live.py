@@ -59,14 +59,27 @@ def test_dockerd_runs_the_runtime_configure_docker_wrote_and_every_other_key_sur
         configured = run_cli("configure", "docker", "--root", str(node))
         assert configured.exit_code == 0, configured.stderr
         written = json.loads(config.read_text())
-        assert written.pop("runtimes") == {"nvidia": {"path": "/usr/bin/nvidia-container-runtime", "args": []}}
+        assert written.pop("runtimes") == {
+            "nvidia": {"path": "/usr/bin/nvidia-container-runtime", "args": []}
+        }
         assert written == before and list(written) == list(before)  # every other key, value and order
         assert all(written[key] == value for key, value in seed.items() if key not in site)
         assert run_cli("configure", "verify", "--root", str(node), "--runtime", "docker").exit_code == 0
 
         # configured but not loaded: the static checks pass, the live check says what is wrong
-        verify = ["configure", "verify", "--root", str(node), "--runtime", "docker", "--live",
-                  "--address", str(daemon.socket), "--image", image.ref]  # fmt: skip
+        verify = [
+            "configure",
+            "verify",
+            "--root",
+            str(node),
+            "--runtime",
+            "docker",
+            "--live",
+            "--address",
+            str(daemon.socket),
+            "--image",
+            image.ref,
+        ]
         stale = run_cli(*verify)
         assert stale.exit_code == 9
         assert "PROBLEM: docker: live: dockerd has not loaded the runtime nvidia" in stale.stdout
@@ -74,8 +87,9 @@ def test_dockerd_runs_the_runtime_configure_docker_wrote_and_every_other_key_sur
         daemon.reload()  # kill -HUP: dockerd re-reads daemon.json and loads the new runtime
         assert _eventually(lambda: "nvidia" in runtimes(daemon)), daemon.log_tail()
         assert runtimes(daemon)["nvidia"] == {"path": "/usr/bin/nvidia-container-runtime"}
-        run = daemon.docker("run", "--rm", "--runtime", "nvidia", "--network", "none", image.ref,
-                            "/bin/sh", "-c", "echo ran")  # fmt: skip
+        run = daemon.docker(
+            "run", "--rm", "--runtime", "nvidia", "--network", "none", image.ref, "/bin/sh", "-c", "echo ran"
+        )
         assert run.returncode == 0, run.stderr
         assert run.stdout == "ran\n"
         assert len(nvidia.handled_bundles(log)) == 1, "the container did not go through NVIDIA's runtime"

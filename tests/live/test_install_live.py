@@ -32,9 +32,18 @@ def test_install_with_cdi_on_gives_a_pod_of_handler_nvidia_the_gpu(
     minimal_node_config(node, image)
     nvidia.make_gpu_nodes(node)  # a driver is present: --cdi on writes the spec from these
     installed = run_cli(
-        "install", str(deb_bundle), "--keyring", str(operator_key.public), "--root", str(node),
-        "--runtime", "containerd", "--cdi", "on", "--json",
-    )  # fmt: skip
+        "install",
+        str(deb_bundle),
+        "--keyring",
+        str(operator_key.public),
+        "--root",
+        str(node),
+        "--runtime",
+        "containerd",
+        "--cdi",
+        "on",
+        "--json",
+    )
     assert installed.exit_code == 0, installed.stderr
     assert (node / "etc/cdi/nvidia.yaml").is_file()
     report = json.loads(run_cli("configure", "report", "--root", str(node), "--json").stdout)
@@ -53,9 +62,12 @@ def test_install_with_cdi_on_gives_a_pod_of_handler_nvidia_the_gpu(
     try:
         pod, config = client.run_pod("nvidia")
         run = client.run_container(
-            pod, config, image.ref, ["/bin/sh", "-c", "ls -l /dev/nvidia*"],
+            pod,
+            config,
+            image.ref,
+            ["/bin/sh", "-c", "ls -l /dev/nvidia*"],
             env={"NVIDIA_VISIBLE_DEVICES": "nvidia.com/gpu=all"},
-        )  # fmt: skip
+        )
         assert run.exit_code == 0, run
         assert char_devices(run.log)["/dev/nvidia0"] == (195, 0), run.log
     finally:

@@ -58,7 +58,9 @@ def _name() -> str:
     return f"gal{os.getpid()}{os.urandom(2).hex()}"
 
 
-def test_lxc_start_runs_the_nvidia_hook_configure_lxc_added_and_revert_takes_it_out(node: Path, tmp_path: Path) -> None:
+def test_lxc_start_runs_the_nvidia_hook_configure_lxc_added_and_revert_takes_it_out(
+    node: Path, tmp_path: Path
+) -> None:
     record = _recorder(node)
     container = lxc.unprivileged_container(node / LXCPATH.lstrip("/"), _name())
     before = container.config.read_bytes()
@@ -87,7 +89,9 @@ def test_lxc_start_runs_the_nvidia_hook_configure_lxc_added_and_revert_takes_it_
     assert len(_calls(record)) == 1  # no hook without our lines: the call above came from them
 
 
-def test_lxc_refuses_a_privileged_container_and_a_void_device_list_gives_no_gpu(node: Path, tmp_path: Path) -> None:
+def test_lxc_refuses_a_privileged_container_and_a_void_device_list_gives_no_gpu(
+    node: Path, tmp_path: Path
+) -> None:
     record = _recorder(node)
     privileged = lxc.unprivileged_container(node / LXCPATH.lstrip("/"), _name(), privileged=True)
     before = privileged.config.read_bytes()
@@ -102,7 +106,9 @@ def test_lxc_refuses_a_privileged_container_and_a_void_device_list_gives_no_gpu(
     assert "only works in unprivileged mode" in (tmp_path / "privileged.log").read_text()
 
     container = lxc.unprivileged_container(node / LXCPATH.lstrip("/"), _name())
-    configured = run_cli("configure", "lxc", "--root", str(node), "--container", container.name, "--visible-devices", "0")
+    configured = run_cli(
+        "configure", "lxc", "--root", str(node), "--container", container.name, "--visible-devices", "0"
+    )
     assert configured.exit_code == 0, configured.stderr
     assert lxc.start(container, node / "usr/bin", tmp_path / "one.log").returncode == 0
     assert "--device=0 " in _calls(record)[-1]

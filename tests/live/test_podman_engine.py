@@ -41,8 +41,19 @@ def podman_node(node: Path) -> Path:
 
 
 def run_args(view: PodmanView, image: LocalImage, *extra: str) -> list[str]:
-    return ["run", "--rm", "--network", "none", "--pull", "never", "--cgroup-parent", f"/{view.cgroup_parent}",
-            *extra, image.ref, *LIST_DEVICES]  # fmt: skip
+    return [
+        "run",
+        "--rm",
+        "--network",
+        "none",
+        "--pull",
+        "never",
+        "--cgroup-parent",
+        f"/{view.cgroup_parent}",
+        *extra,
+        image.ref,
+        *LIST_DEVICES,
+    ]
 
 
 def test_podman_sees_the_gpu_through_the_cdi_spec_configure_podman_wrote(
@@ -60,7 +71,9 @@ def test_podman_sees_the_gpu_through_the_cdi_spec_configure_podman_wrote(
         assert view.run("load", "-i", str(image.archive)).returncode == 0
         asked = view.run(*run_args(view, image, "--device", "nvidia.com/gpu=all"))
         assert asked.returncode == 0, asked.stderr
-        assert char_devices(asked.stdout) == {"/dev/nvidia0": (195, 0), "/dev/nvidiactl": (195, 255)}, asked.stdout
+        assert char_devices(asked.stdout) == {"/dev/nvidia0": (195, 0), "/dev/nvidiactl": (195, 255)}, (
+            asked.stdout
+        )
         plain = view.run(*run_args(view, image))
         assert char_devices(plain.stdout) == {}, plain.stdout
 
@@ -69,7 +82,17 @@ def test_podman_sees_the_gpu_through_the_cdi_spec_configure_podman_wrote(
             monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
             for key in ("CONTAINERS_CONF", "CONTAINERS_STORAGE_CONF"):
                 monkeypatch.setenv(key, view.env[key])
-            verify = ["configure", "verify", "--root", str(node), "--runtime", "podman", "--live", "--image", image.ref]
+            verify = [
+                "configure",
+                "verify",
+                "--root",
+                str(node),
+                "--runtime",
+                "podman",
+                "--live",
+                "--image",
+                image.ref,
+            ]
             live = run_cli(*verify)
             assert live.exit_code == 0, live.stdout + live.stderr
             assert "with the CDI device nvidia.com/gpu=all" in live.stdout
@@ -81,7 +104,9 @@ def test_podman_sees_the_gpu_through_the_cdi_spec_configure_podman_wrote(
         good = spec.read_text()
         spec.write_text(yaml.safe_dump(dict(yaml.safe_load(good), kind="example.com/gpu"), sort_keys=False))
         wrong = run_cli("configure", "verify", "--root", str(node), "--runtime", "podman")
-        assert wrong.exit_code == 9 and "PROBLEM: podman: no usable nvidia.com/gpu CDI spec" in wrong.stdout, wrong.stdout
+        assert (
+            wrong.exit_code == 9 and "PROBLEM: podman: no usable nvidia.com/gpu CDI spec" in wrong.stdout
+        ), wrong.stdout
         refused = view.run(*run_args(view, image, "--device", "nvidia.com/gpu=all"))
         assert refused.returncode != 0 and "nvidia.com/gpu=all" in refused.stderr, refused.stderr
         spec.write_text(good)
@@ -91,7 +116,9 @@ def test_podman_sees_the_gpu_through_the_cdi_spec_configure_podman_wrote(
     assert not spec.exists()
 
 
-def test_podman_uses_the_spec_nvidia_cdi_refresh_keeps_in_var_run_cdi(tmp_path: Path, image: LocalImage) -> None:
+def test_podman_uses_the_spec_nvidia_cdi_refresh_keeps_in_var_run_cdi(
+    tmp_path: Path, image: LocalImage
+) -> None:
     node = podman_node(tmp_path / "node")
     refresh = node / "var/run/cdi/nvidia.yaml"
     made = run_cli("configure", "cdi", "--root", str(node), "--output", "/var/run/cdi/nvidia.yaml")
@@ -104,8 +131,14 @@ def test_podman_uses_the_spec_nvidia_cdi_refresh_keeps_in_var_run_cdi(tmp_path: 
     with PodmanView(node) as view:
         # the view's /run is its own tmpfs: put the refreshed spec where podman looks, as the service would
         assert view.holder is not None
-        copy = ["nsenter", f"--mount=/proc/{view.holder.pid}/ns/mnt", "--", "sh", "-c",
-                f"mkdir -p /run/cdi && cp {refresh} /run/cdi/nvidia.yaml"]  # fmt: skip
+        copy = [
+            "nsenter",
+            f"--mount=/proc/{view.holder.pid}/ns/mnt",
+            "--",
+            "sh",
+            "-c",
+            f"mkdir -p /run/cdi && cp {refresh} /run/cdi/nvidia.yaml",
+        ]
         assert subprocess.run(copy, check=False).returncode == 0
         assert view.run("load", "-i", str(image.archive)).returncode == 0
         asked = view.run(*run_args(view, image, "--device", "nvidia.com/gpu=0"))

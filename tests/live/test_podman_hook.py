@@ -41,8 +41,22 @@ def test_podman_runs_the_hook_configure_crio_wrote_and_refuses_a_malformed_one(
     with PodmanView(node) as view:
         loaded = view.run("load", "-i", str(image.archive))
         assert loaded.returncode == 0, loaded.stderr
-        run_args = ["run", "--rm", "--network", "none", "--pull", "never", "--cgroup-parent", f"/{view.cgroup_parent}",
-                    "-e", "NVIDIA_VISIBLE_DEVICES=all", image.ref, "/bin/sh", "-c", "echo ran"]  # fmt: skip
+        run_args = [
+            "run",
+            "--rm",
+            "--network",
+            "none",
+            "--pull",
+            "never",
+            "--cgroup-parent",
+            f"/{view.cgroup_parent}",
+            "-e",
+            "NVIDIA_VISIBLE_DEVICES=all",
+            image.ref,
+            "/bin/sh",
+            "-c",
+            "echo ran",
+        ]
         ran = view.run("--hooks-dir", str(hooks_dir), *run_args)
         assert ran.returncode == 0, ran.stderr
         assert ran.stdout == "ran\n"
@@ -59,8 +73,19 @@ def test_podman_runs_the_hook_configure_crio_wrote_and_refuses_a_malformed_one(
             monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
             for key in ("CONTAINERS_CONF", "CONTAINERS_STORAGE_CONF"):
                 monkeypatch.setenv(key, view.env[key])
-            live = run_cli("configure", "verify", "--root", str(node), "--runtime", "crio", "--live",
-                           "--image", image.ref, "--visible-devices", "all")  # fmt: skip
+            live = run_cli(
+                "configure",
+                "verify",
+                "--root",
+                str(node),
+                "--runtime",
+                "crio",
+                "--live",
+                "--image",
+                image.ref,
+                "--visible-devices",
+                "all",
+            )
         assert live.exit_code == 0, live.stdout + live.stderr
         assert f"ok: crio: live: a container of {image.ref} started with the OCI hook" in live.stdout
         assert len(record.read_text().splitlines()) == 2  # the hook ran for the check's container too
@@ -70,7 +95,9 @@ def test_podman_runs_the_hook_configure_crio_wrote_and_refuses_a_malformed_one(
         data = json.loads(hook.read_text())
         del data["stages"]
         hook.write_text(json.dumps(data))
-        broken = run_cli("configure", "verify", "--root", str(node), "--runtime", "crio", "--live", "--image", image.ref)
+        broken = run_cli(
+            "configure", "verify", "--root", str(node), "--runtime", "crio", "--live", "--image", image.ref
+        )
         assert broken.exit_code == 9 and "stages must list" in broken.stdout
         assert "live:" not in broken.stdout  # caught before any container is tried
         refused = view.run("--hooks-dir", str(hooks_dir), *run_args)

@@ -39,7 +39,10 @@ def node() -> Iterator[Path]:
     directory = short_dir("rootless")
     directory.chmod(0o755)
     (directory / "etc").mkdir()
-    for name, line in (("passwd", f"{USER}:x:{UID}:{UID}::/home/{USER}:/bin/sh\n"), ("group", f"{USER}:x:{UID}:\n")):
+    for name, line in (
+        ("passwd", f"{USER}:x:{UID}:{UID}::/home/{USER}:/bin/sh\n"),
+        ("group", f"{USER}:x:{UID}:\n"),
+    ):
         (directory / "etc" / name).write_text(Path(f"/etc/{name}").read_text() + line)
     (directory / "etc/containers").mkdir()
     shutil.copy("/etc/containers/policy.json", directory / "etc/containers/policy.json")
@@ -59,16 +62,40 @@ def as_user(node: Path, image: LocalImage, *podman_run: str) -> subprocess.Compl
     """Load the image and ``podman run PODMAN_RUN`` as the user in the node's view; stop podman's pause process."""
     shutil.copy(image.archive, node / "image.tar")
     os.chmod(node / "image.tar", 0o644)
-    run = ["runuser", "-u", USER, "--", "env", f"HOME=/home/{USER}", f"XDG_RUNTIME_DIR=/run/user/{UID}", "podman"]
-    script = "\n".join([
-        f"mkdir -p /run/user/{UID} && chown {UID}:{UID} /run/user/{UID}",
-        shlex.join([*run, "load", "-q", "-i", str(node / "image.tar")]) + " >/dev/null",
-        shlex.join([*run, "run", "--rm", "--network", "none", "--pull", "never", "--cgroup-manager", "cgroupfs", *podman_run]),
-        "status=$?",
-        f"pause=/run/user/{UID}/libpod/tmp/pause.pid",
-        '[ -f "$pause" ] && kill -9 "$(cat "$pause")"',
-        "exit $status",
-    ])  # fmt: skip
+    run = [
+        "runuser",
+        "-u",
+        USER,
+        "--",
+        "env",
+        f"HOME=/home/{USER}",
+        f"XDG_RUNTIME_DIR=/run/user/{UID}",
+        "podman",
+    ]
+    script = "\n".join(
+        [
+            f"mkdir -p /run/user/{UID} && chown {UID}:{UID} /run/user/{UID}",
+            shlex.join([*run, "load", "-q", "-i", str(node / "image.tar")]) + " >/dev/null",
+            shlex.join(
+                [
+                    *run,
+                    "run",
+                    "--rm",
+                    "--network",
+                    "none",
+                    "--pull",
+                    "never",
+                    "--cgroup-manager",
+                    "cgroupfs",
+                    *podman_run,
+                ]
+            ),
+            "status=$?",
+            f"pause=/run/user/{UID}/libpod/tmp/pause.pid",
+            '[ -f "$pause" ] && kill -9 "$(cat "$pause")"',
+            "exit $status",
+        ]
+    )
     scratch = short_dir("rootless-view")
     try:
         argv = node_view_argv(node, scratch, ["sh", "-c", script], LAYERS)
@@ -102,7 +129,9 @@ def test_rootless_podman_sees_the_gpu_through_the_system_cdi_spec(node: Path, im
     verified = run_cli("configure", "verify", "--root", str(node), "--runtime", "podman")
     assert verified.exit_code == 0 and f"ok: podman: {USER} can use them" in verified.stdout, verified.stdout
 
-    ran = as_user(node, image, "--device", "nvidia.com/gpu=all", image.ref, "/bin/sh", "-c", "ls -l /dev/nvidia*")
+    ran = as_user(
+        node, image, "--device", "nvidia.com/gpu=all", image.ref, "/bin/sh", "-c", "ls -l /dev/nvidia*"
+    )
     assert ran.returncode == 0, ran.stderr
     assert char_devices(ran.stdout) == {"/dev/nvidia0": (195, 0), "/dev/nvidiactl": (195, 255)}, ran.stdout
 

@@ -41,12 +41,18 @@ POD_LOGS = Path("/var/log/gal-pods")
 
 
 @pytest.fixture(scope="module")
-def real_bundle(real_tree: UpstreamTree, operator_key: TestKey, tmp_path_factory: pytest.TempPathFactory) -> Path:  # noqa: F811
+def real_bundle(
+    real_tree: UpstreamTree,  # noqa: F811
+    operator_key: TestKey,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Path:
     return sync_and_bundle(real_tree, tmp_path_factory.mktemp("real-deb"), operator_key, "deb")
 
 
 @pytest.fixture
-def node(booted_tarball: Path, tmp_path: Path, real_bundle: Path, operator_key: TestKey, image: LocalImage) -> Iterator[booted.BootedNode]:
+def node(
+    booted_tarball: Path, tmp_path: Path, real_bundle: Path, operator_key: TestKey, image: LocalImage
+) -> Iterator[booted.BootedNode]:
     """A booted node with the admin's containerd config, the local image imported and writable cgroups."""
     with booted.BootedNode(tmp_path / "node", booted_tarball) as running:
         booted.hand_over(running, real_bundle, operator_key.public)
@@ -74,8 +80,18 @@ def test_nvidias_packages_meet_a_running_systemd_and_a_pod_runs_through_their_ru
     node: booted.BootedNode, tmp_path: Path, image: LocalImage, cri: None
 ) -> None:
     before = node.main_pid("containerd")
-    installed = _tool(node, "install", f"{booted.NODE_DIR}/bundle.tar.zst", "--keyring", f"{booted.NODE_DIR}/operator.asc",
-                      "--runtime", "containerd", "--cdi", "off", "--json")  # fmt: skip
+    installed = _tool(
+        node,
+        "install",
+        f"{booted.NODE_DIR}/bundle.tar.zst",
+        "--keyring",
+        f"{booted.NODE_DIR}/operator.asc",
+        "--runtime",
+        "containerd",
+        "--cdi",
+        "off",
+        "--json",
+    )
     assert installed.returncode == 0, installed.stderr
     result = json.loads(installed.stdout)
     assert result["engines"]["containerd"] == "registered runtime 'nvidia', restarted containerd", result
@@ -85,13 +101,23 @@ def test_nvidias_packages_meet_a_running_systemd_and_a_pod_runs_through_their_ru
     # service is skipped by its conditions (no nvidia-smi, no driver module), so it is not failed
     states = _unit_states(node)
     assert states["nvidia-cdi-refresh.path"] == ("enabled", "active"), states
-    assert states["nvidia-cdi-refresh.service"][0] == "enabled" and states["nvidia-cdi-refresh.service"][1] != "failed", states
+    assert (
+        states["nvidia-cdi-refresh.service"][0] == "enabled"
+        and states["nvidia-cdi-refresh.service"][1] != "failed"
+    ), states
     assert node.main_pid("containerd") not in (0, before)
     assert "nvidia" in booted.runtime_handlers(node, tmp_path / "cri-logs")
     runtime = node.run("nvidia-container-runtime", "--version").stdout
     assert f"NVIDIA Container Runtime version {VERSION}" in runtime, runtime
-    node.run("nvidia-ctk", "config", "--in-place", "--set", f"nvidia-container-runtime.debug={RUNTIME_LOG}",
-             "--set", "nvidia-container-runtime.log-level=debug")  # fmt: skip
+    node.run(
+        "nvidia-ctk",
+        "config",
+        "--in-place",
+        "--set",
+        f"nvidia-container-runtime.debug={RUNTIME_LOG}",
+        "--set",
+        "nvidia-container-runtime.log-level=debug",
+    )
 
     client = CriClient(node.socket(booted.CONTAINERD_SOCKET), POD_LOGS, node.pod_cgroup, node_root=node.root)
     try:

@@ -32,7 +32,9 @@ CONFIG = "/etc/containerd/config.toml"
 
 
 @pytest.fixture
-def node(booted_tarball: Path, tmp_path: Path, deb_bundle: Path, operator_key: TestKey) -> Iterator[booted.BootedNode]:
+def node(
+    booted_tarball: Path, tmp_path: Path, deb_bundle: Path, operator_key: TestKey
+) -> Iterator[booted.BootedNode]:
     """A booted node with the bundle, the operator's key and the node files in /root/node."""
     with booted.BootedNode(tmp_path / "node", booted_tarball) as running:
         booted.hand_over(running, deb_bundle, operator_key.public)
@@ -45,8 +47,19 @@ def _tool(node: booted.BootedNode, *args: str) -> subprocess.CompletedProcess[st
 
 
 def _install(node: booted.BootedNode, *extra: str) -> subprocess.CompletedProcess[str]:
-    return _tool(node, "install", f"{NODE_DIR}/bundle.tar.zst", "--keyring", f"{NODE_DIR}/operator.asc",
-                 "--runtime", "containerd", "--cdi", "off", "--json", *extra)  # fmt: skip
+    return _tool(
+        node,
+        "install",
+        f"{NODE_DIR}/bundle.tar.zst",
+        "--keyring",
+        f"{NODE_DIR}/operator.asc",
+        "--runtime",
+        "containerd",
+        "--cdi",
+        "off",
+        "--json",
+        *extra,
+    )
 
 
 def _handlers(node: booted.BootedNode, tmp_path: Path) -> set[str]:
@@ -127,7 +140,9 @@ def test_install_no_restart_leaves_containerd_running_and_restart_brings_the_han
     assert again["outcome"] == "nothing to restart"
 
 
-def test_install_and_uninstall_leave_a_containerd_the_admin_had_stopped_stopped(node: booted.BootedNode, tmp_path: Path, cri: None) -> None:
+def test_install_and_uninstall_leave_a_containerd_the_admin_had_stopped_stopped(
+    node: booted.BootedNode, tmp_path: Path, cri: None
+) -> None:
     original = node.path(CONFIG).read_bytes()
     node.run("systemctl", "stop", "containerd")
     installed = _install(node)

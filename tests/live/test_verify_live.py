@@ -35,13 +35,18 @@ def test_verify_live_runs_a_container_through_the_runtime_and_catches_a_broken_r
         assert ran.stdout.splitlines()[-1].startswith(
             f"ok: containerd: live: a container of {image.ref} started with runtime binary /usr/bin/nvidia-container-runtime through ctr"
         )  # the sandbox image the config names, found on the node
-        assert [b for b in nvidia.handled_bundles(log) if "/k8s.io/gpu-airgap-live-" in b], "not through NVIDIA's runtime"
+        assert [b for b in nvidia.handled_bundles(log) if "/k8s.io/gpu-airgap-live-" in b], (
+            "not through NVIDIA's runtime"
+        )
         left = daemon.ctr("containers", "ls", "-q").stdout.split()
         assert not [c for c in left if c.startswith("gpu-airgap-live-")]  # removed again
 
         absent = run_cli(*verify, "--image", "registry.invalid/cuda:12.4")
         assert absent.exit_code == 1
-        assert "CANNOT RUN: containerd: live: the image registry.invalid/cuda:12.4 is not on the node" in absent.stdout
+        assert (
+            "CANNOT RUN: containerd: live: the image registry.invalid/cuda:12.4 is not on the node"
+            in absent.stdout
+        )
 
         # a runtime binary that is there but broken: the static checks pass, the live check does not
         with open(node / "usr/bin" / nvidia.RUNTIME, "w") as binary:  # in place: the daemon sees this inode
@@ -50,7 +55,9 @@ def test_verify_live_runs_a_container_through_the_runtime_and_catches_a_broken_r
         assert static.exit_code == 0
         broken = run_cli(*verify)
         assert broken.exit_code == 9, broken.stdout
-        assert broken.stdout.splitlines()[-1].startswith("PROBLEM: containerd: live: a container with runtime binary")
+        assert broken.stdout.splitlines()[-1].startswith(
+            "PROBLEM: containerd: live: a container with runtime binary"
+        )
         assert "the live check failed for 1 engine(s)" in broken.stderr
     finally:
         daemon.stop()

@@ -24,7 +24,8 @@ from tests.upstream.catalog import PackageSpec
 
 #: Where the shared reference material keeps NVIDIA's toolkit built from source.
 NVIDIA_BUILD: Final = Path(
-    os.environ.get("GPU_AIRGAP_NVIDIA_BUILD") or Path(__file__).resolve().parents[3] / "shared" / "nvidia-from-source"
+    os.environ.get("GPU_AIRGAP_NVIDIA_BUILD")
+    or Path(__file__).resolve().parents[3] / "shared" / "nvidia-from-source"
 )
 #: The release those packages are, and the real-packages profile's only toolkit version.
 NVIDIA_BUILD_VERSION: Final = "1.20.0-1"
@@ -76,5 +77,7 @@ def prebuilt_installed_size(spec: PackageSpec, deb: Path) -> int:
     fields = dict(line.split(": ", 1) for line in control.splitlines() if ": " in line)
     for name in _CHECKED_FIELDS:
         if fields.get(name) != spec.field(name):
-            raise ValueError(f"{deb.name}: {name} is {fields.get(name)!r}, the real index says {spec.field(name)!r}")
+            raise ValueError(
+                f"{deb.name}: {name} is {fields.get(name)!r}, the real index says {spec.field(name)!r}"
+            )
     return int(fields["Installed-Size"])

@@ -34,8 +34,13 @@ def swap_package(tree: UpstreamTree, repo: Path, victim: str, impostor: str) -> 
 
 def _reindex_deb(repo: Path, victim: str, data: bytes) -> None:
     stanzas = (repo / "Packages").read_text(encoding="utf-8").split("\n\n")
-    digests = {"Size": str(len(data)), "MD5sum": hashlib.md5(data).hexdigest(), "SHA1": hashlib.sha1(data).hexdigest(),
-               "SHA256": hashlib.sha256(data).hexdigest(), "SHA512": hashlib.sha512(data).hexdigest()}  # fmt: skip
+    digests = {
+        "Size": str(len(data)),
+        "MD5sum": hashlib.md5(data).hexdigest(),
+        "SHA1": hashlib.sha1(data).hexdigest(),
+        "SHA256": hashlib.sha256(data).hexdigest(),
+        "SHA512": hashlib.sha512(data).hexdigest(),
+    }
     for index, stanza in enumerate(stanzas):
         if f"Filename: ./{victim}\n" in stanza + "\n":
             for field, value in digests.items():
@@ -60,8 +65,11 @@ def _reindex_rpm(repo: Path, victim: str, data: bytes) -> None:
     blocks = xml.split("<package ")
     for index, block in enumerate(blocks):
         if f'<location href="{victim}"/>' in block:
-            block = re.sub(r'(<checksum type="sha512" pkgid="YES">)[0-9a-f]+(</checksum>)',
-                           rf"\g<1>{hashlib.sha512(data).hexdigest()}\g<2>", block)  # fmt: skip
+            block = re.sub(
+                r'(<checksum type="sha512" pkgid="YES">)[0-9a-f]+(</checksum>)',
+                rf"\g<1>{hashlib.sha512(data).hexdigest()}\g<2>",
+                block,
+            )
             blocks[index] = re.sub(r'<size package="\d+"', f'<size package="{len(data)}"', block)
             break
     else:
@@ -71,8 +79,14 @@ def _reindex_rpm(repo: Path, victim: str, data: bytes) -> None:
     primary_path.write_bytes(packed)
     section = re.search(r'<data type="primary">.*?</data>', repomd, flags=re.DOTALL)
     assert section is not None
-    new = re.sub(r'(<checksum type="sha512">)[0-9a-f]+', rf"\g<1>{hashlib.sha512(packed).hexdigest()}", section.group(0))
-    new = re.sub(r'(<open-checksum type="sha512">)[0-9a-f]+', rf"\g<1>{hashlib.sha512(opened).hexdigest()}", new)
+    new = re.sub(
+        r'(<checksum type="sha512">)[0-9a-f]+',
+        rf"\g<1>{hashlib.sha512(packed).hexdigest()}",
+        section.group(0),
+    )
+    new = re.sub(
+        r'(<open-checksum type="sha512">)[0-9a-f]+', rf"\g<1>{hashlib.sha512(opened).hexdigest()}", new
+    )
     new = re.sub(r"<size>\d+</size>", f"<size>{len(packed)}</size>", new)
     new = re.sub(r"<open-size>\d+</open-size>", f"<open-size>{len(opened)}</open-size>", new)
     repomd_path.write_text(repomd.replace(section.group(0), new), encoding="utf-8")

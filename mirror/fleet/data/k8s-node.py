@@ -62,7 +62,9 @@ NODE_SUMS = "NODE-SHA256SUMS"
 NODE_SUMS_SIGNATURE = "NODE-SHA256SUMS.asc"
 NODE_TOOL = "gpu-airgap-node.pyz"
 HEAD = (NODE_SUMS, NODE_SUMS_SIGNATURE, "install.sh", NODE_TOOL)
-VERIFICATION_FAILED = 3  #: the exit code of a signature or checksum that did not match (docs/reference.md, "Exit codes")
+VERIFICATION_FAILED = (
+    3  #: the exit code of a signature or checksum that did not match (docs/reference.md, "Exit codes")
+)
 #: the bundle artifact's manifest and layer types (installer/oci/artifact.py, mirrored here)
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 OCI_BUNDLE_LAYER = "application/vnd.gpu-airgap.bundle.v1.tar"
@@ -82,7 +84,9 @@ def _host() -> Path:
 
 
 def _cache() -> Path:
-    return Path(_env("GPU_AIRGAP_CACHE")) if _env("GPU_AIRGAP_CACHE") else _host() / "var/cache/gpu-airgap/k8s"
+    return (
+        Path(_env("GPU_AIRGAP_CACHE")) if _env("GPU_AIRGAP_CACHE") else _host() / "var/cache/gpu-airgap/k8s"
+    )
 
 
 def _ready_marker() -> Path:
@@ -98,7 +102,10 @@ def fetch_bundle(url: str, dest: Path) -> None:
     """Download ``url`` to ``dest`` through a temp file (the installer verifies it, not this)."""
     part = dest.with_name(dest.name + ".part")
     try:
-        with urllib.request.urlopen(url, timeout=60) as response, open(part, "wb") as out:  # http(s) only: the renderer checks
+        with (
+            urllib.request.urlopen(url, timeout=60) as response,
+            open(part, "wb") as out,
+        ):  # http(s) only: the renderer checks
             shutil.copyfileobj(response, out, 1 << 20)
     except OSError as exc:  # URLError and HTTPError are OSErrors
         reason = getattr(exc, "reason", None) or exc
@@ -195,12 +202,20 @@ def pull_bundle(ref: str, dest: Path, key: Path) -> bool:
         if len(layers) == 1 and types[0].startswith(OCI_BUNDLE_LAYER):
             _pull_blob(registry, ref, layers[0], dest)
             return False
-        if len(layers) < 3 or types[-2:] != [OCI_SUMS_LAYER, OCI_SUMS_SIGNATURE_LAYER] or set(types[:-2]) != {OCI_PART_LAYER}:
-            raise SystemExit(f"gpu-airgap-k8s: {ref} is not a gpu-airgap bundle (one bundle layer, or parts and their signed checksum list)")
+        if (
+            len(layers) < 3
+            or types[-2:] != [OCI_SUMS_LAYER, OCI_SUMS_SIGNATURE_LAYER]
+            or set(types[:-2]) != {OCI_PART_LAYER}
+        ):
+            raise SystemExit(
+                f"gpu-airgap-k8s: {ref} is not a gpu-airgap bundle (one bundle layer, or parts and their signed checksum list)"
+            )
         _first_part(registry, ref, layers, dest, key)
         return True
     except (OSError, ValueError, AttributeError) as exc:  # URLError, HTTPError, a JSON body that is not
-        raise SystemExit(f"gpu-airgap-k8s: could not pull {ref}: {getattr(exc, 'reason', None) or exc}") from exc
+        raise SystemExit(
+            f"gpu-airgap-k8s: could not pull {ref}: {getattr(exc, 'reason', None) or exc}"
+        ) from exc
 
 
 def _pull_blob(registry: Registry, ref: str, layer: Dict[str, Any], dest: Path) -> None:
@@ -222,11 +237,15 @@ def _first_part(registry: Registry, ref: str, layers: List[Dict[str, Any]], dest
         _pull_blob(registry, ref, layers[-2], sums)
         _pull_blob(registry, ref, layers[-1], signature)
         if not _signed_by(_dearmored(key, work), signature, sums, work):
-            _refuse(f"the checksum list of the split bundle {ref} is not signed by the operator key {key}; refusing it")
+            _refuse(
+                f"the checksum list of the split bundle {ref} is not signed by the operator key {key}; refusing it"
+            )
         _pull_blob(registry, ref, layers[0], work / "part")
         title = str((layers[0].get("annotations") or {}).get("org.opencontainers.image.title", ""))
         if "sha256:" + _listed(sums).get(title, "") != _sha256_file(work / "part"):
-            _refuse(f"the first part of the split bundle {ref} does not match its signed checksum list; refusing it")
+            _refuse(
+                f"the first part of the split bundle {ref} does not match its signed checksum list; refusing it"
+            )
         os.replace(work / "part", dest)
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -242,9 +261,22 @@ def _signed_by(keyring: Path, signature: Path, data: Path, home: Path) -> bool:
     if shutil.which("gpgv"):
         argv = ["gpgv", "--homedir", str(home), "--keyring", str(keyring), str(signature), str(data)]
     else:
-        argv = ["gpg", "--batch", "--homedir", str(home), "--no-default-keyring", "--keyring", str(keyring),
-                "--verify", str(signature), str(data)]  # fmt: skip
-    return subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False).returncode == 0
+        argv = [
+            "gpg",
+            "--batch",
+            "--homedir",
+            str(home),
+            "--no-default-keyring",
+            "--keyring",
+            str(keyring),
+            "--verify",
+            str(signature),
+            str(data),
+        ]
+    return (
+        subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False).returncode
+        == 0
+    )
 
 
 def _dearmored(key: Path, work: Path) -> Path:
@@ -258,7 +290,10 @@ def _dearmored(key: Path, work: Path) -> Path:
 
 def _listed(sums: Path) -> Dict[str, str]:
     """Name -> sha256 of a NODE-SHA256SUMS whose signature checked out (``sha256sum`` lines)."""
-    lines = (re.match(r"^([0-9a-f]{64}) [ *](\S+)$", line) for line in sums.read_text("ascii", "replace").splitlines())
+    lines = (
+        re.match(r"^([0-9a-f]{64}) [ *](\S+)$", line)
+        for line in sums.read_text("ascii", "replace").splitlines()
+    )
     return {m.group(2): m.group(1) for m in lines if m}
 
 
@@ -274,13 +309,21 @@ def node_tool(bundle: Path, dest: Path, key: Path) -> None:
         dest.unlink()  # an earlier pod's copy: only a tool this run checked may be left here
     work = Path(tempfile.mkdtemp(prefix=".verify-", dir=str(dest.parent)))
     try:
-        taken = subprocess.run(["tar", "--occurrence", "-xf", str(bundle), "-C", str(work), *HEAD],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)  # fmt: skip
+        taken = subprocess.run(
+            ["tar", "--occurrence", "-xf", str(bundle), "-C", str(work), *HEAD],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            check=False,
+        )
         if taken.returncode != 0:
-            _refuse(f"{bundle} has no {', '.join(HEAD)} to check the node tool with (not a gpu-airgap bundle, "
-                    "or one an older gpu-airgap built: rebuild it); refusing to run anything from it")  # fmt: skip
+            _refuse(
+                f"{bundle} has no {', '.join(HEAD)} to check the node tool with (not a gpu-airgap bundle, "
+                "or one an older gpu-airgap built: rebuild it); refusing to run anything from it"
+            )
         if not _signed_by(_dearmored(key, work), work / NODE_SUMS_SIGNATURE, work / NODE_SUMS, work):
-            _refuse(f"the node tool in {bundle} is not signed by the operator key {key} ({NODE_SUMS_SIGNATURE}); refusing to run it")
+            _refuse(
+                f"the node tool in {bundle} is not signed by the operator key {key} ({NODE_SUMS_SIGNATURE}); refusing to run it"
+            )
         with open(work / NODE_TOOL, "rb") as tool:
             actual = hashlib.sha256(tool.read()).hexdigest()
         if _listed(work / NODE_SUMS).get(NODE_TOOL) != actual:
@@ -317,10 +360,25 @@ def _registry_env(cache: Path) -> Iterator[Dict[str, str]]:
 
 def install_argv(tool: Path, bundle: Union[Path, str]) -> List[str]:
     """The installer's command line from the DaemonSet's environment."""
-    argv = [sys.executable, "-I", "-S", str(tool), "install", str(bundle), "--keyring", _env("GPU_AIRGAP_KEYRING"),
-            "--root", str(_host()), "--runtime", _env("GPU_AIRGAP_RUNTIME", "auto"),
-            "--runtime-name", _env("GPU_AIRGAP_RUNTIME_NAME", "nvidia"), "--cdi", _env("GPU_AIRGAP_CDI", "auto"),
-            "--json"]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-I",
+        "-S",
+        str(tool),
+        "install",
+        str(bundle),
+        "--keyring",
+        _env("GPU_AIRGAP_KEYRING"),
+        "--root",
+        str(_host()),
+        "--runtime",
+        _env("GPU_AIRGAP_RUNTIME", "auto"),
+        "--runtime-name",
+        _env("GPU_AIRGAP_RUNTIME_NAME", "nvidia"),
+        "--cdi",
+        _env("GPU_AIRGAP_CDI", "auto"),
+        "--json",
+    ]
     if not _on_host() or _env("GPU_AIRGAP_RESTART", "systemd") == "none":
         argv.append("--no-restart")
     if _env("GPU_AIRGAP_SET_AS_DEFAULT") == "true":
@@ -349,12 +407,18 @@ def restart(units: Dict[str, List[str]]) -> None:
         if not candidates:
             _say(f"{engine}: reloads its configuration by itself")
             continue
-        running = [u for u in candidates if subprocess.run([*enter, "systemctl", "is-active", "--quiet", u], check=False).returncode == 0]
+        running = [
+            u
+            for u in candidates
+            if subprocess.run([*enter, "systemctl", "is-active", "--quiet", u], check=False).returncode == 0
+        ]
         unit = (running or candidates)[0]
         subprocess.run([*enter, "systemctl", "restart", unit], check=False)
         active = subprocess.run([*enter, "systemctl", "is-active", "--quiet", unit], check=False)
         if active.returncode != 0:
-            raise SystemExit(f"gpu-airgap-k8s: {unit} did not come back after registering the runtime; see journalctl -u {unit} on the node")
+            raise SystemExit(
+                f"gpu-airgap-k8s: {unit} did not come back after registering the runtime; see journalctl -u {unit} on the node"
+            )
         _say(f"restarted {unit}")
 
 
@@ -366,7 +430,11 @@ def install() -> int:
     for stale in (marker, _checked_mark()):
         if stale.exists():
             stale.unlink()  # under --tools host they live on the node and outlive the pod: not ready until this run says so
-    url, ref, expected = _env("GPU_AIRGAP_BUNDLE_URL"), _env("GPU_AIRGAP_BUNDLE_REF"), _env("GPU_AIRGAP_BUNDLE_DIGEST")
+    url, ref, expected = (
+        _env("GPU_AIRGAP_BUNDLE_URL"),
+        _env("GPU_AIRGAP_BUNDLE_REF"),
+        _env("GPU_AIRGAP_BUNDLE_DIGEST"),
+    )
     bundle = cache / "bundle" if url or ref else Path(_env("GPU_AIRGAP_BUNDLE_FILE"))
     split = False
     if ref:
@@ -376,15 +444,21 @@ def install() -> int:
         _say(f"fetching {url}")
         fetch_bundle(url, bundle)
     elif not bundle.is_file():
-        raise SystemExit(f"gpu-airgap-k8s: there is no bundle at {bundle}; check the DaemonSet's bundle ConfigMap")
+        raise SystemExit(
+            f"gpu-airgap-k8s: there is no bundle at {bundle}; check the DaemonSet's bundle ConfigMap"
+        )
     if expected and not ref and _sha256_file(bundle) != expected:
-        _refuse(f"the bundle from {url or bundle} is not the one the DaemonSet names ({expected}); refusing it")
+        _refuse(
+            f"the bundle from {url or bundle} is not the one the DaemonSet names ({expected}); refusing it"
+        )
     tool = cache / NODE_TOOL
     node_tool(bundle, tool, Path(_env("GPU_AIRGAP_KEYRING")))
     if split:  # the checked node tool pulls every part by digest itself (pull_bundle)
         _say(f"{ref} is a split bundle: the node tool pulls its parts")
         with _registry_env(cache) as env:
-            proc = subprocess.run([*install_argv(tool, ref), *_registry_flags()], stdout=subprocess.PIPE, env=env, check=False)
+            proc = subprocess.run(
+                [*install_argv(tool, ref), *_registry_flags()], stdout=subprocess.PIPE, env=env, check=False
+            )
     else:
         proc = subprocess.run(install_argv(tool, bundle), stdout=subprocess.PIPE, check=False)
     if proc.returncode != 0:
@@ -394,7 +468,13 @@ def install() -> int:
     _say(f"{result.get('outcome')}: {result.get('target')} on {result.get('node')}")
     if not _on_host():  # --tools host: the installer restarted them (and said so in the result)
         units: Dict[str, List[str]] = result.get("restart_units") or {}
-        restart({name: units.get(name, [name]) for name in units or [n for n, what in engines.items() if what.startswith("registered runtime")]})
+        restart(
+            {
+                name: units.get(name, [name])
+                for name in units
+                or [n for n, what in engines.items() if what.startswith("registered runtime")]
+            }
+        )
     _ready_marker().write_text(json.dumps({**result, "bundle_digest": expected}) + "\n")
     return 0
 
@@ -430,9 +510,21 @@ def _full_check(done: Dict[str, Any]) -> int:
     tool = _cache() / NODE_TOOL
     name = _env("GPU_AIRGAP_RUNTIME_NAME", "nvidia")
     proc = subprocess.run(
-        [sys.executable, "-I", "-S", str(tool), "status", "--root", str(_host()), "--runtime-name", name, "--json"],
-        stdout=subprocess.PIPE, check=False,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-I",
+            "-S",
+            str(tool),
+            "status",
+            "--root",
+            str(_host()),
+            "--runtime-name",
+            name,
+            "--json",
+        ],
+        stdout=subprocess.PIPE,
+        check=False,
+    )
     if proc.returncode not in (0, 9):  # 9: drift, reported but still a status
         return 1
     report = json.loads(proc.stdout)

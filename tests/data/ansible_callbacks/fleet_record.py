@@ -25,7 +25,12 @@ class CallbackModule(CallbackBase):  # type: ignore[misc]
 
     def _record(self, result: Any, status: str) -> None:
         self.results.append(
-            {"host": result._host.get_name(), "task": result._task.name, "status": status, "result": result._result}
+            {
+                "host": result._host.get_name(),
+                "task": result._task.name,
+                "status": status,
+                "result": result._result,
+            }
         )
 
     def v2_runner_on_ok(self, result: Any) -> None:

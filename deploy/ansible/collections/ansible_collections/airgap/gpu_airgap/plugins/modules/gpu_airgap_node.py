@@ -165,21 +165,30 @@ OCI = "oci://"
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
-            "state": {"choices": ["present", "configured", "restarted", "absent", "unconfigured"], "default": "present"},
+            "state": {
+                "choices": ["present", "configured", "restarted", "absent", "unconfigured"],
+                "default": "present",
+            },
             "zipapp": {"type": "path", "required": True},
             "python": {"type": "str", "default": "python3"},
             "bundle": {"type": "str"},
             "keyring": {"type": "path"},
             "bundle_pending": {"type": "bool", "default": False},
             "root": {"type": "path", "default": "/"},
-            "runtime": {"choices": ["auto", "containerd", "docker", "crio", "podman", "lxc", "none"], "default": "auto"},
+            "runtime": {
+                "choices": ["auto", "containerd", "docker", "crio", "podman", "lxc", "none"],
+                "default": "auto",
+            },
             "runtime_name": {"type": "str", "default": "nvidia"},
             "set_as_default": {"type": "bool", "default": False},
             "cdi": {"choices": ["auto", "on", "off"], "default": "auto"},
             "hold": {"type": "bool", "default": False},
             "force": {"type": "bool", "default": False},
             "engines": {"type": "list", "elements": "str", "default": []},
-            "distro": {"choices": ["auto", "containerd", "k3s", "rke2", "microk8s", "k0s"], "default": "auto"},
+            "distro": {
+                "choices": ["auto", "containerd", "k3s", "rke2", "microk8s", "k0s"],
+                "default": "auto",
+            },
             "take_over": {"type": "bool", "default": False},
             "plain_http": {"type": "bool", "default": False},
             "ca_file": {"type": "path"},
@@ -213,8 +222,11 @@ def _run(module: AnsibleModule, *args: str, ok_codes: tuple = (0,)) -> subproces
         lines = [line for line in proc.stderr.splitlines() if line.strip()]
         module.fail_json(
             msg=lines[-1] if lines else f"{' '.join(argv)} exited with status {proc.returncode}",
-            rc=proc.returncode, cmd=argv, stdout=proc.stdout, stderr=proc.stderr,
-        )  # fmt: skip
+            rc=proc.returncode,
+            cmd=argv,
+            stdout=proc.stdout,
+            stderr=proc.stderr,
+        )
     return proc
 
 
@@ -224,13 +236,31 @@ def _tool(module: AnsibleModule, *args: str, ok_codes: tuple = (0,)) -> dict:
     try:
         return json.loads(proc.stdout)
     except ValueError:
-        module.fail_json(msg="the node tool did not print a JSON object", cmd=proc.args, stdout=proc.stdout, stderr=proc.stderr)
+        module.fail_json(
+            msg="the node tool did not print a JSON object",
+            cmd=proc.args,
+            stdout=proc.stdout,
+            stderr=proc.stderr,
+        )
         raise  # fail_json exits; this keeps linters sure the function returns
 
 
 def _install_args(p: dict) -> list:
-    args = ["install", p["bundle"], "--keyring", p["keyring"], "--root", p["root"], "--runtime", p["runtime"],
-            "--runtime-name", p["runtime_name"], "--cdi", p["cdi"], "--no-restart"]  # fmt: skip
+    args = [
+        "install",
+        p["bundle"],
+        "--keyring",
+        p["keyring"],
+        "--root",
+        p["root"],
+        "--runtime",
+        p["runtime"],
+        "--runtime-name",
+        p["runtime_name"],
+        "--cdi",
+        p["cdi"],
+        "--no-restart",
+    ]
     if p["set_as_default"]:
         args.append("--set-as-default")
     if p["hold"]:
@@ -254,7 +284,9 @@ def _diff(text: str) -> dict:
 def _present(module: AnsibleModule) -> None:
     p = module.params
     if module.check_mode and p["bundle_pending"]:
-        module.exit_json(changed=True, msg="would copy the bundle to the node and install it", engines_changed=[])
+        module.exit_json(
+            changed=True, msg="would copy the bundle to the node and install it", engines_changed=[]
+        )
     local = [p["keyring"], p["zipapp"]] + ([] if p["bundle"].startswith(OCI) else [p["bundle"]])
     for path in local:
         if not Path(path).is_file():
@@ -263,23 +295,38 @@ def _present(module: AnsibleModule) -> None:
     planned = _tool(module, *args, "--dry-run") if module.check_mode or module._diff else None
     if module.check_mode:
         engines = planned["restart_pending"]
-        module.exit_json(changed=planned["changed"] or bool(engines), result=planned, engines_changed=engines,
-                         diff=_diff(planned["diff"]))  # fmt: skip
+        module.exit_json(
+            changed=planned["changed"] or bool(engines),
+            result=planned,
+            engines_changed=engines,
+            diff=_diff(planned["diff"]),
+        )
     result = _tool(module, *args)
     # The installer keeps engines it did not restart pending until `restart` ran, so a handler that
     # never ran (a failed batch, a lost connection) is notified again by the next run.
     engines = result["restart_pending"]
     diff = _diff(planned["diff"]) if planned is not None and result["changed"] else {}
-    module.exit_json(changed=result["changed"] or bool(engines), result=result, engines_changed=engines, diff=diff)
+    module.exit_json(
+        changed=result["changed"] or bool(engines), result=result, engines_changed=engines, diff=diff
+    )
 
 
 def _restarted(module: AnsibleModule) -> None:
     p = module.params
     if module.check_mode:
-        pending = p["engines"] or _tool(module, "status", "--root", p["root"], ok_codes=(0, 9))["restart_pending"]
+        pending = (
+            p["engines"] or _tool(module, "status", "--root", p["root"], ok_codes=(0, 9))["restart_pending"]
+        )
         module.exit_json(changed=bool(pending), engines_changed=pending)
     distro = ["--distro", p["distro"]] if p["distro"] != "auto" else []
-    result = _tool(module, "restart", "--root", p["root"], *distro, *(arg for e in p["engines"] for arg in ("--engine", e)))
+    result = _tool(
+        module,
+        "restart",
+        "--root",
+        p["root"],
+        *distro,
+        *(arg for e in p["engines"] for arg in ("--engine", e)),
+    )
     module.exit_json(changed=result["changed"], result=result, engines_changed=list(result["engines"]))
 
 
@@ -302,13 +349,20 @@ def _configure_args(p: dict) -> list:
 def _configured(module: AnsibleModule) -> None:
     p = module.params
     if p["runtime"] in ("auto", "none", "lxc"):
-        module.fail_json(msg="state=configured needs one engine in runtime: containerd, docker, crio or podman (LXC is configured per container: gpu-airgap configure lxc --container NAME)")
+        module.fail_json(
+            msg="state=configured needs one engine in runtime: containerd, docker, crio or podman (LXC is configured per container: gpu-airgap configure lxc --container NAME)"
+        )
     args = _configure_args(p)
     restart = [p["runtime"]] if p["runtime"] in SERVICE_ENGINES else []
     planned = _tool(module, *args, "--dry-run") if module.check_mode or module._diff else None
     if module.check_mode:
         changed = _needs_change(planned, p["runtime_name"])
-        module.exit_json(changed=changed, result=planned, engines_changed=restart if changed else [], diff=_diff(planned["diff"]))
+        module.exit_json(
+            changed=changed,
+            result=planned,
+            engines_changed=restart if changed else [],
+            diff=_diff(planned["diff"]),
+        )
     result = _tool(module, *args)
     changed = _needs_change(result, p["runtime_name"])
     diff = _diff(planned["diff"]) if planned is not None and changed else {}
@@ -317,15 +371,24 @@ def _configured(module: AnsibleModule) -> None:
 
 def _needs_change(result: dict, runtime_name: str) -> bool:
     """A file changed, or k3s/RKE2 still has to restart to register the runtime itself (it writes no file)."""
-    facts = {key.lower(): value for key, value in (result.get("facts") or {}).items()}  # an older tool's are UPPER_CASE
-    return not result["already_configured"] or (facts.get("distro") in ("k3s", "rke2") and facts.get("runtime") != runtime_name)
+    facts = {
+        key.lower(): value for key, value in (result.get("facts") or {}).items()
+    }  # an older tool's are UPPER_CASE
+    return not result["already_configured"] or (
+        facts.get("distro") in ("k3s", "rke2") and facts.get("runtime") != runtime_name
+    )
 
 
 def _absent(module: AnsibleModule) -> None:
     p = module.params
     status = _tool(module, "status", "--root", p["root"], ok_codes=(0, 9))  # 9: drift, still a report
     if not status["installed_by_gpu_airgap"]:
-        module.exit_json(changed=False, msg="gpu-airgap has no install recorded on this node", result=status, engines_changed=[])
+        module.exit_json(
+            changed=False,
+            msg="gpu-airgap has no install recorded on this node",
+            result=status,
+            engines_changed=[],
+        )
     if module.check_mode:
         module.exit_json(changed=True, msg="would uninstall", result=status, engines_changed=[])
     args = ["uninstall", "--root", p["root"]] + (["--force"] if p["force"] else [])
@@ -360,15 +423,37 @@ def _unconfigured(module: AnsibleModule) -> None:
     p = module.params
     engine = p["runtime"]
     if engine in ("auto", "none"):
-        module.fail_json(msg="state=unconfigured needs one engine in runtime: containerd, docker, crio, podman or lxc")
+        module.fail_json(
+            msg="state=unconfigured needs one engine in runtime: containerd, docker, crio, podman or lxc"
+        )
     files = _journaled(module, engine)
     if not files:
-        module.exit_json(changed=False, msg=f"gpu-airgap has not changed the {engine} configuration here", engines_changed=[])
+        module.exit_json(
+            changed=False,
+            msg=f"gpu-airgap has not changed the {engine} configuration here",
+            engines_changed=[],
+        )
     if module.check_mode:
-        module.exit_json(changed=True, msg=f"would restore {', '.join(files)}", files=files, engines_changed=[engine])
-    proc = _run(module, "configure", "revert", "--root", p["root"], "--runtime", engine, *(["--force"] if p["force"] else []))
+        module.exit_json(
+            changed=True, msg=f"would restore {', '.join(files)}", files=files, engines_changed=[engine]
+        )
+    proc = _run(
+        module,
+        "configure",
+        "revert",
+        "--root",
+        p["root"],
+        "--runtime",
+        engine,
+        *(["--force"] if p["force"] else []),
+    )
     # the engine is restarted by the role's handler (live root only), as after configure
-    module.exit_json(changed=True, files=files, restored=proc.stdout.splitlines(), engines_changed=[engine] if engine in SERVICE_ENGINES else [])
+    module.exit_json(
+        changed=True,
+        files=files,
+        restored=proc.stdout.splitlines(),
+        engines_changed=[engine] if engine in SERVICE_ENGINES else [],
+    )
 
 
 if __name__ == "__main__":
