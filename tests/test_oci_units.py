@@ -6,6 +6,8 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import socket
+import ssl
 import threading
 import urllib.parse
 from collections.abc import Iterator
@@ -20,9 +22,10 @@ from installer.oci import artifact
 from installer.oci.auth import Authorizer, TokenRequest
 from installer.oci.client import RegistryAccess, RegistryClient
 from installer.oci.credentials import Challenge, Credentials, from_docker_config, parse_challenge
-from installer.oci.errors import DigestMismatch, RegistryAuthError, RegistryUnreachable
+from installer.oci.errors import DigestMismatch, RegistryAuthError, RegistryError, RegistryUnreachable
 from installer.oci.reference import Reference, parse_reference
 from plumbing.errors import ConfigFormatError, ExitCode, UsageError
+from tests.oci_registry import make_tls
 
 DIGEST = "sha256:" + "ab" * 32
 
@@ -202,6 +205,8 @@ class Scripted:
 
     routes: Dict[str, Callable[[BaseHTTPRequestHandler], None]] = field(default_factory=dict)
     seen: List[Tuple[str, Optional[str]]] = field(default_factory=list)  #: (path, Authorization)
+    tls: Optional[ssl.SSLContext] = None  #: speak TLS too, on the same port (sniffed per connection)
+    plain: List[Tuple[str, Optional[str]]] = field(default_factory=list)  #: what arrived over plain http
 
     def start(self) -> Tuple[ThreadingHTTPServer, str]:
         script = self
@@ -212,9 +217,18 @@ class Scripted:
 
             def do_GET(self) -> None:
                 script.seen.append((self.path, self.headers.get("Authorization")))
+                if not isinstance(self.connection, ssl.SSLSocket):
+                    script.plain.append(script.seen[-1])
                 script.routes.get(self.path, _not_found)(self)
 
-        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        class Server(ThreadingHTTPServer):
+            def get_request(self) -> Tuple[socket.socket, object]:
+                sock, address = super().get_request()
+                if script.tls is not None and sock.recv(1, socket.MSG_PEEK) == b"\x16":  # a TLS hello
+                    sock = script.tls.wrap_socket(sock, server_side=True)
+                return sock, address
+
+        server = Server(("127.0.0.1", 0), Handler)
         threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
         return server, f"127.0.0.1:{server.server_address[1]}"
 
@@ -276,6 +290,49 @@ def test_blob_redirected_to_another_host_is_fetched_without_the_registry_credent
     assert (tmp_path / "blob").read_bytes() == data
     assert registry.seen[-1][1] == "Basic " + base64.b64encode(b"ops:s3cret").decode()
     assert storage.seen == [("/s3/object?sig=1", None)]
+
+
+def _redirecting(location: str) -> Callable[[BaseHTTPRequestHandler], None]:
+    """A blob route that wants basic credentials, then redirects to ``location``."""
+    needs_basic = _serve(b"", 401, {"WWW-Authenticate": 'Basic realm="r"', "Content-Length": "0"})
+    moved = _serve(b"", 307, {"Location": location, "Content-Length": "0"})
+    return lambda handler: (needs_basic if handler.headers.get("Authorization") is None else moved)(handler)
+
+
+def test_a_redirect_from_https_to_plain_http_on_the_same_host_is_refused_before_credentials_leave(
+    tmp_path: Path,
+) -> None:
+    ca, cert, key = make_tls(tmp_path / "tls")
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(str(cert), str(key))
+    registry = Scripted(tls=context)
+    server, host = registry.start()
+    try:
+        registry.routes[f"/v2/r/blobs/{DIGEST}"] = _redirecting(f"http://{host}/plain/blob")
+        registry.routes["/plain/blob"] = _serve(b"x")
+        client = RegistryClient(
+            host, RegistryAccess(credentials=Credentials("ops", "s3cret"), ca_file=ca), sleep=lambda _: None
+        )
+        with pytest.raises(RegistryError, match=r"from https to plain http .*refusing to downgrade"):
+            client.fetch_blob("r", DIGEST, 1, tmp_path / "blob")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert registry.seen[-1][1] == "Basic " + base64.b64encode(b"ops:s3cret").decode()  # over TLS
+    assert registry.plain == [] and not (tmp_path / "blob").exists()
+
+
+def test_a_redirect_to_a_local_file_is_refused_without_opening_it(
+    servers: Tuple[Scripted, str, Scripted, str], tmp_path: Path
+) -> None:
+    registry, reg_host, _, _ = servers
+    secret = tmp_path / "secret"
+    secret.write_bytes(b"x")
+    registry.routes[f"/v2/r/blobs/{DIGEST}"] = _redirecting(secret.as_uri())
+    with pytest.raises(RegistryError, match="only http and https redirects are followed") as info:
+        _client(reg_host).fetch_blob("r", DIGEST, 1, tmp_path / "blob")
+    assert secret.as_uri() in str(info.value) and info.value.exit_code == ExitCode.ERROR
+    assert not (tmp_path / "blob").exists()
 
 
 def test_reads_are_retried_after_a_503_and_fail_as_network_errors_when_it_persists(

@@ -10,8 +10,10 @@
   (``plain_http``) or for a loopback registry that does not speak TLS (a handshake that fails for
   any reason other than certificate verification). A certificate that does not verify is never
   retried over plain http.
-- **Redirects** (blob storage behind S3 and the like) are followed by hand, dropping the
-  ``Authorization`` header when they leave the registry's host.
+- **Redirects** (blob storage behind S3 and the like) are followed by hand: only to ``http`` or
+  ``https``, never from ``https`` down to ``http`` (credentials or a blob would then travel in
+  clear text), and dropping the ``Authorization`` header when they leave the registry's origin
+  (scheme, host and port).
 - **Retries.** Reads (``GET``/``HEAD``) are retried on connection failures and 502/503/504.
 - **Integrity.** :meth:`RegistryClient.fetch_blob` streams a blob into a file, counting and
   hashing as it goes, and refuses it as soon as it runs past its size or at the end if its sha256
@@ -288,8 +290,8 @@ class RegistryClient:
                 return resp
             resp.close()
             location = urllib.parse.urljoin(resp.url, resp.headers.get("Location", ""))
-            same_host = urllib.parse.urlsplit(location).netloc == urllib.parse.urlsplit(resp.url).netloc
-            if same_host:
+            _check_redirect(self.host, resp.url, location)
+            if _origin(location) == _origin(resp.url):
                 resp = self._request(method, location, repository, ("pull",))
             else:
                 resp = self._exchange(method, location, {}, None)
@@ -343,6 +345,10 @@ class RegistryClient:
             return resp
 
     def _send(self, method: str, url: str, headers: Dict[str, str], data: Optional[IO[bytes]]) -> _Response:
+        if urllib.parse.urlsplit(url).scheme not in ("http", "https"):  # urllib would open file:// too
+            raise RegistryError(
+                f"refusing to request {url} for {self.host}: only http and https URLs are used"
+            )
         request = urllib.request.Request(
             url, data=data, method=method, headers={"User-Agent": f"gpu-airgap/{VERSION}", **headers}
         )
@@ -357,6 +363,27 @@ class RegistryClient:
             return
         detail = _error_detail(resp.read_small("an error document"))
         raise RegistryError(f"{self.host} failed {doing} with HTTP {resp.status}{detail}")
+
+
+def _origin(url: str) -> Tuple[str, str]:
+    parts = urllib.parse.urlsplit(url)
+    return parts.scheme, parts.netloc
+
+
+def _check_redirect(host: str, source: str, location: str) -> None:
+    """Refuse a redirect that is not http(s), or that leaves https for plain http.
+
+    :raises RegistryError: naming where the registry wanted to send us and why we do not go.
+    """
+    scheme = urllib.parse.urlsplit(location).scheme
+    if scheme not in ("http", "https"):
+        raise RegistryError(
+            f"{host} redirected to {location!r}; refusing it: only http and https redirects are followed"
+        )
+    if scheme == "http" and urllib.parse.urlsplit(source).scheme == "https":
+        raise RegistryError(
+            f"{host} redirected from https to plain http ({location}); refusing to downgrade the connection"
+        )
 
 
 @contextlib.contextmanager
