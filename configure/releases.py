@@ -4,8 +4,8 @@ Code that behaves differently by toolkit release asks :func:`release_for` for th
 and reads its fields; no other module compares toolkit versions. A version newer than the last
 row gets the last row (the newest behaviour we know), one older than the first gets the first.
 
-Sources are NVIDIA's own: the packages (``Packages`` stanzas recorded in shared/docs/upstream.md,
-and the real 1.20.0-1 packages in shared/nvidia-from-source built from NVIDIA's packaging), the
+Sources are NVIDIA's own: the packages (NVIDIA's ``Packages`` index in tests/data/real-upstream,
+and the real 1.20.0-1 packages in tests/data/nvidia-from-source built from NVIDIA's packaging), the
 changelog (``CHANGELOG.md``), the release notes on NVIDIA's documentation site, and the pull
 requests and issues of NVIDIA/nvidia-container-toolkit named in each row.
 """
@@ -69,7 +69,7 @@ RELEASES: Tuple[ToolkitRelease, ...] = (
             "Only toolkit -> base is exact: toolkit -> tools and tools -> lib1 are >= ranges below 2.0.0, "
             "so an offline pin must name all four packages.",
         ),
-        source="NVIDIA's stable/deb Packages 1.14.0-1 to 1.17.9-1 (shared/docs/upstream.md section 4); "
+        source="NVIDIA's stable/deb Packages 1.14.0-1 to 1.17.9-1 (tests/data/real-upstream); "
         "NVIDIA's cdi-support docs: automatic CDI generation starts at v1.18.0",
     ),
     ToolkitRelease(
@@ -90,7 +90,7 @@ RELEASES: Tuple[ToolkitRelease, ...] = (
         source="NVIDIA/nvidia-container-toolkit PR #1076 (units installed to /etc/systemd/system); "
         "issue #1404 and PR #1407 (config.d instead of conf.d), PR #1382 (existing imports dropped), CHANGELOG v1.18.1 "
         "(PR #1496) 'Fix containerd drop-in config path' and 'Fix handling of existing imports in containerd'; "
-        "stable/deb Packages 1.18.0-1 (exact dependencies, shared/docs/upstream.md section 4)",
+        "stable/deb Packages 1.18.0-1 (exact dependencies, tests/data/real-upstream)",
     ),
     ToolkitRelease(
         first=(1, 18, 1),
@@ -124,7 +124,7 @@ RELEASES: Tuple[ToolkitRelease, ...] = (
             "enablement links pointed at them.",
         ),
         source="NVIDIA/nvidia-container-toolkit PR #1827 'Fix nvidia-cdi-refresh systemd packaging'; the real "
-        "1.20.0-1 packages in shared/nvidia-from-source (deb: lib/systemd/system/, DEBIAN/postinst; rpm: "
+        "1.20.0-1 packages in tests/data/nvidia-from-source (deb: lib/systemd/system/, DEBIAN/postinst; rpm: "
         "usr/lib/systemd/system/, usr/lib/systemd/system-preset/90-nvidia-container-toolkit.preset, %post, %posttrans)",
     ),
 )

@@ -18,7 +18,7 @@ from installer.target import Requirement, StagedBundle, StagedPackage, StagedTar
 from plumbing.gpg import Keyring
 from plumbing.progress import Meter
 
-#: Breaks of the toolkit packages, identical in every upstream version (docs/upstream.md section 4).
+#: Breaks of the toolkit packages, identical in every upstream version (NVIDIA's Packages index, tests/data/real-upstream).
 #: Only a fallback for bundles whose manifest predates the per-package ``breaks`` field.
 KNOWN_BREAKS: Dict[str, Tuple[Requirement, ...]] = {
     "nvidia-container-toolkit": (

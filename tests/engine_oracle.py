@@ -6,9 +6,9 @@
   "Top-level config:", each label on stderr: both streams go to one pipe so the order is kept).
 - :func:`containerd_effective` asks containerd itself: ``containerd --config F config dump`` with every
   ``imports`` entry pointed under the test root, Debian's containerd 1.6 for config version 1 and 2 and
-  containerd 2.1.5 (``../shared/tools``, decompressed once into the cache) for version 3. containerd
-  1.6 predates CDI, so for version 1 and 2 files CDI enablement is what 2.1.5 reads from them over
-  containerd 1.7's default (off).
+  containerd 2.1.5 (``tests/data/tools``, checked against its SHA256SUMS, decompressed once into the cache)
+  for version 3. containerd 1.6 predates CDI, so for version 1 and 2 files CDI enablement is what 2.1.5
+  reads from them over containerd 1.7's default (off).
 - :func:`docker_effective` is daemon.json as dockerd reads it (it has no drop-ins);
   :func:`crio_effective` merges crio.conf and then ``crio.conf.d`` in lexical order, table by table, as
   CRI-O does.
@@ -18,6 +18,7 @@ Each returns an :class:`Effective`: the runtime's settings, the default runtime 
 
 from __future__ import annotations
 
+import functools
 import glob
 import hashlib
 import json
@@ -32,11 +33,12 @@ from typing import Any, Dict, List, Optional, Tuple
 import tomlkit
 import tomllib
 
-from tests.upstream import NVIDIA_BUILD
+from tests.upstream.prebuilt import NVIDIA_BUILD, checked_build, require_artifact, sums_problem
 
 CACHE = Path(os.environ.get("GPU_AIRGAP_TEST_CACHE") or Path.home() / ".cache" / "gpu-airgap-tests")
 BASE_DEB = NVIDIA_BUILD / "deb/amd64/nvidia-container-toolkit-base_1.20.0-1_amd64.deb"
-CONTAINERD_2 = NVIDIA_BUILD.parent / "tools" / "containerd-2.1.5.zst"
+TOOLS = Path(__file__).parent / "data" / "tools"
+CONTAINERD_2 = TOOLS / "containerd-2.1.5.zst"
 #: containerd's CRI runtime plugin per config version, as ``config dump`` prints it
 CRI_PLUGIN = {2: "io.containerd.grpc.v1.cri", 3: "io.containerd.cri.v1.runtime"}
 
@@ -82,7 +84,8 @@ def _cached(name: str, source: Path, make: Any) -> Path:
 
 
 def nvidia_ctk() -> Path:
-    """The real nvidia-ctk 1.20.0, extracted from NVIDIA's -base .deb into the cache."""
+    """The real nvidia-ctk 1.20.0, extracted from NVIDIA's -base .deb (checked) into the cache."""
+    _check_artifacts()
     home = _cached(
         "nvidia-ctk",
         BASE_DEB,
@@ -92,7 +95,8 @@ def nvidia_ctk() -> Path:
 
 
 def containerd_2() -> Path:
-    """containerd 2.1.5, decompressed once into the cache."""
+    """containerd 2.1.5 (checked), decompressed once into the cache."""
+    _check_artifacts()
 
     def make(d: Path) -> None:
         subprocess.run(["zstd", "-q", "-d", "-o", str(d / "containerd"), str(CONTAINERD_2)], check=True)
@@ -101,12 +105,22 @@ def containerd_2() -> Path:
     return _cached("containerd-2.1.5", CONTAINERD_2, make) / "containerd"
 
 
+@functools.cache
+def _check_artifacts() -> None:
+    """NVIDIA's packages and containerd 2.1.5 match their SHA256SUMS (once per process).
+
+    :raises FileNotFoundError: one is missing or changed: they are in the repository, so the tests fail.
+    """
+    checked_build()
+    require_artifact(sums_problem(TOOLS / "SHA256SUMS", what="containerd 2.1.5"))
+
+
 def oracle_missing() -> str:
-    """Why the oracle cannot run here, or ""."""
-    if not BASE_DEB.is_file():
-        return f"NVIDIA's -base .deb is not at {BASE_DEB}"
-    if not CONTAINERD_2.is_file():
-        return f"containerd 2.1.5 is not at {CONTAINERD_2}"
+    """Why this machine cannot run the oracle (a system tool is missing), or "".
+
+    NVIDIA's packages and containerd 2.1.5 are not asked about here: they are part of the repository,
+    and :func:`nvidia_ctk` / :func:`containerd_2` fail loudly when they are missing or changed.
+    """
     for tool in ("containerd", "dpkg-deb", "zstd"):
         if shutil.which(tool) is None:
             return f"the nvidia-ctk oracle needs {tool} (make sysdeps installs it)"

@@ -1,6 +1,6 @@
 """nvidia-cdi-refresh detection on a root, with NVIDIA's real 1.20.0 unit files and systemd's systemctl as the oracle.
 
-The units come out of the real packages in shared/nvidia-from-source (``dpkg-deb -x``, and rpm
+The units come out of the real packages in tests/data/nvidia-from-source (``dpkg-deb -x``, and rpm
 with ``--noscripts``, so only the files land); ``systemctl --root R enable|mask|preset`` makes the
 enablement exactly as systemd does, and ``systemctl --root R is-enabled`` is what our reading must
 agree with.
@@ -25,7 +25,7 @@ from configure.releases import (
     REFRESH_UNITS,
     release_for,
 )
-from tests.upstream import NVIDIA_BUILD
+from tests.upstream import NVIDIA_BUILD, checked_build
 
 BASE_DEB = NVIDIA_BUILD / "deb/amd64/nvidia-container-toolkit-base_1.20.0-1_amd64.deb"
 BASE_RPM = NVIDIA_BUILD / "rpm/x86_64/nvidia-container-toolkit-base-1.20.0-1.x86_64.rpm"
@@ -52,8 +52,7 @@ def we_say(root: Path) -> Dict[str, str]:
 
 @pytest.fixture
 def deb_root(tmp_path: Path) -> Path:
-    if not BASE_DEB.is_file():
-        pytest.skip(f"{BASE_DEB} is missing")
+    checked_build()  # in the repository: missing or changed fails here, it never skips
     root = tmp_path / "deb-root"
     subprocess.run(["dpkg-deb", "-x", str(BASE_DEB), str(root)], check=True)
     return root
@@ -61,8 +60,9 @@ def deb_root(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def rpm_root(tmp_path: Path) -> Path:
-    if not BASE_RPM.is_file() or shutil.which("rpm") is None:
-        pytest.skip("the real rpm or rpm itself is missing")
+    checked_build()
+    if shutil.which("rpm") is None:
+        pytest.skip("rpm is not installed (make sysdeps installs it)")
     root = tmp_path / "rpm-root"
     root.mkdir()
     subprocess.run(

@@ -1,10 +1,10 @@
 """Kubernetes distributions: detect -> configure -> containerd loads it -> report -> verify -> revert, per fixture.
 
-The fixtures (``tests/data/fixtures/distros``, copied from ``../shared/fixtures/distros`` with their
-PROVENANCE.md) are what k3s, RKE2, MicroK8s, k0s and the GPU Operator leave on a node. Every file
-we write is loaded by the containerd that distribution ships: Debian's 1.6 for config version 2,
-containerd 2.1.5 for version 3 (``tests.engine_oracle``). Where the distribution regenerates its
-config at start (k3s/RKE2, MicroK8s), the test plays that part: it renders what the agent would.
+The fixtures (``tests/data/fixtures/distros``, with their PROVENANCE.md) are what k3s, RKE2, MicroK8s,
+k0s and the GPU Operator leave on a node. Every file we write is loaded by the containerd that
+distribution ships: Debian's 1.6 for config version 2, containerd 2.1.5 for version 3
+(``tests.engine_oracle``). Where the distribution regenerates its config at start (k3s/RKE2, MicroK8s),
+the test plays that part: it renders what the agent would.
 """
 
 from __future__ import annotations

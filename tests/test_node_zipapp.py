@@ -100,10 +100,10 @@ def test_damaged_copy_is_made_again_and_a_foreign_cache_is_not_used(pyz: Path, t
     (first / "installer/cli.py").write_text("raise SystemExit('tampered')\n")
     again = zipapp_main.extracted_copy(pyz, base)
     assert again == first and (first / "installer/cli.py").read_bytes() == Path(cli.__file__).read_bytes()
-    shared = tmp_path / "shared"
-    shared.mkdir(mode=0o777)
-    shared.chmod(0o777)  # others could swap files in: run from the zip instead
-    assert zipapp_main.extracted_copy(pyz, shared) is None and list(shared.iterdir()) == []
+    open_to_all = tmp_path / "world-writable"
+    open_to_all.mkdir(mode=0o777)
+    open_to_all.chmod(0o777)  # others could swap files in: run from the zip instead
+    assert zipapp_main.extracted_copy(pyz, open_to_all) is None and list(open_to_all.iterdir()) == []
 
 
 @pytest.mark.parametrize("python", [Path(sys.executable), PY39], ids=["host-python", "python3.9"])
@@ -121,14 +121,14 @@ def test_zipapp_help_runs_isolated_from_the_cache_and_from_the_zip(
         assert "install" in done.stdout and "configure" in done.stdout
     (copy,) = (tmp_path / "cache").iterdir()
     assert list(copy.glob("installer/__pycache__/cli.*.pyc"))
-    shared = tmp_path / "shared"
-    shared.mkdir()
-    shared.chmod(0o777)
+    open_to_all = tmp_path / "world-writable"
+    open_to_all.mkdir()
+    open_to_all.chmod(0o777)
     done = subprocess.run(
         [str(python), "-I", str(pyz), "bundle", "--help"],
         capture_output=True,
         text=True,
-        env={**env, "GPU_AIRGAP_NODE_CACHE": str(shared)},
+        env={**env, "GPU_AIRGAP_NODE_CACHE": str(open_to_all)},
         cwd="/",
     )
     assert done.returncode == 0 and "verify" in done.stdout, done.stderr

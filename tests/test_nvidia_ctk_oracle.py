@@ -1,10 +1,9 @@
 """NVIDIA's own ``nvidia-ctk runtime configure`` is the oracle for every engine config we write.
 
-For every containerd, Docker and CRI-O config in ``../shared/fixtures`` (and its copies in
-``tests/data/fixtures``, the distro nodes' plain containerd configs, and the shapes the other tests
-use), under four flag sets, ``gpu-airgap configure ENGINE`` and the real ``nvidia-ctk`` 1.20.0
-(``--dry-run``, its output written where it would write it) each change a copy of the node. Both results
-are then read the way the engine reads them (:mod:`tests.engine_oracle`: ``containerd config dump``
+For every containerd, Docker and CRI-O config in ``tests/data/fixtures`` (the distro nodes' plain
+containerd configs too, and the shapes the other tests use), under four flag sets, ``gpu-airgap configure
+ENGINE`` and the real ``nvidia-ctk`` 1.20.0 (``--dry-run``, its output written where it would write it)
+each change a copy of the node. Both results are then read the way the engine reads them (:mod:`tests.engine_oracle`: ``containerd config dump``
 with imports, daemon.json, crio.conf plus its drop-ins) and must agree on the nvidia runtime's table
 (``runtime_type``, ``BinaryName``, ``SystemdCgroup``; Docker's ``path``; CRI-O's ``runtime_path``,
 ``runtime_type``, ``monitor_path``, ``runtime_root``), the default runtime and CDI enablement.
@@ -17,7 +16,6 @@ and checked by the last tests. README "How we differ from nvidia-ctk" says why.
 
 from __future__ import annotations
 
-import hashlib
 import shutil
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -44,8 +42,7 @@ pytestmark = [
     pytest.mark.skipif(bool(oracle_missing()), reason=oracle_missing() or "ready"),
 ]
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "fixtures"
-LOCAL = Path(__file__).parent / "data" / "fixtures"
+FIXTURES = Path(__file__).parent / "data" / "fixtures"
 MAIN = {
     "containerd": "/etc/containerd/config.toml",
     "docker": "/etc/docker/daemon.json",
@@ -85,25 +82,24 @@ class Case:
 
 
 def _fixture_files() -> List[Tuple[str, Path]]:
-    """Every fixture file of containerd/, docker/ and crio/ in shared and tests/data, each content once."""
-    seen: Dict[str, str] = {}
-    found = []
-    for base, label in ((SHARED, "shared"), (LOCAL, "tests/data")):
-        for path in sorted(base.glob("*/*")) if base.is_dir() else []:
-            if path.parent.name not in MAIN or path.suffix == ".md":
-                continue
-            digest = hashlib.sha256(path.read_bytes()).hexdigest()
-            if digest not in seen:
-                seen[digest] = label
-                found.append((f"{label}/{path.parent.name}/{path.name}", path))
-    return found
+    """Every fixture file of containerd/, docker/ and crio/ in tests/data/fixtures.
+
+    ``iterdir`` raises when a directory is missing: a broken checkout fails collection, it does not
+    quietly shrink the cases.
+    """
+    return [
+        (f"fixtures/{engine}/{path.name}", path)
+        for engine in MAIN
+        for path in sorted((FIXTURES / engine).iterdir())
+        if path.suffix != ".md"
+    ]
 
 
 def _distro_cases() -> List[Case]:
     """The plain containerd configs of the distro nodes (not their Go templates, not imported drop-ins)."""
-    base = SHARED / "distros"
+    base = FIXTURES / "distros"
     cases = []
-    for path in sorted(base.rglob("*.toml")) if base.is_dir() else []:
+    for path in sorted(base.rglob("*.toml")):
         parts = path.relative_to(base).parts
         depth = 1
         while parts[depth].startswith("_"):  # alternative states of the same node

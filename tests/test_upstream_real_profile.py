@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from debian.deb822 import Packages
 
-from tests.upstream import NVIDIA_BUILD, Prebuilt, UpstreamTree, real_upstream, stop_agent
+from tests.upstream import NVIDIA_BUILD, Prebuilt, UpstreamTree, checked_build, real_upstream, stop_agent
 from tests.upstream.catalog import REAL_PACKAGES, load_templates, package_specs
 from tests.upstream.prebuilt import prebuilt_installed_size
 
@@ -30,8 +30,7 @@ INDEX_FIELDS = ("Filename", "Size", "MD5sum", "SHA1", "SHA256", "SHA512", "Insta
 
 @pytest.fixture(scope="module")
 def tree(tmp_path_factory: pytest.TempPathFactory) -> UpstreamTree:
-    if Prebuilt(NVIDIA_BUILD).missing_reason():
-        pytest.skip(Prebuilt(NVIDIA_BUILD).missing_reason())
+    checked_build()  # in the repository: missing or changed fails here, it never skips
     cache = os.environ.get("GPU_AIRGAP_TEST_CACHE")
     built = real_upstream(
         Path(cache)
@@ -95,8 +94,7 @@ def test_the_profile_is_one_release_for_amd64_and_x86_64_only(tree: UpstreamTree
 
 
 def test_a_real_deb_whose_relations_disagree_with_the_index_is_refused() -> None:
-    if Prebuilt(NVIDIA_BUILD).missing_reason():
-        pytest.skip(Prebuilt(NVIDIA_BUILD).missing_reason())
+    checked_build()  # in the repository: missing or changed fails here, it never skips
     templates = load_templates()
     spec = next(
         s
@@ -108,11 +106,13 @@ def test_a_real_deb_whose_relations_disagree_with_the_index_is_refused() -> None
 
 
 def test_a_changed_real_package_is_named_before_anything_is_built(tmp_path: Path) -> None:
-    if Prebuilt(NVIDIA_BUILD).missing_reason():
-        pytest.skip(Prebuilt(NVIDIA_BUILD).missing_reason())
+    checked_build()  # in the repository: missing or changed fails here, it never skips
     copy = Path(shutil.copytree(NVIDIA_BUILD, tmp_path / "build"))
     target = copy / "rpm/x86_64" / REAL_FILES["rpm/x86_64"][1]
     target.chmod(0o644)
     target.write_bytes(target.read_bytes() + b"\0")
     assert Prebuilt(copy).missing_reason() == f"{target} does not match its SHA256SUMS line"
     assert Prebuilt(tmp_path / "absent").missing_reason().endswith("(no SHA256SUMS)")
+    # they are in the repository: a test that needs them fails on a broken checkout, it does not skip
+    with pytest.raises(FileNotFoundError, match=re.escape(f"{target} does not match its SHA256SUMS line: ")):
+        checked_build(copy)

@@ -2,7 +2,7 @@
 
 Each tool gets a private ``state`` directory (its config, database and mirror) and is run as a
 child process with argv lists, like a user would. ``cold`` is the first sync into an empty state,
-``resync`` a later run on the same state. Commands come from /work/shared/docs/peers.md.
+``resync`` a later run on the same state. Commands come from each tool's own documentation.
 """
 
 from __future__ import annotations

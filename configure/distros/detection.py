@@ -4,7 +4,7 @@ Pure over a root: only files and unit files under ``--root`` are read, nothing i
 same answer comes out of ``configure``, ``install``, ``status``, ``verify``, the Ansible role and the
 DaemonSet (they all call :func:`choose`).
 
-Each distribution is told by what it leaves on disk (see ``../shared/fixtures/distros`` for where
+Each distribution is told by what it leaves on disk (see ``tests/data/fixtures/distros`` for where
 those files come from): k3s and RKE2 their data directory and their systemd units, MicroK8s its
 snap's ``args/containerd-template.toml``, k0s ``/etc/k0s/containerd.toml`` and its units, plain
 containerd ``/etc/containerd/config.toml`` or its binary. Several on one node (Docker's containerd

@@ -4,7 +4,7 @@ The GPU Operator's toolkit container installs the runtime under ``/usr/local/nvi
 registers ``nvidia``, ``nvidia-cdi``, ``nvidia-experimental`` and ``nvidia-legacy`` with their
 binaries there, in ``/etc/containerd/config.toml`` or (gpu-operator >= 25.10) the drop-in
 ``/etc/containerd/conf.d/99-nvidia.toml``; on k3s/RKE2 the agent finds the toolkit's binary itself
-(``../shared/fixtures/distros/gpu-operator``). Rewriting that configuration starts a tug of war with
+(``tests/data/fixtures/distros/gpu-operator``). Rewriting that configuration starts a tug of war with
 the operator, which rewrites it back on its next reconcile. So ``configure`` and ``install`` refuse
 unless ``--force`` (:func:`refuse_if_managed`), and ``status`` names the owner (:func:`owner`).
 

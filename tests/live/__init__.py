@@ -10,8 +10,8 @@ Pieces (each module owns one):
 - :mod:`tests.live.image` — a busybox-static image (umoci + skopeo), never pulled from anywhere.
 - :mod:`tests.live.cri` — the CRI ``api.proto`` from Debian's containerd source package, Python stubs
   generated with grpcio-tools, and a small CRI client.
-- :mod:`tests.live.nvidia` — NVIDIA's real toolkit binaries (``../shared/nvidia-from-source`` beside
-  the checkout, or ``$GPU_AIRGAP_NVIDIA_BUILD``), stand-in device nodes, the runtime's debug log.
+- :mod:`tests.live.nvidia` — NVIDIA's real toolkit binaries (``tests/data/nvidia-from-source``, or
+  ``$GPU_AIRGAP_NVIDIA_BUILD``), stand-in device nodes, the runtime's debug log.
 - :mod:`tests.live.daemons` — containerd and dockerd on private roots and sockets, podman on private
   storage; stopped by PID, with the cgroups they made removed.
 """

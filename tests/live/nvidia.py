@@ -1,8 +1,8 @@
 """NVIDIA's real toolkit binaries for the live tests, stand-in GPU device nodes, and the runtime's debug log.
 
-The binaries come from NVIDIA's own 1.20.0 packages built from source (``../shared/nvidia-from-source``
-beside the checkout, checked against its SHA256SUMS): ``nvidia-container-runtime``, ``nvidia-ctk``, ``nvidia-cdi-hook`` from
-nvidia-container-toolkit-base and ``nvidia-container-runtime-hook`` from nvidia-container-toolkit,
+The binaries come from NVIDIA's own 1.20.0 packages built from source (``tests/data/nvidia-from-source``,
+checked against its SHA256SUMS by :func:`tests.upstream.prebuilt.checked_build`):
+``nvidia-container-runtime``, ``nvidia-ctk``, ``nvidia-cdi-hook`` from nvidia-container-toolkit-base and ``nvidia-container-runtime-hook`` from nvidia-container-toolkit,
 extracted with ``dpkg-deb -x``. ``nvidia-container-cli`` (libnvidia-container-tools) is not built
 there; :func:`recording_cli` is a stand-in that records how the hook called it.
 
@@ -13,18 +13,13 @@ spec to the OCI spec on ``create``.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import subprocess
 from pathlib import Path
 
-#: NVIDIA's toolkit built from source, beside the checkout (the same place and variable as the
-#: real-packages upstream profile uses; switch to ``tests.upstream.prebuilt`` once that is merged)
-NVIDIA_BUILD = Path(
-    os.environ.get("GPU_AIRGAP_NVIDIA_BUILD")
-    or Path(__file__).resolve().parents[3] / "shared" / "nvidia-from-source"
-)
+from tests.upstream.prebuilt import checked_build
+
 BASE_DEB = "deb/amd64/nvidia-container-toolkit-base_1.20.0-1_amd64.deb"
 TOOLKIT_DEB = "deb/amd64/nvidia-container-toolkit_1.20.0-1_amd64.deb"
 RUNTIME = "nvidia-container-runtime"
@@ -33,30 +28,14 @@ HOOK = "nvidia-container-runtime-hook"
 GPU_NODES = (("nvidia0", 195, 0), ("nvidiactl", 195, 255))
 
 
-def missing_reason() -> str:
-    """Why NVIDIA's packages cannot be used ("" when they can): absent, or not what SHA256SUMS lists."""
-    sums = NVIDIA_BUILD / "SHA256SUMS"
-    if not sums.is_file():
-        return f"NVIDIA's toolkit built from source is not at {NVIDIA_BUILD} (no SHA256SUMS; see GPU_AIRGAP_NVIDIA_BUILD)"
-    listed: dict[str, str] = {}
-    for line in sums.read_text().splitlines():
-        digest, _, name = line.partition("  ")
-        listed[name] = digest
-    for name in (BASE_DEB, TOOLKIT_DEB):
-        path = NVIDIA_BUILD / name
-        if name not in listed or not path.is_file():
-            return f"{path} is missing or not listed in SHA256SUMS"
-        if hashlib.sha256(path.read_bytes()).hexdigest() != listed[name]:
-            return f"{path} does not match its SHA256SUMS line"
-    return ""
-
-
 def extract_toolkit(dest: Path) -> Path:
-    """Unpack both (checked) packages into ``dest``; return the directory holding the binaries (``usr/bin``)."""
+    """Unpack both packages (checked first) into ``dest``; return the binaries' directory (``usr/bin``).
+
+    :raises FileNotFoundError: the packages are missing or changed (a broken checkout fails, never skips).
+    """
+    build = checked_build().root
     for deb in (BASE_DEB, TOOLKIT_DEB):
-        subprocess.run(
-            ["dpkg-deb", "-x", str(NVIDIA_BUILD / deb), str(dest)], check=True, capture_output=True
-        )
+        subprocess.run(["dpkg-deb", "-x", str(build / deb), str(dest)], check=True, capture_output=True)
     return dest / "usr/bin"
 
 

@@ -20,7 +20,7 @@ from tests.upstream.build import (
 )
 from tests.upstream.catalog import DEFAULT_EXPERIMENTAL, DEFAULT_STABLE, REAL_BASE_URL, REAL_UPSTREAM
 from tests.upstream.keys import SigningKey, stop_agent
-from tests.upstream.prebuilt import NVIDIA_BUILD, NVIDIA_BUILD_VERSION, Prebuilt
+from tests.upstream.prebuilt import NVIDIA_BUILD, NVIDIA_BUILD_VERSION, Prebuilt, checked_build
 from tests.upstream.server import Fault, LogRecord, UpstreamServer
 from tests.upstream.signing import make_wrong_key, resign_inrelease, resign_repomd, sign_clear, sign_detached
 
@@ -43,6 +43,7 @@ __all__ = [
     "build_upstream",
     "cache_key",
     "cached_upstream",
+    "checked_build",
     "copy_upstream",
     "localize",
     "make_wrong_key",

@@ -1,6 +1,6 @@
 """Build (and cache) a local tree byte-compatible with NVIDIA's gh-pages package repositories.
 
-Layout produced under ``UpstreamTree.root`` (see /work/shared/docs/upstream.md, section 1)::
+Layout produced under ``UpstreamTree.root`` (that of https://nvidia.github.io/libnvidia-container/)::
 
     gpgkey
     {stable,experimental}/deb/nvidia-container-toolkit.list
@@ -33,7 +33,13 @@ from tests.upstream import catalog
 from tests.upstream.catalog import DEB_ARCHES, DEB_TO_RPM_ARCH, REAL_BASE_URL, PackageSpec
 from tests.upstream.debs import build_deb, render_packages, write_index
 from tests.upstream.keys import SigningKey, generate_key, stop_agent
-from tests.upstream.prebuilt import NVIDIA_BUILD, NVIDIA_BUILD_VERSION, Prebuilt, prebuilt_installed_size
+from tests.upstream.prebuilt import (
+    NVIDIA_BUILD,
+    NVIDIA_BUILD_VERSION,
+    Prebuilt,
+    checked_build,
+    prebuilt_installed_size,
+)
 from tests.upstream.rpms import build_rpm, write_repodata
 
 CHANNELS: Final = ("stable", "experimental")
@@ -181,9 +187,7 @@ def build_upstream(
         tuple(stable_versions), extra_versions, catalog.real_toolkit_versions(templates)
     )
     channels = {"stable": stable, "experimental": tuple(experimental_versions)}
-    real = Prebuilt(Path(prebuilt)) if prebuilt else None
-    if real is not None and real.missing_reason():
-        raise FileNotFoundError(real.missing_reason())
+    real = checked_build(Path(prebuilt)) if prebuilt else None
     key = generate_key(dest / "gnupg")
     try:
         (site / "gpgkey").write_bytes(key.public_key_armored())
