@@ -33,8 +33,10 @@ pycompat: venv
 	$(VENV)/bin/vermin --target=3.9- --violations --no-tips --eval-annotations --feature union-types --backport typing plumbing configure installer \
 		mirror/fleet/data/k8s-node.py deploy/ansible/collections/ansible_collections/airgap/gpu_airgap/plugins/modules
 
+# Two workers, one test file each at a time (session caches are shared and built once, under a lock).
+PYTEST_WORKERS ?= 2
 pytest: venv sysdeps nodewheels debootstrapcache
-	$(VENV)/bin/pytest $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 # The python3.9 wheels vendored into the bundle's node zipapp (pip download; the tests stay offline).
 nodewheels: venv

@@ -4,7 +4,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -35,8 +37,12 @@ def upstream_tree(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Upstream
         )
     )
     tree = cached_upstream(cache_dir)
-    yield tree
-    stop_agent(tree.gnupghome)  # re-signing helpers may have started one
+    # Re-signing starts a gpg-agent for the GNUPGHOME; each session (each xdist worker) signs with a
+    # copy of its own, so stopping that agent at the end cannot cut off another session's signing.
+    home = tmp_path_factory.mktemp("upstream-gnupg") / "gnupg"
+    shutil.copytree(tree.gnupghome, home, ignore=shutil.ignore_patterns("S.*", "*.lock", ".#*"))
+    yield dataclasses.replace(tree, gnupghome=home)
+    stop_agent(home)
 
 
 @pytest.fixture(scope="session")

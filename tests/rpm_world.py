@@ -36,6 +36,8 @@ import tempfile
 from pathlib import Path
 from typing import Dict, List, Tuple
 
+from tests.live.cache import locked
+
 CACHE = Path(os.environ.get("GPU_AIRGAP_TEST_CACHE") or Path.home() / ".cache" / "gpu-airgap-tests")
 POOL = CACHE / "debootstrap" / "repo" / "pool"
 ROOTS = CACHE / "rpm-world"
@@ -241,9 +243,10 @@ def rpm_world_tarball() -> Path:
     """The cached tarball of the rpm world (built now when absent; atomic, one per key)."""
     ROOTS.mkdir(parents=True, exist_ok=True)
     final = ROOTS / f"{_key()}.tar.zst"
-    if final.is_file():
-        return final
-    with tempfile.TemporaryDirectory(dir=ROOTS, prefix="build-") as tmp:
+    # Under a lock: parallel pytest workers share one build instead of each making its own.
+    with locked(ROOTS / "build.lock"), tempfile.TemporaryDirectory(dir=ROOTS, prefix="build-") as tmp:
+        if final.is_file():
+            return final
         root = Path(tmp) / "root"
         build_rpm_world(root, Path(tmp) / "work")
         partial = Path(tmp) / "root.tar.zst"

@@ -28,6 +28,7 @@ import pytest
 
 from tests.cli_runner import run_cli
 from tests.gpgkeys import TestKey, make_key
+from tests.live.cache import locked
 from tests.node_fixtures import TOOLKIT
 from tests.upstream import UpstreamServer, UpstreamTree, stop_agent
 
@@ -133,9 +134,11 @@ def _debootstrap_tarball(work: Path) -> Path:
 def cached_debian_tarball(work: Path) -> Path:
     """A tarball of a pristine ``debootstrap --variant=minbase`` root, taken from the cache or made now in ``work``."""
     cached = CACHE / "roots" / f"{_root_key()}.tar.zst"
-    if cached.is_file() and not os.environ.get("GPU_AIRGAP_DEBOOTSTRAP_FRESH"):
-        return cached
-    return _debootstrap_tarball(work)
+    # Under a lock: parallel pytest workers (and the demo) share one build instead of racing on it.
+    with locked(CACHE / "roots.lock"):
+        if cached.is_file() and not os.environ.get("GPU_AIRGAP_DEBOOTSTRAP_FRESH"):
+            return cached
+        return _debootstrap_tarball(work)
 
 
 @pytest.fixture(scope="module")
