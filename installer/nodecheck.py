@@ -39,7 +39,9 @@ NODE_FILES = (INSTALL_SH, NODE_TOOL)
 HEAD = (NODE_SUMS, NODE_SUMS_SIGNATURE, INSTALL_SH, NODE_TOOL)
 #: the list and its signature are a few hundred bytes; anything bigger is not ours
 MAX_SUMS_SIZE = 64 << 10
-#: the dearmored key the node command writes beside the bundle (gpgv cannot read an armored key)
+#: the node command's private copy of the operator key, and that copy dearmored (gpgv cannot read an
+#: armored key), both in its private directory
+PRIVATE_KEY = "operator.asc"
 DEARMORED_KEY = "operator.gpg"
 
 _LINE = re.compile(r"^([0-9a-f]{64})  (\S+)$")
@@ -119,25 +121,31 @@ def check(
 
 
 def node_command(bundle: str, key: str = "operator.asc") -> str:
-    """The command a node admin runs first: take out, check with the node's own tools, then install.
+    """The command a node admin runs first: copy out, check the copies with the node's own tools, run them.
 
-    Every step must succeed before the next runs (``&&``): ``tar`` takes out only the checksum list,
-    its signature, ``install.sh`` and the zipapp (``--occurrence`` stops reading once it has them,
-    so it is quick and works on ``FILE.part001`` of a split bundle), ``gpg --dearmor`` turns the
-    operator key into the binary keyring ``gpgv`` needs, ``gpgv`` checks the list's signature,
-    ``sha256sum -c`` the two files, and only then ``sh install.sh`` runs. Install options go at the end.
+    The admin's directory may be writable by others (a user-mounted USB disk, a shared upload folder),
+    so nothing is checked or run there: ``mktemp -d`` makes a private directory (0700, owned by the
+    admin, under the sticky ``/tmp``), the operator key is copied into it and ``tar`` takes the
+    checksum list, its signature, ``install.sh`` and the zipapp out into it (``--occurrence`` stops
+    reading once it has them, so it is quick and works on ``FILE.part001`` of a split bundle). Then
+    ``gpg --dearmor`` turns the key copy into the binary keyring ``gpgv`` needs, ``gpgv`` checks the
+    list's signature, ``sha256sum -c`` the two files, and only then ``sh`` runs the checked
+    ``install.sh`` from the private directory, with the checked key copy. Every step must succeed
+    before the next runs (``&&``); install options go at the end. ``$d`` stays set in the admin's
+    shell, so the checked tool can be run again as ``python3 -I -S "$d/gpu-airgap-node.pyz" ...``.
 
     :param bundle: the bundle file (or its ``.part001``) as the admin names it.
     :param key: the operator's public key file the admin was given.
     """
-    dearmored = DEARMORED_KEY if key.rsplit("/", 1)[-1] != DEARMORED_KEY else "operator.dearmored.gpg"
     b, k = shlex.quote(bundle), shlex.quote(key)
     return " && ".join(
         (
-            f"tar --occurrence -xf {b} {' '.join(HEAD)}",
-            f"gpg --batch --yes --dearmor -o {dearmored} {k}",
-            f"gpgv --keyring ./{dearmored} {NODE_SUMS_SIGNATURE} {NODE_SUMS}",
-            f"sha256sum -c {NODE_SUMS}",
-            f"sh {INSTALL_SH} {b} --keyring {k}",
+            "d=$(mktemp -d)",
+            f'cp {k} "$d/{PRIVATE_KEY}"',
+            f'tar --occurrence -xf {b} -C "$d" {" ".join(HEAD)}',
+            f'gpg --batch --yes --dearmor -o "$d/{DEARMORED_KEY}" "$d/{PRIVATE_KEY}"',
+            f'gpgv --keyring "$d/{DEARMORED_KEY}" "$d/{NODE_SUMS_SIGNATURE}" "$d/{NODE_SUMS}"',
+            f'(cd "$d" && sha256sum -c {NODE_SUMS})',
+            f'sh "$d/{INSTALL_SH}" {b} --keyring "$d/{PRIVATE_KEY}"',
         )
     )

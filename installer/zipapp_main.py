@@ -6,8 +6,12 @@ verbatim into ``gpu-airgap-node.pyz`` as its ``__main__.py`` (see :mod:`mirror.b
 first run it extracts the archive into ``<cache>/node-<sha256 of the .pyz>`` (private: 0700, owned
 by the running user, made complete in a temporary directory, then renamed into place); later runs
 check that directory and import from it, so each Python version compiles once and keeps its own
-``__pycache__`` files side by side. When no private cache directory can be used, the tool runs
-straight from the zip: slower, never wrong.
+``__pycache__`` files side by side. The archive is read once: the copy is extracted from the very
+bytes that were hashed, so a file swapped in after the hash (the .pyz may sit in a folder others can
+write) never lands in a copy named after the genuine one. The cache directory must itself be
+private (a real directory, owned by the running user, no access for group or others): another one
+is refused with a warning. When no private cache directory can be used, the tool runs straight
+from the zip: slower, never wrong.
 
 The cache is ``$GPU_AIRGAP_NODE_CACHE`` if set, else ``/var/cache/gpu-airgap`` for root, else
 ``$XDG_CACHE_HOME/gpu-airgap`` or ``~/.cache/gpu-airgap``. Only the standard library is used here:
@@ -17,6 +21,7 @@ this runs before the bundled packages are importable from the cache.
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import shutil
 import stat
@@ -52,15 +57,6 @@ def cache_base() -> Path:
     return (Path(xdg) if xdg else Path.home() / ".cache") / "gpu-airgap"
 
 
-def archive_digest(archive: Path) -> str:
-    """The sha256 of the zipapp file: it names and authenticates its extracted copy."""
-    digest = hashlib.sha256()
-    with archive.open("rb") as stream:
-        for block in iter(lambda: stream.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _private_dir(path: Path) -> bool:
     """True when ``path`` is a real directory owned by us that nobody else can write to or read."""
     try:
@@ -80,9 +76,9 @@ def _usable(directory: Path, digest: str) -> bool:
         return False
 
 
-def _extract(archive: Path, destination: Path, digest: str) -> None:
-    """Write every member of ``archive`` under ``destination`` (fresh and private), marker last."""
-    with zipfile.ZipFile(archive) as zf:
+def _extract(archive: bytes, destination: Path, digest: str) -> None:
+    """Write every member of ``archive`` (the bytes hashed) under ``destination`` (fresh and private), marker last."""
+    with zipfile.ZipFile(io.BytesIO(archive)) as zf:
         for info in zf.infolist():
             name = info.filename
             parts = name.split("/")
@@ -119,19 +115,19 @@ def extracted_copy(archive: Union[str, Path], base: Optional[Path] = None) -> Op
     archive = Path(archive)
     try:
         base = base or cache_base()
-        digest = archive_digest(archive)
+        if not _private_base(base):
+            return None
+        data = archive.read_bytes()  # once: hash and extract these bytes, never the path again
+        digest = hashlib.sha256(data).hexdigest()
         final = base / (PREFIX + digest[:32])
         if _usable(final, digest):
             os.utime(final / MARKER)  # last use, for _prune
             return final
-        base.mkdir(mode=0o700, parents=True, exist_ok=True)
-        if not _private_dir(base):
-            return None
         if _private_dir(final):  # ours but incomplete or damaged: make it again
             shutil.rmtree(final)
         temporary = Path(tempfile.mkdtemp(prefix=final.name + ".tmp-", dir=base))
         try:
-            _extract(archive, temporary, digest)
+            _extract(data, temporary, digest)
             temporary.rename(final)
         except OSError:
             shutil.rmtree(temporary, ignore_errors=True)
@@ -141,6 +137,18 @@ def extracted_copy(archive: Union[str, Path], base: Optional[Path] = None) -> Op
         return final if _usable(final, digest) else None
     except (OSError, RuntimeError, zipfile.BadZipFile):  # RuntimeError: no home directory to cache in
         return None
+
+
+def _private_base(base: Path) -> bool:
+    """Make ``base`` (0700) if missing; True when it is private, else say why it is not used."""
+    base.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if _private_dir(base):
+        return True
+    sys.stderr.write(
+        f"warning: not using the node tool's cache {base}: it must be a directory (not a link) owned by "
+        "this user, with no access for group or others; running from the zipapp (slower)\n"
+    )
+    return False
 
 
 def main() -> int:

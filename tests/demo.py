@@ -287,12 +287,8 @@ def stage_install(ctx: DemoContext) -> None:
     options = ["--root", str(root.resolve()), "--runtime", "containerd"]
     checked = node_command(ctx.values["bundle"], ctx.values["keyring"]) + " " + shlex.join(options)
     run(["sh", "-c", checked], cwd=unpacked, env=node_env)
-    # the second run changes nothing (install.sh checks the node tool again before running it)
-    run(
-        ["sh", "install.sh", ctx.values["bundle"], "--keyring", ctx.values["keyring"], *options],
-        cwd=unpacked,
-        env=node_env,
-    )
+    # the second run changes nothing (a fresh private copy, checked again before it runs)
+    run(["sh", "-c", checked], cwd=unpacked, env=node_env)
     run(
         [
             "chroot",

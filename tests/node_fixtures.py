@@ -37,6 +37,34 @@ PY39 = Path("/root/.pyenv/versions/3.9.18/bin/python3.9")
 CONTAINERD_CONFIG = b'# the node\'s own config\nversion = 2\n\n[plugins."io.containerd.grpc.v1.cri".containerd]\n  default_runtime_name = "runc"\n'
 
 
+#: the node's own tools the node command and install.sh use, and nothing else
+NODE_TOOLS = (
+    "sh",
+    "tar",
+    "zstd",
+    "gpg",
+    "gpgv",
+    "sha256sum",
+    "dirname",
+    "cut",
+    "od",
+    "tr",
+    "mktemp",
+    "rm",
+    "cp",
+)
+
+
+def node_tools_dir(path: Path) -> Path:
+    """A PATH directory at ``path`` with only :data:`NODE_TOOLS` (links to the system's) and the node's python3."""
+    path.mkdir(exist_ok=True)
+    for tool in NODE_TOOLS:
+        found = next(Path(d) / tool for d in ("/usr/bin", "/bin") if (Path(d) / tool).exists())
+        (path / tool).symlink_to(found)
+    (path / "python3").symlink_to(node_python())
+    return path
+
+
 def node_python() -> Path:
     """The node's python3: 3.9.18 when this machine has it, else the system python3 (never the venv's)."""
     return PY39 if PY39.exists() else Path("/usr/bin/python3")

@@ -193,7 +193,7 @@ def test_install_sh_checks_with_gpg_where_the_node_has_no_gpgv(
 ) -> None:
     tools = {
         name: f"/usr/bin/{name}"
-        for name in ("dirname", "cut", "od", "tr", "gpg", "zstd", "mktemp", "rm", "sha256sum")
+        for name in ("dirname", "cut", "od", "tr", "gpg", "zstd", "mktemp", "rm", "cp", "sha256sum")
     }
     env = _env(str(_bin_dir(tmp_path / "bin", {**tools, "python3": str(node_python())})), tmp_path)
     wrong = _install_sh(

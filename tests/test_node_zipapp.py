@@ -6,12 +6,14 @@ tests pin down the pieces that make it start fast (issue 6: ``--help`` under 0.5
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
 import sys
 import zipfile
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import typer
@@ -86,7 +88,7 @@ def test_extracted_copy_is_private_complete_and_reused(pyz: Path, tmp_path: Path
     assert first is not None and first.parent == base
     assert (base.stat().st_mode & 0o777, first.stat().st_mode & 0o777) == (0o700, 0o700)
     assert (first / "installer/cli.py").read_bytes() == (Path(cli.__file__)).read_bytes()
-    assert (first / zipapp_main.MARKER).read_text() == zipapp_main.archive_digest(pyz) + "\n"
+    assert (first / zipapp_main.MARKER).read_text() == hashlib.sha256(pyz.read_bytes()).hexdigest() + "\n"
     (first / "installer/__pycache__").mkdir()  # what Python writes on the first run survives reuse
     assert zipapp_main.extracted_copy(pyz, base) == first and (first / "installer/__pycache__").is_dir()
     assert [p.name for p in base.iterdir()] == [first.name]  # no temporary directory left
@@ -104,6 +106,73 @@ def test_damaged_copy_is_made_again_and_a_foreign_cache_is_not_used(pyz: Path, t
     open_to_all.mkdir(mode=0o777)
     open_to_all.chmod(0o777)  # others could swap files in: run from the zip instead
     assert zipapp_main.extracted_copy(pyz, open_to_all) is None and list(open_to_all.iterdir()) == []
+
+
+def _swapped(pyz: Path, tmp_path: Path) -> bytes:
+    """The zipapp with its CLI replaced: what an attacker who can write the .pyz's folder puts there."""
+    evil = tmp_path / "evil.pyz"
+    with zipfile.ZipFile(pyz) as src, zipfile.ZipFile(evil, "w") as dst:
+        for info in src.infolist():
+            data = src.read(info)
+            dst.writestr(
+                info, b"raise SystemExit('swapped')\n" if info.filename == "installer/cli.py" else data
+            )
+    return evil.read_bytes()
+
+
+def test_a_zipapp_swapped_after_it_was_hashed_never_lands_in_the_cache(
+    pyz: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The attacker swaps the file the moment the launcher has hashed it (deterministically: from inside
+    # the digest). Extracting by path again would write the swapped code under the genuine digest's
+    # name, and every later run of the genuine zipapp would import it.
+    genuine = pyz.read_bytes()
+    exposed = tmp_path / "usb" / "gpu-airgap-node.pyz"
+    exposed.parent.mkdir()
+    exposed.write_bytes(genuine)
+    swapped = _swapped(pyz, tmp_path)
+
+    class SwapAfterHashing:
+        def __init__(self, data: bytes = b"") -> None:
+            self.inner = hashlib.sha256(data)
+
+        def update(self, data: bytes) -> None:
+            self.inner.update(data)
+
+        def hexdigest(self) -> str:
+            exposed.write_bytes(swapped)
+            return self.inner.hexdigest()
+
+    monkeypatch.setattr(zipapp_main, "hashlib", SimpleNamespace(sha256=SwapAfterHashing))
+    base = tmp_path / "cache"
+    copy = zipapp_main.extracted_copy(exposed, base)
+    assert copy is not None and exposed.read_bytes() == swapped  # the swap did happen
+    assert (copy / "installer/cli.py").read_bytes() == Path(cli.__file__).read_bytes()
+    monkeypatch.undo()
+    exposed.write_bytes(genuine)  # a later run of the genuine zipapp reuses a genuine copy
+    assert zipapp_main.extracted_copy(exposed, base) == copy
+    assert (copy / "installer/cli.py").read_bytes() == Path(cli.__file__).read_bytes()
+
+
+def test_a_cache_directory_that_is_a_link_or_not_ours_is_refused_with_a_warning(
+    pyz: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    link = tmp_path / "link"
+    link.symlink_to(private)
+    foreign = tmp_path / "foreign"
+    foreign.mkdir(mode=0o700)
+    os.chown(foreign, 65534, 65534)  # nobody's: whoever owns it can change what we would import
+    grouped = tmp_path / "grouped"
+    grouped.mkdir()
+    grouped.chmod(0o770)
+    for base in (link, foreign, grouped):
+        assert zipapp_main.extracted_copy(pyz, base) is None
+        assert f"warning: not using the node tool's cache {base}: it must be a directory (not a link)" in (
+            capsys.readouterr().err
+        )
+    assert list(private.iterdir()) == [] and list(foreign.iterdir()) == [] and list(grouped.iterdir()) == []
 
 
 @pytest.mark.parametrize("python", [Path(sys.executable), PY39], ids=["host-python", "python3.9"])

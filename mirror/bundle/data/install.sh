@@ -2,15 +2,18 @@
 # gpu-airgap node installer: check prerequisites and the node tool's signed checksum, then run the tool.
 # Usage: sh install.sh BUNDLE --keyring OPERATOR_KEY [install options...]
 #
-# Never run this script before checking it: take it out of the bundle together with the node tool
-# and their signed checksum list, and check them with the node's own tools against the operator key
-# (the command `gpu-airgap bundle build` prints; README "Install from the bundle"):
-#   tar --occurrence -xf BUNDLE NODE-SHA256SUMS NODE-SHA256SUMS.asc install.sh gpu-airgap-node.pyz &&
-#   gpg --batch --yes --dearmor -o operator.gpg operator.asc &&
-#   gpgv --keyring ./operator.gpg NODE-SHA256SUMS.asc NODE-SHA256SUMS && sha256sum -c NODE-SHA256SUMS &&
-#   sh install.sh BUNDLE --keyring operator.asc
-# Before it runs the tool, this script repeats that check against the key given with --keyring. That
-# catches a skipped step; it is no substitute for it (a modified install.sh would not check anything).
+# Never run this script before checking it: copy it out of the bundle, together with the node tool,
+# their signed checksum list and the operator key, into a private directory, check the copies with
+# the node's own tools against the operator key and run only the copies (the command
+# `gpu-airgap bundle build` prints; README "Install from the bundle"):
+#   d=$(mktemp -d) && cp operator.asc "$d/operator.asc" &&
+#   tar --occurrence -xf BUNDLE -C "$d" NODE-SHA256SUMS NODE-SHA256SUMS.asc install.sh gpu-airgap-node.pyz &&
+#   gpg --batch --yes --dearmor -o "$d/operator.gpg" "$d/operator.asc" &&
+#   gpgv --keyring "$d/operator.gpg" "$d/NODE-SHA256SUMS.asc" "$d/NODE-SHA256SUMS" &&
+#   (cd "$d" && sha256sum -c NODE-SHA256SUMS) && sh "$d/install.sh" BUNDLE --keyring "$d/operator.asc"
+# Before it runs the tool, this script repeats that check against the key given with --keyring, on
+# private copies again. That catches a skipped step; it is no substitute for it (a modified
+# install.sh would not check anything).
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 verify_first="take them out and check them first with: tar --occurrence -xf BUNDLE NODE-SHA256SUMS NODE-SHA256SUMS.asc install.sh gpu-airgap-node.pyz && gpg --batch --yes --dearmor -o operator.gpg operator.asc && gpgv --keyring ./operator.gpg NODE-SHA256SUMS.asc NODE-SHA256SUMS && sha256sum -c NODE-SHA256SUMS"
@@ -60,23 +63,44 @@ if [ ! -f "$here/NODE-SHA256SUMS" ] || [ ! -f "$here/NODE-SHA256SUMS.asc" ]; the
   echo "install.sh: NODE-SHA256SUMS and its signature are not next to this script; $verify_first" >&2
   exit 3
 fi
-check=$(mktemp -d)
+# $here may be writable by others (a user-mounted USB disk, a shared upload folder), who could swap
+# a file there between its check and its run: copy first, then check and run only the copies, in a
+# directory only we can write (mktemp -d: 0700, ours), with the copy of the key that checked them.
+private=$(mktemp -d)
+trap 'rm -rf "$private"' EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+if ! cp "$here/NODE-SHA256SUMS" "$here/NODE-SHA256SUMS.asc" "$here/install.sh" "$here/gpu-airgap-node.pyz" "$private/" 2>/dev/null \
+  || ! cp "$keyring" "$private/operator.key" 2>/dev/null; then
+  echo "install.sh: could not copy the node files next to this script and $keyring into a private directory ($private); refusing to run the node tool" >&2
+  exit 3
+fi
 verified=no
-if gpg --batch --quiet --homedir "$check" --dearmor -o "$check/operator.gpg" "$keyring" 2>/dev/null; then
+if gpg --batch --quiet --homedir "$private" --dearmor -o "$private/operator.gpg" "$private/operator.key" 2>/dev/null; then
   if command -v gpgv >/dev/null 2>&1; then
-    gpgv --homedir "$check" --keyring "$check/operator.gpg" "$here/NODE-SHA256SUMS.asc" "$here/NODE-SHA256SUMS" >/dev/null 2>&1 && verified=yes
+    gpgv --homedir "$private" --keyring "$private/operator.gpg" "$private/NODE-SHA256SUMS.asc" "$private/NODE-SHA256SUMS" >/dev/null 2>&1 && verified=yes
   else
-    gpg --batch --homedir "$check" --no-default-keyring --keyring "$check/operator.gpg" \
-      --verify "$here/NODE-SHA256SUMS.asc" "$here/NODE-SHA256SUMS" >/dev/null 2>&1 && verified=yes
+    gpg --batch --homedir "$private" --no-default-keyring --keyring "$private/operator.gpg" \
+      --verify "$private/NODE-SHA256SUMS.asc" "$private/NODE-SHA256SUMS" >/dev/null 2>&1 && verified=yes
   fi
 fi
-rm -rf "$check"
 if [ "$verified" != yes ]; then
   echo "install.sh: NODE-SHA256SUMS next to this script is not signed by the key in $keyring; refusing to run the node tool" >&2
   exit 3
 fi
-if ! (cd "$here" && sha256sum --quiet -c NODE-SHA256SUMS >/dev/null 2>&1); then
+if ! (cd "$private" && sha256sum --quiet -c NODE-SHA256SUMS >/dev/null 2>&1); then
   echo "install.sh: install.sh or gpu-airgap-node.pyz does not match the signed NODE-SHA256SUMS; refusing to run the node tool" >&2
   exit 3
 fi
-exec python3 -I -S "$here/gpu-airgap-node.pyz" install "$BUNDLE" "$@"
+# The tool reads the key again to verify the bundle: give it the copy that checked the tool.
+previous=
+for arg do
+  shift
+  case $previous in --keyring) arg=$private/operator.key ;; esac
+  previous=$arg
+  case $arg in --keyring=*) arg=--keyring=$private/operator.key ;; esac
+  set -- "$@" "$arg"
+done
+status=0
+python3 -I -S "$private/gpu-airgap-node.pyz" install "$BUNDLE" "$@" || status=$?
+exit "$status"
