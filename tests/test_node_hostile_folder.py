@@ -24,21 +24,6 @@ from tests.gpgkeys import TestKey
 from tests.node_fixtures import node_tools_dir, seed_containerd_node
 
 BUNDLE = "nvct-1.17.8.tar.zst"
-NODE_TOOLS = (
-    "sh",
-    "tar",
-    "zstd",
-    "gpg",
-    "gpgv",
-    "sha256sum",
-    "dirname",
-    "cut",
-    "od",
-    "tr",
-    "mktemp",
-    "rm",
-    "cp",
-)
 #: the command README showed before this fix: check in the admin's folder, then run from it by path
 CHECK_THEN_RUN_BY_PATH = (
     f"tar --occurrence -xf {BUNDLE} {' '.join(HEAD)} && gpg --batch --yes --dearmor -o operator.gpg operator.asc"
