@@ -32,7 +32,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from mirror.bundle.zipapp import ensure_wheels  # noqa: E402
 from mirror.store import (  # noqa: E402
     MirrorState,
     Release,
@@ -236,11 +235,8 @@ def run(sizes_mb: list[int], rounds: int) -> list[dict[str, float]]:
         compileall.compile_dir(ROOT / package, quiet=1)
     with tempfile.TemporaryDirectory(prefix="bench-bundle-") as tmp:
         work = Path(tmp)
-        # A private wheel cache: builds in other checkouts (other sources, other zipapps) share the
+        # A private zipapp cache: builds in other checkouts (other sources, other zipapps) share the
         # default one and would evict the cached zipapp between the warm-up and the measured runs.
-        (work / "wheels").mkdir()
-        for wheel in ensure_wheels():
-            shutil.copy2(wheel, work / "wheels")
         saved = os.environ.get("GPU_AIRGAP_WHEEL_CACHE")
         os.environ["GPU_AIRGAP_WHEEL_CACHE"] = str(work / "wheels")
         home = work / "gnupg"

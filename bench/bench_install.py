@@ -5,7 +5,7 @@
    spent inside dpkg / dpkg-query subprocesses. Overhead = total - package-manager time (it
    includes gpg verification, extraction, preflight logic, containerd config and state). Target < 1 s.
 2. Zipapp start: ``python3 -I gpu-airgap-node.pyz --help`` with the zipapp ``bundle build`` ships
-   (needs the pinned node wheels; ``make nodewheels`` or a connected host). Target < 0.5 s.
+   (its wheels are vendored in mirror/bundle/data/wheels). Target < 0.5 s.
    Measured cold (first run: the zipapp extracts itself into its cache and Python compiles),
    warm (cached bytecode) and with no usable cache (imports straight from the zip).
 

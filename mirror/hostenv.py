@@ -14,7 +14,7 @@ from plumbing.errors import UsageError
 
 
 def node_wheel_cache() -> Path:
-    """Where node wheels are cached: ``$GPU_AIRGAP_WHEEL_CACHE`` or ``~/.cache/gpu-airgap/node-wheels``."""
+    """Where built node zipapps are kept: ``$GPU_AIRGAP_WHEEL_CACHE`` or ``~/.cache/gpu-airgap/node-wheels``."""
     env = os.environ.get("GPU_AIRGAP_WHEEL_CACHE")
     return Path(env) if env else Path.home() / ".cache" / "gpu-airgap" / "node-wheels"
 

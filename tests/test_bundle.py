@@ -29,6 +29,7 @@ from installer.manifest import MANIFEST_NAME, SIGNATURE_NAME, Manifest
 from mirror.bundle.build import BuildResult, build_bundle
 from mirror.bundle.source import SourceError
 from mirror.bundle.split_head import head_size
+from mirror.bundle.zipapp import Wheel, vendored_wheels
 from mirror.lockfile import Lockfile
 from plumbing.gpg import Keyring
 from tests.cli_runner import run_cli
@@ -459,28 +460,22 @@ def test_zstd_bundle_verifies_through_the_zstd_command_when_the_module_is_missin
     assert not verify(tmp_path / "bad.tar.zst", operator_keyring).ok
 
 
-def _padded_wheel_cache(cache: Path, size: int) -> Path:
-    """The node wheels, with ``size`` incompressible bytes added to one, so a bundle spans several parts."""
-    from mirror.bundle.zipapp import ensure_wheels
-    from mirror.hostenv import node_wheel_cache
-
-    cache.mkdir()
-    for wheel in ensure_wheels(node_wheel_cache()):
-        shutil.copy(wheel, cache / wheel.name)
-    padded = next(cache.glob("annotated_doc-*.whl"))
-    with zipfile.ZipFile(padded, "a") as zf:
-        zf.writestr("annotated_doc/padding.bin", random.Random(0).randbytes(size))
-    return cache
+def padded_wheels(size: int) -> list[Wheel]:
+    """The node wheels plus one of ``size`` incompressible bytes, so a bundle spans several parts."""
+    padding = io.BytesIO()
+    with zipfile.ZipFile(padding, "w") as zf:
+        zf.writestr("padding/padding.bin", random.Random(0).randbytes(size))
+    return [*vendored_wheels(), Wheel("padding-0-py3-none-any.whl", padding.getvalue())]
 
 
 def test_split_bundle_verifies_from_its_first_part_and_a_bad_part_is_named(
     synced_mirror: Path, operator_key: TestKey, epoch: int, tmp_path: Path, operator_keyring: Keyring
 ) -> None:
-    wheels = _padded_wheel_cache(tmp_path / "wheels", 3 << 20)  # the bundle alone is under 1 MiB
+    wheels = padded_wheels(3 << 20)  # the bundle alone is under 1 MiB
     # The first part must hold the node check whole (the zipapp is most of it), so the part size goes
     # halfway between the end of the node check and the end of the archive: two parts.
     probe = _build(
-        synced_mirror, operator_key, tmp_path / "probe.tar", epoch, compression="none", wheel_cache=wheels
+        synced_mirror, operator_key, tmp_path / "probe.tar", epoch, compression="none", node_wheels=wheels
     ).outputs[0]
     with tarfile.open(probe) as tar:
         head = head_size([m.size for m in tar.getmembers()[:6]])
@@ -492,7 +487,7 @@ def test_split_bundle_verifies_from_its_first_part_and_a_bad_part_is_named(
         epoch,
         compression="none",
         split=split,
-        wheel_cache=wheels,
+        node_wheels=wheels,
     )
     names = [p.name for p in result.outputs]
     parts = [n for n in names if ".part" in n]

@@ -324,9 +324,9 @@ def test_a_split_too_small_for_the_node_check_is_refused_and_writes_nothing(
 ) -> None:
     from mirror.bundle.build import build_bundle
     from plumbing.errors import UsageError
-    from tests.test_bundle import _padded_wheel_cache
+    from tests.test_bundle import padded_wheels
 
-    wheels = _padded_wheel_cache(tmp_path / "wheels", 3 << 20)  # a node tool of over 3 MiB
+    wheels = padded_wheels(3 << 20)  # a node tool of over 3 MiB
     out = tmp_path / "out" / BUNDLE
     out.parent.mkdir()
     with pytest.raises(
@@ -341,6 +341,6 @@ def test_a_split_too_small_for_the_node_check_is_refused_and_writes_nothing(
             gnupghome=operator_key.home,
             output=out,
             split=1 << 20,
-            wheel_cache=wheels,
+            node_wheels=wheels,
         )
     assert os.listdir(out.parent) == []

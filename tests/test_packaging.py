@@ -29,15 +29,20 @@ def _source_files() -> set[str]:
     return found
 
 
-@pytest.mark.slow
-def test_the_wheel_holds_every_module_and_data_file_of_the_source_tree(tmp_path: Path) -> None:
-    src = tmp_path / "src"
+def source_copy(src: Path) -> Path:
+    """What ``pip install .`` reads from the checkout, copied to ``src`` (so the checkout gets no build/)."""
     src.mkdir()
     for name in ("pyproject.toml", "README.md", "LICENSE"):
         if (ROOT / name).exists():
             shutil.copy2(ROOT / name, src / name)
     for top in PACKAGES:
         shutil.copytree(ROOT / top, src / top, ignore=shutil.ignore_patterns("__pycache__"))
+    return src
+
+
+@pytest.mark.slow
+def test_the_wheel_holds_every_module_and_data_file_of_the_source_tree(tmp_path: Path) -> None:
+    src = source_copy(tmp_path / "src")
     subprocess.run(
         [
             sys.executable,

@@ -18,7 +18,7 @@ is made at SOURCE_DATE_EPOCH, like the embedded repositories' signatures, and so
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -37,7 +37,7 @@ from mirror.bundle.source import MirrorSelection, select_from_mirror, upstream_v
 from mirror.bundle.split_head import check_first_part, head_size
 from mirror.bundle.tar import BundleWriter
 from mirror.bundle.target_repo import TargetRepo, build_target_repo
-from mirror.bundle.zipapp import ZIP_EPOCH, build_zipapp
+from mirror.bundle.zipapp import ZIP_EPOCH, Wheel, build_zipapp
 from mirror.hostenv import build_epoch, package_info_cache
 from mirror.lockfile import Lockfile
 from mirror.signing import OperatorKey
@@ -115,7 +115,7 @@ def build_bundle(
     output: Path,
     compression: str = "zstd",
     split: int | None = None,
-    wheel_cache: Path | None = None,
+    node_wheels: Sequence[Wheel] | None = None,
     locked: Lockfile | None = None,
     epoch: int | None = None,
     info_cache: Path | None = None,
@@ -126,6 +126,8 @@ def build_bundle(
     :param epoch: the build time; default SOURCE_DATE_EPOCH, else now.
     :param meter: told the bytes written as members go into the bundle (the CLI's terminal meter).
     :param info_cache: the package query cache (default :func:`mirror.hostenv.package_info_cache`).
+    :param node_wheels: the wheels the node tool carries (default: the vendored ones, checked against
+        their sha256 pins; see :func:`mirror.bundle.zipapp.vendored_wheels`).
     :raises ToolError: (subclasses) when the mirror lacks something, signing fails, or a package
         on disk no longer matches its verified digest; no output is left behind then.
     """
@@ -142,7 +144,7 @@ def build_bundle(
             output=output,
             compression=compression,
             split=split,
-            wheel_cache=wheel_cache,
+            node_wheels=node_wheels,
             epoch=epoch,
             info_cache=info_cache,
             meter=meter,
@@ -157,7 +159,7 @@ def build_from_selection(
     output: Path,
     compression: str = "zstd",
     split: int | None = None,
-    wheel_cache: Path | None = None,
+    node_wheels: Sequence[Wheel] | None = None,
     epoch: int | None = None,
     info_cache: Path | None = None,
     meter: Meter | None = None,
@@ -173,7 +175,7 @@ def build_from_selection(
         for t in selection.targets
     ]
     node_files = {
-        NODE_TOOL: build_zipapp(epoch=PYZ_EPOCH, cache=wheel_cache),
+        NODE_TOOL: build_zipapp(epoch=PYZ_EPOCH, wheels=node_wheels),
         INSTALL_SH: _INSTALL_SH_SOURCE.read_bytes(),
     }
     sums = render_sums(node_files)

@@ -7,89 +7,108 @@ the wheels pinned in ``mirror/bundle/data/node-wheels.txt`` (resolved for python
 :mod:`installer.zipapp_main`, which extracts the zip once into a private cache so Python can keep
 bytecode (a zip cannot hold ``__pycache__``), and runs from there.
 
-Wheels come from a cache directory (``GPU_AIRGAP_WHEEL_CACHE``, default
-``~/.cache/gpu-airgap/node-wheels``); :func:`ensure_wheels` fills it with
-``pip download --only-binary=:all: --python-version 3.9 --no-deps`` on the connected host
-(``make nodewheels`` does this before the tests, which never touch the network).
+The wheels are in the package (``mirror/bundle/data/wheels``, installed with it), each pinned by the
+sha256 in ``node-wheels.txt``; :func:`vendored_wheels` checks them before a byte of one is read, so a
+build never downloads anything and a changed wheel is refused.
 The zip is deterministic: sorted entries, fixed timestamps and modes, fixed compression level.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
-import sys
 import time
 import zipfile
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
 from installer.nodecheck import NODE_TOOL
 from mirror.hostenv import node_wheel_cache
-from plumbing.errors import ToolError
+from plumbing.errors import VerificationError
 from plumbing.fsutil import atomic_write
-from plumbing.proc import run
 
 PYZ_NAME: Final = NODE_TOOL
 #: 1980-01-01 00:00 UTC, the earliest time a zip entry can carry
 ZIP_EPOCH: Final = 315532800
-_PINS: Final = Path(__file__).parent / "data" / "node-wheels.txt"
+#: ``name==version --hash=sha256:HEX`` per vendored wheel (pip's hash-checking requirements format)
+LOCK: Final = Path(__file__).parent / "data" / "node-wheels.txt"
+#: the vendored wheels, package data of ``mirror.bundle``
+WHEELS: Final = Path(__file__).parent / "data" / "wheels"
+_HASH: Final = "--hash=sha256:"
 _SOURCE_ROOT: Final = Path(__file__).resolve().parents[2]
 _NODE_PACKAGES: Final = ("plumbing", "configure", "installer")
 #: the zipapp's __main__.py: extract once into a private cache, then import from there (bytecode caching)
 _MAIN: Final = _SOURCE_ROOT / "installer" / "zipapp_main.py"
 
 
-def pinned_requirements() -> list[str]:
-    """The ``name==version`` lines of ``node-wheels.txt``."""
-    lines = _PINS.read_text(encoding="utf-8").splitlines()
-    return [line.strip() for line in lines if line.strip() and not line.startswith("#")]
+@dataclass(frozen=True)
+class Wheel:
+    """A wheel to carry: its file name and the bytes that were checked (read once, then only these)."""
+
+    name: str
+    data: bytes
 
 
-def _wheel_for(cache: Path, requirement: str) -> Path | None:
+@dataclass(frozen=True)
+class Pin:
+    """One line of the lock: a wheel's ``name==version`` and the sha256 of its file."""
+
+    requirement: str
+    sha256: str
+
+
+def pinned_wheels(lock: Path = LOCK) -> list[Pin]:
+    """The pins of ``lock``.
+
+    :raises VerificationError: when a line pins no sha256.
+    """
+    pins = []
+    for line in lock.read_text(encoding="utf-8").splitlines():
+        if not line.strip() or line.startswith("#"):
+            continue
+        requirement, _, digest = line.partition(f" {_HASH}")
+        if len(digest) != 64:
+            raise VerificationError(f"{lock}: {line.strip()!r} pins no sha256 ({_HASH}HEX)")
+        pins.append(Pin(requirement.strip(), digest))
+    return pins
+
+
+def _wheel_for(directory: Path, requirement: str) -> Path | None:
     name, _, version = requirement.partition("==")
     stem = name.lower().replace("-", "_")
-    for wheel in sorted(cache.glob("*.whl")):
+    for wheel in sorted(directory.glob("*.whl")):
         parts = wheel.name.split("-")
-        if parts[0].lower().replace("-", "_") == stem and parts[1] == version:
+        if parts[0].lower() == stem and parts[1] == version:
             return wheel
     return None
 
 
-def ensure_wheels(cache: Path | None = None) -> list[Path]:
-    """Return the pinned wheels, downloading the missing ones with pip (connected host only).
+def vendored_wheels(directory: Path = WHEELS, lock: Path = LOCK) -> list[Wheel]:
+    """The wheels ``lock`` pins, found in ``directory`` and each checked against its sha256.
 
-    :raises ToolError: when pip cannot fetch a wheel.
+    Only pinned wheels are read; another file there is never carried.
+
+    :raises VerificationError: a pinned wheel is missing or differs from its pin: the installation of
+        gpu-airgap is damaged, and no bundle is built from it.
     """
-    cache = cache or node_wheel_cache()
-    cache.mkdir(parents=True, exist_ok=True)
-    missing = [r for r in pinned_requirements() if _wheel_for(cache, r) is None]
-    if missing:
-        run(
-            [
-                sys.executable,
-                "-m",
-                "pip",
-                "download",
-                "--quiet",
-                "--only-binary=:all:",
-                "--python-version",
-                "3.9",
-                "--no-deps",
-                "--dest",
-                str(cache),
-                *missing,
-            ],
-            timeout=600,
-        )
     wheels = []
-    for requirement in pinned_requirements():
-        wheel = _wheel_for(cache, requirement)
+    for pin in pinned_wheels(lock):
+        wheel = _wheel_for(directory, pin.requirement)
         if wheel is None:
-            raise ToolError(
-                f"the node wheel {requirement} is not in {cache}; run `make nodewheels` on a connected host"
+            raise VerificationError(
+                f"the node wheel {pin.requirement} is not in {directory}; reinstall gpu-airgap (pip install .)"
             )
-        wheels.append(wheel)
+        data = wheel.read_bytes()
+        actual = hashlib.sha256(data).hexdigest()
+        if actual != pin.sha256:
+            raise VerificationError(
+                f"the node wheel {wheel.name} does not match its sha256 in {lock} (expected "
+                f"{pin.sha256[:16]}…, got {actual[:16]}…); reinstall gpu-airgap from an unchanged checkout"
+            )
+        wheels.append(Wheel(wheel.name, data))
     return wheels
 
 
@@ -102,28 +121,34 @@ def _node_sources() -> dict[str, bytes]:
     return entries
 
 
-def build_zipapp(*, epoch: int, cache: Path | None = None) -> bytes:
+def build_zipapp(*, epoch: int, cache: Path | None = None, wheels: Sequence[Wheel] | None = None) -> bytes:
     """Return the bytes of ``gpu-airgap-node.pyz``, reusing an identical earlier build from the cache.
 
-    The zip is a pure function of the node sources, the pinned wheels and ``epoch``, so a build
-    is cached under the hash of those inputs (re-deflating ~2 MB costs a third of a second).
+    The zip is a pure function of the node sources, the wheels and ``epoch``, so a build is cached
+    under the hash of those inputs (re-deflating ~2 MB costs a third of a second).
 
     :param epoch: timestamp of every entry (clamped to 1980, the zip format's start).
-    :param cache: the wheel cache (default :func:`~mirror.hostenv.node_wheel_cache`).
+    :param cache: where built zipapps are kept (default :func:`~mirror.hostenv.node_wheel_cache`).
+    :param wheels: the wheels to carry (default :func:`vendored_wheels`, checked against the lock);
+        a set given here is built each time, never cached, so it evicts no shared build.
+    :raises VerificationError: a vendored wheel is missing or changed.
     """
-    cache = cache or node_wheel_cache()
     epoch = max(epoch, ZIP_EPOCH)
     sources = _node_sources()
-    wheels = ensure_wheels(cache)
-    key = hashlib.sha256(f"pyz-v1 {epoch}\n".encode())
+    if wheels is not None:
+        return _build(sources, list(wheels), epoch)
+    cache = cache or node_wheel_cache()
+    wheels = vendored_wheels()
+    key = hashlib.sha256(f"pyz-v2 {epoch}\n".encode())
     for name, data in sorted(sources.items()):
         key.update(f"{name} {len(data)}\n".encode() + data)
     for wheel in wheels:
-        key.update(f"{wheel.name} {wheel.stat().st_size}\n".encode())
+        key.update(f"{wheel.name} {hashlib.sha256(wheel.data).hexdigest()}\n".encode())
     cached = cache / f"pyz-{key.hexdigest()[:32]}.pyz"
-    if cached.exists():
+    with contextlib.suppress(FileNotFoundError):  # absent, or evicted by another build meanwhile
         return cached.read_bytes()
     data = _build(sources, wheels, epoch)
+    cache.mkdir(parents=True, exist_ok=True)
     atomic_write(cached, data)
     for old in cache.glob("pyz-*.pyz"):  # keep only the newest build
         if old != cached:
@@ -131,10 +156,10 @@ def build_zipapp(*, epoch: int, cache: Path | None = None) -> bytes:
     return data
 
 
-def _build(entries: dict[str, bytes], wheels: list[Path], epoch: int) -> bytes:
+def _build(entries: dict[str, bytes], wheels: list[Wheel], epoch: int) -> bytes:
     entries = dict(entries)
     for wheel in wheels:
-        with zipfile.ZipFile(wheel) as zf:
+        with zipfile.ZipFile(io.BytesIO(wheel.data)) as zf:
             for info in zf.infolist():
                 name = info.filename
                 top = name.split("/", 1)[0]
