@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: test demo lint typecheck pycompat pytest sysdeps venv bench clean nodewheels debootstrapcache
+.PHONY: test demo lint typecheck pycompat pytest sysdeps venv bench clean debootstrapcache
 
 test: venv sysdeps lint typecheck pycompat pytest
 
@@ -35,12 +35,8 @@ pycompat: venv
 
 # Two workers, one test file each at a time (session caches are shared and built once, under a lock).
 PYTEST_WORKERS ?= 2
-pytest: venv sysdeps nodewheels debootstrapcache
+pytest: venv sysdeps debootstrapcache
 	$(VENV)/bin/pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
-
-# The python3.9 wheels vendored into the bundle's node zipapp (pip download; the tests stay offline).
-nodewheels: venv
-	$(PY) -c 'from mirror.bundle.zipapp import ensure_wheels; ensure_wheels()'
 
 # The .debs debootstrap --variant=minbase needs, as a local repo for tests/test_node_debootstrap.py
 # (apt-get download with the host's apt configuration; seconds, and a no-op once cached).
@@ -51,7 +47,7 @@ demo: venv sysdeps debootstrapcache
 	$(PY) -m tests.demo
 
 # bench_peers.py runs bench_bundle.py's measurements inside its own report, so it is not run twice.
-bench: venv sysdeps nodewheels
+bench: venv sysdeps
 	@for b in $(filter-out bench/bench_bundle.py,$(wildcard bench/bench_*.py)); do echo "== $$b"; $(PY) $$b || exit 1; done
 
 clean:
