@@ -110,7 +110,8 @@ CHILD = r"""
 import json, resource, sys, time
 sys.path.insert(0, sys.argv[1])
 from plumbing.gpg import Keyring
-from mirror.repo import FakeFetcher, load_apt_repo
+from mirror.repo import load_apt_repo
+from tests.fakes import FakeFetcher
 from mirror.sync.resolve import resolve
 from mirror.selectors import VersionSelector
 from pathlib import Path

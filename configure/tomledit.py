@@ -110,12 +110,13 @@ def set_value(table: Container, key: str, value: Any) -> None:
     indent = _key_indent(table) if isinstance(table, Table) else ""
     # tomlkit pushes a blank line in front of the table after an inserted key; keep the file's spacing.
     following = [(item, item.trivia.indent) for _k, item in _body(table) if isinstance(item, (Table, AoT))]
+    hidden = _hide_comments_before_next_section(table)
     table.add(key, value)
+    _show_comments(table, hidden)
     for item, saved in following:
         item.trivia.indent = saved
     new = table.item(key)  # table[key] would hand back a plain bool for a Bool item
     new.trivia.indent = indent
-    _keep_comments_with_next_section(table, key)
 
 
 def _append_table(parent: Container, key: str, value: Mapping[str, Any]) -> None:
@@ -202,28 +203,40 @@ def _key_indent(table: Table) -> str:
     return _last_line(table.trivia.indent) + (step if step is not None else DEFAULT_STEP)
 
 
-def _keep_comments_with_next_section(table: Container, key: str) -> None:
-    """Move a just-added key above the blank lines and comments that introduce the next table."""
+def _hide_comments_before_next_section(table: Container) -> List[Tuple[Whitespace, Comment]]:
+    """Stand empty whitespace in for the comments that introduce the next section (or end the table).
+
+    tomlkit adds a key after the last item that is not a table or plain whitespace, so a comment
+    above the next table header would end up above our key instead. With the comments out of the
+    way it places the key before them; :func:`_show_comments` puts them back. Swapping entries of
+    the body in place keeps every key's position, so tomlkit's own key index stays right.
+    """
     body: List[Tuple[Any, Any]] = table.value.body if isinstance(table, Table) else table.body
-    index = next(i for i, (k, _v) in enumerate(body) if k is not None and k.key == key)
-    at = index
-    while at > 0 and isinstance(body[at - 1][1], (Comment, Whitespace)):
-        at -= 1
-    if at == index or not any(isinstance(v, Comment) for _k, v in body[at:index]):
-        return
-    body.insert(at, body.pop(index))
-    _rebuild_index(table.value if isinstance(table, Table) else table)
+    end = next(
+        (
+            i
+            for i, (k, v) in enumerate(body)
+            if isinstance(v, (Table, AoT)) and k is not None and not k.is_dotted()
+        ),
+        len(body),
+    )
+    start = end
+    while start > 0 and body[start - 1][0] is None and isinstance(body[start - 1][1], (Comment, Whitespace)):
+        start -= 1
+    hidden: List[Tuple[Whitespace, Comment]] = []
+    for i in range(start, end):
+        if isinstance(body[i][1], Comment):
+            hidden.append((Whitespace(""), body[i][1]))
+            body[i] = (None, hidden[-1][0])
+    return hidden
 
 
-def _rebuild_index(container: Any) -> None:
-    """tomlkit maps each key to its body index (a tuple when a key has several parts); redo it after a move."""
-    index: dict[Any, Any] = {}
-    for i, (key, _value) in enumerate(container.body):
-        if key is None:
-            continue
-        seen = index.get(key)
-        index[key] = i if seen is None else ((*seen, i) if isinstance(seen, tuple) else (seen, i))
-    container._map = index
+def _show_comments(table: Container, hidden: List[Tuple[Whitespace, Comment]]) -> None:
+    body: List[Tuple[Any, Any]] = table.value.body if isinstance(table, Table) else table.body
+    comments = {id(stand_in): comment for stand_in, comment in hidden}
+    for i, (key, item) in enumerate(body):
+        if key is None and id(item) in comments:
+            body[i] = (None, comments[id(item)])
 
 
 def _last_leaf(node: Container) -> Optional[Table]:

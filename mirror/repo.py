@@ -47,48 +47,6 @@ class Fetcher(Protocol):
         ...
 
 
-class FakeFetcher:
-    """Scripted responses for tests, in the style of aptly's ``FakeDownloader``.
-
-    ``expect(url, body)`` or ``expect_error(url, error)``; any other URL raises ``AssertionError``
-    and :meth:`assert_all_used` confirms every scripted URL was requested.
-    """
-
-    def __init__(self) -> None:
-        """Start with no scripted responses."""
-        self._responses: dict[str, bytes | Exception] = {}
-        self.requested: list[str] = []
-
-    def expect(self, url: str, body: bytes) -> FakeFetcher:
-        """Answer ``url`` with ``body``; returns self for chaining."""
-        self._responses[url] = body
-        return self
-
-    def expect_error(self, url: str, error: Exception) -> FakeFetcher:
-        """Raise ``error`` when ``url`` is requested."""
-        self._responses[url] = error
-        return self
-
-    def get(self, url: str) -> bytes:
-        """Return the scripted body or raise the scripted error."""
-        if url not in self._responses:
-            raise AssertionError(f"unexpected request for {url}")
-        self.requested.append(url)
-        response = self._responses[url]
-        if isinstance(response, Exception):
-            raise response
-        return response
-
-    def assert_all_used(self) -> None:
-        """Fail when a scripted URL was never requested."""
-        unused = sorted(set(self._responses) - set(self.requested))
-        if unused:
-            raise AssertionError(f"scripted URLs never requested: {', '.join(unused)}")
-
-
-_: Fetcher = FakeFetcher()  # conformance check, like Go's `var _ Interface = (*T)(nil)`
-
-
 @dataclass(frozen=True)
 class MetadataFile:
     """One verified metadata file: its path relative to the repo base and the exact bytes."""

@@ -13,11 +13,12 @@ from mirror import store
 from mirror.errors import MirrorStateError
 from mirror.lockfile import LockedPackage, LockedTarget, Lockfile, differences
 from mirror.model import Package, PackageFormat
-from mirror.repo import FakeFetcher, MetadataFile
+from mirror.repo import MetadataFile
 from mirror.sync import core as sync_lib
 from mirror.sync import maintain
 from mirror.sync.transaction import CachedResponse, Transaction, read_cache
 from plumbing.errors import BusyError, ConfigFormatError, UnsafePathError, UsageError
+from tests.fakes import FakeFetcher
 
 
 def _state(dest: Path) -> store.MirrorState:

@@ -18,7 +18,6 @@ from configure.nodefacts import (
 from installer import install as install_mod
 from installer.backends.base import PackageBackend
 from installer.backends.dpkg import DpkgBackend
-from installer.backends.fake import FakeBackend
 from installer.backends.rpm import RpmBackend, _versionlock_name
 from installer.env import NodeEnv
 from installer.install import InstallFailed, InstallResult
@@ -34,11 +33,11 @@ from installer.target import (
     pick_target,
 )
 from plumbing.arch import normalize_arch
+from tests.fakes import FakeBackend
 
-# Conformance: every backend is a PackageBackend.
+# Conformance: every backend is a PackageBackend (the fake's check is in tests/fakes.py).
 _dpkg: PackageBackend = DpkgBackend()
 _rpm: PackageBackend = RpmBackend()
-_fake: PackageBackend = FakeBackend()
 
 
 def pkg(

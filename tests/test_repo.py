@@ -12,7 +12,6 @@ import pytest
 from mirror.errors import MetadataError
 from mirror.model import PackageFormat
 from mirror.repo import (
-    FakeFetcher,
     clean_relative,
     load_apt_repo,
     load_yum_repo,
@@ -26,6 +25,7 @@ from mirror.trust import NVIDIA_FINGERPRINT
 from plumbing.arch import known_arch, normalize_arch
 from plumbing.errors import ChecksumMismatch, SignatureError, UnsafePathError, UsageError
 from plumbing.gpg import Keyring
+from tests.fakes import FakeFetcher
 from tests.gpgkeys import REAL, TestKey
 from tests.rpmrepo import build_yum_repo
 

@@ -8,7 +8,6 @@ from typing import Sequence
 import pytest
 
 from installer import install as install_mod
-from installer.backends.fake import FakeBackend
 from installer.backends.scripts import (
     MaintainerScriptFailed,
     ScriptFailure,
@@ -19,6 +18,7 @@ from installer.install import InstallFailed, InstallOptions
 from installer.preflight import Preflight
 from installer.target import StagedPackage
 from plumbing.errors import CommandError
+from tests.fakes import FakeBackend
 
 # dpkg 1.21's stderr when NVIDIA's postinst fails (seen in tests/test_real_packages.py).
 DPKG_POSTINST = """\

@@ -14,8 +14,8 @@ silently skip steps (ldconfig) the real node needs. A script that fails is named
 ``%post``/``%posttrans`` fails and still exits 0, so its warnings are read too.
 
 Modules: :mod:`~installer.backends.base` (the protocol and what both tools share),
-:mod:`~installer.backends.dpkg`, :mod:`~installer.backends.rpm`, :mod:`~installer.backends.scripts`
-(failed maintainer scripts) and :mod:`~installer.backends.fake` (records calls for the pure unit tests).
+:mod:`~installer.backends.dpkg`, :mod:`~installer.backends.rpm` and :mod:`~installer.backends.scripts`
+(failed maintainer scripts). The in-memory backend of the pure unit tests is ``tests/fakes.py``.
 """
 
 from __future__ import annotations

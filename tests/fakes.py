@@ -1,13 +1,22 @@
-"""An in-memory package manager for the pure unit tests of preflight and orchestration."""
+"""Test doubles for the pure unit tests: an in-memory package manager and a scripted fetcher.
+
+They live with the tests so nothing fake ships in the node zipapp or in the installed package, and
+nothing fake is built when a product module is imported. The conformance checks below are read by
+mypy only (``TYPE_CHECKING``), like Go's ``var _ Interface = (*T)(nil)``.
+"""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 
 from installer.target import Requirement
 from plumbing.errors import CommandError
+
+if TYPE_CHECKING:
+    from installer.backends.base import PackageBackend
+    from mirror.repo import Fetcher
 
 
 class FakeBackend:
@@ -78,3 +87,47 @@ class FakeBackend:
         """Record the release."""
         self.calls.append(("unhold", *names))
         self.held = [n for n in self.held if n not in names]
+
+
+class FakeFetcher:
+    """Scripted responses for tests, in the style of aptly's ``FakeDownloader``.
+
+    ``expect(url, body)`` or ``expect_error(url, error)``; any other URL raises ``AssertionError``
+    and :meth:`assert_all_used` confirms every scripted URL was requested.
+    """
+
+    def __init__(self) -> None:
+        """Start with no scripted responses."""
+        self._responses: dict[str, bytes | Exception] = {}
+        self.requested: list[str] = []
+
+    def expect(self, url: str, body: bytes) -> FakeFetcher:
+        """Answer ``url`` with ``body``; returns self for chaining."""
+        self._responses[url] = body
+        return self
+
+    def expect_error(self, url: str, error: Exception) -> FakeFetcher:
+        """Raise ``error`` when ``url`` is requested."""
+        self._responses[url] = error
+        return self
+
+    def get(self, url: str) -> bytes:
+        """Return the scripted body or raise the scripted error."""
+        if url not in self._responses:
+            raise AssertionError(f"unexpected request for {url}")
+        self.requested.append(url)
+        response = self._responses[url]
+        if isinstance(response, Exception):
+            raise response
+        return response
+
+    def assert_all_used(self) -> None:
+        """Fail when a scripted URL was never requested."""
+        unused = sorted(set(self._responses) - set(self.requested))
+        if unused:
+            raise AssertionError(f"scripted URLs never requested: {', '.join(unused)}")
+
+
+if TYPE_CHECKING:
+    _backend: PackageBackend = FakeBackend()
+    _fetcher: Fetcher = FakeFetcher()
