@@ -219,6 +219,21 @@ def test_an_added_member_fails_verify_naming_it(
     assert "targets/deb-amd64/evil_1.0_amd64.deb: is not listed in the signed manifest" in result.stderr
 
 
+def test_bytes_appended_after_the_end_of_the_archive_are_refused_but_zero_padding_is_not(
+    plain_bundle: Path, operator_key: TestKey, operator_keyring: Keyring, tmp_path: Path
+) -> None:
+    padded = tmp_path / "padded.tar"
+    padded.write_bytes(plain_bundle.read_bytes() + bytes(20 * 512))  # what tar -b and dd leave behind
+    assert verify(padded, operator_keyring).ok
+    appended = tmp_path / "appended.tar"
+    appended.write_bytes(plain_bundle.read_bytes() + b"#!/bin/sh\necho not signed by anyone\n")
+    report = verify(appended, operator_keyring)
+    assert [str(p) for p in report.problems] == ["appended.tar: has data after the end of the archive"]
+    result = run_cli("bundle", "verify", str(appended), "--keyring", str(operator_key.public))
+    assert result.exit_code == 3
+    assert "appended.tar: has data after the end of the archive" in result.stderr
+
+
 def test_a_replaced_signature_fails_verify_naming_the_signature(
     plain_bundle: Path, other_key: TestKey, tmp_path: Path, operator_keyring: Keyring
 ) -> None:

@@ -181,6 +181,37 @@ def test_drop_in_copies_the_cri_table_of_the_last_import_that_defines_it(tmp_pat
     assert set(cri["containerd"]["runtimes"]) == {"nvidia", "runc"}
 
 
+@pytest.mark.parametrize(
+    ("no_drop_in", "ours", "later"),
+    [
+        (False, "/etc/containerd/conf.d/99-nvidia.toml", ["99-zz-site.toml"]),
+        # edited in place: every import is loaded after the root config, so both files can hide it
+        (True, "/etc/containerd/config.toml", ["10-site.toml", "99-zz-site.toml"]),
+    ],
+    ids=["drop-in", "in-place"],
+)
+def test_a_file_loaded_after_ours_that_redefines_the_cri_table_is_warned_about(
+    tmp_path: Path, no_drop_in: bool, ours: str, later: list[str]
+) -> None:
+    config = make_root(tmp_path, "config.toml.base")
+    config.write_text(
+        config.read_text().replace(
+            "version = 2\n", 'version = 2\nimports = ["/etc/containerd/conf.d/*.toml"]\n'
+        )
+    )
+    cri = 'version = 2\n[plugins."io.containerd.grpc.v1.cri"]\n  sandbox_image = "site/pause:1"\n'
+    conf_d = tmp_path / "etc/containerd/conf.d"
+    conf_d.mkdir(exist_ok=True)
+    (conf_d / "99-zz-site.toml").write_text(cri)  # sorts after 99-nvidia.toml: containerd loads it later
+    (conf_d / "10-site.toml").write_text(cri)  # sorts before the drop-in, which copies its CRI table
+    result = configure_engine(engine(), RuntimeOptions(root=tmp_path, no_drop_in=no_drop_in))
+    assert [w for w in result.plan.warnings if "redefines" in w] == [
+        f"/etc/containerd/conf.d/{name} is loaded after {ours} and redefines plugins.io.containerd.grpc.v1.cri; "
+        "containerd before 2.1 would then not see the nvidia runtime"
+        for name in later
+    ]
+
+
 def test_v1_config_is_edited_in_place_even_with_imports_and_refuses_a_drop_in(tmp_path: Path) -> None:
     config = make_root(
         tmp_path, text='imports = ["/etc/containerd/conf.d/*.toml"]\n[plugins.cri]\n  sandbox_image = "p"\n'

@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from mirror import trust
 from mirror.apt_index import parse_release
 from mirror.errors import MetadataError
 from mirror.trust import NVIDIA_FINGERPRINT, default_keyring_path
-from plumbing.errors import SignatureError
+from plumbing.errors import ExitCode, SignatureError
 from plumbing.gpg import Keyring, judge_status
 from tests.gpgkeys import NVIDIA_KEY, REAL, TestKey
 
@@ -60,6 +61,22 @@ class TestRealNvidiaFiles:
         assert default_keyring_path().read_bytes() == NVIDIA_KEY.read_bytes()
         with Keyring.open([default_keyring_path()], pinned_fingerprint=NVIDIA_FINGERPRINT) as keyring:
             assert keyring.fingerprints == {NVIDIA_FINGERPRINT}
+
+    def test_a_replaced_shipped_key_is_refused_by_the_default_keyring(
+        self, test_key: TestKey, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        # What mirror sync trusts without --keyring: the package's key file, whatever it now holds.
+        monkeypatch.setattr(trust, "default_keyring_path", lambda: test_key.public)
+        with pytest.raises(SignatureError) as refused:
+            trust.open_keyring()
+        assert str(refused.value) == (
+            f"the keyring holds key {test_key.fingerprint}, not the pinned key {NVIDIA_FINGERPRINT}; "
+            "pass the key you trust explicitly"
+        )
+        assert refused.value.exit_code == ExitCode.VERIFICATION_FAILED
+        # The same key named on purpose (--keyring) is the operator's choice: no pin applies.
+        with trust.open_keyring([test_key.public]) as keyring:
+            assert keyring.fingerprints == {test_key.fingerprint}
 
 
 class TestFraming:
