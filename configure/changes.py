@@ -69,7 +69,7 @@ def read_optional(path: Path) -> Optional[bytes]:
     """Return the bytes of ``path`` or None when it does not exist."""
     try:
         return path.read_bytes()
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # NotADirectory: a parent is a file, so no such path
         return None
     except IsADirectoryError as exc:
         raise ConfigFormatError(path, "is a directory, not a file") from exc

@@ -271,7 +271,12 @@ def put_back(restore: Restore) -> None:
     if restore.data is not None and read_optional(restore.path) == restore.data:
         return  # the write never happened, or was already undone: nothing to put back
     if restore.data is None:
-        restore.path.unlink(missing_ok=True)
+        try:
+            restore.path.unlink(missing_ok=True)
+        except NotADirectoryError:
+            pass  # a parent is a file: the write we recorded never happened
+        except OSError as exc:  # a ToolError, so an undo goes on with the other files
+            raise ConfigFormatError(restore.path, f"cannot be deleted: {exc.strerror or exc}") from exc
         for directory in restore.created:  # deepest first; a directory someone filled since stays
             with contextlib.suppress(OSError):
                 Path(directory).rmdir()

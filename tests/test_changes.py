@@ -9,7 +9,7 @@ import pytest
 from configure.changes import FileChange, unified_diff
 from configure.journal import Journal, apply_changes
 from configure.revert import revert
-from plumbing.errors import ProblemsFound, ToolError
+from plumbing.errors import ConfigFormatError, ProblemsFound, ToolError
 
 
 def test_unchanged_files_are_not_written(tmp_path: Path) -> None:
@@ -60,6 +60,40 @@ def test_revert_restores_original_bytes_and_removes_created_files(tmp_path: Path
     assert existing.stat().st_mode & 0o777 == 0o640
     assert not created.exists()
     assert journal.entries() == []
+
+
+def test_a_write_that_fails_puts_back_every_file_the_same_apply_wrote_before_it(tmp_path: Path) -> None:
+    journal = Journal(tmp_path)
+    earlier = tmp_path / "etc/docker/daemon.json"
+    earlier.parent.mkdir(parents=True)
+    earlier.write_bytes(b"{}\n")
+    apply_changes("docker", [FileChange(earlier, b"{}\n", b'{"a": 1}\n')], journal)  # an earlier run: kept
+    journal_before = {p: p.read_bytes() for p in journal.files() if p.exists()}
+    existing = tmp_path / "etc/containerd/config.toml"
+    existing.parent.mkdir(parents=True)
+    existing.write_bytes(b"# original\nversion = 2\n")
+    existing.chmod(0o640)
+    created = tmp_path / "etc/containerd/conf.d/99-nvidia.toml"
+    (tmp_path / "etc/blocker").write_bytes(b"a file where the last write needs a directory\n")
+    unwritable = tmp_path / "etc/blocker/nvidia.conf"
+    with pytest.raises(ConfigFormatError) as failed:
+        apply_changes(
+            "containerd",
+            [
+                FileChange(existing, existing.read_bytes(), b"version = 2\nimports = []\n"),
+                FileChange(created, None, b"version = 2\n"),
+                FileChange(unwritable, None, b"x\n"),
+            ],
+            journal,
+        )
+    assert str(failed.value) == f"{unwritable}: cannot be written: {unwritable.parent} is not a directory"
+    assert existing.read_bytes() == b"# original\nversion = 2\n"
+    assert existing.stat().st_mode & 0o777 == 0o640
+    assert not created.exists() and not created.parent.exists()  # and the directory made for it
+    assert not unwritable.exists()
+    assert {p: p.read_bytes() for p in journal.files() if p.exists()} == journal_before
+    assert [e.engine for e in journal.entries()] == ["docker"]
+    assert earlier.read_bytes() == b'{"a": 1}\n'  # an earlier run's write is not this apply's to undo
 
 
 def test_revert_refuses_when_someone_edited_the_file_since(tmp_path: Path) -> None:
