@@ -7,7 +7,7 @@ import json
 import os
 import stat
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, Iterator, List
 
 import pytest
 import yaml
@@ -65,10 +65,30 @@ def test_two_gpus_give_devices_0_1_and_all_with_control_nodes_shared(tmp_path: P
     assert stat.S_IMODE(rooted(root, CDI_SPEC).stat().st_mode) == 0o644
 
 
-def test_gpu_indices_sort_numerically_and_directories_are_ignored(tmp_path: Path) -> None:
-    root = _devices(tmp_path, "nvidia10", "nvidia2", "nvidiactl")
-    (root / "dev/nvidia3").mkdir()
-    assert [d["name"] for d in _write(root)["devices"]] == ["2", "10", "all"]
+def test_the_spec_sets_nvidia_visible_devices_void_so_the_legacy_hook_adds_no_devices(tmp_path: Path) -> None:
+    spec = _write(_devices(tmp_path, "nvidia0", "nvidiactl"))
+    # Without it, nvidia-container-runtime's legacy mode would inject every GPU on top of the CDI devices.
+    assert spec["containerEdits"]["env"] == ["NVIDIA_VISIBLE_DEVICES=void"]
+
+
+@pytest.mark.parametrize("reverse", [False, True], ids=["listed-a-to-z", "listed-z-to-a"])
+def test_gpu_indices_sort_numerically_whatever_order_the_directory_lists(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, reverse: bool
+) -> None:
+    root = _devices(tmp_path, "nvidia10", "nvidia2", "nvidia1", "nvidiactl")
+    (root / "dev/nvidia3").mkdir()  # a directory is not a device node
+    listed: List[Path] = []
+    real_iterdir = Path.iterdir
+
+    def iterdir_in_order(self: Path) -> Iterator[Path]:
+        # The filesystem's own order is whatever it is; both name orders put nvidia10 in the wrong place.
+        entries = sorted(real_iterdir(self), key=lambda p: p.name, reverse=reverse)
+        listed.append(self)
+        return iter(entries)
+
+    monkeypatch.setattr(Path, "iterdir", iterdir_in_order)
+    assert [d["name"] for d in _write(root)["devices"]] == ["1", "2", "10", "all"]
+    assert root / "dev" in listed  # the listing this test orders is the one the spec was built from
 
 
 @pytest.mark.parametrize("names", [(), ("nvidiactl", "nvidia-uvm")], ids=["empty-dev", "control-only"])
