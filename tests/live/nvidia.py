@@ -2,9 +2,10 @@
 
 The binaries come from NVIDIA's own 1.20.0 packages built from source (``tests/data/nvidia-from-source``,
 checked against its SHA256SUMS by :func:`tests.upstream.prebuilt.checked_build`):
-``nvidia-container-runtime``, ``nvidia-ctk``, ``nvidia-cdi-hook`` from nvidia-container-toolkit-base and ``nvidia-container-runtime-hook`` from nvidia-container-toolkit,
-extracted with ``dpkg-deb -x``. ``nvidia-container-cli`` (libnvidia-container-tools) is not built
-there; :func:`recording_cli` is a stand-in that records how the hook called it.
+``nvidia-container-runtime``, ``nvidia-ctk``, ``nvidia-cdi-hook`` from nvidia-container-toolkit-base and
+``nvidia-container-runtime-hook`` from nvidia-container-toolkit, extracted with ``dpkg-deb -x``.
+``nvidia-container-cli`` (libnvidia-container-tools) is not built there; :func:`recording_cli` is a
+stand-in that records how the hook called it.
 
 Without a GPU, the runtime still does everything the tests check: it forwards to runc, logs each
 command it handles (``debug`` in its config), and in ``cdi`` mode adds the device nodes of a CDI
