@@ -41,6 +41,9 @@ _END_SIG = b"-----END PGP SIGNATURE-----"
 _FPR_RE = re.compile(r"^[0-9A-F]{40}$")
 #: Status keywords that make a verification fail even if another signature is good.
 _FATAL_STATUS = ("BADSIG", "REVKEYSIG", "EXPKEYSIG")
+#: OpenPGP hash algorithm ids (RFC 4880 9.4) too weak to trust a signature made with them, whatever
+#: the gpg at hand thinks (Debian 12's gpg and gpgv 2.2.40 still accept SHA-1 data signatures).
+WEAK_DIGESTS = {"1": "MD5", "2": "SHA-1", "3": "RIPEMD-160"}
 
 
 @dataclass(frozen=True)
@@ -152,6 +155,33 @@ class Keyring:
             raise
         return cls(home, gpg, fingerprints)
 
+    @classmethod
+    def open_signer(cls, path: Union[str, os.PathLike[str]], *, fingerprint: Optional[str] = None) -> Keyring:
+        """The operator's key file as a keyring trusting exactly one key (``--keyring`` / ``--fingerprint``).
+
+        A file holding several keys is refused unless ``fingerprint`` names one of them; then only that
+        key is trusted, so a signature by another key of the file does not count.
+
+        :param fingerprint: the full 40-hex-digit fingerprint of the key to trust (spaces allowed).
+        :raises UsageError: for a short key id, a pin the file does not hold, or several keys and no pin.
+        """
+        pinned = None if fingerprint is None else parse_fingerprint(fingerprint)
+        keyring = cls.open([path])
+        held = ", ".join(sorted(keyring.fingerprints))
+        if pinned is not None and pinned not in keyring.fingerprints:
+            keyring.close()
+            raise UsageError(
+                f"the key file {path} does not hold the key --fingerprint {pinned} names; it holds {held}"
+            )
+        if pinned is None and len(keyring.fingerprints) > 1:
+            keyring.close()
+            raise UsageError(
+                f"the key file {path} holds {len(keyring.fingerprints)} keys ({held}) and gpu-airgap trusts one: "
+                "pass --fingerprint with the full fingerprint of the operator key you trust"
+            )
+        keyring.fingerprints = frozenset({pinned}) if pinned is not None else keyring.fingerprints
+        return keyring
+
     def close(self) -> None:
         """Delete the temporary gpg home."""
         shutil.rmtree(self._home, ignore_errors=True)
@@ -222,7 +252,10 @@ def judge_status(status: Iterable[tuple[str, list[str]]], trusted: frozenset[str
     """Decide from gpg status lines whether ``what`` carries a good signature by a trusted key.
 
     Pure so it can be table-tested. Policy (apt's): any BADSIG or signature by a revoked or expired
-    key fails; otherwise at least one VALIDSIG whose primary fingerprint is trusted is required.
+    key fails; otherwise at least one VALIDSIG whose primary fingerprint is trusted is required, made
+    with a digest not in :data:`WEAK_DIGESTS` (a weak one does not count, whatever gpg says). A
+    signature by a key the keyring does not hold (``ERRSIG``, a second signer during a key rotation)
+    is no failure when a trusted one is good.
 
     :param status: ``(keyword, args)`` pairs from ``--status-fd``.
     :param trusted: primary-key fingerprints of the keyring.
@@ -232,6 +265,7 @@ def judge_status(status: Iterable[tuple[str, list[str]]], trusted: frozenset[str
     good: list[Verification] = []
     unknown_keys: list[str] = []
     untrusted: list[str] = []
+    weak: list[tuple[str, str]] = []
     seen_signature = False
     for keyword, args in status:
         if keyword in _FATAL_STATUS:
@@ -247,15 +281,29 @@ def judge_status(status: Iterable[tuple[str, list[str]]], trusted: frozenset[str
         if keyword in ("NEWSIG", "GOODSIG", "ERRSIG", "VALIDSIG"):
             seen_signature = True
         if keyword == "ERRSIG" and args:
-            unknown_keys.append(args[0])
+            # a gpg that refuses a weak digest itself says ERRSIG (field 3 the hash algorithm, 6 not 9: the key is there)
+            algo = WEAK_DIGESTS.get(args[2]) if len(args) > 5 and args[5] != "9" else None
+            if algo:
+                weak.append((algo, args[0]))
+            else:
+                unknown_keys.append(args[0])
         elif keyword == "VALIDSIG" and len(args) >= 2:
             primary = (args[9] if len(args) >= 10 else args[0]).upper()
-            if primary in trusted:
+            digest = args[7] if len(args) > 7 else ""
+            if primary in trusted and digest in WEAK_DIGESTS:
+                weak.append((WEAK_DIGESTS[digest], primary))
+            elif primary in trusted:
                 good.append(Verification(primary, _parse_sig_time(args[2] if len(args) > 2 else "")))
             else:
                 untrusted.append(primary)
     if good:
         return good[0]
+    if weak:
+        algo, key = weak[0]
+        raise SignatureError(
+            f"{what} is signed with {algo} by key {key}, a digest too weak to trust; "
+            "re-sign it with SHA-256 or stronger (gpg --digest-algo SHA512)"
+        )
     if unknown_keys or untrusted:
         keys = ", ".join(unknown_keys + untrusted)
         raise SignatureError(f"{what} is signed by key {keys}, which is not in the trusted keyring")
@@ -330,3 +378,18 @@ def _normalise_fpr(value: str) -> str:
     if not _FPR_RE.match(fpr):
         raise SignatureError(f"{value!r} is not a 40-hex-digit OpenPGP fingerprint")
     return fpr
+
+
+def parse_fingerprint(value: str) -> str:
+    """A ``--fingerprint`` value as 40 upper-case hex digits (spaces and a ``0x`` prefix allowed).
+
+    :raises UsageError: for anything else, a short or long key id included (ids can collide; a fingerprint cannot).
+    """
+    text = value.replace(" ", "").upper()
+    text = text[2:] if text.startswith("0X") else text
+    if not _FPR_RE.match(text):
+        raise UsageError(
+            f"--fingerprint {value!r} is not a full 40-hex-digit fingerprint (a key id can be forged); "
+            "`gpg --show-keys --with-fingerprint KEYFILE` shows it"
+        )
+    return text
