@@ -27,10 +27,12 @@ import tarfile
 import tempfile
 import zlib
 from dataclasses import dataclass, field
+from datetime import datetime
 from lzma import LZMAError
 from pathlib import Path
 from typing import BinaryIO, Dict, List, Optional, Set, Union
 
+from installer import freshness
 from installer.archive import CHUNK, SignatureCheck, open_stream
 from installer.manifest import (
     MANIFEST_NAME,
@@ -76,6 +78,7 @@ class BundleVerifyReport:
     problems: List[Problem] = field(default_factory=list)
     #: the bundle carries the node check (``NODE-SHA256SUMS``); False: an older build without it
     node_check: bool = False
+    now: datetime = field(default_factory=freshness.utc_now)  #: the clock the age and expiry were judged by
 
     @property
     def ok(self) -> bool:
@@ -97,7 +100,21 @@ class BundleVerifyReport:
             "bytes_checked": self.bytes_checked,
             "first_bad_member": self.first_bad,
             "node_check": self.node_check,
+            **self.facts(),
             "problems": [{"member": p.member, "message": p.message} for p in self.problems],
+        }
+
+    def facts(self) -> Dict[str, object]:
+        """What the signed manifest says about the bundle itself: channel, build time and age, expiry."""
+        manifest = self.manifest
+        if manifest is None:
+            return {}
+        return {
+            "channel": manifest.channel,
+            "release_candidate": manifest.channel == "experimental",
+            "created": manifest.created,
+            "age": freshness.age_text(manifest.created, self.now),
+            "expires": manifest.expires,
         }
 
     def raise_for_problems(self, *, listed: bool = False) -> None:
@@ -148,13 +165,15 @@ class _Scan:
         sink: Optional[Path],
         stop_early: bool,
         meter: Optional[Meter] = None,
+        policy: Optional[freshness.Policy] = None,
     ) -> None:
         self.path = path
         self.meter = meter or NoMeter()
         self.keyring = keyring
         self.sink = sink
         self.stop_early = stop_early
-        self.report = BundleVerifyReport(str(path))
+        self.policy = policy or freshness.Policy()
+        self.report = BundleVerifyReport(str(path), now=self.policy.clock())
         self._manifest_bytes: Optional[bytes] = None
         self._signature: Optional[bytes] = None
         self._expected: Dict[str, tuple[int, str]] = {}
@@ -283,6 +302,9 @@ class _Scan:
             self.fail(MANIFEST_NAME, str(exc), fatal=True)
             return
         self.report.manifest = manifest
+        expired = freshness.expiry_problem(manifest.created, manifest.expires, self.report.now)
+        if expired and self.report.signer is not None and not self.policy.allow_expired:
+            self.fail(MANIFEST_NAME, expired, fatal=self.sink is not None)
         self._expected = manifest.members()
         self.meter.start(sum(size for size, _ in self._expected.values()))
         if self.sink is not None:  # only reached with a good signature: extraction stops otherwise
@@ -387,21 +409,31 @@ def inspect(path: PathLike) -> Manifest:
     return report.manifest
 
 
-def verify(path: PathLike, keyring: SignatureCheck, meter: Optional[Meter] = None) -> BundleVerifyReport:
+def verify(
+    path: PathLike,
+    keyring: SignatureCheck,
+    meter: Optional[Meter] = None,
+    policy: Optional[freshness.Policy] = None,
+) -> BundleVerifyReport:
     """Check the manifest's signature with ``keyring`` and every member's size and sha256, extracting nothing.
 
     Returns a report listing every problem in archive order, except that a damaged stream, the cause
     of the rest, comes first (``report.first_bad`` names the first bad member); call
-    :meth:`BundleVerifyReport.raise_for_problems` to turn a failure into an error.
+    :meth:`BundleVerifyReport.raise_for_problems` to turn a failure into an error. A bundle past
+    the expiry its signed manifest gives is a problem unless ``policy`` allows it.
 
     :raises UsageError: when ``path`` does not exist.
     """
     require_bundle(path)
-    return _Scan(Path(path), keyring, sink=None, stop_early=False, meter=meter).run()
+    return _Scan(Path(path), keyring, sink=None, stop_early=False, meter=meter, policy=policy).run()
 
 
 def extract_verified(
-    path: PathLike, keyring: SignatureCheck, staging_dir: PathLike, meter: Optional[Meter] = None
+    path: PathLike,
+    keyring: SignatureCheck,
+    staging_dir: PathLike,
+    meter: Optional[Meter] = None,
+    policy: Optional[freshness.Policy] = None,
 ) -> VerifiedBundle:
     """Verify ``path`` and extract it into a new private directory below ``staging_dir``.
 
@@ -414,7 +446,7 @@ def extract_verified(
     staging.mkdir(parents=True, exist_ok=True, mode=0o700)
     root = Path(tempfile.mkdtemp(prefix="bundle-", dir=staging))
     try:
-        report = _Scan(Path(path), keyring, sink=root, stop_early=True, meter=meter).run()
+        report = _Scan(Path(path), keyring, sink=root, stop_early=True, meter=meter, policy=policy).run()
         report.raise_for_problems()
     except BaseException:
         shutil.rmtree(root, ignore_errors=True)

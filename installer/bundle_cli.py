@@ -7,7 +7,7 @@ through :mod:`plumbing.output`; a failed verification becomes an exit code here.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, List
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 import typer
 
@@ -22,6 +22,13 @@ _JSON = typer.Option(False, "--json", help="Print one JSON object.")
 _KEYRING = typer.Option(
     ..., "--keyring", help="The operator's public key file (armored or binary); the only key trusted."
 )
+FINGERPRINT = typer.Option(
+    None,
+    "--fingerprint",
+    metavar="FPR",
+    help="Trust only this key of --keyring (full 40-hex fingerprint); required when the file holds several.",
+)
+ALLOW_EXPIRED = typer.Option(False, "--allow-expired", help="Accept a bundle past its signed expiry.")
 
 
 def add_bundle_commands(app: typer.Typer) -> None:
@@ -44,15 +51,23 @@ def inspect_command(file: Path = _FILE, json_output: bool = _JSON) -> None:
         output.emit_lines(manifest_lines(manifest))
 
 
-def verify_command(file: Path = _FILE, keyring: Path = _KEYRING, json_output: bool = _JSON) -> None:
+def verify_command(
+    file: Path = _FILE,
+    keyring: Path = _KEYRING,
+    fingerprint: Optional[str] = FINGERPRINT,
+    allow_expired: bool = ALLOW_EXPIRED,
+    json_output: bool = _JSON,
+) -> None:
     """Check the signature and every member's size and sha256 without extracting anything."""
     from installer import bundle as bundle_lib
+    from installer.freshness import Policy
     from plumbing.gpg import Keyring
     from plumbing.progress import terminal_meter
 
     bundle_lib.require_bundle(file)  # the file named first: its absence is the mistake to report
-    with Keyring.open([keyring]) as keys:
-        report = bundle_lib.verify(file, keys, terminal_meter("verifying", quiet=json_output))
+    with Keyring.open_signer(keyring, fingerprint=fingerprint) as keys:
+        meter = terminal_meter("verifying", quiet=json_output)
+        report = bundle_lib.verify(file, keys, meter, Policy(allow_expired=allow_expired))
     if json_output:
         output.emit_json(report.to_dict())
         if not report.ok:
@@ -63,13 +78,24 @@ def verify_command(file: Path = _FILE, keyring: Path = _KEYRING, json_output: bo
         report.raise_for_problems(listed=True)
     output.emit_lines(
         [
-            f"OK: {file.name} is signed by {report.signer}; {report.members_checked} members, {report.bytes_checked} bytes checked"
+            f"OK: {file.name} is signed by {report.signer}; {report.members_checked} members, {report.bytes_checked} bytes checked",
+            *bundle_facts(report.facts()),
         ]
     )
     if not report.node_check:
         from installer.nodecheck import MISSING_NOTE
 
         output.warn(MISSING_NOTE)
+
+
+def bundle_facts(facts: Dict[str, Any]) -> List[str]:
+    """The lines ``bundle verify`` and ``install`` print about the bundle itself: age, expiry, release candidate."""
+    from installer.freshness import RELEASE_CANDIDATE_NOTE
+
+    if not facts:
+        return []
+    expiry = f"expires {facts['expires']}" if facts.get("expires") else "no expiry"
+    return [f"{facts['age']}, {expiry}"] + ([RELEASE_CANDIDATE_NOTE] if facts["release_candidate"] else [])
 
 
 def manifest_lines(manifest: Manifest) -> List[str]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import shutil
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Callable, Optional, Protocol, Sequence, Tuple
 
@@ -19,6 +20,7 @@ from configure.nodefacts import NodeFacts, detect_node, proc_runner
 from configure.validate import ENGINES
 from installer.backends import make_backend
 from installer.backends.base import PackageBackend
+from installer.freshness import Policy, utc_now
 from installer.target import StagedBundle
 from plumbing import proc
 from plumbing.errors import CommandError
@@ -33,8 +35,16 @@ SERVICE_UNITS = {"containerd": "containerd", "docker": "docker", "crio": "crio"}
 class BundleOpener(Protocol):
     """Verify a bundle completely against ``keyring`` and stage its packages under ``staging_dir``."""
 
-    def __call__(self, bundle: Path, keyring: Path, staging_dir: Path) -> StagedBundle:
-        """:raises VerificationError: for a bad signature, wrong key, or any digest mismatch."""
+    def __call__(
+        self,
+        bundle: Path,
+        keyring: Path,
+        staging_dir: Path,
+        *,
+        fingerprint: Optional[str] = None,
+        policy: Optional[Policy] = None,
+    ) -> StagedBundle:
+        """:raises VerificationError: for a bad signature, wrong key, any digest mismatch, or an expired bundle."""
         ...
 
 
@@ -121,12 +131,18 @@ def plan_cdi(root: Path) -> ConfigPlan:
 
 
 def default_opener(
-    bundle: Path, keyring: Path, staging_dir: Path, meter: Optional[Meter] = None
+    bundle: Path,
+    keyring: Path,
+    staging_dir: Path,
+    meter: Optional[Meter] = None,
+    *,
+    fingerprint: Optional[str] = None,
+    policy: Optional[Policy] = None,
 ) -> StagedBundle:
     """Verify and stage with :mod:`installer.bundle` (see :mod:`installer.source`), reporting bytes to ``meter``."""
     from installer.source import open_verified
 
-    return open_verified(bundle, keyring, staging_dir, meter)
+    return open_verified(bundle, keyring, staging_dir, meter, fingerprint=fingerprint, policy=policy)
 
 
 def metered_opener(meter: Meter) -> BundleOpener:
@@ -154,3 +170,4 @@ class NodeEnv:
     free: Callable[[Path], int] = free_bytes
     engine_names: Sequence[str] = ENGINE_NAMES
     log: Optional[Callable[[str], None]] = None  #: progress lines (the CLI prints them on stderr)
+    clock: Callable[[], datetime] = utc_now  #: judges a bundle's age and expiry

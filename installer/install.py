@@ -25,6 +25,7 @@ from installer import cdi_step, preflight
 from installer.backends.base import PackageBackend
 from installer.bundle import require_bundle
 from installer.env import CDI_SPEC, NodeEnv, engine_unit, engine_units
+from installer.freshness import RELEASE_CANDIDATE_NOTE, Policy, age_text
 from installer.plan import InstallOptions, InstallPlan, plan_install, runtime_options
 from installer.rollback import RunLog, record
 from installer.state import save_state
@@ -43,6 +44,12 @@ class InstallResult:
     node: str
     target: str
     bundle_id: str
+    signer: str = ""  #: full fingerprint of the operator key whose signature checked out
+    channel: str = "stable"  #: the bundle's upstream channel
+    release_candidate: bool = False  #: the experimental channel: not for production
+    created: str = ""  #: the bundle's signed build time
+    age: str = ""  #: ``built 3 days ago (…)``
+    expires: Optional[str] = None  #: the bundle's signed expiry, if any
     packages: Dict[str, str] = field(default_factory=dict)  #: name -> version now (or planned)
     messages: List[str] = field(default_factory=list)
     engines: Dict[str, str] = field(default_factory=dict)  #: engine -> what happened
@@ -99,28 +106,38 @@ def install(bundle: Path, keyring: Path, options: InstallOptions, env: NodeEnv) 
     existing_root(root)
     with node_lock(root) as state_dir, staging(state_dir) as stage:
         _say(env, f"verifying {bundle.name} with {keyring}")
-        plan = plan_install(env.opener(bundle, keyring, stage), options, env)
+        policy = Policy(allow_expired=options.allow_expired, now=env.clock())
+        staged = env.opener(bundle, keyring, stage, fingerprint=options.fingerprint, policy=policy)
+        plan = plan_install(staged, options, env)
         if options.dry_run:
-            return _render_dry_run(plan, options)
-        return _execute(plan, options, env)
+            return _render_dry_run(plan, options, policy)
+        return _execute(plan, options, env, policy)
 
 
-def _new_result(plan: InstallPlan, outcome: str) -> InstallResult:
+def _new_result(plan: InstallPlan, outcome: str, policy: Policy) -> InstallResult:
+    bundle = plan.bundle
     result = InstallResult(
         outcome=outcome,
         node=plan.facts.describe(),
         target=plan.target.describe(),
-        bundle_id=plan.bundle.bundle_id,
+        bundle_id=bundle.bundle_id,
+        signer=bundle.signer,
+        channel=bundle.channel,
+        release_candidate=bundle.channel == "experimental",
+        created=bundle.created,
+        age=age_text(bundle.created, policy.clock()),
+        expires=bundle.expires,
         packages={p.name: p.version for p in plan.target.packages},
     )
-    result.messages.extend(plan.bundle.notes)
+    result.messages.extend([RELEASE_CANDIDATE_NOTE] if result.release_candidate else [])
+    result.messages.extend(bundle.notes)
     result.messages.extend(plan.preflight.notes)
     return result
 
 
-def _execute(plan: InstallPlan, options: InstallOptions, env: NodeEnv) -> InstallResult:
+def _execute(plan: InstallPlan, options: InstallOptions, env: NodeEnv, policy: Policy) -> InstallResult:
     """Carry out ``plan``: packages, hold, CDI, engines (rolled back if one fails), restarts, then the install record."""
-    result = _new_result(plan, "installed")
+    result = _new_result(plan, "installed", policy)
     result.changed = True  # cleared below when the run turns out to be up to date
     journal = Journal(options.root)
     run = RunLog(plan, options, journal)
@@ -365,9 +382,9 @@ def _may_restart(options: InstallOptions) -> bool:
     return not options.no_restart and is_live_root(options.root)
 
 
-def _render_dry_run(plan: InstallPlan, options: InstallOptions) -> InstallResult:
+def _render_dry_run(plan: InstallPlan, options: InstallOptions, policy: Policy) -> InstallResult:
     """What the real run would do with ``plan``, as messages, a diff and ``changed``; nothing is touched."""
-    result = _new_result(plan, "dry-run")
+    result = _new_result(plan, "dry-run", policy)
     check = plan.preflight
     for name, version, why in check.remove_first:
         result.messages.append(f"would remove {name} {version}: {why}")

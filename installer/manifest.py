@@ -124,6 +124,10 @@ class Manifest:
     )
     targets: Tuple[TargetEntry, ...]
     files: Tuple[FileEntry, ...]
+    #: when the bundle stops being installable (``bundle build --expires``), same form as ``created``; None: never
+    expires: Optional[str] = None
+    #: every operator key that signed (``--sign-key`` twice during a key rotation); empty: ``signer`` alone
+    signers: Tuple[str, ...] = ()
     schema: int = SCHEMA_VERSION
     extra: Dict[str, Any] = field(default_factory=dict, compare=False)
 
@@ -147,6 +151,8 @@ class Manifest:
             "toolkit_version": self.toolkit_version,
             "upstream": {"url": self.upstream_url, "fingerprint": self.upstream_fingerprint},
             "signer": self.signer,
+            **({} if self.expires is None else {"expires": self.expires}),
+            **({"signers": list(self.signers)} if self.signers else {}),
             "targets": [_target_dict(t) for t in self.targets],
             "files": [
                 {"path": f.path, "size": f.size, "sha256": f.sha256, "role": f.role}

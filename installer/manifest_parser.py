@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any, Dict, List, Optional, Tuple
 
+from installer.freshness import parse_time
 from installer.manifest import (
     MANIFEST_NAME,
     MAX_MEMBER_SIZE,
@@ -116,9 +117,19 @@ class _Parser:
         upstream = self._get(raw, "upstream", dict, "manifest")
         upstream_fpr = self._str(upstream, "fingerprint", "manifest.upstream")
         signer = self._str(raw, "signer", "manifest")
-        for label, fpr in (("upstream.fingerprint", upstream_fpr), ("signer", signer)):
+        signers = self._strings(raw, "signers", "manifest") if raw.get("signers") is not None else ()
+        for label, fpr in (
+            ("upstream.fingerprint", upstream_fpr),
+            ("signer", signer),
+            *(("signers", s) for s in signers),
+        ):
             if fpr and not _FPR.match(fpr):
                 self.problems.append(f"manifest.{label} is not a 40-hex-digit fingerprint")
+        created = self._str(raw, "created", "manifest")
+        expires = self._str(raw, "expires", "manifest", optional=True) or None
+        for label, moment in (("created", created), ("expires", expires)):
+            if moment is not None and parse_time(moment) is None:
+                self.problems.append(f"manifest.{label} {moment!r} is not a time like 2026-01-31T12:00:00Z")
         targets = tuple(
             self._target(t, f"targets[{i}]") for i, t in enumerate(self._list(raw, "targets", "manifest"))
         )
@@ -133,13 +144,15 @@ class _Parser:
             "toolkit_version",
             "upstream",
             "signer",
+            "signers",
+            "expires",
             "targets",
             "files",
         }
         manifest = Manifest(
             schema=schema if isinstance(schema, int) else 0,
             tool_version=self._str(raw, "tool_version", "manifest"),
-            created=self._str(raw, "created", "manifest"),
+            created=created,
             channel=self._str(raw, "channel", "manifest"),
             toolkit_version=self._str(raw, "toolkit_version", "manifest"),
             upstream_url=self._str(upstream, "url", "manifest.upstream"),
@@ -147,6 +160,8 @@ class _Parser:
             signer=signer,
             targets=targets,
             files=files,
+            expires=expires,
+            signers=signers,
             extra={k: v for k, v in raw.items() if k not in known},
         )
         self._check_members(manifest)

@@ -17,6 +17,7 @@ import typer
 
 from configure.validate import CDI_CHOICES, DISTRO_CHOICES, RUNTIME_CHOICES, SERVICE_ENGINES, existing_root
 from installer import oci_cli
+from installer.bundle_cli import ALLOW_EXPIRED, FINGERPRINT
 from plumbing.errors import ExitCode
 from plumbing.output import emit_json, emit_lines, json_facts
 
@@ -44,7 +45,11 @@ _CDI = typer.Option(
     "auto", "--cdi", click_type=click.Choice(CDI_CHOICES), help="auto (when a driver is present) | on | off"
 )
 _HOLD = typer.Option(False, "--hold", help="Keep the node on this release (dpkg hold / dnf versionlock).")
-_ALLOW_DOWNGRADE = typer.Option(False, "--allow-downgrade", help="Install over newer versions.")
+_ALLOW_DOWNGRADE = typer.Option(
+    False,
+    "--allow-downgrade",
+    help="Install over newer versions, or a bundle built before the installed one of the same release.",
+)
 _NO_RESTART = typer.Option(False, "--no-restart", help="Do not restart changed engines.")
 _DRY_RUN = typer.Option(False, "--dry-run", help="Print the plan and change nothing.")
 _JSON = typer.Option(False, "--json", help="Print one JSON object.")
@@ -104,6 +109,8 @@ def install_command(
     plain_http: bool = oci_cli.PLAIN_HTTP,
     distro: Optional[str] = _DISTRO,
     force: bool = _TAKE_OVER,
+    fingerprint: Optional[str] = FINGERPRINT,
+    allow_expired: bool = ALLOW_EXPIRED,
 ) -> None:
     """Verify a bundle (a file or an oci:// artifact), check the node, install the toolkit and register the runtime."""
     # The library loads only when a command runs, so --help stays fast.
@@ -124,6 +131,8 @@ def install_command(
         dry_run=dry_run,
         distro=distro,
         force=force,
+        fingerprint=fingerprint,
+        allow_expired=allow_expired,
     )
     with oci_cli.local_bundle(bundle, keyring, username, password_stdin, ca_file, plain_http) as local:
         env = NodeEnv(
@@ -134,7 +143,9 @@ def install_command(
         emit_json(result.to_dict())
     else:
         lines: List[str] = [
-            f"{result.outcome}: bundle {result.bundle_id[:16]}… for {result.target} on {result.node}"
+            f"{result.outcome}: bundle {result.bundle_id[:16]}… for {result.target} on {result.node}",
+            f"  signed by {result.signer}; {result.age}, "
+            + (f"expires {result.expires}" if result.expires else "no expiry"),
         ]
         lines += [f"  {m}" for m in result.messages]
         lines += [f"  {name}: {what}" for name, what in result.engines.items()]
@@ -228,8 +239,13 @@ def _status_lines(report: Dict[str, Any]) -> List[str]:
     lines = [f"node: {report['node']}"]
     if report["installed_by_gpu_airgap"]:
         lines.append(
-            f"bundle: {report['bundle_id']} (release {report['release']}, signed by {report['signer']})"
+            f"bundle: {report['bundle_id']} (release {report['release']}, signed by {report['signer']}"
+            + (f", built {report['built']})" if report.get("built") else ")")
         )
+        if report.get("release_candidate"):
+            from installer.freshness import RELEASE_CANDIDATE_NOTE
+
+            lines.append(f"  {RELEASE_CANDIDATE_NOTE}")
     else:
         lines.append("bundle: no install recorded by gpu-airgap")
     for name, version in report["packages"].items():

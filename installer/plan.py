@@ -27,10 +27,12 @@ from installer import preflight
 from installer.backends.base import PackageBackend
 from installer.backends.rpm import VERSIONLOCK
 from installer.env import NodeEnv
+from installer.freshness import check_build_sequence
 from installer.state import NodeState, load_state, state_path
 from installer.target import StagedBundle, StagedTarget, pick_target
 from plumbing.errors import ConfigFormatError, UsageError
 from plumbing.fsutil import rooted
+from plumbing.gpg import parse_fingerprint
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,8 @@ class InstallOptions:
     dry_run: bool = False
     distro: Optional[str] = None  #: which containerd (``--distro``); detected when None
     force: bool = False  #: take the runtime configuration over from the GPU Operator
+    fingerprint: Optional[str] = None  #: ``--fingerprint``: the one key of ``--keyring`` to trust
+    allow_expired: bool = False  #: ``--allow-expired``: accept a bundle past its signed expiry
 
     def validate(self) -> None:
         """:raises UsageError: for values the command cannot use."""
@@ -56,6 +60,8 @@ class InstallOptions:
         if self.cdi not in CDI_CHOICES:
             raise UsageError(f"--cdi must be one of {', '.join(CDI_CHOICES)}, not {self.cdi!r}")
         check_runtime_name(self.runtime_name)
+        if self.fingerprint is not None:
+            parse_fingerprint(self.fingerprint)
 
 
 @dataclass(frozen=True)
@@ -115,6 +121,10 @@ def plan_install(bundle: StagedBundle, options: InstallOptions, env: NodeEnv) ->
     """
     root = options.root
     old_state = load_state(root)  # a damaged record must stop us before anything changes
+    if old_state is not None:  # an older build of the installed release: a replay unless --allow-downgrade
+        check_build_sequence(
+            bundle.release, bundle.created, old_state.release, old_state.built, allow=options.allow_downgrade
+        )
     facts = env.detect(root)
     target = pick_target(bundle, facts.package_format, facts.arch, (facts.os.id, *facts.os.id_like))
     backend = env.backend(facts)

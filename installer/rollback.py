@@ -50,6 +50,8 @@ def record(
         bundle_id=plan.bundle.bundle_id,
         signer=plan.bundle.signer,
         release=plan.bundle.release,
+        built=plan.bundle.created,
+        channel=plan.bundle.channel,
         target=plan.target.describe(),
         package_manager=plan.backend.name,
         packages={p.name: p.version for p in install_order(plan.target.packages)},

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Dict, Optional, Tuple
 
 from installer.bundle import VerifiedBundle, extract_verified
+from installer.freshness import Policy
 from installer.manifest import Manifest, PackageEntry
 from installer.nodecheck import MISSING_NOTE, has_node_check
 from installer.target import Requirement, StagedBundle, StagedPackage, StagedTarget
@@ -64,6 +65,9 @@ def staged_from_verified(verified: VerifiedBundle) -> StagedBundle:
         targets=tuple(targets),
         staging_dir=verified.root,
         notes=() if has_node_check(manifest) else (MISSING_NOTE,),
+        created=manifest.created,
+        channel=manifest.channel,
+        expires=manifest.expires,
     )
 
 
@@ -75,13 +79,21 @@ def _breaks(pkg: PackageEntry) -> Tuple[Requirement, ...]:
 
 
 def open_verified(
-    bundle: Path, keyring: Path, staging_dir: Path, meter: Optional[Meter] = None
+    bundle: Path,
+    keyring: Path,
+    staging_dir: Path,
+    meter: Optional[Meter] = None,
+    *,
+    fingerprint: Optional[str] = None,
+    policy: Optional[Policy] = None,
 ) -> StagedBundle:
-    """Verify ``bundle`` with the key(s) in ``keyring`` and extract it below ``staging_dir``.
+    """Verify ``bundle`` with the key in ``keyring`` (or the one ``fingerprint`` pins) and extract it below ``staging_dir``.
 
-    :raises VerificationError: a bad or missing signature, a key that is not the signer's, or any
-        member whose size or sha256 differs from the manifest (nothing is left in ``staging_dir``).
+    :raises UsageError: the key file holds several keys and ``fingerprint`` pins none of them.
+    :raises VerificationError: a bad or missing signature, a key that is not the signer's, any
+        member whose size or sha256 differs from the manifest, or an expired bundle ``policy`` does
+        not allow (nothing is left in ``staging_dir``).
     """
-    with Keyring.open([keyring]) as trusted:
-        verified = extract_verified(bundle, trusted, staging_dir, meter)
+    with Keyring.open_signer(keyring, fingerprint=fingerprint) as trusted:
+        verified = extract_verified(bundle, trusted, staging_dir, meter, policy)
     return staged_from_verified(verified)

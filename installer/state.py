@@ -59,6 +59,10 @@ class NodeState:
     #: False while an install is under way (or after one that was killed or could not be undone)
     complete: bool = True
     distro: Optional[str] = None  #: the containerd chosen with ``--distro`` (None: detected)
+    #: the installed bundle's build time (its signed ``created``): a later install of the same release
+    #: refuses a bundle built before it (a replayed older build) unless ``--allow-downgrade``
+    built: str = ""
+    channel: str = "stable"  #: the bundle's upstream channel (``experimental``: a release candidate)
 
     def unfinished(self) -> Optional[str]:
         """The problem to report when this record is of an install that did not finish, else None."""

@@ -96,6 +96,9 @@ class StagedBundle:
     targets: Tuple[StagedTarget, ...]
     staging_dir: Path
     notes: Tuple[str, ...] = ()  #: what the admin should know about the bundle itself (an older format)
+    created: str = ""  #: the build time the signed manifest gives (orders the builds of one release)
+    channel: str = "stable"  #: the upstream channel; ``experimental`` carries release candidates
+    expires: Optional[str] = None  #: the signed expiry, if the operator set one
 
 
 def install_order(packages: Sequence[StagedPackage]) -> List[StagedPackage]:

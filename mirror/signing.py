@@ -8,6 +8,7 @@ a fixed creation time. ``manifest.json.asc`` is always made at the real time.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -66,6 +67,50 @@ class OperatorKey:
         if at is not None:
             args = ["--faked-system-time", f"{at}!", *args]
         return _gpg(self.gnupghome, *args, data=data, what=f"signing with {self.fingerprint}")
+
+
+@dataclass(frozen=True)
+class SigningKeys:
+    """The operator key(s) a bundle is signed with: one, or two during a key rotation (``--sign-key`` twice).
+
+    Detached signatures are the armored signatures of every key, one after the other: gpg and gpgv
+    read each block, and a node that holds either key finds a good signature by it.
+    """
+
+    keys: tuple[OperatorKey, ...]
+
+    @classmethod
+    def find(cls, key_ids: Sequence[str], gnupghome: Path | None) -> SigningKeys:
+        """Look up every ``--sign-key``.
+
+        :raises UsageError: for a key that is not there, or one key named twice.
+        """
+        keys = tuple(OperatorKey.find(key_id, gnupghome) for key_id in key_ids)
+        if not keys:
+            raise UsageError("name the operator's secret key with --sign-key")
+        fingerprints = [key.fingerprint for key in keys]
+        twice = sorted({fpr for fpr in fingerprints if fingerprints.count(fpr) > 1})
+        if twice:
+            raise UsageError(f"--sign-key names key {', '.join(twice)} twice; name each key once")
+        return cls(keys)
+
+    @property
+    def primary(self) -> OperatorKey:
+        """The first ``--sign-key``: the manifest's ``signer``, and the key of the embedded repositories."""
+        return self.keys[0]
+
+    @property
+    def fingerprints(self) -> tuple[str, ...]:
+        """Every signing key's fingerprint, in ``--sign-key`` order."""
+        return tuple(key.fingerprint for key in self.keys)
+
+    def sign_detached(self, data: bytes, *, at: int | None = None) -> bytes:
+        """Every key's armored detached signature over ``data``, concatenated."""
+        return b"".join(key.sign_detached(data, at=at) for key in self.keys)
+
+    def public_key(self) -> bytes:
+        """Every key's armored public key, concatenated (shipped in the bundle for information only)."""
+        return b"".join(key.public_key() for key in self.keys)
 
 
 def _gpg(gnupghome: Path | None, *args: str, data: bytes | None = None, what: str) -> bytes:

@@ -35,12 +35,16 @@ class TestKey:
         return OperatorKey(self.fingerprint, self.home, self.fingerprint).sign_detached(data)
 
 
-def make_key(home: Path, uid: str) -> TestKey:
-    """Generate an unprotected ed25519 signing key in ``home`` and export its public half."""
+def make_key(home: Path, uid: str, *, created: int | None = None) -> TestKey:
+    """Generate an unprotected ed25519 signing key in ``home`` and export its public half.
+
+    :param created: the key's creation time (seconds since 1970), for builds with an older SOURCE_DATE_EPOCH.
+    """
     home.mkdir(mode=0o700, parents=True, exist_ok=True)
     gpg = ["gpg", "--homedir", str(home), "--batch", "--quiet"]
+    at = [] if created is None else ["--faked-system-time", f"{created}!"]
     subprocess.run(
-        [*gpg, "--passphrase", "", "--quick-gen-key", uid, "ed25519", "sign", "never"],
+        [*gpg, *at, "--passphrase", "", "--quick-gen-key", uid, "ed25519", "sign", "never"],
         check=True,
         capture_output=True,
     )

@@ -17,12 +17,14 @@ is made at SOURCE_DATE_EPOCH, like the embedded repositories' signatures, and so
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+from installer.freshness import format_time
 from installer.manifest import (
     MANIFEST_NAME,
     SIGNATURE_NAME,
@@ -40,7 +42,7 @@ from mirror.bundle.target_repo import TargetRepo, build_target_repo
 from mirror.bundle.zipapp import ZIP_EPOCH, Wheel, build_zipapp
 from mirror.hostenv import build_epoch, package_info_cache
 from mirror.lockfile import Lockfile
-from mirror.signing import OperatorKey
+from mirror.signing import SigningKeys
 from mirror.store import file_digest, reading
 from plumbing.errors import NoSpaceError, ToolError, UsageError
 from plumbing.progress import Meter, NoMeter
@@ -110,7 +112,7 @@ def build_bundle(
     version: str,
     channel: str | None,
     targets: list[tuple[str, str]],
-    sign_key: str,
+    sign_key: str | Sequence[str],
     gnupghome: Path | None,
     output: Path,
     compression: str = "zstd",
@@ -120,10 +122,13 @@ def build_bundle(
     epoch: int | None = None,
     info_cache: Path | None = None,
     meter: Meter | None = None,
+    expires: timedelta | None = None,
 ) -> BuildResult:
     """Select ``version`` for ``targets`` from the mirror at ``mirror`` and write a signed bundle to ``output``.
 
+    :param sign_key: the operator key, or several (a key rotation): each signs the manifest and the node check.
     :param epoch: the build time; default SOURCE_DATE_EPOCH, else now.
+    :param expires: how long after the build time nodes accept the bundle (None: no expiry).
     :param meter: told the bytes written as members go into the bundle (the CLI's terminal meter).
     :param info_cache: the package query cache (default :func:`mirror.hostenv.package_info_cache`).
     :param node_wheels: the wheels the node tool carries (default: the vendored ones, checked against
@@ -148,13 +153,14 @@ def build_bundle(
             epoch=epoch,
             info_cache=info_cache,
             meter=meter,
+            expires=expires,
         )
 
 
 def build_from_selection(
     selection: MirrorSelection,
     *,
-    sign_key: str,
+    sign_key: str | Sequence[str],
     gnupghome: Path | None,
     output: Path,
     compression: str = "zstd",
@@ -163,12 +169,15 @@ def build_from_selection(
     epoch: int | None = None,
     info_cache: Path | None = None,
     meter: Meter | None = None,
+    expires: timedelta | None = None,
 ) -> BuildResult:
     """Write the bundle for an already-selected set of targets (see :func:`build_bundle`)."""
     meter = meter or NoMeter()
     epoch = build_epoch() if epoch is None else epoch
-    created = datetime.fromtimestamp(epoch, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    key = OperatorKey.find(sign_key, gnupghome)
+    built = datetime.fromtimestamp(epoch, tz=timezone.utc)
+    created = format_time(built)
+    keys = SigningKeys.find([sign_key] if isinstance(sign_key, str) else sign_key, gnupghome)
+    key = keys.primary
     info_cache = info_cache or package_info_cache()
     repos = [
         build_target_repo(t, key=key, epoch=epoch, channel=selection.channel, info_cache=info_cache)
@@ -182,10 +191,10 @@ def build_from_selection(
     generated: dict[str, tuple[bytes, str]] = {
         NODE_SUMS: (sums, "node-checksums"),
         # at the build time, like the embedded repos' signatures: deterministic, so the manifest that lists it is too
-        NODE_SUMS_SIGNATURE: (key.sign_detached(sums, at=epoch), "node-checksums-signature"),
+        NODE_SUMS_SIGNATURE: (keys.sign_detached(sums, at=epoch), "node-checksums-signature"),
         NODE_TOOL: (node_files[NODE_TOOL], "node-tool"),
         INSTALL_SH: (node_files[INSTALL_SH], "node-installer"),
-        OPERATOR_KEY: (key.public_key(), "operator-key"),
+        OPERATOR_KEY: (keys.public_key(), "operator-key"),
     }
     for repo in repos:
         for path, data in repo.metadata.items():
@@ -196,9 +205,11 @@ def build_from_selection(
         bundle_name=name, created=created, tool_version=VERSION, packages=_sbom_packages(repos)
     )
     generated[SBOM_NAME] = (sbom, "sbom")
-    manifest = _manifest(selection, repos, generated, created=created, signer=key.fingerprint)
+    manifest = _manifest(selection, repos, generated, created=created, signers=keys.fingerprints)
+    if expires is not None:  # from the build time, so two builds with one SOURCE_DATE_EPOCH stay identical
+        manifest = dataclasses.replace(manifest, expires=format_time(built + expires))
     manifest_bytes = manifest.to_json()
-    signature = key.sign_detached(manifest_bytes)
+    signature = keys.sign_detached(manifest_bytes)
     packages = {p.member: p for repo in repos for p in repo.packages}
     clash = set(packages) & set(generated)
     if clash or len(packages) != sum(len(r.packages) for r in repos):
@@ -227,7 +238,7 @@ def build_from_selection(
                 payload += size
                 meter.advance(size)
             outputs = writer.commit(
-                lambda parts: _checksum_list(output, parts, key) if split is not None else {},
+                lambda parts: _checksum_list(output, parts, keys) if split is not None else {},
                 check_first=_first_part_check(
                     split, [manifest_bytes, signature, *(generated[n][0] for n in HEAD)]
                 ),
@@ -250,7 +261,7 @@ def _first_part_check(split: int | None, head: list[bytes]) -> Callable[[Path], 
     return lambda part: check_first_part(part, HEAD, split=size, head_bytes=head_bytes)
 
 
-def _checksum_list(output: Path, parts: list[tuple[Path, Path]], key: OperatorKey) -> dict[str, bytes]:
+def _checksum_list(output: Path, parts: list[tuple[Path, Path]], key: SigningKeys) -> dict[str, bytes]:
     """``FILE.sha256sums`` over the parts (hashed from their temporary files) and its detached signature."""
     data = "".join(f"{file_digest(tmp, 'sha256')}  {final.name}\n" for tmp, final in parts).encode()
     listing = output.name + ".sha256sums"
@@ -279,7 +290,7 @@ def _manifest(
     generated: dict[str, tuple[bytes, str]],
     *,
     created: str,
-    signer: str,
+    signers: tuple[str, ...],
 ) -> Manifest:
     targets = []
     for repo in repos:
@@ -318,7 +329,8 @@ def _manifest(
         toolkit_version=upstream_version(selection.targets[0].toolkit_version),
         upstream_url=selection.upstream,
         upstream_fingerprint=sorted(fingerprints)[0],
-        signer=signer,
+        signer=signers[0],
+        signers=signers if len(signers) > 1 else (),
         targets=tuple(targets),
         files=tuple(
             FileEntry(path, len(data), hashlib.sha256(data).hexdigest(), role)

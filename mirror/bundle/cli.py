@@ -30,7 +30,17 @@ _CHANNEL = typer.Option(
     help="stable or experimental (default: the mirror's).",
 )
 _TARGET = typer.Option([], "--target", help="deb/amd64, rpm/x86_64, …; repeat for several.")
-_SIGN_KEY = typer.Option(..., "--sign-key", help="The operator's secret key (fingerprint or key id).")
+_SIGN_KEY = typer.Option(
+    ...,
+    "--sign-key",
+    help="The operator's secret key (fingerprint or key id); give it twice (old and new key) to rotate keys.",
+)
+_EXPIRES = typer.Option(
+    None,
+    "--expires",
+    metavar="DURATION",
+    help="Nodes refuse the bundle this long after its build time (90m, 12h, 30d, 8w); default: never.",
+)
 _GNUPGHOME = typer.Option(None, "--gnupghome", help="gpg home holding the secret key.")
 _OUTPUT_FILE = typer.Option(..., "--output", help="The bundle file to write.")
 _COMPRESSION = typer.Option(
@@ -58,15 +68,17 @@ def build_command(
     version: Optional[str] = _VERSION,
     channel: Optional[str] = _CHANNEL,
     target: List[str] = _TARGET,
-    sign_key: str = _SIGN_KEY,
+    sign_key: List[str] = _SIGN_KEY,
     gnupghome: Optional[Path] = _GNUPGHOME,
     output_file: Path = _OUTPUT_FILE,
     compression: Optional[str] = _COMPRESSION,
     split: Optional[str] = _SPLIT,
     locked: Optional[Path] = _LOCKED,
+    expires: Optional[str] = _EXPIRES,
     json_output: bool = _JSON_OUTPUT,
 ) -> None:
     """Build one signed offline bundle from a mirror."""
+    from installer.freshness import RELEASE_CANDIDATE_NOTE, expiry_text, parse_duration, utc_now
     from mirror.bundle.build import build_bundle, compression_for, parse_size
     from mirror.bundle.source import parse_target
     from mirror.lockfile import Lockfile
@@ -79,6 +91,7 @@ def build_command(
         ctx, "locked", ["version", "channel", "target"], "the lockfile names the release and the targets"
     )
     VersionSelector.parse(version or "latest")  # a bad --version is a usage error before the mirror is read
+    lifetime = parse_duration(expires) if expires is not None else None
     result = build_bundle(
         mirror,
         version=version or "latest",
@@ -91,7 +104,10 @@ def build_command(
         split=parse_size(split) if split else None,
         locked=Lockfile.load(locked) if locked is not None else None,
         meter=terminal_meter("writing the bundle", quiet=json_output),
+        expires=lifetime,
     )
+    manifest = result.manifest
+    release_candidate = manifest.channel == "experimental"
     from installer.nodecheck import node_command
 
     # the bundle, or the first part of a split one: a node takes the node check out of it alone
@@ -105,15 +121,23 @@ def build_command(
                 "payload_bytes": result.payload_bytes,
                 "toolkit_version": result.manifest.toolkit_version,
                 "targets": [t.name for t in result.manifest.targets],
-                "signer": result.manifest.signer,
+                "signer": manifest.signer,
+                "signers": list(manifest.signers or (manifest.signer,)),
+                "channel": manifest.channel,
+                "release_candidate": release_candidate,
+                "created": manifest.created,
+                "expires": manifest.expires,
             }
         )
         return
     lines = [f"wrote {p}" for p in result.outputs]
     lines.append(
         f"{result.members} members, {result.payload_bytes} bytes, toolkit {result.manifest.toolkit_version}, "
-        f"targets {', '.join(t.name for t in result.manifest.targets)}, signed by {result.manifest.signer}"
+        f"targets {', '.join(t.name for t in result.manifest.targets)}, "
+        f"signed by {' and '.join(manifest.signers or (manifest.signer,))}"
     )
+    lines.append(f"built {manifest.created}, {expiry_text(manifest.expires, utc_now())}")
+    lines += [RELEASE_CANDIDATE_NOTE] if release_candidate else []
     lines += [
         "on the node, with operator.asc the operator's public key (given out of band), check the node files with",
         "the node's own tools before anything from the bundle runs, then install (install options go at the end):",
