@@ -239,9 +239,10 @@ class _Scan:
             )
             return
         if not info.isreg() or info.issparse():
-            kind = "symlink" if info.issym() else "hard link" if info.islnk() else "special file or directory"
             self.fail(
-                name, f"refusing a {kind}: a bundle holds only regular files", fatal=self.sink is not None
+                name,
+                f"refusing a {_kind_of(info)}: a bundle holds only regular files",
+                fatal=self.sink is not None,
             )
             return
         if name in self._seen:
@@ -377,6 +378,20 @@ class _Scan:
             manifest, self._node.get(NODE_SUMS), self._node.get(NODE_SUMS_SIGNATURE), self.keyring
         ):
             self.fail(member, message)
+
+
+def _kind_of(info: tarfile.TarInfo) -> str:
+    """What a member that is not a plain regular file is, in the words of its refusal."""
+    kinds = (
+        (info.issym, "symlink"),
+        (info.islnk, "hard link"),
+        (info.ischr, "device node"),
+        (info.isblk, "device node"),
+        (info.isfifo, "fifo"),
+        (info.isdir, "directory"),
+        (info.issparse, "sparse file"),
+    )
+    return next((kind for test, kind in kinds if test()), "special file")
 
 
 def _is_zstd_failure(exc: ToolError) -> bool:

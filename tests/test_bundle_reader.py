@@ -81,47 +81,93 @@ def craft(
     return path
 
 
+ONLY_REGULAR = "a bundle holds only regular files"
+UNSAFE_NAME = "refusing an absolute, '..' or otherwise unsafe member name"
+#: case: (members after the signed head, what the manifest lists, the one problem it must be refused for)
 UNSAFE = {
-    "absolute path": ([_info("/tmp/gpu-airgap-evil", GOOD)], {}),
-    "dot-dot escape": ([_info("../gpu-airgap-evil", GOOD)], {}),
+    "absolute path": ([_info("/tmp/gpu-airgap-evil", GOOD)], {}, f"/tmp/gpu-airgap-evil: {UNSAFE_NAME}"),
+    "dot-dot escape": ([_info("../gpu-airgap-evil", GOOD)], {}, f"../gpu-airgap-evil: {UNSAFE_NAME}"),
+    "dot-dot inside": (
+        [_info("a/../../gpu-airgap-evil", GOOD)],
+        {},
+        f"a/../../gpu-airgap-evil: {UNSAFE_NAME}",
+    ),
     "symlink": (
         [_info("payload", GOOD), _info("link", kind=tarfile.SYMTYPE, linkname="/etc/passwd")],
         {"payload": GOOD},
+        f"link: refusing a symlink: {ONLY_REGULAR}",
     ),
     "hard link": (
         [_info("payload", GOOD), _info("hard", kind=tarfile.LNKTYPE, linkname="payload")],
         {"payload": GOOD},
+        f"hard: refusing a hard link: {ONLY_REGULAR}",
     ),
     "character device": (
         [_info("payload", GOOD), _info("null", kind=tarfile.CHRTYPE, devmajor=1, devminor=3)],
         {"payload": GOOD},
+        f"null: refusing a device node: {ONLY_REGULAR}",
     ),
-    "fifo": ([_info("payload", GOOD), _info("pipe", kind=tarfile.FIFOTYPE)], {"payload": GOOD}),
-    "directory entry": ([_info("dir", kind=tarfile.DIRTYPE)], {}),
-    "duplicate name": ([_info("payload", GOOD), _info("payload", GOOD)], {"payload": GOOD}),
-    "member missing from the manifest": ([_info("payload", GOOD), _info("extra", GOOD)], {"payload": GOOD}),
-    "manifest entry missing from the archive": ([_info("payload", GOOD)], {"payload": GOOD, "absent": GOOD}),
-    "size beyond the manifest (bomb)": ([_info("payload", GOOD * 1000)], {"payload": GOOD}),
-    "altered content": ([_info("payload", b"evil payload\n")], {"payload": GOOD}),
+    "block device": (
+        [_info("payload", GOOD), _info("sda", kind=tarfile.BLKTYPE, devmajor=8, devminor=0)],
+        {"payload": GOOD},
+        f"sda: refusing a device node: {ONLY_REGULAR}",
+    ),
+    "fifo": (
+        [_info("payload", GOOD), _info("pipe", kind=tarfile.FIFOTYPE)],
+        {"payload": GOOD},
+        f"pipe: refusing a fifo: {ONLY_REGULAR}",
+    ),
+    "directory entry": (
+        [_info("dir", kind=tarfile.DIRTYPE)],
+        {},
+        f"dir: refusing a directory: {ONLY_REGULAR}",
+    ),
+    "duplicate name": (
+        [_info("payload", GOOD), _info("payload", GOOD)],
+        {"payload": GOOD},
+        "payload: appears twice in the archive",
+    ),
+    "member missing from the manifest": (
+        [_info("payload", GOOD), _info("extra", GOOD)],
+        {"payload": GOOD},
+        "extra: is not listed in the signed manifest; stopped before reading it",
+    ),
+    "manifest entry missing from the archive": (
+        [_info("payload", GOOD)],
+        {"payload": GOOD, "absent": GOOD},
+        "absent: is listed in the manifest but missing from the archive",
+    ),
+    "size beyond the manifest (bomb)": (
+        [_info("payload", GOOD * 1000)],
+        {"payload": GOOD},
+        "payload: has 13000 bytes, the manifest says 13; stopped before reading it",
+    ),
+    "altered content": (
+        [_info("payload", b"evil payload\n")],
+        {"payload": GOOD},
+        "payload: does not match its sha256 in the signed manifest",
+    ),
 }
 
 
 @pytest.mark.parametrize("case", sorted(UNSAFE))
-def test_crafted_unsafe_archive_is_refused_with_nothing_written_outside_staging(
+def test_crafted_unsafe_archive_is_refused_for_its_reason_with_nothing_written_outside_staging(
     case: str, operator_key: TestKey, keyring: Keyring, tmp_path: Path
 ) -> None:
-    members, listed = UNSAFE[case]
+    members, listed, reason = UNSAFE[case]
     bundle = craft(tmp_path / "crafted.tar", operator_key, members, listed)
     staging = tmp_path / "work" / "staging"
     before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
-    with pytest.raises(BundleVerificationError):
+    with pytest.raises(BundleVerificationError) as refused:
         extract_verified(bundle, keyring, staging)
+    assert str(refused.value) == f"bundle crafted.tar failed verification at {reason}"
     after = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
     assert [p for p in after if p not in before] == [Path("work"), Path("work/staging")]
     assert list(staging.iterdir()) == []  # what was extracted before the refusal is gone too
     assert not Path("/tmp/gpu-airgap-evil").exists() and not (tmp_path / "work" / "gpu-airgap-evil").exists()
     report = verify(bundle, keyring)  # verify lists the same problem without extracting
-    assert not report.ok and report.signer == operator_key.fingerprint
+    assert report.signer == operator_key.fingerprint
+    assert [str(p) for p in report.problems] == [reason]
 
 
 def test_a_member_before_the_signed_manifest_is_refused(
