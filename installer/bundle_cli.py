@@ -102,9 +102,14 @@ def manifest_lines(manifest: Manifest) -> List[str]:
     """Human-readable summary of a manifest."""
     lines = [
         f"bundle of NVIDIA Container Toolkit {manifest.toolkit_version} ({manifest.channel}), created {manifest.created}",
-        f"signer (claimed, run `bundle verify` to check): {manifest.signer}",
+        f"signer (claimed, run `bundle verify` to check): {' and '.join(manifest.signers or (manifest.signer,))}",
         f"upstream: {manifest.upstream_url} (key {manifest.upstream_fingerprint})",
+        f"expires: {manifest.expires or 'never'}",
     ]
+    if manifest.channel == "experimental":
+        from installer.freshness import RELEASE_CANDIDATE_NOTE
+
+        lines.append(RELEASE_CANDIDATE_NOTE)
     for target in manifest.targets:
         lines.append(
             f"target {target.format}/{target.arch}: toolkit {target.toolkit_version}, repo {target.repo_dir}/"

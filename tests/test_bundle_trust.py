@@ -300,6 +300,19 @@ def test_install_refuses_an_expired_bundle_and_names_signer_and_age_otherwise(
     assert data["age"].startswith("built 13 hours ago") and data["expires"] == _manifest(out)["expires"]
 
 
+def test_build_refuses_an_expiry_already_past_at_its_build_time(
+    deb_mirror: Path, past_key: TestKey, tmp_path: Path
+) -> None:
+    """SOURCE_DATE_EPOCH sets the build time, and the expiry counts from it: 20 days back plus 7 is past."""
+    epoch = int(time.time()) - 20 * 86400
+    out = tmp_path / "stale.tar.zst"
+    result = _build(deb_mirror, out, past_key, extra=("--expires", "7d"), epoch=epoch)
+    assert result.exit_code == ExitCode.USAGE
+    assert "--expires: the bundle would expire" in result.stderr and "which is already past" in result.stderr
+    assert not out.exists()
+    assert _build(deb_mirror, out, past_key, extra=("--expires", "30d"), epoch=epoch).exit_code == 0
+
+
 def test_install_refuses_a_bundle_built_before_the_installed_one_of_the_same_release(
     deb_mirror: Path, past_key: TestKey, tmp_path: Path
 ) -> None:
@@ -374,6 +387,8 @@ def test_a_release_candidate_bundle_says_so_at_build_verify_install_and_status(
 
     verified = _verify(out, operator_key.public)
     assert verified.exit_code == 0 and verified.stdout.count(note) == 1, verified.stdout
+    inspected = run_cli("bundle", "inspect", str(out))
+    assert inspected.stdout.count(note) == 1 and "expires: never" in inspected.stdout, inspected.stdout
     report = json.loads(_verify(out, operator_key.public, "--json").stdout)
     assert report["release_candidate"] is True and report["channel"] == "experimental"
 

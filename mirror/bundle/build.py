@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from installer.freshness import format_time
+from installer.freshness import format_time, utc_now
 from installer.manifest import (
     MANIFEST_NAME,
     SIGNATURE_NAME,
@@ -176,6 +176,11 @@ def build_from_selection(
     epoch = build_epoch() if epoch is None else epoch
     built = datetime.fromtimestamp(epoch, tz=timezone.utc)
     created = format_time(built)
+    if expires is not None and built + expires <= utc_now():
+        raise UsageError(
+            f"--expires: the bundle would expire {format_time(built + expires)}, which is already past: its build "
+            f"time is {created} (SOURCE_DATE_EPOCH); give a longer duration or a later SOURCE_DATE_EPOCH"
+        )
     keys = SigningKeys.find([sign_key] if isinstance(sign_key, str) else sign_key, gnupghome)
     key = keys.primary
     info_cache = info_cache or package_info_cache()
