@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import lzma
 from datetime import datetime, timezone
@@ -23,7 +24,7 @@ from mirror.selectors import VersionSelector
 from mirror.sync.resolve import resolve
 from mirror.trust import NVIDIA_FINGERPRINT
 from plumbing.arch import known_arch, normalize_arch
-from plumbing.errors import ChecksumMismatch, SignatureError, UnsafePathError, UsageError
+from plumbing.errors import ChecksumMismatch, ExitCode, SignatureError, UnsafePathError, UsageError
 from plumbing.gpg import Keyring
 from tests.fakes import FakeFetcher
 from tests.gpgkeys import REAL, TestKey
@@ -205,6 +206,37 @@ class TestYum:
         fetcher = self.fetcher_for(repo, test_key, primary=original[:-1] + bytes([original[-1] ^ 1]))
         with pytest.raises(ChecksumMismatch, match=r"primary\.xml\.gz does not match its signed checksum"):
             load_yum_repo(fetcher, YUM, trusting)
+
+    def test_primary_whose_uncompressed_xml_is_not_the_signed_open_checksum_is_refused(
+        self, repo: Path, test_key: TestKey, trusting: Keyring
+    ) -> None:
+        # The compressed file matches its (re-signed) checksum and size; only the XML inside differs
+        # from what <open-checksum> names, so nothing but that check can catch it.
+        repomd = (repo / "repodata/repomd.xml").read_text()
+        entry = parse_repomd(repomd.encode()).data["primary"]
+        assert entry.open_checksum_type == "sha512" and entry.open_checksum is not None
+        xml = gzip.decompress((repo / entry.href).read_bytes())
+        altered = xml.replace(b"<metadata ", b"<!-- not the signed XML -->\n<metadata ", 1)
+        assert altered != xml
+        blob = gzip.compress(altered, mtime=0)
+        digest = hashlib.sha512(blob).hexdigest()
+        repomd = repomd.replace(entry.checksum, digest).replace(
+            f"<size>{entry.size}</size>", f"<size>{len(blob)}</size>"
+        )
+        href = parse_repomd(repomd.encode()).data["primary"].href
+        fetcher = (
+            FakeFetcher()
+            .expect(f"{YUM}/repodata/repomd.xml", repomd.encode())
+            .expect(f"{YUM}/repodata/repomd.xml.asc", test_key.sign_detached(repomd.encode()))
+            .expect(f"{YUM}/{href}", blob)
+        )
+        with pytest.raises(ChecksumMismatch) as refused:
+            load_yum_repo(fetcher, YUM, trusting)
+        assert str(refused.value) == (
+            f"{YUM}/{href} (uncompressed) does not match its signed checksum "
+            f"(expected {entry.open_checksum[:16]}…, got {hashlib.sha512(altered).hexdigest()[:16]}…)"
+        )
+        assert refused.value.exit_code == ExitCode.VERIFICATION_FAILED
 
     def test_repomd_signed_by_another_key_is_refused(
         self, repo: Path, other_key: TestKey, trusting: Keyring
