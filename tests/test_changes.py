@@ -96,6 +96,23 @@ def test_a_write_that_fails_puts_back_every_file_the_same_apply_wrote_before_it(
     assert earlier.read_bytes() == b'{"a": 1}\n'  # an earlier run's write is not this apply's to undo
 
 
+@pytest.mark.parametrize("mode", [0o600, 0o640, 0o755])
+def test_revert_of_a_file_deleted_after_we_wrote_it_brings_back_its_bytes_and_its_mode(
+    tmp_path: Path, mode: int
+) -> None:
+    target = tmp_path / "etc/containerd/config.toml"
+    target.parent.mkdir(parents=True)
+    target.write_bytes(b"# original\nversion = 2\n")
+    target.chmod(mode)
+    journal = Journal(tmp_path)
+    apply_changes("containerd", [FileChange(target, target.read_bytes(), b"version = 2\n# ours\n")], journal)
+    target.unlink()  # someone removed the file after we wrote it
+    revert("containerd", journal)
+    assert target.read_bytes() == b"# original\nversion = 2\n"
+    assert target.stat().st_mode & 0o7777 == mode  # not the default mode of a new file
+    assert journal.entries() == []
+
+
 def test_revert_refuses_when_someone_edited_the_file_since(tmp_path: Path) -> None:
     target = tmp_path / "daemon.json"
     target.write_bytes(b"{}\n")
