@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Iterator, Optional
 
 import typer
 
+from installer.bundle_cli import ALLOW_EXPIRED, FINGERPRINT, bundle_facts
 from plumbing import output
 from plumbing.errors import UsageError
 
@@ -119,10 +120,13 @@ def push_command(
     password_stdin: bool = PASSWORD_STDIN,
     ca_file: Optional[str] = CA_FILE,
     plain_http: bool = PLAIN_HTTP,
+    fingerprint: Optional[str] = FINGERPRINT,
+    allow_expired: bool = ALLOW_EXPIRED,
     json_output: bool = _JSON,
 ) -> None:
     """Verify a bundle with the operator key and store it in an OCI registry; print the manifest digest."""
     from installer.bundle import require_bundle
+    from installer.freshness import Policy
     from installer.oci.client import RegistryClient
     from installer.oci.reference import parse_reference
     from installer.oci.transfer import push_bundle
@@ -134,7 +138,8 @@ def push_command(
     client = RegistryClient.for_reference(
         ref, registry_access(ref.host, username, password_stdin, ca_file, plain_http)
     )
-    result = push_bundle(file, ref, keyring, client, _progress)
+    policy = Policy(allow_expired=allow_expired)
+    result = push_bundle(file, ref, keyring, client, _progress, fingerprint=fingerprint, policy=policy)
     if json_output:
         output.emit_json(result.to_dict())
         return
@@ -156,9 +161,12 @@ def pull_command(
     password_stdin: bool = PASSWORD_STDIN,
     ca_file: Optional[str] = CA_FILE,
     plain_http: bool = PLAIN_HTTP,
+    fingerprint: Optional[str] = FINGERPRINT,
+    allow_expired: bool = ALLOW_EXPIRED,
     json_output: bool = _JSON,
 ) -> None:
     """Fetch a bundle from an OCI registry by digest and verify it like `bundle verify`; write it only if it verifies."""
+    from installer.freshness import Policy
     from installer.oci.reference import parse_reference
     from installer.oci.transfer import pull_verified
     from plumbing.gpg import check_key_file
@@ -168,7 +176,10 @@ def pull_command(
     if not output_path.is_dir() and not output_path.parent.is_dir():
         raise UsageError(f"the directory of --output {output_path} does not exist")
     access = registry_access(ref.host, username, password_stdin, ca_file, plain_http)
-    result = pull_verified(ref, output_path, keyring, access, _progress)
+    policy = Policy(allow_expired=allow_expired)
+    result = pull_verified(
+        ref, output_path, keyring, access, _progress, fingerprint=fingerprint, policy=policy
+    )
     pulled, report = result.pulled, result.report
     if json_output:
         data = report.to_dict()
@@ -185,6 +196,7 @@ def pull_command(
         [
             f"OK: {pulled.entry} from {pulled.pinned} is signed by {report.signer}; "
             f"{report.members_checked} members, {report.bytes_checked} bytes checked",
+            *bundle_facts(report.facts()),
             *(f"wrote {path}" for path in pulled.files),
         ]
     )

@@ -31,6 +31,7 @@ from tests import bundle_tamper as tamper
 from tests.cli_runner import CliResult, run_cli
 from tests.gpgkeys import TestKey, make_key
 from tests.node_fixtures import node_python, seed_containerd_node
+from tests.oci_registry import Registry
 from tests.test_node_trust import Node
 from tests.upstream import UpstreamServer, UpstreamTree, stop_agent
 
@@ -504,3 +505,45 @@ def test_the_documented_rotation_installs_with_the_node_command_and_a_key_file_o
     assert f"signed by {new.fingerprint};" in done.stdout
     state = load_state(node.root)
     assert state is not None and state.signer == new.fingerprint
+
+
+def test_push_and_pull_trust_one_key_of_the_file_too(
+    deb_bundle: Path,
+    operator_key: TestKey,
+    other_key: TestKey,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "no-docker-config"))
+    both = _two_keys(tmp_path, operator_key, other_key)
+    with Registry(tmp_path / "registry") as registry:
+        ref = registry.ref("team/nvct:1")
+        refused = run_cli("bundle", "push", str(deb_bundle), ref, "--keyring", str(both))
+        assert refused.exit_code == ExitCode.USAGE and "holds 2 keys" in refused.stderr, refused.stderr
+        pushed = run_cli(
+            "bundle",
+            "push",
+            str(deb_bundle),
+            ref,
+            "--keyring",
+            str(both),
+            "--fingerprint",
+            operator_key.fingerprint,
+        )
+        assert pushed.exit_code == 0, pushed.stderr
+        out = tmp_path / "pulled.tar.zst"
+        unpinned = run_cli("bundle", "pull", ref, "--output", str(out), "--keyring", str(both))
+        assert unpinned.exit_code == ExitCode.USAGE and not out.exists()
+        pulled = run_cli(
+            "bundle",
+            "pull",
+            ref,
+            "--output",
+            str(out),
+            "--keyring",
+            str(both),
+            "--fingerprint",
+            operator_key.fingerprint,
+        )
+        assert pulled.exit_code == 0, pulled.stderr
+        assert f"is signed by {operator_key.fingerprint};" in pulled.stdout and "built " in pulled.stdout

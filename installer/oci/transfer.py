@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Callable, Dict, Iterator, List, Optional, Tuple
 
 from installer.archive import CHUNK, detect_compression, split_parts
+from installer.freshness import Policy
 from installer.oci import artifact
 from installer.oci.client import RegistryAccess, RegistryClient
 from installer.oci.reference import Reference
@@ -104,7 +105,14 @@ def bundle_files(entry: Path) -> List[Tuple[Path, str]]:
 
 
 def push_bundle(
-    entry: Path, ref: Reference, keyring: Path, client: RegistryClient, log: Log = None
+    entry: Path,
+    ref: Reference,
+    keyring: Path,
+    client: RegistryClient,
+    log: Log = None,
+    *,
+    fingerprint: Optional[str] = None,
+    policy: Optional[Policy] = None,
 ) -> PushResult:
     """Verify ``entry`` with ``keyring``, then store it as the artifact ``ref`` (a tag).
 
@@ -119,8 +127,8 @@ def push_bundle(
             f"push to a tag (oci://{ref.host}/{ref.repository}:TAG); the registry names the digest"
         )
     _say(log, f"verifying {entry.name} with {keyring}")
-    with Keyring.open([keyring]) as keys:
-        report = bundle_lib.verify(entry, keys)
+    with Keyring.open_signer(keyring, fingerprint=fingerprint) as keys:
+        report = bundle_lib.verify(entry, keys, policy=policy)
     report.raise_for_problems()
     assert report.manifest is not None and report.signer is not None
     result = PushResult(ref, "", bundle_id(report.manifest), report.signer)
@@ -179,7 +187,14 @@ def download(
 
 
 def pull_verified(
-    ref: Reference, output: Path, keyring: Path, access: RegistryAccess, log: Log = None
+    ref: Reference,
+    output: Path,
+    keyring: Path,
+    access: RegistryAccess,
+    log: Log = None,
+    *,
+    fingerprint: Optional[str] = None,
+    policy: Optional[Policy] = None,
 ) -> PullResult:
     """``bundle pull``: fetch, verify with ``keyring`` like ``bundle verify``, then move the files to ``output``.
 
@@ -205,8 +220,8 @@ def pull_verified(
     try:
         pulled = download(ref, found, digest, work, client, log)
         _say(log, f"verifying {pulled.entry.name} with {keyring}")
-        with Keyring.open([keyring]) as keys:
-            report = bundle_lib.verify(pulled.entry, keys)
+        with Keyring.open_signer(keyring, fingerprint=fingerprint) as keys:
+            report = bundle_lib.verify(pulled.entry, keys, policy=policy)
         report.raise_for_problems()
         return PullResult(_place(pulled, output), report)
     finally:
