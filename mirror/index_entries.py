@@ -18,22 +18,32 @@ from mirror.errors import MetadataError, MirrorStateError, PackageChangedError
 from mirror.model import Package
 from mirror.repo import check_digest, clean_relative
 from mirror.rpm_index import iter_primary, parse_repomd
-from mirror.store import RepoRecord, StoredFile
+from mirror.store import RepoProvenance, RepoRecord, StoredFile
 from plumbing.errors import ChecksumMismatch
 
 
 def signed_entries(mirror: Path, repo: RepoRecord) -> dict[str, Package]:
     """Path under the mirror (``stable/deb/amd64/x.deb``) -> the signed index entry that names it.
 
+    The current index wins; indexes retained by a sync with ``--allow-older-index`` add the
+    entries of the held releases it no longer lists.
+
     :raises MirrorStateError: when the state records no index for the repo.
     :raises PackageChangedError: when an index file no longer matches its recorded digest.
     :raises MetadataError: when it cannot be parsed.
     """
-    recorded = {f.path: f for f in repo.provenance.signed_files}
+    entries: dict[str, Package] = {}
+    for index in reversed(repo.indexes):
+        entries.update(index_entries(mirror, repo, index))
+    return entries
+
+
+def index_entries(mirror: Path, repo: RepoRecord, index: RepoProvenance) -> dict[str, Package]:
+    """The entries of one recorded signed index of ``repo`` (its current one, or a retained one)."""
+    recorded = {f.path: f for f in index.signed_files}
+    top = index.directory or repo.key
     if repo.format == "deb":
-        name = next(
-            (f"{repo.key}/{n}" for n in ("Packages.xz", "Packages") if f"{repo.key}/{n}" in recorded), None
-        )
+        name = next((f"{top}/{n}" for n in ("Packages.xz", "Packages") if f"{top}/{n}" in recorded), None)
         if name is None:
             raise MirrorStateError(mirror, f"it records no Packages index for {repo.key}; sync it again")
         data = _verified(mirror, recorded[name])
@@ -43,11 +53,11 @@ def signed_entries(mirror: Path, repo: RepoRecord) -> dict[str, Package]:
             raise MetadataError(f"{mirror}/{name}", f"cannot be decoded ({exc})") from exc
         packages = list(iter_packages(io.StringIO(text)))
     else:
-        repomd_path = f"{repo.key}/repodata/repomd.xml"
+        repomd_path = f"{top}/repodata/repomd.xml"
         if repomd_path not in recorded:
             raise MirrorStateError(mirror, f"it records no repomd.xml for {repo.key}; sync it again")
         primary = parse_repomd(_verified(mirror, recorded[repomd_path])).data.get("primary")
-        path = f"{repo.key}/{clean_relative(primary.href, repo.key)}" if primary is not None else ""
+        path = f"{top}/{clean_relative(primary.href, top)}" if primary is not None else ""
         if path not in recorded:
             raise MirrorStateError(mirror, f"it records no primary index for {repo.key}; sync it again")
         packages = list(iter_primary(io.BytesIO(_verified(mirror, recorded[path]))))

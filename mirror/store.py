@@ -90,6 +90,18 @@ class RepoProvenance:
     fingerprint: str
     signed_at: str | None  #: ISO 8601 UTC
     signed_files: tuple[StoredFile, ...]  #: InRelease / repomd.xml(.asc) and what they vouch for
+    #: the index's own date (apt ``Date``, repomd revision or newest timestamp), ISO 8601 UTC; a
+    #: later sync refuses an index dated before it (:mod:`mirror.sync.freshness`)
+    dated: str | None = None
+
+    @property
+    def directory(self) -> str:
+        """The directory under DEST that holds this index (its paths are relative to it)."""
+        for f in self.signed_files:
+            for root in ("/InRelease", "/repodata/repomd.xml"):
+                if f.path.endswith(root):
+                    return f.path[: -len(root)]
+        return ""
 
 
 @dataclass(frozen=True)
@@ -115,6 +127,14 @@ class RepoRecord:
     packages: tuple[StoredPackage, ...]
     releases: tuple[Release, ...]  #: oldest first
     synced_at: str = ""
+    #: earlier signed indexes kept under ``<key>/.retained/`` because they list held releases the
+    #: current one no longer lists (a sync with ``--allow-older-index``), newest first
+    retained: tuple[RepoProvenance, ...] = ()
+
+    @property
+    def indexes(self) -> tuple[RepoProvenance, ...]:
+        """The current signed index, then the retained ones."""
+        return (self.provenance, *self.retained)
 
     def package(self, path: str) -> StoredPackage:
         """The stored package at ``path``."""
@@ -171,11 +191,8 @@ class MirrorState:
                 arch=r["arch"],
                 channel=r["channel"],
                 base_url=r["base_url"],
-                provenance=RepoProvenance(
-                    fingerprint=r["provenance"]["fingerprint"],
-                    signed_at=r["provenance"]["signed_at"],
-                    signed_files=tuple(StoredFile(**f) for f in r["provenance"]["signed_files"]),
-                ),
+                provenance=_provenance(r["provenance"]),
+                retained=tuple(_provenance(p) for p in r.get("retained", ())),
                 packages=tuple(StoredPackage(**p) for p in r["packages"]),
                 releases=tuple(
                     Release(
@@ -201,6 +218,15 @@ class MirrorState:
     def repo(self, key: str) -> RepoRecord | None:
         """The record for repo ``key`` (``stable/deb/amd64``), if the mirror holds it."""
         return next((r for r in self.repos if r.key == key), None)
+
+
+def _provenance(raw: dict[str, Any]) -> RepoProvenance:
+    return RepoProvenance(
+        fingerprint=raw["fingerprint"],
+        signed_at=raw["signed_at"],
+        signed_files=tuple(StoredFile(**f) for f in raw["signed_files"]),
+        dated=raw.get("dated"),
+    )
 
 
 def state_path(dest: Path) -> Path:

@@ -15,11 +15,11 @@ from pathlib import Path
 from installer.manifest import Provenance, SignedFile
 from installer.target import Requirement
 from mirror.errors import SelectorError
-from mirror.index_entries import signed_entries
+from mirror.index_entries import index_entries, signed_entries
 from mirror.lockfile import LockedPackage, LockedTarget, Lockfile
 from mirror.model import Package, PackageFormat, SourcePackage
 from mirror.selectors import VersionSelector
-from mirror.store import MirrorState, Release, RepoRecord, StoredPackage
+from mirror.store import MirrorState, Release, RepoProvenance, RepoRecord, StoredPackage
 from plumbing.arch import normalize_arch
 from plumbing.errors import ChecksumMismatch, ExitCode, ToolError, UsageError
 
@@ -133,7 +133,7 @@ def select_from_mirror(
             release = _pick_release(repo, version)
         entries = signed_entries(mirror, repo)
         packages = tuple(_source_package(mirror, repo.package(path), entries) for path in release.packages)
-        prov = repo.provenance
+        prov = _listing_index(mirror, repo, release)
         chosen.append(
             TargetSelection(
                 format=fmt,
@@ -158,6 +158,14 @@ def select_from_mirror(
             f"the targets resolve to different toolkit versions ({', '.join(sorted(versions))}); pass --version"
         )
     return MirrorSelection(upstream=state.upstream, channel=channel, targets=tuple(chosen))
+
+
+def _listing_index(mirror: Path, repo: RepoRecord, release: Release) -> RepoProvenance:
+    """The signed index that lists ``release``: the current one, else one kept by ``--allow-older-index``."""
+    wanted = set(release.packages)
+    if not repo.retained or wanted <= set(index_entries(mirror, repo, repo.provenance)):
+        return repo.provenance
+    return next((i for i in repo.retained if wanted <= set(index_entries(mirror, repo, i))), repo.provenance)
 
 
 def _source_package(mirror: Path, pkg: StoredPackage, entries: dict[str, Package]) -> SourcePackage:

@@ -70,6 +70,12 @@ _JSON = typer.Option(False, "--json", help="Print one JSON object.")
 _QUIET = typer.Option(False, "--quiet", "-q", help="Print nothing but errors.")
 _LOCKED = typer.Option(None, "--locked", help="Take exactly the set in this lockfile (gpu-airgap.lock).")
 _WRITE_LOCK = typer.Option(None, "--write-lock", help="Record the synced set in this lockfile.")
+_ALLOW_OLDER = typer.Option(
+    False,
+    "--allow-older-index",
+    help="Accept a signed index older than the mirror's, expired, or no longer listing a release it holds "
+    "(the replaced index is kept, so those releases stay buildable).",
+)
 
 
 def _options(
@@ -172,6 +178,7 @@ def sync_command(
     quiet: bool = _QUIET,
     locked: Optional[Path] = _LOCKED,
     write_lock: Optional[Path] = _WRITE_LOCK,
+    allow_older_index: bool = _ALLOW_OLDER,
 ) -> None:
     """Download the resolved toolkit release into a local mirror, verified, all or nothing."""
     from mirror.sync import core as sync_lib
@@ -179,7 +186,9 @@ def sync_command(
     from mirror.sync.http import Downloader
     from mirror.trust import open_keyring
 
-    options = _options(ctx, upstream, channel, fmt, arch, version, locked)
+    options = dataclasses.replace(
+        _options(ctx, upstream, channel, fmt, arch, version, locked), allow_older_index=allow_older_index
+    )
     _warn_channel(options, quiet)  # on stderr, so --json still prints one object on stdout
     progress = progress_lib.choose(quiet=quiet, json_output=json_output)
     try:
@@ -197,6 +206,12 @@ def sync_command(
         # Even with --quiet: say that the mirror is unchanged and nothing downloaded is lost.
         output.warn("interrupted; the mirror is unchanged and the next sync resumes the downloads")
         raise
+    for item in result.targets:
+        if item.unlisted:  # accepted with --allow-older-index: say what the mirror kept for them
+            output.warn(
+                f"upstream's signed index of {item.key} no longer lists {', '.join(item.unlisted)}; "
+                "the mirror kept the index it replaced, so they stay buildable"
+            )
     if write_lock is not None:
         result.to_lockfile(options.upstream).save(write_lock)
     if json_output:

@@ -28,6 +28,7 @@ from mirror.model import Package, PackageFormat
 from mirror.pkgheader import check_agrees, read_header
 from mirror.repo import Fetcher, clean_relative
 from mirror.selectors import VersionSelector
+from mirror.sync import freshness
 from mirror.sync.http import Downloader, DownloadRequest
 from mirror.sync.resolve import resolve, resolve_each
 from mirror.sync.targets import (
@@ -65,11 +66,21 @@ __all__ = [
 
 
 def plan_target(
-    options: SyncOptions, target: RepoTarget, *, fetcher: Fetcher, loader: RepoLoader
+    options: SyncOptions,
+    target: RepoTarget,
+    *,
+    fetcher: Fetcher,
+    loader: RepoLoader,
+    previous: store.RepoRecord | None = None,
+    now: datetime | None = None,
 ) -> PlannedTarget:
-    """Load and verify ``target``'s repo, then resolve ``options.selector`` (or match the lockfile).
+    """Load and verify ``target``'s repo, check it is not older than ``previous``, then resolve
+    ``options.selector`` (or match the lockfile).
 
+    :param previous: what the mirror holds for this repo (None: a new repo, or ``mirror plan``).
+    :param now: this host's clock (default: the real one), for Valid-Until and future dates.
     :raises SignatureError | ChecksumMismatch | MetadataError | FetchError: when metadata is bad.
+    :raises StaleIndex: when the index is older than the mirror's, expired or dated in the future.
     :raises UnresolvableDependency: when the selection cannot be satisfied.
     :raises LockfileMismatch: when ``options.locked`` names packages upstream no longer has.
     """
@@ -77,12 +88,22 @@ def plan_target(
     snapshot = loader(fetcher, base, target.format)
     metadata = {f"{key}/{clean_relative(m.path, base)}": m.data for m in snapshot.metadata}
     signed_at = snapshot.signed_at.astimezone(timezone.utc).isoformat() if snapshot.signed_at else None
+    dates, unlisted = freshness.checked_age(
+        snapshot,
+        key,
+        base,
+        previous,
+        now=now or datetime.now(timezone.utc),
+        allow_older=options.allow_older_index,
+    )
     common = {
         "target": target,
         "key": key,
         "base_url": base,
         "fingerprint": snapshot.fingerprint,
         "extra_metadata": _extra_metadata(snapshot, key, base, set(metadata)),
+        "dated": dates.recorded(),
+        "unlisted": unlisted,
     }
     if options.locked is not None:
         wanted = _locked_target(options.locked, target)
@@ -233,7 +254,9 @@ def _sync_locked(
     for target in options.targets:
         if progress is not None:
             progress.stage(f"verifying {target.key(options.channel)}")
-        planned.append(plan_target(options, target, fetcher=fetcher, loader=loader))
+        key = target.key(options.channel)
+        held = previous.repo(key) if previous is not None else None
+        planned.append(plan_target(options, target, fetcher=fetcher, loader=loader, previous=held))
     result = SyncResult(dest=str(dest), channel=options.channel, targets=planned)
     requests, entering = _downloads(dest, planned, previous, txn, result)
     if progress is not None:
@@ -248,10 +271,16 @@ def _sync_locked(
         entry,
     ) in entering:  # their digests matched (download or staged_match): now read what they say
         check_agrees(read_header(txn.staging_path(path), entry.format.value, what=url), entry, what=url)
+    retained: dict[str, store.RepoProvenance] = {}
     for item in planned:
+        old = previous.repo(item.key) if previous is not None and item.unlisted else None
+        if (
+            old is not None
+        ):  # --allow-older-index took an index without some held releases: keep the one it replaces
+            retained[item.key] = txn.retain_index(item.key, old.provenance)
         for path, data in item.metadata.items():
             txn.stage_metadata(path, data)
-    txn.commit(_new_state(options, planned, previous))
+    txn.commit(_new_state(options, planned, previous, retained))
     return result
 
 
@@ -318,9 +347,15 @@ class _Wanted:
 
 
 def _new_state(
-    options: SyncOptions, planned: Sequence[PlannedTarget], previous: store.MirrorState | None
+    options: SyncOptions,
+    planned: Sequence[PlannedTarget],
+    previous: store.MirrorState | None,
+    retained: dict[str, store.RepoProvenance],
 ) -> store.MirrorState:
-    """Merge what this sync resolved into the previous state: releases accumulate until pruned."""
+    """Merge what this sync resolved into the previous state: releases accumulate until pruned.
+
+    :param retained: by repo key, the replaced index kept for held releases the new one no longer lists.
+    """
     now = datetime.now(timezone.utc).isoformat(timespec="seconds")
     repos = {r.key: r for r in previous.repos} if previous else {}
     for item in planned:
@@ -367,7 +402,8 @@ def _new_state(
             arch=item.target.arch,
             channel=options.channel,
             base_url=item.base_url,
-            provenance=store.RepoProvenance(item.fingerprint, item.signed_at, signed),
+            provenance=store.RepoProvenance(item.fingerprint, item.signed_at, signed, item.dated),
+            retained=((retained[item.key],) if item.key in retained else ()) + (old.retained if old else ()),
             packages=tuple(sorted(packages.values(), key=lambda p: p.path)),
             releases=tuple(releases),
             synced_at=now,

@@ -13,13 +13,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mirror import store, switch
+from mirror.index_entries import signed_entries
 from mirror.model import PackageFormat
 from mirror.repo import Fetcher
 from mirror.selectors import VersionSelector
+from mirror.sync import freshness
 from mirror.sync.core import RepoLoader
 from mirror.sync.resolve import resolve
 from mirror.sync.transaction import CachedResponse, read_cache
-from plumbing.errors import UsageError
+from plumbing.errors import ToolError, UsageError
 
 
 @dataclass
@@ -40,13 +42,30 @@ def verify(dest: Path) -> MirrorVerifyReport:
     report = MirrorVerifyReport()
     with store.reading(dest) as state:
         for repo in state.repos:
-            for stored in (*repo.provenance.signed_files, *repo.packages):
+            signed = [f for index in repo.indexes for f in index.signed_files]
+            for stored in (*signed, *repo.packages):
                 report.files += 1
                 report.bytes += stored.size
                 problem = store.check_file(dest, stored)
                 if problem is not None:
                     report.problems.append(problem)
+            if not report.problems:  # the indexes are intact: do they list what the state holds?
+                report.problems += _disagreements(dest, repo)
     return report
+
+
+def _disagreements(dest: Path, repo: store.RepoRecord) -> list[str]:
+    """Each release the state lists whose packages the mirror's signed indexes do not list (with those digests)."""
+    try:
+        entries = signed_entries(dest, repo)
+    except ToolError as exc:
+        return [str(exc)]
+    return [
+        f"{repo.key}: the state lists release {version}, but the mirror's signed index does not list {path} "
+        "with the digests the state records (the index and the state disagree: sync again, with "
+        "--allow-older-index if upstream withdrew it)"
+        for version, path in freshness.missing_releases(repo, entries)
+    ]
 
 
 @dataclass
@@ -75,12 +94,14 @@ def prune(dest: Path, keep: int, *, dry_run: bool = False) -> PruneReport:
         repos: list[store.RepoRecord] = []
         doomed: list[store.StoredPackage] = []
         for repo in state.repos:
-            kept, dropped = repo.releases[-keep:], repo.releases[:-keep]
-            report.removed_releases += [f"{repo.key} {r.toolkit_version}" for r in dropped]
+            kept = _kept(dest, repo, keep)
+            report.removed_releases += [
+                f"{repo.key} {r.toolkit_version}" for r in repo.releases if r not in kept
+            ]
             needed = {path for r in kept for path in r.packages}
             doomed += [p for p in repo.packages if p.path not in needed]
             packages = tuple(p for p in repo.packages if p.path in needed)
-            repos.append(dataclasses.replace(repo, packages=packages, releases=tuple(kept)))
+            repos.append(dataclasses.replace(repo, packages=packages, releases=kept))
         report.removed_files = [p.path for p in doomed]
         report.freed_bytes = sum(p.size for p in doomed)
         if dry_run or (not doomed and not report.removed_releases):
@@ -90,6 +111,26 @@ def prune(dest: Path, keep: int, *, dry_run: bool = False) -> PruneReport:
             with contextlib.suppress(FileNotFoundError):
                 pkg.local_path(dest).unlink()
     return report
+
+
+def _kept(dest: Path, repo: store.RepoRecord, keep: int) -> tuple[store.Release, ...]:
+    """The newest ``keep`` releases, and the newest one a bundle can be built from if none of them is.
+
+    A release is buildable when the mirror's signed indexes list its packages with the recorded
+    digests; a mirror whose index went back (synced before the freshness checks) may hold newer
+    releases that are not: prune never leaves it without one it can build.
+    """
+    kept = repo.releases[-keep:]
+    try:
+        entries = signed_entries(dest, repo)
+    except ToolError:
+        return kept  # unreadable indexes: mirror verify says why; prune keeps the plain rule
+    unbuildable = {version for version, _ in freshness.missing_releases(repo, entries)}
+    if all(r.toolkit_version in unbuildable for r in kept):
+        buildable = [r for r in repo.releases if r.toolkit_version not in unbuildable]
+        if buildable:
+            return tuple(r for r in repo.releases if r in kept or r is buildable[-1])
+    return kept
 
 
 @dataclass(frozen=True)

@@ -114,6 +114,9 @@ class SyncOptions:
     )
     selector: str = "latest"
     locked: Lockfile | None = None
+    #: accept an index older than the mirror's, expired, or no longer listing a held release
+    #: (:mod:`mirror.sync.freshness`); the replaced index is kept so held releases stay buildable
+    allow_older_index: bool = False
 
     def base_url(self, target: RepoTarget) -> str:
         """Upstream URL of ``target``'s flat repo."""
@@ -160,6 +163,11 @@ class PlannedTarget:
     also: tuple[Package, ...] = ()
     #: the other releases those packages make up, oldest first (``--version all``)
     other_releases: tuple[ReleasePlan, ...] = ()
+    #: the index's own date (:class:`mirror.sync.freshness.IndexDates`), ISO 8601 UTC
+    dated: str | None = None
+    #: held releases this index no longer lists (accepted with ``--allow-older-index``): the sync
+    #: keeps the index it replaces so they stay buildable
+    unlisted: tuple[str, ...] = ()
 
     @property
     def held(self) -> tuple[Package, ...]:

@@ -9,6 +9,7 @@ leaves the mirror exactly as it was; a kill after it is completed by the next co
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -17,9 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mirror import store, switch
+from mirror.errors import MetadataError
 from plumbing.fsutil import atomic_write, safe_join
 
 CACHE_DIR = f"{store.META_DIR}/http-cache"
+#: where a repo keeps earlier signed indexes for held releases its current one no longer lists
+RETAINED_DIR = ".retained"
 
 
 @dataclass(frozen=True)
@@ -71,6 +75,29 @@ class Transaction:
         """Publish ``data`` at ``DEST/path`` on commit (verified metadata bytes)."""
         safe_join(self.dest, path)
         self._metadata[path] = data
+
+    def retain_index(self, key: str, index: store.RepoProvenance) -> store.RepoProvenance:
+        """Stage a copy of repo ``key``'s recorded ``index`` under ``<key>/.retained/<its digest>/``; its record.
+
+        A sync with ``--allow-older-index`` keeps the index it replaces this way, so the held releases
+        the new one no longer lists stay buildable. Each file is checked against the digest the state
+        recorded before it is copied.
+        """
+        top = index.directory or key
+        root = next(
+            f for f in index.signed_files if f.path in (f"{top}/InRelease", f"{top}/repodata/repomd.xml")
+        )
+        place = f"{key}/{RETAINED_DIR}/{(root.sha512 or root.sha256 or '')[:16]}"
+        files = []
+        for stored in index.signed_files:
+            problem = store.check_file(self.dest, stored)
+            if problem is not None:
+                raise MetadataError(stored.path, f"cannot be kept for the held releases: {problem}")
+            moved = dataclasses.replace(stored, path=f"{place}/{stored.path[len(top) + 1 :]}")
+            if moved.path != stored.path:
+                self.stage_metadata(moved.path, stored.local_path(self.dest).read_bytes())
+            files.append(moved)
+        return dataclasses.replace(index, signed_files=tuple(files))
 
     def package_target(self, path: str) -> Path:
         """Where to download the package that will live at ``DEST/path``."""

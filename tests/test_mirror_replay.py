@@ -1,0 +1,215 @@
+"""Issue 24 item 5: a validly signed but older upstream index (a replay, a freeze, a withdrawn release).
+
+The loopback upstream serves a copy of the test site; "older" indexes are made from it and signed
+with the same upstream key, as a replaying mirror in the middle would serve them (NVIDIA's own
+InRelease keeps a frozen Date and no Valid-Until, so the release the index stops listing is what
+gives a replay away there). Each refusal is asserted by its sentence and exit code, with the
+mirror byte-for-byte unchanged; ``--allow-older-index`` keeps every held release buildable.
+"""
+
+from __future__ import annotations
+
+import json
+import lzma
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.cli_runner import run_cli
+from tests.gpgkeys import TestKey
+from tests.upstream import UpstreamServer, UpstreamTree, copy_upstream, resign_repomd, sign_clear
+from tests.upstream.debs import release_body
+
+NEWEST, OLDER = "1.20.1-1", "1.18.0-1"
+REPO = "stable/deb/amd64"
+
+
+class Site:
+    """A private copy of the upstream, served on 127.0.0.1, whose deb index a test rewrites."""
+
+    def __init__(self, tree: UpstreamTree, server: UpstreamServer) -> None:
+        self.tree, self.server = tree, server
+        self.deb = tree.root / REPO
+        self.packages = (self.deb / "Packages").read_bytes()
+
+    def publish(self, *, drop_version: str | None = None, fields: dict[str, str] | None = None) -> None:
+        """Rewrite Packages(.xz) and InRelease, signed with the upstream key: without ``drop_version``'s
+        stanzas, and with ``fields`` (Date, Valid-Until) replaced or added."""
+        stanzas = self.packages.decode().split("\n\n")
+        if drop_version is not None:
+            stanzas = [s for s in stanzas if f"\nVersion: {drop_version}\n" not in f"\n{s}\n"]
+        packages = "\n\n".join(stanzas).encode()
+        xz = lzma.compress(packages, format=lzma.FORMAT_XZ, check=lzma.CHECK_CRC64)
+        (self.deb / "Packages").write_bytes(packages)
+        (self.deb / "Packages.xz").write_bytes(xz)
+        body = release_body(
+            arch="amd64", channel="stable", files={"Packages": packages, "Packages.xz": xz}
+        ).decode()
+        for name, value in (fields or {}).items():
+            line = f"{name}: {value}"
+            body = (
+                re.sub(rf"^{name}: .*$", line, body, flags=re.M)
+                if f"\n{name}: " in f"\n{body}"
+                else line + "\n" + body
+            )
+        (self.deb / "InRelease").write_bytes(sign_clear(self.tree, body.encode()))
+
+    def sync(self, dest: Path, *extra: str, fmt: str = "deb") -> tuple[int, str]:
+        result = run_cli(
+            "mirror", "sync", "--dest", str(dest), "--upstream", self.server.url,
+            "--keyring", str(self.tree.public_key), "--format", fmt, "--arch", "amd64", "--quiet", *extra,
+        )  # fmt: skip
+        return result.exit_code, result.stderr
+
+
+@pytest.fixture()
+def site(upstream_tree: UpstreamTree, tmp_path: Path) -> Iterator[Site]:
+    tree = copy_upstream(upstream_tree, tmp_path / "site")
+    with UpstreamServer(tree.root) as server:
+        yield Site(tree, server)
+
+
+def _tree(dest: Path) -> dict[str, bytes]:
+    """Every file of the mirror (the lock file aside), to show a refusal changed nothing."""
+    return {
+        str(p.relative_to(dest)): p.read_bytes()
+        for p in sorted(dest.rglob("*"))
+        if p.is_file() and p.name != ".gpu-airgap.lock"
+    }
+
+
+def _refused(site: Site, dest: Path, sentence: str, *extra: str) -> None:
+    before = _tree(dest)
+    code, stderr = site.sync(dest, *extra)
+    assert code == 3, stderr
+    assert sentence in stderr and "the mirror is unchanged" in stderr and "Traceback" not in stderr, stderr
+    assert _tree(dest) == before
+
+
+def _releases(dest: Path) -> list[str]:
+    state = json.loads((dest / ".gpu-airgap/state.json").read_text())
+    (repo,) = [r for r in state["repos"] if r["key"] == REPO]
+    return [r["toolkit_version"] for r in repo["releases"]]
+
+
+def test_a_replayed_index_that_no_longer_lists_the_held_release_is_refused(
+    site: Site, tmp_path: Path
+) -> None:
+    dest = tmp_path / "mirror"
+    assert site.sync(dest)[0] == 0 and _releases(dest) == [NEWEST]
+    site.publish(drop_version=NEWEST)  # NVIDIA's frozen Date, no Valid-Until: only the content tells
+    _refused(
+        site,
+        dest,
+        f"the signed {site.server.url}/stable/deb/amd64/InRelease no longer lists release {NEWEST} that the "
+        "mirror holds",
+    )
+    verified = run_cli("mirror", "verify", "--mirror", str(dest))
+    assert verified.exit_code == 0, verified.stdout + verified.stderr
+
+
+def test_an_index_whose_date_goes_backwards_is_refused(site: Site, tmp_path: Path) -> None:
+    dest = tmp_path / "mirror"
+    site.publish(fields={"Date": "Mon, 01 Jan 2024 00:00:00 UTC"})
+    assert site.sync(dest)[0] == 0
+    site.publish(fields={"Date": "Sun, 01 Jan 2023 00:00:00 UTC"})  # same packages, dated a year earlier
+    _refused(
+        site,
+        dest,
+        "InRelease is older than the one the mirror holds (Date 2023-01-01T00:00:00+00:00, the mirror's "
+        "2024-01-01T00:00:00+00:00): a replayed or frozen index",
+    )
+    site.publish(fields={"Date": "Tue, 02 Jan 2024 00:00:00 UTC"})  # a newer one is taken
+    assert site.sync(dest)[0] == 0
+
+
+def test_an_expired_index_is_refused_unless_allowed(site: Site, tmp_path: Path) -> None:
+    dest = tmp_path / "mirror"
+    dest.mkdir()
+    site.publish(fields={"Valid-Until": "Wed, 01 Jan 2020 00:00:00 UTC"})
+    _refused(site, dest, "InRelease expired on 2020-01-01T00:00:00+00:00 (its Valid-Until)")
+    assert _tree(dest) == {}
+    code, stderr = site.sync(dest, "--allow-older-index")
+    assert code == 0, stderr
+
+
+def test_an_index_dated_ahead_of_this_hosts_clock_is_refused(site: Site, tmp_path: Path) -> None:
+    dest = tmp_path / "mirror"
+    dest.mkdir()
+    site.publish(fields={"Date": "Fri, 01 Jan 2099 00:00:00 UTC"})
+    _refused(
+        site,
+        dest,
+        "InRelease is dated 2099-01-01T00:00:00+00:00, ahead of this host's clock",
+        "--allow-older-index",  # not an older index: the flag does not accept it
+    )
+    assert "check this host's clock" in site.sync(dest)[1]
+
+
+def test_allow_older_index_keeps_the_held_release_buildable_and_verify_checks_state_and_index_agree(
+    site: Site, operator_key: TestKey, tmp_path: Path
+) -> None:
+    dest = tmp_path / "mirror"
+    assert site.sync(dest)[0] == 0
+    site.publish(drop_version=NEWEST)
+    code, stderr = site.sync(dest, "--allow-older-index")
+    assert code == 0, stderr
+    assert f"no longer lists {NEWEST}; the mirror kept the index it replaced" in stderr
+    assert _releases(dest) == [OLDER, NEWEST]
+    verified = run_cli("mirror", "verify", "--mirror", str(dest))
+    assert verified.exit_code == 0, verified.stdout + verified.stderr
+    built = run_cli(
+        "bundle", "build", "--mirror", str(dest), "--version", NEWEST.split("-")[0], "--target", "deb/amd64",
+        "--sign-key", operator_key.fingerprint, "--gnupghome", str(operator_key.home),
+        "--output", str(tmp_path / "newest.tar"), "--json",
+    )  # fmt: skip
+    assert built.exit_code == 0, built.stderr
+    manifest = json.loads(run_cli("bundle", "inspect", str(tmp_path / "newest.tar"), "--json").stdout)
+    (target,) = manifest["targets"]
+    assert target["toolkit_version"] == NEWEST
+    signed = [
+        f["path"] for f in target["provenance"]["signed_files"]
+    ]  # the index that lists it: the kept one
+    assert signed and all(path.startswith(f"{REPO}/.retained/") for path in signed), signed
+
+    # A mirror an older gpu-airgap left in that state (the old index, no kept copy): verify says so,
+    # and prune --keep 1 keeps the release it can still build beside the newest.
+    state_file = dest / ".gpu-airgap/state.json"
+    state = json.loads(state_file.read_text())
+    for repo in state["repos"]:
+        repo["retained"] = []
+    state_file.write_text(json.dumps(state))
+    broken = run_cli("mirror", "verify", "--mirror", str(dest))
+    assert broken.exit_code == 9
+    assert (
+        f"{REPO}: the state lists release {NEWEST}, but the mirror's signed index does not list"
+        in broken.stderr
+    ), broken.stderr
+    pruned = run_cli("mirror", "prune", "--mirror", str(dest), "--keep", "1")
+    assert pruned.exit_code == 0, pruned.stderr
+    assert _releases(dest) == [OLDER, NEWEST]
+
+
+def test_a_yum_index_whose_timestamps_go_backwards_is_refused(site: Site, tmp_path: Path) -> None:
+    dest = tmp_path / "mirror"
+    rpm = site.tree.root / "stable/rpm/x86_64"
+    repomd = rpm / "repodata/repomd.xml"
+    original = repomd.read_bytes()
+    newer = re.sub(
+        rb"<timestamp>(\d+)</timestamp>",
+        lambda m: b"<timestamp>%d</timestamp>" % (int(m[1]) + 3600),
+        original,
+    )
+    repomd.write_bytes(newer)
+    resign_repomd(site.tree, rpm)
+    assert site.sync(dest, fmt="rpm")[0] == 0
+    repomd.write_bytes(original)  # the repomd before: its revision (1.0) never changes, its timestamps do
+    resign_repomd(site.tree, rpm)
+    before = _tree(dest)
+    code, stderr = site.sync(dest, fmt="rpm")
+    assert code == 3 and "repodata/repomd.xml is older than the one the mirror holds (timestamp " in stderr, (
+        stderr
+    )
+    assert _tree(dest) == before
