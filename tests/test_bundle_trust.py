@@ -26,7 +26,8 @@ from installer.manifest import MANIFEST_NAME, SIGNATURE_NAME
 from installer.nodecheck import NODE_SUMS, NODE_SUMS_SIGNATURE
 from installer.plan import InstallOptions
 from installer.state import load_state
-from plumbing.errors import ExitCode, VerificationError
+from plumbing.errors import ExitCode, SignatureError, VerificationError
+from plumbing.gpg import judge_status
 from tests import bundle_tamper as tamper
 from tests.cli_runner import CliResult, run_cli
 from tests.gpgkeys import TestKey, make_key
@@ -547,3 +548,36 @@ def test_push_and_pull_trust_one_key_of_the_file_too(
         )
         assert pulled.exit_code == 0, pulled.stderr
         assert f"is signed by {operator_key.fingerprint};" in pulled.stdout and "built " in pulled.stdout
+
+
+FPR_A, FPR_B = "A" * 40, "B" * 40
+
+
+def _validsig(fpr: str, digest: str) -> tuple[str, list[str]]:
+    return ("VALIDSIG", [fpr, "2026-12-04", "1796401479", "0", "4", "0", "22", digest, "00", fpr])
+
+
+@pytest.mark.parametrize(
+    ("status", "expected"),
+    [
+        # a gpg that refuses SHA-1 itself (newer GnuPG, or --weak-digest SHA1) reports ERRSIG with the algorithm
+        ([("ERRSIG", [FPR_A[-16:], "22", "2", "00", "1796401479", "5", FPR_A])], "signed with SHA-1 by key"),
+        # ERRSIG for a missing key (rc 9) stays "not in the keyring", whatever its digest
+        (
+            [("ERRSIG", [FPR_B[-16:], "22", "2", "00", "1796401479", "9", FPR_B])],
+            "not in the trusted keyring",
+        ),
+        ([_validsig(FPR_A, "3")], "signed with RIPEMD-160 by key"),
+        ([_validsig(FPR_A, "1")], "signed with MD5 by key"),
+        # a weak signature does not count, a strong one by a trusted key does
+        ([_validsig(FPR_A, "2"), _validsig(FPR_A, "10")], "ok"),
+    ],
+)
+def test_weak_digests_never_count_whatever_gpg_says(
+    status: list[tuple[str, list[str]]], expected: str
+) -> None:
+    if expected == "ok":
+        assert judge_status(status, frozenset({FPR_A}), "x").fingerprint == FPR_A
+        return
+    with pytest.raises(SignatureError, match=expected):
+        judge_status(status, frozenset({FPR_A}), "x")
