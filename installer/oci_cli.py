@@ -9,6 +9,7 @@ because typer reads them at runtime on python3.9.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import sys
 from pathlib import Path
@@ -17,7 +18,8 @@ from typing import TYPE_CHECKING, Iterator, Optional
 import typer
 
 from installer.bundle_cli import ALLOW_EXPIRED, FINGERPRINT, bundle_facts
-from plumbing import output
+from plumbing import fsutil, output
+from plumbing.clikit import emit_report, refuse_json_to_stdout
 from plumbing.errors import UsageError
 
 if TYPE_CHECKING:
@@ -175,11 +177,22 @@ def pull_command(
     check_key_file(keyring)
     if not output_path.is_dir() and not output_path.parent.is_dir():
         raise UsageError(f"the directory of --output {output_path} does not exist")
+    refuse_json_to_stdout(json_output, output_path)
     access = registry_access(ref.host, username, password_stdin, ca_file, plain_http)
     policy = Policy(allow_expired=allow_expired)
-    result = pull_verified(
-        ref, output_path, keyring, access, _progress, fingerprint=fingerprint, policy=policy
-    )
+    if output_path.is_dir():
+        result = pull_verified(
+            ref, output_path, keyring, access, _progress, fingerprint=fingerprint, policy=policy
+        )
+    else:  # a file, or a device or pipe the verified bundle is streamed into
+        with fsutil.output_path(output_path) as target:
+            result = pull_verified(
+                ref, target, keyring, access, _progress, fingerprint=fingerprint, policy=policy
+            )
+        if target != output_path:
+            result = dataclasses.replace(
+                result, pulled=dataclasses.replace(result.pulled, entry=output_path, files=(output_path,))
+            )
     pulled, report = result.pulled, result.report
     if json_output:
         data = report.to_dict()
@@ -192,11 +205,12 @@ def pull_command(
         data["bundle"] = str(pulled.entry)
         output.emit_json(data)
         return
-    output.emit_lines(
+    emit_report(
         [
             f"OK: {pulled.entry} from {pulled.pinned} is signed by {report.signer}; "
             f"{report.members_checked} members, {report.bytes_checked} bytes checked",
             *bundle_facts(report.facts()),
             *(f"wrote {path}" for path in pulled.files),
-        ]
+        ],
+        output_path,
     )

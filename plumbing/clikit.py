@@ -9,6 +9,7 @@ option given twice instead of letting the last one silently win.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple, Type
 
 import click
@@ -17,6 +18,7 @@ from typer.core import TyperCommand, TyperGroup
 
 from plumbing import output
 from plumbing.errors import ExitCode, UsageError
+from plumbing.fsutil import output_is_stdout
 from plumbing.output import warn
 
 HELP_OPTIONS = ["-h", "--help"]
@@ -185,3 +187,18 @@ def report_error_as_json(
     """With ``--json``, print the error as the run's one JSON object (unless the command printed its own)."""
     if wants_json(args) and not output.json_emitted():
         output.emit_json(error_object(message, exit_code, problems))
+
+
+def refuse_json_to_stdout(json_output: bool, written: Path) -> None:
+    """:raises UsageError: ``--json`` while ``--output`` is stdout: both would share one stream."""
+    if json_output and output_is_stdout(written):
+        raise UsageError(f"--json and --output {written} both write to stdout; write the output elsewhere")
+
+
+def emit_report(lines: Sequence[str], written: Path) -> None:
+    """Print a command's report lines: on stderr when ``--output`` is stdout, so they do not corrupt it."""
+    if output_is_stdout(written):
+        for line in lines:
+            output.note(line)
+        return
+    output.emit_lines(lines)

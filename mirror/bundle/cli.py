@@ -13,8 +13,9 @@ import typer
 
 from mirror.model import CHANNELS, COMPRESSIONS
 from plumbing import output
-from plumbing.clikit import refuse_with
+from plumbing.clikit import emit_report, refuse_json_to_stdout, refuse_with
 from plumbing.errors import UsageError
+from plumbing.fsutil import output_is_stream, output_path
 
 _MIRROR = typer.Option(..., "--mirror", help="The mirror directory (from `gpu-airgap mirror sync`).")
 _VERSION = typer.Option(
@@ -92,20 +93,25 @@ def build_command(
     )
     VersionSelector.parse(version or "latest")  # a bad --version is a usage error before the mirror is read
     lifetime = parse_duration(expires) if expires is not None else None
-    result = build_bundle(
-        mirror,
-        version=version or "latest",
-        channel=channel,
-        targets=[parse_target(t) for t in target],
-        sign_key=sign_key,
-        gnupghome=gnupghome,
-        output=output_file,
-        compression=compression_for(output_file, compression),
-        split=parse_size(split) if split else None,
-        locked=Lockfile.load(locked) if locked is not None else None,
-        meter=terminal_meter("writing the bundle", quiet=json_output),
-        expires=lifetime,
-    )
+    refuse_json_to_stdout(json_output, output_file)
+    if split and output_is_stream(output_file):
+        raise UsageError(f"--split writes several files; --output {output_file} is a device or a pipe")
+    with output_path(output_file) as writing:
+        result = build_bundle(
+            mirror,
+            version=version or "latest",
+            channel=channel,
+            targets=[parse_target(t) for t in target],
+            sign_key=sign_key,
+            gnupghome=gnupghome,
+            output=writing,
+            compression=compression_for(output_file, compression),
+            split=parse_size(split) if split else None,
+            locked=Lockfile.load(locked) if locked is not None else None,
+            meter=terminal_meter("writing the bundle", quiet=json_output),
+            expires=lifetime,
+        )
+    outputs = [output_file] if writing != output_file else list(result.outputs)
     manifest = result.manifest
     release_candidate = manifest.channel == "experimental"
     from installer.nodecheck import node_command
@@ -115,7 +121,7 @@ def build_command(
     if json_output:
         output.emit_json(
             {
-                "outputs": [str(p) for p in result.outputs],
+                "outputs": [str(p) for p in outputs],
                 "node_command": command,
                 "members": result.members,
                 "payload_bytes": result.payload_bytes,
@@ -130,7 +136,7 @@ def build_command(
             }
         )
         return
-    lines = [f"wrote {p}" for p in result.outputs]
+    lines = [f"wrote {p}" for p in outputs]
     lines.append(
         f"{result.members} members, {result.payload_bytes} bytes, toolkit {result.manifest.toolkit_version}, "
         f"targets {', '.join(t.name for t in result.manifest.targets)}, "
@@ -143,4 +149,4 @@ def build_command(
         "the node's own tools before anything from the bundle runs, then install (install options go at the end):",
         f"  {command}",
     ]
-    output.emit_lines(lines)
+    emit_report(lines, output_file)

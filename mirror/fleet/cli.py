@@ -22,7 +22,7 @@ from mirror.fleet import image as fleet_image
 from mirror.fleet import k8s as fleet_k8s
 from plumbing.clikit import Group, legacy_spellings
 from plumbing.errors import UsageError
-from plumbing.fsutil import atomic_write
+from plumbing.fsutil import output_is_stream, write_output
 from plumbing.gpg import check_key_file
 from plumbing.output import emit_lines, warn
 from plumbing.proc import run
@@ -225,7 +225,7 @@ def k8s_command(
     if out == "-":
         emit_lines([text.rstrip("\n")])
     else:
-        atomic_write(Path(out), text.encode())
+        write_output(Path(out), text.encode())
 
 
 def _bundle_identity(
@@ -330,6 +330,8 @@ def image_command(
     """Make the DaemonSet's tools image here (no base image pulled) and write it to a file or push it to the registry."""
     if output is None and push is None:
         raise UsageError("give --output FILE, --push oci://HOST/REPO:TAG, or both")
+    if output is not None:
+        output_is_stream(output)  # a directory is refused before the image is built
     if tools == "host":
         data = _read_binary(busybox)
         if not fleet_image.is_static_elf(data):
@@ -344,7 +346,7 @@ def image_command(
         image = fleet_image.build(fleet_image.tree_entries(rootfs), ["python3"])
     lines = []
     if output is not None:
-        atomic_write(output, fleet_image.layout_archive(image, tag))
+        write_output(output, fleet_image.layout_archive(image, tag))
         lines.append(f"wrote {output} ({tag}, {image.manifest.digest})")
     if push is not None:
         lines.append(f"pushed {_push_image(image, push, plain_http, ca_file)}")
