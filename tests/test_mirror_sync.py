@@ -15,7 +15,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -375,11 +375,47 @@ def test_sync_after_a_killed_run_keeps_its_verified_files_and_resumes_its_partia
     assert not staging.exists()
 
 
+def _threads(pid: int) -> dict[int, tuple[str, int]]:
+    """Each thread of ``pid``: its scheduler state (``S`` = asleep) and how often it has gone to sleep."""
+    found = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        status = dict(
+            line.split(":\t", 1) for line in (task / "status").read_text().splitlines() if ":\t" in line
+        )
+        found[int(task.name)] = (status["State"][0], int(status["voluntary_ctxt_switches"]))
+    return found
+
+
+def _signal_bits(pid: int, field: str) -> int:
+    """A signal mask of ``/proc/PID/status`` (``SigCgt``, ``ShdPnd``...) as an int."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1], 16)
+    raise AssertionError(f"no {field} in /proc/{pid}/status")
+
+
+def _until(condition: Callable[[], bool], what: str, timeout: float = 60) -> None:
+    """Poll ``condition`` (it watches another process: there is nothing to wait on) until it holds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting until {what}")
+        time.sleep(0.005)
+
+
+def _asleep_and_still(pid: int) -> bool:
+    """Every thread of ``pid`` sleeps and none ran between two looks."""
+    first = _threads(pid)
+    time.sleep(0.01)
+    return first == _threads(pid) and all(state == "S" for state, _ in first.values())
+
+
 def test_ctrl_c_stops_the_sync_publishes_nothing_and_the_rerun_skips_what_had_arrived(
     site: tuple[UpstreamTree, UpstreamServer], tmp_path: Path
 ) -> None:
-    # A real SIGINT to a real `gpu-airgap mirror sync` process, one download at a time; the second
-    # package's server answer is held back, so the first has arrived and the second is in flight.
+    # A real SIGINT to a real `gpu-airgap mirror sync` process, one download at a time. The second
+    # package's answer stalls after 500 bytes, so the first has arrived and the second is in flight;
+    # it stays stalled until the process has taken the signal, so the sync cannot finish first.
     tree, server = site
     dest = tmp_path / "mirror"
     order = [
@@ -391,7 +427,7 @@ def test_ctrl_c_stops_the_sync_publishes_nothing_and_the_rerun_skips_what_had_ar
             "nvidia-container-toolkit",
         )
     ]
-    server.inject(order[1], Fault.delay(2.0))
+    held = server.inject(order[1], Fault.hold(500))
     argv = [
         sys.executable,
         "-m",
@@ -411,21 +447,37 @@ def test_ctrl_c_stops_the_sync_publishes_nothing_and_the_rerun_skips_what_had_ar
         "--quiet",
     ]
     proc = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True, cwd=Path(__file__).parent.parent)
-    first = dest / ".gpu-airgap/staging" / order[0]
-    deadline = time.monotonic() + 30
-    while not first.exists() and time.monotonic() < deadline:
-        time.sleep(0.02)
-    started = time.monotonic()
-    proc.send_signal(signal.SIGINT)
-    _, stderr = proc.communicate(timeout=30)
+    try:
+        held.wait_stalled()
+        assert (dest / ".gpu-airgap/staging" / order[0]).is_file()  # one download at a time: done
+        # The process waits on the stalled download: its downloader blocked reading, its main thread
+        # waiting for that download. Python takes SIGINT in the main thread (Linux delivers it there
+        # first), which then cancels the downloads and waits again: that second sleep is the sign.
+        _until(lambda: _asleep_and_still(proc.pid), "the sync waits on the stalled download")
+        assert _signal_bits(proc.pid, "SigCgt") & (1 << (signal.SIGINT - 1)), "the sync does not catch SIGINT"
+        before = _threads(proc.pid)[proc.pid][1]
+        proc.send_signal(signal.SIGINT)
+
+        def took_it() -> bool:
+            state, sleeps = _threads(proc.pid)[proc.pid]
+            return not _signal_bits(proc.pid, "ShdPnd") and state == "S" and sleeps > before
+
+        _until(took_it, "the sync took the signal")
+        held.release()
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
     assert (
         proc.returncode == 130
         and "warning: interrupted; the mirror is unchanged and the next sync resumes" in stderr
     ), stderr
-    assert time.monotonic() - started < 10  # the held-back download is cancelled, the rest never start
     assert not store.state_path(dest).exists() and not list(dest.glob("stable/deb/amd64/*.deb"))
     in_flight = dest / ".gpu-airgap/staging/stable/deb/amd64" / f".{Path(order[1]).name}.part"
-    assert in_flight.exists()  # what had arrived of the held-back package is kept too
+    assert in_flight.stat().st_size >= 500  # what had arrived of the held-back package is kept too
+    assert not (dest / ".gpu-airgap/staging" / order[2]).exists()  # the rest never started
+    assert [r.path.lstrip("/") for r in server.log if r.path.endswith(".deb")] == order[:2]
 
     server.clear()
     result = _sync(server, tree, dest, "--format", "deb", "--json")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import email.utils
 import http.client
-import time
+import socket
 from pathlib import Path
 
 import pytest
@@ -126,11 +126,28 @@ def test_error_fault_answers_500_every_time(upstream_server: UpstreamServer) -> 
     assert [request(upstream_server, "GET", "/gpgkey")[0] for _ in range(3)] == [500, 500, 500]
 
 
-def test_delay_fault_slows_the_answer(upstream_server: UpstreamServer) -> None:
-    upstream_server.inject(PATH, Fault.delay(0.3))
-    started = time.monotonic()
-    assert request(upstream_server, "HEAD", PATH)[0] == 200
-    assert time.monotonic() - started >= 0.3
+def test_hold_fault_stalls_the_body_until_released(
+    upstream_server: UpstreamServer, upstream_tree: UpstreamTree
+) -> None:
+    fault = upstream_server.inject(PATH, Fault.hold(100))
+    conn = http.client.HTTPConnection("127.0.0.1", upstream_server.port, timeout=10)
+    try:
+        conn.request("GET", PATH)
+        fault.wait_stalled()
+        resp = conn.getresponse()
+        assert resp.status == 200 and resp.read1(1000) == content(upstream_tree)[:100]
+        assert upstream_server.requests_for(PATH)[0].status == 200  # logged while it stalls
+        # Loopback: what the server wrote before it stalled is already here; nothing else is.
+        conn.sock.setblocking(False)
+        with pytest.raises(BlockingIOError):
+            conn.sock.recv(1, socket.MSG_PEEK)
+        conn.sock.settimeout(10)
+        fault.release()
+        assert resp.read() == content(upstream_tree)[100:]
+    finally:
+        conn.close()
+    assert request(upstream_server, "GET", PATH)[2] == content(upstream_tree)  # later ones go through
+    assert fault.hits == 1
 
 
 def test_corrupt_flips_one_byte_only_when_the_response_contains_it(

@@ -9,6 +9,9 @@ order injected::
 
     server.inject("stable/deb/amd64/Packages.xz", Fault.drop_after(1000))
     server.inject("gpgkey", Fault.fail_first(2, status=503))
+
+No fault waits on a clock: :meth:`Fault.hold` stalls a response until the test releases it, so a
+test can act (send a signal, start another command) at a known point of a transfer.
 """
 
 from __future__ import annotations
@@ -21,7 +24,6 @@ import re
 import socket
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -38,11 +40,14 @@ from plumbing.fsutil import safe_join
 class Fault:
     """One misbehaviour of the server for one path. Build with the class methods."""
 
-    kind: str  #: drop | status | delay | corrupt
-    value: float = 0  #: drop: bytes before the drop; delay: seconds; corrupt: byte offset
+    kind: str  #: drop | status | hold | corrupt
+    value: float = 0  #: drop: bytes before the drop; hold: bytes before the stall; corrupt: byte offset
     status: int = 0  #: status: the HTTP status to answer with
     times: int | None = None  #: status: how many requests fail (None = every one)
     hits: int = field(default=0, compare=False)  #: how many requests this fault has changed
+    #: hold: set once a response has stalled (its headers and first bytes are sent)
+    stalled: threading.Event = field(default_factory=threading.Event, compare=False, repr=False)
+    _released: threading.Event = field(default_factory=threading.Event, compare=False, repr=False)
 
     @classmethod
     def drop_after(cls, nbytes: int) -> Fault:
@@ -65,9 +70,21 @@ class Fault:
         return cls("status", status=404)
 
     @classmethod
-    def delay(cls, seconds: float) -> Fault:
-        """Wait ``seconds`` before answering."""
-        return cls("delay", value=seconds)
+    def hold(cls, nbytes: int = 0) -> Fault:
+        """Send the headers and ``nbytes`` of body, then stall until :meth:`release` (or the server is cleared).
+
+        Every response of the path stalls at that point until the release; after it they go through.
+        """
+        return cls("hold", value=nbytes)
+
+    def wait_stalled(self, timeout: float = 60) -> None:
+        """Block until a response of this ``hold`` fault has stalled (fail the test after ``timeout``)."""
+        if not self.stalled.wait(timeout):
+            raise AssertionError(f"no request reached the held path within {timeout} s")
+
+    def release(self) -> None:
+        """Let the stalled responses of this ``hold`` fault (and later ones) send the rest."""
+        self._released.set()
 
     @classmethod
     def corrupt(cls, offset: int = 0) -> Fault:
@@ -92,6 +109,8 @@ class LogRecord:
 
 
 _RANGE = re.compile(r"bytes=(\d*)-(\d*)")
+#: the longest a held response waits for its release
+_HOLD_LIMIT = 120.0
 
 
 def _norm(path: str) -> str:
@@ -135,10 +154,6 @@ class _Handler(BaseHTTPRequestHandler):
     def _serve(self, *, body: bool) -> None:
         rel = _norm(self.path)
         faults = self.server.owner._faults_for(rel)
-        for fault in faults:
-            if fault.kind == "delay":
-                fault.hits += 1
-                time.sleep(fault.value)
         for fault in faults:
             if fault.kind == "status" and self.server.owner._claim(fault):
                 self._simple(fault.status)
@@ -196,6 +211,21 @@ class _Handler(BaseHTTPRequestHandler):
             if fault.kind == "corrupt" and 0 <= offset < len(data):
                 fault.hits += 1
                 data[offset] ^= 0xFF
+        hold = next((f for f in faults if f.kind == "hold"), None)
+        if hold is not None and not hold._released.is_set():
+            cut = min(int(hold.value), len(data))
+            self._record(status, len(data))  # being sent: the request is in the log while it stalls
+            with contextlib.suppress(OSError):
+                self.end_headers()
+                self.wfile.write(bytes(data[:cut]))
+                self.wfile.flush()
+            hold.hits += 1
+            hold.stalled.set()
+            # Bounded, so a test that forgets to release cannot hang the server's shutdown forever.
+            hold._released.wait(_HOLD_LIMIT)
+            with contextlib.suppress(OSError):
+                self.wfile.write(bytes(data[cut:]))
+            return
         drop = next((f for f in faults if f.kind == "drop"), None)
         if drop is not None and int(drop.value) < len(data):
             drop.hits += 1
@@ -309,6 +339,7 @@ class UpstreamServer:
 
     def stop(self) -> None:
         """Stop serving and close the socket."""
+        self._release_holds()  # a held response would keep its handler thread waiting
         if self._thread is not None:
             self._httpd.shutdown()
             self._thread.join(timeout=10)
@@ -334,7 +365,8 @@ class UpstreamServer:
         return fault
 
     def clear(self) -> None:
-        """Remove every fault and empty the log."""
+        """Remove every fault (releasing held responses) and empty the log."""
+        self._release_holds()
         with self._lock:
             self._faults.clear()
             self._log.clear()
@@ -355,6 +387,12 @@ class UpstreamServer:
     def url_for(self, path: str) -> str:
         """The full URL of ``path`` relative to the root."""
         return self.url + _norm(path)
+
+    def _release_holds(self) -> None:
+        with self._lock:
+            for faults in self._faults.values():
+                for fault in faults:
+                    fault.release()
 
     def _faults_for(self, path: str) -> list[Fault]:
         with self._lock:
