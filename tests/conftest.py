@@ -13,10 +13,23 @@ from pathlib import Path
 import pytest
 
 from mirror.trust import open_keyring
+from plumbing import clock
 from plumbing.gpg import Keyring
 from tests.cli_runner import run_cli
 from tests.gpgkeys import TestKey, make_key
 from tests.upstream import UpstreamServer, UpstreamTree, cached_upstream, stop_agent
+
+
+@pytest.fixture(autouse=True)
+def backoff(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """The retry waits of this test, recorded instead of slept: no test spends real time on a back-off.
+
+    Every in-process retry (the mirror's HTTP client, the registry client) waits through
+    :func:`plumbing.clock.backoff`; a test that cares asks for this list and asserts on it.
+    """
+    waits: list[float] = []
+    monkeypatch.setattr(clock, "backoff", waits.append)
+    return waits
 
 
 @pytest.fixture(scope="session")

@@ -13,7 +13,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -79,9 +78,8 @@ def test_a_dropped_metadata_transfer_resumes_where_it_stopped(
     assert run_cli("mirror", "verify", "--mirror", str(tmp_path / "mirror")).exit_code == 0
 
 
-@pytest.mark.slow  # five attempts with real backoff: 7.5 s
 def test_a_refused_connection_is_one_sentence_with_what_to_check(
-    upstream_tree: UpstreamTree, tmp_path: Path
+    upstream_tree: UpstreamTree, tmp_path: Path, backoff: list[float]
 ) -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -91,6 +89,7 @@ def test_a_refused_connection_is_one_sentence_with_what_to_check(
     line = _clean_sentence(result.stderr)
     assert f"127.0.0.1:{port} refused the connection (tried 5 times); check --upstream" in line
     assert "https_proxy" in line
+    assert backoff == [0.5, 1.0, 2.0, 4.0]  # four waits, doubling (recorded: the test does not wait them)
 
 
 @pytest.mark.parametrize(
@@ -124,7 +123,6 @@ def test_each_failure_of_a_metadata_download_is_one_clean_sentence(
 def test_a_host_name_that_does_not_resolve_is_not_retried_and_names_the_way_out(
     upstream_tree: UpstreamTree, tmp_path: Path
 ) -> None:
-    started = time.monotonic()
     proc = subprocess.run(
         [
             "unshare",
@@ -150,9 +148,7 @@ def test_a_host_name_that_does_not_resolve_is_not_retried_and_names_the_way_out(
         timeout=60,
         check=False,
     )
-    seconds = time.monotonic() - started
     assert proc.returncode == ExitCode.NETWORK, proc.stderr
     line = _clean_sentence(proc.stderr)
     assert "the host name nvidia.invalid does not resolve; check --upstream, and set https_proxy" in line
-    assert "tried" not in line
-    assert seconds < 4, f"took {seconds:.1f} s: the lookup was retried (5 attempts back off 7.5 s)"
+    assert "tried" not in line  # one attempt: a retried failure says "(tried 5 times)"

@@ -342,7 +342,9 @@ def test_registry_options_on_a_file_install_are_a_usage_error(
     assert result.exit_code == 2 and "apply only to an oci:// bundle" in _one_sentence(result)
 
 
-def test_an_unreachable_registry_is_a_network_error(test_key: TestKey, tmp_path: Path) -> None:
+def test_an_unreachable_registry_is_a_network_error(
+    test_key: TestKey, tmp_path: Path, backoff: list[float]
+) -> None:
     result = run_cli(
         "bundle",
         "pull",
@@ -353,6 +355,7 @@ def test_an_unreachable_registry_is_a_network_error(test_key: TestKey, tmp_path:
         str(test_key.public),
     )
     assert result.exit_code == 4 and "cannot reach the registry" in _one_sentence(result)
+    assert backoff == [0.5, 1.0]  # three attempts (the waits recorded, not slept)
 
 
 # -- https with a custom CA and basic auth ------------------------------------------------------

@@ -28,7 +28,6 @@ import http.client
 import io
 import json
 import ssl
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -47,7 +46,7 @@ from installer.oci.errors import (
     RegistryUnreachable,
 )
 from installer.oci.reference import DIGEST_RE, Reference
-from plumbing import output
+from plumbing import clock, output
 from plumbing.version import VERSION
 
 CHUNK = 1 << 20
@@ -103,13 +102,13 @@ class RegistryClient:
         access: RegistryAccess,
         *,
         loopback: bool = False,
-        sleep: Callable[[float], None] = time.sleep,
+        sleep: Optional[Callable[[float], None]] = None,
     ) -> None:
         self.host = host
         self.access = access
         self._scheme = "http" if access.plain_http else "https"
         self._may_fall_back = loopback and not access.plain_http  #: until the first answer
-        self._sleep = sleep
+        self._sleep = sleep  #: None: plumbing.clock.backoff, looked up at each wait (tests swap it)
         self._auth = Authorizer(
             host, access.credentials, self._send_token_request, plain_http=lambda: self._scheme == "http"
         )
@@ -191,7 +190,7 @@ class RegistryClient:
                     raise RegistryUnreachable(
                         f"{where} could not be downloaded from {self.host}: {_reason(exc)}"
                     ) from exc
-                self._sleep(0.5 * attempt)
+                self._wait(0.5 * attempt)
         raise AssertionError("unreachable")
 
     def upload_blob(self, repository: str, digest: str, size: int, open_body: BodyFactory) -> bool:
@@ -327,7 +326,7 @@ class RegistryClient:
                 output.warn(
                     f"cannot reach {url} ({_reason(exc)}); retry {attempt} of {self.access.attempts - 1} in {0.5 * attempt:.1f} s"
                 )
-                self._sleep(0.5 * attempt)
+                self._wait(0.5 * attempt)
                 continue
             self._may_fall_back = False
             if resp.status in _RETRY_STATUS and idempotent and attempt < self.access.attempts:
@@ -335,7 +334,7 @@ class RegistryClient:
                 output.warn(
                     f"{method} {url}: HTTP {resp.status}; retry {attempt} of {self.access.attempts - 1} in {0.5 * attempt:.1f} s"
                 )
-                self._sleep(0.5 * attempt)
+                self._wait(0.5 * attempt)
                 continue
             if resp.status in _RETRY_STATUS or resp.status >= 500:
                 resp.close()
@@ -357,6 +356,10 @@ class RegistryClient:
         except urllib.error.HTTPError as exc:  # an answer, not a failure: the caller decides
             return _Response(exc.code, exc.headers, exc, url)
         return _Response(raw.status, raw.headers, raw, url)
+
+    def _wait(self, seconds: float) -> None:
+        """Wait before another attempt."""
+        (self._sleep or clock.backoff)(seconds)
 
     def _expect(self, resp: _Response, ok: Tuple[int, ...], doing: str) -> None:
         if resp.status in ok:

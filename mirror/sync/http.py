@@ -10,8 +10,9 @@
   ``.part`` file beside the target; an interrupted transfer resumes with a ``Range`` request;
   the target gets its final name only when size and checksum match.
 
-Connection errors and 5xx answers are retried with bounded exponential backoff (the ``sleep``
-is injectable so tests do not wait); a host name that does not resolve is not retried.
+Connection errors and 5xx answers are retried with bounded exponential backoff (the wait is
+:func:`plumbing.clock.backoff` or an injected ``sleep``, so tests do not wait); a host name that
+does not resolve is not retried.
 Everything else becomes a one-sentence :class:`~mirror.errors.FetchError` (worded by
 :mod:`mirror.sync.netfail`) or :class:`~plumbing.errors.ChecksumMismatch`.
 """
@@ -22,7 +23,6 @@ import contextlib
 import logging
 import os
 import threading
-import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -36,7 +36,7 @@ from mirror.errors import FetchError
 from mirror.sync.netfail import CONNECTION_HINT, describe
 from mirror.sync.transaction import CachedResponse
 from mirror.sync.transfer import CHUNK, DownloadRequest, PartialBody, PartialFile, TransferStats, range_start
-from plumbing import output
+from plumbing import clock, output
 from plumbing.errors import ChecksumMismatch, NoSpaceError, ToolError
 
 # DownloadRequest is part of this module's interface (sync.core and tests import it from here).
@@ -78,7 +78,7 @@ class Downloader:
     :param retries: extra attempts after the first for connection errors and 5xx answers.
     :param backoff: first wait in seconds; doubled after every failed attempt, capped at ``max_backoff``.
     :param timeout: connect and read timeout in seconds.
-    :param sleep: how to wait between attempts (tests pass a recorder).
+    :param sleep: how to wait between attempts (default :func:`plumbing.clock.backoff`, looked up at each wait).
     :param notify: told each retry in one line (default: a warning on stderr, so it shows without --debug).
     """
 
@@ -90,7 +90,7 @@ class Downloader:
         backoff: float = 0.5,
         max_backoff: float = 8.0,
         timeout: float = 30.0,
-        sleep: Callable[[float], None] = time.sleep,
+        sleep: Callable[[float], None] | None = None,
         notify: Callable[[str], None] = output.warn,
     ) -> None:
         if jobs < 1:
@@ -396,7 +396,7 @@ class Downloader:
                     f"{url}: {exc.detail or exc.status}; retry {number + 1} of {self.retries} in {delay:.1f} s"
                 )
                 self.stats.add(retries=1)
-                self.sleep(delay)
+                (self.sleep or clock.backoff)(delay)
         raise AssertionError("unreachable")  # pragma: no cover
 
 
