@@ -7,6 +7,12 @@ including files that did not exist (they are removed again, with their new direc
 install run that fails rolls back only its own writes (:meth:`Journal.mark` and
 :meth:`Journal.undo_since`); both ways of undoing decide per file with :func:`restores_of` and
 carry it out with :func:`put_back`.
+
+Every path in the journal is a node path (``/etc/containerd/config.toml``), resolved under the
+current ``--root`` when used: a copied or moved root, or the image booted as ``/``, acts on its own
+files. Journals of older versions recorded host paths (``/build/img/etc/...``); they are read by
+taking off the root they were recorded under (:mod:`configure.legacy_records`). A path that would land outside
+the root is refused, whatever the journal says.
 """
 
 from __future__ import annotations
@@ -23,8 +29,12 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from configure import lineedits
 from configure.changes import STATE_DIR, FileChange, check_writable, read_optional, write_config
+from configure.legacy_records import from_legacy, legacy_roots
 from plumbing.errors import ConfigFormatError, ToolError
-from plumbing.fsutil import rooted
+from plumbing.fsutil import node_path_of, recorded_path, rooted
+
+#: the journal schema whose paths are node paths (schema 1 recorded host paths, with the root's prefix)
+SCHEMA = 2
 
 
 @dataclass
@@ -32,13 +42,21 @@ class JournalEntry:
     """One applied write: which engine, which file, where its previous bytes are kept."""
 
     engine: str
-    path: str  #: real path
-    backup: Optional[str]  #: real path of the copy of the previous bytes; None if the file was new
+    path: str  #: node path
+    backup: Optional[str]  #: node path of the copy of the previous bytes; None if the file was new
     sha256: str  #: digest of the bytes we wrote, to notice later edits by others
     time: float
     notes: Dict[str, Any] = field(default_factory=dict)  #: e.g. {"previous_default": "runc"}
     mode: Optional[int] = None  #: permission bits of the file before the write
-    created: List[str] = field(default_factory=list)  #: directories this write created, deepest first
+    created: List[str] = field(
+        default_factory=list
+    )  #: node paths of directories this write created, deepest first
+    #: a revert already put the file back (a revert that was killed skips it when run again)
+    restored: bool = False
+
+    def paths(self) -> List[Any]:
+        """Every path the entry names (what must stay under the root)."""
+        return [self.path, *([self.backup] if self.backup is not None else []), *self.created]
 
 
 @dataclass(frozen=True)
@@ -64,22 +82,62 @@ class Journal:
         return [self.path, self.backups / "backup"]
 
     def entries(self) -> List[JournalEntry]:
-        """All recorded writes, oldest first."""
+        """All recorded writes, oldest first, with node paths.
+
+        :raises ConfigFormatError: for a corrupt journal, or one naming a path outside the root.
+        """
         raw = read_optional(self.path)
         if raw is None:
             return []
         try:
-            return [JournalEntry(**item) for item in json.loads(raw)["entries"]]
-        except (ValueError, KeyError, TypeError) as exc:
+            data = json.loads(raw)
+            entries = [JournalEntry(**item) for item in data["entries"]]
+            schema = data.get("schema", 1)
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise ConfigFormatError(self.path, "the configure journal is corrupt") from exc
+        if schema != SCHEMA:
+            entries = self._from_legacy(entries)
+        for entry in entries:
+            for path in entry.paths():
+                self.host(path)  # refuses a path outside the root before anyone acts on it
+        return entries
+
+    def _from_legacy(self, entries: List[JournalEntry]) -> List[JournalEntry]:
+        """Entries of an older journal (host paths) with node paths: each without the root it was recorded under."""
+        for entry, old in zip(entries, legacy_roots([entry.backup for entry in entries], self.root)):
+            entry.path = from_legacy(entry.path, old, self.path)
+            entry.backup = None if entry.backup is None else from_legacy(entry.backup, old, self.path)
+            entry.created = [from_legacy(d, old, self.path) for d in entry.created]
+        return entries
+
+    def host(self, node_path: object) -> Path:
+        """Where the recorded ``node_path`` is under this root.
+
+        :raises ConfigFormatError: when it would land outside the root.
+        """
+        return recorded_path(self.root, node_path, self.path)
+
+    def node(self, path: Path) -> str:
+        """The node path to record for ``path``, a file under this root.
+
+        :raises ConfigFormatError: when ``path`` is outside the root (gpu-airgap records and changes nothing there).
+        """
+        node = node_path_of(self.root, path)
+        if node is None:
+            raise ConfigFormatError(
+                path, f"is outside {self.root}; gpu-airgap changes only files under the root"
+            )
+        return node
 
     def _save(self, entries: Sequence[JournalEntry]) -> None:
-        data = {"schema": 1, "entries": [asdict(e) for e in entries]}
+        data = {"schema": SCHEMA, "entries": [asdict(e) for e in entries]}
         write_config(self.path, (json.dumps(data, indent=2) + "\n").encode(), mode=0o600)
 
     def record(self, engine: str, change: FileChange, notes: Optional[Dict[str, Any]] = None) -> None:
         """Back up the previous bytes of ``change.path``, then record the write (call before writing)."""
         entries = self.entries()
+        path = self.node(change.path)
+        created = [self.node(directory) for directory in _missing_dirs(change.path.parent)]
         backup: Optional[str] = None
         mode: Optional[int] = None
         if change.old is not None:
@@ -87,11 +145,10 @@ class Journal:
             stamp = time.strftime("%Y%m%dT%H%M%S")
             target = self.backups / f"{stamp}-{len(entries):04d}-{change.path.name}"
             write_config(target, change.old, mode=0o600)
-            backup = str(target)
-        created = [str(directory) for directory in _missing_dirs(change.path.parent)]
+            backup = self.node(target)
         entry = JournalEntry(
             engine=engine,
-            path=str(change.path),
+            path=path,
             backup=backup,
             sha256=hashlib.sha256(change.new).hexdigest(),
             time=time.time(),
@@ -104,6 +161,14 @@ class Journal:
     def forget(self, engines: Sequence[str]) -> None:
         """Drop the entries of ``engines`` (after a successful revert)."""
         self._save([e for e in self.entries() if e.engine not in engines])
+
+    def mark_restored(self, node_path: str, engines: Sequence[str]) -> None:
+        """Record that a revert of ``engines`` put ``node_path`` back (atomically, before the next file)."""
+        entries = self.entries()
+        for entry in entries:
+            if entry.path == node_path and entry.engine in engines:
+                entry.restored = True
+        self._save(entries)
 
     def mark(self) -> JournalMark:
         """Where the journal stands now; :meth:`undo_since` takes everything after it back."""
@@ -121,18 +186,18 @@ class Journal:
         :raises ConfigFormatError: naming a file that could not be put back (the others were).
         """
         recent = self.entries()[mark.count :]
-        failed: Dict[Path, ToolError] = {}
-        restores = restores_of(recent, None)
+        failed: Dict[str, ToolError] = {}
+        restores = restores_of(self, recent, None)
         for restore in restores:
             try:
                 put_back(restore)
             except ToolError as exc:
-                failed[restore.path] = exc
+                failed[restore.node] = exc
         remove_created(restores)
-        kept = [entry for entry in recent if Path(entry.path) in failed]
+        kept = [entry for entry in recent if entry.path in failed]
         for entry in recent:
             if entry.backup is not None and entry not in kept:
-                Path(entry.backup).unlink(missing_ok=True)
+                self.host(entry.backup).unlink(missing_ok=True)
         if kept:
             self._save([*self.entries()[: mark.count], *kept])
         elif mark.raw is None:
@@ -206,11 +271,13 @@ class Restore:
     """One file a revert puts back, decided before anything changes."""
 
     engine: str
-    path: Path
+    path: Path  #: where the file is under the root
     data: Optional[bytes]  #: the bytes before gpu-airgap's first write; None: it did not exist, delete it
     mode: Optional[int]  #: its permission bits then
     created: Tuple[str, ...]  #: directories gpu-airgap created for it, removed again when empty
     edited: Optional[bytes] = None  #: the current bytes, when someone changed them after our last write
+    node: str = ""  #: the node path the journal records
+    done: bool = False  #: a revert put it back already (it was killed before it finished)
 
     @property
     def action(self) -> str:
@@ -218,8 +285,13 @@ class Restore:
         return "delete" if self.data is None else "restore"
 
 
-def restores_of(entries: Sequence[JournalEntry], engines: Optional[Sequence[str]]) -> List[Restore]:
+def restores_of(
+    journal: Journal, entries: Sequence[JournalEntry], engines: Optional[Sequence[str]]
+) -> List[Restore]:
     """One :class:`Restore` per file in ``entries`` (of ``engines``): first backup, last digest, current edit.
+
+    A file that already holds the bytes it would get back is not edited: a revert that was killed
+    after putting it back (before recording so) goes on from there.
 
     :raises ToolError: when a backup is missing (nothing has changed yet).
     """
@@ -232,19 +304,28 @@ def restores_of(entries: Sequence[JournalEntry], engines: Optional[Sequence[str]
             last[entry.path] = entry
             notes.setdefault(entry.path, []).append(entry.notes)
     restores: List[Restore] = []
-    for path, entry in first.items():
+    for node, entry in first.items():
+        path = journal.host(node)
+        created = tuple(str(journal.host(d)) for d in entry.created)
+        done = last[node].restored
         data: Optional[bytes] = None
         if entry.backup is not None:
-            data = read_optional(Path(entry.backup))
-            if data is None:
-                raise ToolError(f"the backup {entry.backup} of {path} is missing; cannot restore it")
-        current = read_optional(Path(path))
+            backup = journal.host(entry.backup)
+            data = read_optional(backup)
+            if data is None and not done:
+                raise ToolError(f"the backup {backup} of {path} is missing; cannot restore it")
+        if done:  # put back by a revert that did not finish: whatever is there now is not ours
+            restores.append(Restore(entry.engine, path, data, entry.mode, created, node=node, done=True))
+            continue
+        current = read_optional(path)
         edited = (
             current
-            if current is not None and hashlib.sha256(current).hexdigest() != last[path].sha256
+            if current is not None
+            and current != data
+            and hashlib.sha256(current).hexdigest() != last[node].sha256
             else None
         )
-        owned = lineedits.owned_lines(notes[path])
+        owned = lineedits.owned_lines(notes[node])
         if edited is not None and owned is not None:
             # A line edit (LXC config): take out exactly our lines and keep whatever else changed.
             data, edited = (
@@ -253,7 +334,7 @@ def restores_of(entries: Sequence[JournalEntry], engines: Optional[Sequence[str]
                 ),
                 None,
             )
-        restores.append(Restore(entry.engine, Path(path), data, entry.mode, tuple(entry.created), edited))
+        restores.append(Restore(entry.engine, path, data, entry.mode, created, edited, node))
     return restores
 
 
@@ -268,6 +349,8 @@ def remove_created(restores: Sequence[Restore]) -> None:
 
 def put_back(restore: Restore) -> None:
     """Give ``restore.path`` its bytes (and mode) back, or delete it with the directories made for it."""
+    if restore.done:
+        return
     if restore.data is not None and read_optional(restore.path) == restore.data:
         return  # the write never happened, or was already undone: nothing to put back
     if restore.data is None:

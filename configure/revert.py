@@ -5,6 +5,9 @@ there, no file was edited since) and only then changes anything (:func:`apply_re
 ``force`` an edited file is kept beside the original as ``FILE.gpu-airgap-old``. A file
 gpu-airgap only appended lines to (:mod:`configure.lineedits`, LXC configs) is not refused when
 edited since: exactly its lines are taken out and the edit stays.
+
+A revert records each file it put back in the journal (atomically, before the next one), so a
+revert killed at any point finishes when run again: what it put back is not taken for an edit.
 """
 
 from __future__ import annotations
@@ -61,7 +64,7 @@ def plan_revert(journal: Journal, engines: Sequence[str]) -> RevertPlan:
             raise ToolError(
                 f"nothing to revert: gpu-airgap has not changed any {engine} configuration under {journal.root}"
             )
-    return RevertPlan(list(engines), restores_of(entries, engines))
+    return RevertPlan(list(engines), restores_of(journal, entries, engines))
 
 
 def apply_revert(journal: Journal, plan: RevertPlan, *, force: bool = False) -> RevertOutcome:
@@ -74,9 +77,11 @@ def apply_revert(journal: Journal, plan: RevertPlan, *, force: bool = False) -> 
         raise ProblemsFound("refusing to revert", plan.problems)
     outcome = RevertOutcome()
     for restore in plan.restores:
-        if restore.edited is not None:
-            outcome.kept[str(restore.path)] = str(_keep_aside(restore.path, restore.edited))
-        put_back(restore)
+        if not restore.done:
+            if restore.edited is not None:
+                outcome.kept[str(restore.path)] = str(_keep_aside(restore.path, restore.edited))
+            put_back(restore)
+            journal.mark_restored(restore.node, plan.engines)
         (outcome.deleted if restore.data is None else outcome.restored).append(restore.path)
     remove_created(plan.restores)
     journal.forget(plan.engines)

@@ -7,8 +7,9 @@ fail with ``RuntimeHandler "nvidia" not supported``. So besides the manifest we 
 which ``configure verify`` reads to check the handler against the registered runtimes.
 
 ``--output`` is a node path like every other path of the configure group: an absolute path is
-mapped under ``--root``; a relative one is taken relative to the current directory and recorded
-as an absolute path. Without ``--output`` the manifest goes to stdout and ``output`` is null.
+mapped under ``--root``; on the running system a relative one is taken relative to the current
+directory and recorded as an absolute path. Under another root a relative one is refused: it
+would land outside the root, where gpu-airgap neither writes nor records. Without ``--output`` the manifest goes to stdout and ``output`` is null.
 Both files go through the journal (engine ``runtimeclass``), so ``revert`` removes them again.
 """
 
@@ -26,7 +27,7 @@ from configure.changes import STATE_DIR, FileChange, read_optional
 from configure.distros import detection
 from configure.engine import ConfigPlan
 from plumbing.errors import ConfigFormatError, UsageError
-from plumbing.fsutil import rooted
+from plumbing.fsutil import is_live_root, rooted
 
 ENGINE = "runtimeclass"
 RECORD = STATE_DIR + "/runtimeclass.json"
@@ -113,6 +114,11 @@ def plan_runtimeclass(
         plan.warnings.append(clash)
     plan.facts["EMIT"] = str(clash is None).lower()
     node_output: Optional[str] = None
+    if output is not None and not output.startswith("/") and not is_live_root(root):
+        raise UsageError(
+            f"--output {output!r} is relative, so it would land outside --root {root}: "
+            "give the manifest's path on the node, such as /etc/kubernetes/runtimeclass.yaml"
+        )
     if output is not None and clash is None:
         node_output = output if output.startswith("/") else os.path.abspath(output)
         path = rooted(root, output) if output.startswith("/") else Path(node_output)

@@ -5,6 +5,8 @@ files with :func:`configure.revert.apply_revert`, so the bytes come back exactly
 Uninstall checks everything before it changes anything (drift, every backup, the packages present),
 and ``--dry-run`` stops there and says what it would do. A record of an install that did not finish
 (killed, or an upgrade that could not be undone) is reported by ``status`` and undone by ``uninstall``.
+Uninstall marks the record before its first change and the journal records each file it put back,
+so an uninstall killed at any point is finished by running it again.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from installer.env import CDI_SPEC, SERVICE_UNITS, NodeEnv, engine_unit
 from installer.install import InstallResult, restart_engines
 from installer.plan import InstallOptions
 from installer.rollback import is_present
-from installer.state import NodeState, changed_files, load_state, save_state, state_path
+from installer.state import NodeState, changed_files, host_path, load_state, save_state, state_path
 from installer.target import TOOLKIT_ORDER
 from installer.workspace import node_lock
 from plumbing.errors import ProblemsFound, ToolError, UsageError
@@ -60,15 +62,16 @@ class EngineNotRunning(ToolError):
         )
 
 
-def file_drift(state: NodeState) -> List[str]:
+def file_drift(root: Path, state: NodeState) -> List[str]:
     """Every recorded configuration file someone changed after gpu-airgap wrote it."""
     problems = []
     for item in state.files:
-        current = read_optional(Path(item.path))
+        path = host_path(root, item)
+        current = read_optional(path)
         if current is None:
-            problems.append(f"{item.path} was deleted after gpu-airgap wrote it")
+            problems.append(f"{path} was deleted after gpu-airgap wrote it")
         elif hashlib.sha256(current).hexdigest() != item.sha256:
-            problems.append(f"{item.path} was edited after gpu-airgap wrote it")
+            problems.append(f"{path} was edited after gpu-airgap wrote it")
     return problems
 
 
@@ -101,15 +104,16 @@ def uninstall(
     result = UninstallResult(dry_run=dry_run)
     with node_lock(root):
         state = _require_state(root)
-        drift = file_drift(state)
-        if drift and not force:
-            raise ProblemsFound(
-                "refusing to uninstall (use --force to restore the recorded files anyway)", drift
-            )
         journal = Journal(root)
         recorded = {entry.engine for entry in journal.entries()}
         engines = [engine for engine in state.engines if engine in recorded]
         plan = plan_revert(journal, engines) if engines else RevertPlan([], [])
+        # after a killed uninstall the journal knows which files it put back already; the record does not
+        drift = plan.problems if state.uninstalling else file_drift(root, state)
+        if drift and not force:
+            raise ProblemsFound(
+                "refusing to uninstall (use --force to restore the recorded files anyway)", drift
+            )
         backend = env.backend(env.detect(root)) if not keep_packages else None
         names = (
             [n for n in reversed(list(state.packages)) if is_present(backend, n)]
@@ -123,6 +127,9 @@ def uninstall(
         if dry_run:
             result.kept = {str(r.path): str(kept_name(r.path)) for r in plan.restores if r.edited is not None}
             return result
+        if not state.uninstalling:
+            state.uninstalling = True
+            save_state(root, state)
         result.kept = apply_revert(journal, plan, force=force).kept
         if backend is not None:
             if state.held:
@@ -257,7 +264,8 @@ def status(
             now = packages.get(pkg)
             if now != version:
                 problems.append(f"{pkg} is {now or 'not installed'}, the install recorded {version}")
-        problems.extend(file_drift(state))
+        if not state.uninstalling:
+            problems.extend(file_drift(root, state))
     return {
         "root": str(root),
         "node": facts.describe(),

@@ -4,7 +4,13 @@ The file names the bundle (the sha256 of its signed manifest) and its signer, th
 versions installed, the packages removed to make room, whether they are held, and every
 configuration file changed with its backup (copied from the configure journal). An install writes
 it as unfinished (``complete: false``) before its first change and as complete at the end, so a
-run that was killed still leaves a record ``status`` reports and ``uninstall`` undoes.
+run that was killed still leaves a record ``status`` reports and ``uninstall`` undoes. An
+uninstall marks it ``uninstalling`` before its first change, so one that was killed is finished by
+running it again.
+
+Paths in the record are node paths, resolved under the current ``--root`` (a copied or moved root,
+or the image booted as ``/``, uninstalls its own files). Records of older versions held host paths:
+they are read without the root they were recorded under, like the configure journal's.
 """
 
 from __future__ import annotations
@@ -16,12 +22,13 @@ from typing import Any, Dict, List, Optional
 
 from configure.changes import read_optional
 from configure.journal import Journal
+from configure.legacy_records import from_legacy, legacy_roots
 from plumbing.errors import ConfigFormatError
-from plumbing.fsutil import atomic_write, rooted
+from plumbing.fsutil import atomic_write, recorded_path, rooted
 
 STATE_DIR = "/var/lib/gpu-airgap"
 STATE_FILE = STATE_DIR + "/state.json"
-SCHEMA = 1
+SCHEMA = 2  #: 1 recorded host paths (with the --root prefix); 2 records node paths
 
 
 @dataclass
@@ -29,8 +36,8 @@ class ChangedFile:
     """One configuration file the install wrote, and the copy of what it replaced."""
 
     engine: str
-    path: str
-    backup: Optional[str]  #: None when the file did not exist before
+    path: str  #: node path
+    backup: Optional[str]  #: node path; None when the file did not exist before
     sha256: str  #: digest of the bytes gpu-airgap wrote
 
 
@@ -63,9 +70,13 @@ class NodeState:
     #: refuses a bundle built before it (a replayed older build) unless ``--allow-downgrade``
     built: str = ""
     channel: str = "stable"  #: the bundle's upstream channel (``experimental``: a release candidate)
+    #: an uninstall is under way (or was killed): running ``uninstall`` again finishes it
+    uninstalling: bool = False
 
     def unfinished(self) -> Optional[str]:
-        """The problem to report when this record is of an install that did not finish, else None."""
+        """The problem to report when this record is of an install (or uninstall) that did not finish, else None."""
+        if self.uninstalling:
+            return "an uninstall did not finish; run `gpu-airgap uninstall` again to finish it"
         if self.complete:
             return None
         return (
@@ -99,10 +110,34 @@ def state_path(root: Path) -> Path:
 
 
 def load_state(root: Path) -> Optional[NodeState]:
-    """The recorded state under ``root``, or None when nothing was installed by gpu-airgap."""
+    """The recorded state under ``root``, or None when nothing was installed by gpu-airgap.
+
+    :raises ConfigFormatError: when it is not a state record, or names a file outside ``root``.
+    """
     path = state_path(root)
     data = read_optional(path)
-    return None if data is None else NodeState.from_json(data, path)
+    if data is None:
+        return None
+    state = NodeState.from_json(data, path)
+    if state.schema != SCHEMA:
+        _from_legacy(state, root, path)
+    for item in state.files:
+        for recorded in (item.path, *([item.backup] if item.backup is not None else [])):
+            recorded_path(root, recorded, path)  # refused before anyone acts on it
+    return state
+
+
+def _from_legacy(state: NodeState, root: Path, path: Path) -> None:
+    """Give an older record's files (host paths) their node paths: without the root they were recorded under."""
+    for item, old in zip(state.files, legacy_roots([item.backup for item in state.files], root)):
+        item.path = from_legacy(item.path, old, path)
+        item.backup = None if item.backup is None else from_legacy(item.backup, old, path)
+    state.schema = SCHEMA
+
+
+def host_path(root: Path, item: ChangedFile) -> Path:
+    """Where the recorded file ``item`` is under ``root``."""
+    return recorded_path(root, item.path, state_path(root))
 
 
 def save_state(root: Path, state: NodeState) -> Path:

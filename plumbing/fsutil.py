@@ -15,6 +15,7 @@ import contextlib
 import fcntl
 import os
 import platform
+import posixpath
 import shutil
 import stat
 import struct
@@ -80,6 +81,46 @@ def rooted_or_none(root: Union[str, os.PathLike[str]], system_path: str) -> Opti
         return rooted(root, system_path)
     except (ConfigFormatError, UnsafePathError):
         return None
+
+
+def is_node_path(path: object) -> bool:
+    """True for an absolute, normalised node path (``/etc/containerd/config.toml``): no ``..``, no NUL."""
+    return (
+        isinstance(path, str)
+        and path.startswith("/")
+        and not path.startswith("//")
+        and "\x00" not in path
+        and posixpath.normpath(path) == path
+    )
+
+
+def recorded_path(root: Union[str, os.PathLike[str]], node_path: object, record: object) -> Path:
+    """A node path read from one of gpu-airgap's records (``record``), mapped under ``root``: never a file outside it.
+
+    Records name node paths, so a copied or moved root (or the image booted as ``/``) acts on its
+    own files; a record that names anything else is refused rather than followed.
+
+    :raises ConfigFormatError: naming ``record``, for a path that is not a node path or a link on
+        its way that leads outside ``root``.
+    """
+    if not is_node_path(node_path):
+        raise ConfigFormatError(
+            record,
+            f"names {node_path!r}, which would land outside {root}; refusing to act on it "
+            "(gpu-airgap records only paths under the root, such as /etc/containerd/config.toml)",
+        )
+    return rooted(root, str(node_path))
+
+
+def node_path_of(root: Union[str, os.PathLike[str]], path: Path) -> Optional[str]:
+    """The node path of ``path``, a file under ``root`` (what records store); None when it is outside ``root``."""
+    if is_live_root(root):
+        return os.path.abspath(path)
+    base = os.path.abspath(root)
+    full = os.path.abspath(path)
+    if not full.startswith(base + os.sep):
+        return None
+    return "/" + full[len(base) + 1 :]
 
 
 def resolve_in_root(root: Union[str, os.PathLike[str]], path: Path) -> Path:

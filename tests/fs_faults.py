@@ -9,10 +9,11 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Iterator, List
+from typing import Dict, Iterator, List
 
 import pytest
 
@@ -106,3 +107,20 @@ def _mount_or_skip(argv: List[str]) -> None:
 
 def have_tools(*names: str) -> bool:
     return all(shutil.which(name) for name in names)
+
+
+def dpkg_killing_its_caller(directory: Path, action: str) -> Dict[str, str]:
+    """An environment whose ``dpkg`` is the real one, wrapped to SIGKILL its caller once a run with ``action`` ends.
+
+    :param action: the dpkg option that triggers the kill (``--install``, ``--remove``).
+    """
+    directory.mkdir()
+    real = subprocess.run(
+        ["sh", "-c", "command -v dpkg"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    (directory / "dpkg").write_text(
+        f'#!/bin/sh\n"{real}" "$@"; rc=$?\n'
+        f'case " $* " in *" {action} "*) kill -{int(signal.SIGKILL)} $PPID;; esac\nexit $rc\n'
+    )
+    (directory / "dpkg").chmod(0o755)
+    return {**os.environ, "PATH": f"{directory}:{os.environ['PATH']}"}

@@ -22,6 +22,7 @@ from installer.preflight import PreflightFailed
 from installer.state import load_state
 from installer.target import Requirement, StagedTarget, TargetMismatch
 from plumbing.errors import ConfigFormatError, ExitCode, ToolError, UsageError, VerificationError
+from plumbing.fsutil import rooted
 from tests.cli_runner import run_cli
 from tests.gpgkeys import TestKey
 from tests.node_fixtures import (
@@ -114,8 +115,9 @@ class TestDpkgRoot:
         state = load_state(deb_root)
         assert state is not None and state.packages == dict.fromkeys(TOOLKIT, "1.17.8-1")
         assert state.held and "containerd" in state.engines
-        assert "config.toml" in {Path(f.path).name for f in state.files}
-        assert all(f.backup is None or Path(f.backup).is_file() for f in state.files)
+        # node paths, as the node itself names them: a copy or the booted image finds its own files
+        assert "/etc/containerd/config.toml" in {f.path for f in state.files}
+        assert all(f.backup is None or rooted(deb_root, f.backup).is_file() for f in state.files)
         selections = subprocess.run(
             ["dpkg", f"--root={deb_root}", "--get-selections", *TOOLKIT], capture_output=True, text=True
         ).stdout
@@ -509,7 +511,7 @@ class TestDpkgRoot:
         recorded = {Path(f.path).name: f for f in state.files}
         assert {"config.toml", "daemon.json"} <= set(recorded)
         backup = recorded["daemon.json"].backup
-        assert backup is not None and Path(backup).read_bytes() == daemon
+        assert backup is not None and rooted(deb_root, backup).read_bytes() == daemon
         uninstall(deb_root, env)
         assert (deb_root / "etc/docker/daemon.json").read_bytes() == daemon
         assert (deb_root / "etc/containerd/config.toml").read_bytes() == CONTAINERD_CONFIG
@@ -528,7 +530,11 @@ class TestDpkgRoot:
         assert result.cdi.startswith("written to /etc/cdi/nvidia.yaml") and spec.is_file()
         assert b"/dev/nvidia0" in spec.read_bytes()
         state = load_state(deb_root)
-        assert state is not None and "cdi" in state.engines and str(spec) in {f.path for f in state.files}
+        assert (
+            state is not None
+            and "cdi" in state.engines
+            and "/etc/cdi/nvidia.yaml" in {f.path for f in state.files}
+        )
         assert ContainerdEngine().report(deb_root, "nvidia")["CDI"] == "true"
         uninstall(deb_root, env)
         assert not spec.exists()

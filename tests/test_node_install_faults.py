@@ -34,6 +34,7 @@ from tests.fs_faults import (
     GPU_AIRGAP,
     WITHOUT_DAC_OVERRIDE,
     chattr_capable,
+    dpkg_killing_its_caller,
     have_tools,
     immutable,
     is_root,
@@ -357,17 +358,7 @@ def test_an_install_killed_after_dpkg_is_recorded_and_its_staging_is_cleaned_by_
     node: Path, bundles: Dict[str, Path], test_key: TestKey, tmp_path: Path
 ) -> None:
     # dpkg is the real one, wrapped so that it SIGKILLs the installer the moment the packages are in.
-    wrappers = tmp_path / "bin"
-    wrappers.mkdir()
-    real = subprocess.run(
-        ["sh", "-c", "command -v dpkg"], capture_output=True, text=True, check=True
-    ).stdout.strip()
-    (wrappers / "dpkg").write_text(
-        f'#!/bin/sh\n"{real}" "$@"; rc=$?\n'
-        f'case " $* " in *" --install "*) kill -{int(signal.SIGKILL)} $PPID;; esac\nexit $rc\n'
-    )
-    (wrappers / "dpkg").chmod(0o755)
-    env = {**os.environ, "PATH": f"{wrappers}:{os.environ['PATH']}"}
+    env = dpkg_killing_its_caller(tmp_path / "bin", "--install")
     argv = [
         *GPU_AIRGAP,
         "install",

@@ -41,16 +41,16 @@ def test_output_is_a_node_path_under_the_root_and_a_second_run_writes_nothing(tm
     assert not written.exists() and not rooted(tmp_path, RECORD).exists()
 
 
-def test_relative_output_is_written_relative_to_the_current_directory(
+def test_a_relative_output_under_another_root_is_refused_since_it_would_land_outside_the_root(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
     root = tmp_path / "root"
     root.mkdir()
     result = run_cli("configure", "runtimeclass", "--root", str(root), "--output", "rc.yaml", "--name", "gpu")
-    assert result.exit_code == 0
-    assert yaml.safe_load((tmp_path / "rc.yaml").read_text())["metadata"]["name"] == "gpu"
-    assert read_record(root) == {"name": "gpu", "handler": "nvidia", "output": str(tmp_path / "rc.yaml")}
+    assert result.exit_code == ExitCode.USAGE
+    assert f"--output 'rc.yaml' is relative, so it would land outside --root {root}" in result.stderr
+    assert not (tmp_path / "rc.yaml").exists() and read_record(root) is None
 
 
 @pytest.mark.parametrize(
