@@ -174,6 +174,13 @@ def test_allow_older_index_keeps_the_held_release_buildable_and_verify_checks_st
     ]  # the index that lists it: the kept one
     assert signed and all(path.startswith(f"{REPO}/.retained/") for path in signed), signed
 
+    again, stderr = site.sync(dest)  # accepted once: the next sync from the same upstream needs no flag
+    assert again == 0 and "no longer lists" not in stderr, stderr
+    (repo,) = [
+        r for r in json.loads((dest / ".gpu-airgap/state.json").read_text())["repos"] if r["key"] == REPO
+    ]
+    assert len(repo["retained"]) == 1  # and keeps one copy of the index it replaced
+
     # A mirror an older gpu-airgap left in that state (the old index, no kept copy): verify says so,
     # and prune --keep 1 keeps the release it can still build beside the newest.
     state_file = dest / ".gpu-airgap/state.json"
@@ -213,3 +220,29 @@ def test_a_yum_index_whose_timestamps_go_backwards_is_refused(site: Site, tmp_pa
         stderr
     )
     assert _tree(dest) == before
+
+
+def _retained(dest: Path) -> list[dict[str, object]]:
+    (repo,) = [
+        r for r in json.loads((dest / ".gpu-airgap/state.json").read_text())["repos"] if r["key"] == REPO
+    ]
+    return list(repo["retained"])
+
+
+def test_prune_keeps_the_index_a_kept_release_needs_and_removes_it_once_none_does(
+    site: Site, tmp_path: Path
+) -> None:
+    dest = tmp_path / "mirror"
+    assert site.sync(dest)[0] == 0
+    site.publish(drop_version=NEWEST)
+    assert site.sync(dest, "--allow-older-index")[0] == 0
+    assert run_cli("mirror", "prune", "--mirror", str(dest), "--keep", "1").exit_code == 0
+    assert _releases(dest) == [NEWEST] and len(_retained(dest)) == 1  # only the kept index lists it
+    assert run_cli("mirror", "verify", "--mirror", str(dest)).exit_code == 0
+
+    site.publish()  # upstream lists it again: the kept index is no longer needed
+    assert site.sync(dest)[0] == 0
+    pruned = run_cli("mirror", "prune", "--mirror", str(dest), "--keep", "1")
+    assert pruned.exit_code == 0, pruned.stderr
+    assert _retained(dest) == [] and not list((dest / REPO / ".retained").rglob("*InRelease"))
+    assert run_cli("mirror", "verify", "--mirror", str(dest)).exit_code == 0

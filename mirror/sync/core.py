@@ -23,6 +23,7 @@ from pathlib import Path
 
 from mirror import lockfile, store
 from mirror.errors import LockfileMismatch, UnresolvableDependency
+from mirror.index_entries import index_entries
 from mirror.lockfile import LockedTarget, Lockfile
 from mirror.model import Package, PackageFormat
 from mirror.pkgheader import check_agrees, read_header
@@ -46,7 +47,7 @@ from mirror.sync.targets import (
 )
 from mirror.sync.transaction import Transaction
 from mirror.versions import sort_key
-from plumbing.errors import NoSpaceError
+from plumbing.errors import NoSpaceError, ToolError
 
 # The records live in mirror.sync.targets; callers reach them here too (``sync_lib.SyncOptions``).
 __all__ = [
@@ -72,12 +73,14 @@ def plan_target(
     fetcher: Fetcher,
     loader: RepoLoader,
     previous: store.RepoRecord | None = None,
+    kept_aside: frozenset[str] = frozenset(),
     now: datetime | None = None,
 ) -> PlannedTarget:
     """Load and verify ``target``'s repo, check it is not older than ``previous``, then resolve
     ``options.selector`` (or match the lockfile).
 
     :param previous: what the mirror holds for this repo (None: a new repo, or ``mirror plan``).
+    :param kept_aside: its releases only a kept index lists (:func:`mirror.sync.freshness.checked_age`).
     :param now: this host's clock (default: the real one), for Valid-Until and future dates.
     :raises SignatureError | ChecksumMismatch | MetadataError | FetchError: when metadata is bad.
     :raises StaleIndex: when the index is older than the mirror's, expired or dated in the future.
@@ -95,6 +98,7 @@ def plan_target(
         previous,
         now=now or datetime.now(timezone.utc),
         allow_older=options.allow_older_index,
+        kept_aside=kept_aside,
     )
     common = {
         "target": target,
@@ -256,7 +260,10 @@ def _sync_locked(
             progress.stage(f"verifying {target.key(options.channel)}")
         key = target.key(options.channel)
         held = previous.repo(key) if previous is not None else None
-        planned.append(plan_target(options, target, fetcher=fetcher, loader=loader, previous=held))
+        aside = _kept_aside(dest, held)
+        planned.append(
+            plan_target(options, target, fetcher=fetcher, loader=loader, previous=held, kept_aside=aside)
+        )
     result = SyncResult(dest=str(dest), channel=options.channel, targets=planned)
     requests, entering = _downloads(dest, planned, previous, txn, result)
     if progress is not None:
@@ -282,6 +289,17 @@ def _sync_locked(
             txn.stage_metadata(path, data)
     txn.commit(_new_state(options, planned, previous, retained))
     return result
+
+
+def _kept_aside(dest: Path, held: store.RepoRecord | None) -> frozenset[str]:
+    """The releases of ``held`` that its current index does not list but a kept one does."""
+    if held is None or not held.retained:
+        return frozenset()
+    try:
+        current = index_entries(dest, held, held.provenance)
+    except ToolError:
+        return frozenset()  # a damaged index: check strictly; the sync replaces it
+    return frozenset(version for version, _ in freshness.missing_releases(held, current))
 
 
 def _previous_state(dest: Path) -> store.MirrorState | None:

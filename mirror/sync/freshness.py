@@ -64,10 +64,13 @@ def checked_age(
     *,
     now: datetime,
     allow_older: bool,
+    kept_aside: frozenset[str] = frozenset(),
 ) -> tuple[IndexDates, tuple[str, ...]]:
     """The dates of the verified ``snapshot`` of repo ``key`` after the checks of this module, and
     the releases ``previous`` (what the mirror holds) has that it no longer lists.
 
+    :param kept_aside: held releases the mirror's current index already did not list (an earlier
+        ``--allow-older-index`` kept the index that does): not refused again.
     :raises StaleIndex: per the module docstring (``allow_older``: only for a future date).
     """
     release, repomd = getattr(snapshot, "release", None), getattr(snapshot, "repomd", None)
@@ -81,10 +84,14 @@ def checked_age(
     check_current(dates, now=now, what=what, allow_older=allow_older)
     if previous is None:
         return dates, ()
-    listed = _listed(snapshot, key, base)
+    missing = [
+        (v, path)
+        for v, path in missing_releases(previous, _listed(snapshot, key, base))
+        if v not in kept_aside
+    ]
     if not allow_older:
-        check_not_older(previous, dates, listed, what=what)
-    return dates, tuple(version for version, _ in missing_releases(previous, listed))
+        check_not_older(previous.provenance, dates, missing, what=what)
+    return dates, tuple(version for version, _ in missing)
 
 
 def _listed(snapshot: Snapshot, key: str, base: str) -> dict[str, Package]:
@@ -133,18 +140,17 @@ def check_current(dates: IndexDates, *, now: datetime, what: str, allow_older: b
 
 
 def check_not_older(
-    previous: store.RepoRecord,
+    prov: store.RepoProvenance,
     dates: IndexDates,
-    listed: dict[str, Package],
+    missing: list[tuple[str, str]],
     *,
     what: str,
 ) -> None:
-    """Refuse an index older than the one ``previous`` recorded, or one that no longer lists a held release.
+    """Refuse an index dated before the one the mirror recorded (``prov``), or one that no longer lists a held release.
 
-    :param listed: path under the mirror -> the new index's entry.
+    :param missing: (release, a package path of it) the new index does not list, from :func:`missing_releases`.
     :raises StaleIndex: naming the date or the release, and the flag that accepts it.
     """
-    prov = previous.provenance
     for label, new, old in (
         ("timestamp" if what.endswith("repomd.xml") else "Date", dates.recorded(), prov.dated),
         ("signature", _iso(dates.signed_at), prov.signed_at),
@@ -154,7 +160,7 @@ def check_not_older(
                 f"{what} is older than the one the mirror holds ({label} {new}, the mirror's {old}): a replayed "
                 f"or frozen index; the mirror is unchanged ({ALLOW_FLAG} accepts it)"
             )
-    for release, gone in missing_releases(previous, listed):
+    for release, gone in missing:
         raise StaleIndex(
             f"{what} no longer lists release {release} that the mirror holds ({gone} is gone or changed): a "
             f"replayed older index or a withdrawn release; the mirror is unchanged ({ALLOW_FLAG} accepts it "

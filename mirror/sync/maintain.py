@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mirror import store, switch
-from mirror.index_entries import signed_entries
+from mirror.index_entries import index_entries, signed_entries
 from mirror.model import PackageFormat
 from mirror.repo import Fetcher
 from mirror.selectors import VersionSelector
@@ -92,7 +92,7 @@ def prune(dest: Path, keep: int, *, dry_run: bool = False) -> PruneReport:
         )  # prune the state a killed sync committed, not the one before
         state = store.MirrorState.load(dest)
         repos: list[store.RepoRecord] = []
-        doomed: list[store.StoredPackage] = []
+        doomed: list[store.StoredFile] = []
         for repo in state.repos:
             kept = _kept(dest, repo, keep)
             report.removed_releases += [
@@ -101,7 +101,9 @@ def prune(dest: Path, keep: int, *, dry_run: bool = False) -> PruneReport:
             needed = {path for r in kept for path in r.packages}
             doomed += [p for p in repo.packages if p.path not in needed]
             packages = tuple(p for p in repo.packages if p.path in needed)
-            repos.append(dataclasses.replace(repo, packages=packages, releases=kept))
+            retained = _needed_indexes(dest, repo, needed)
+            doomed += [f for index in repo.retained if index not in retained for f in index.signed_files]
+            repos.append(dataclasses.replace(repo, packages=packages, releases=kept, retained=retained))
         report.removed_files = [p.path for p in doomed]
         report.freed_bytes = sum(p.size for p in doomed)
         if dry_run or (not doomed and not report.removed_releases):
@@ -111,6 +113,23 @@ def prune(dest: Path, keep: int, *, dry_run: bool = False) -> PruneReport:
             with contextlib.suppress(FileNotFoundError):
                 pkg.local_path(dest).unlink()
     return report
+
+
+def _needed_indexes(dest: Path, repo: store.RepoRecord, needed: set[str]) -> tuple[store.RepoProvenance, ...]:
+    """The kept indexes (``--allow-older-index``) that still list a ``needed`` package the current one does not."""
+    if not repo.retained:
+        return ()
+    try:
+        wanted = needed - set(index_entries(dest, repo, repo.provenance))
+        kept: list[store.RepoProvenance] = []
+        for index in repo.retained:
+            listed = wanted & set(index_entries(dest, repo, index))
+            if listed:
+                kept.append(index)
+                wanted -= listed
+    except ToolError:
+        return repo.retained  # unreadable: mirror verify says why; prune removes none of them
+    return tuple(kept)
 
 
 def _kept(dest: Path, repo: store.RepoRecord, keep: int) -> tuple[store.Release, ...]:

@@ -16,7 +16,7 @@
 # install.sh would not check anything).
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
-verify_first="take them out and check them first with: tar --occurrence -xf BUNDLE NODE-SHA256SUMS NODE-SHA256SUMS.asc install.sh gpu-airgap-node.pyz && gpg --batch --yes --dearmor -o operator.gpg operator.asc && gpgv --keyring ./operator.gpg NODE-SHA256SUMS.asc NODE-SHA256SUMS && sha256sum -c NODE-SHA256SUMS"
+verify_first='take them out into a private directory and check them there first, with the command `gpu-airgap bundle build` printed: d=$(mktemp -d) && cp operator.asc "$d/operator.asc" && tar --occurrence -xf BUNDLE -C "$d" NODE-SHA256SUMS NODE-SHA256SUMS.asc install.sh gpu-airgap-node.pyz && gpg --batch --yes --dearmor -o "$d/operator.gpg" "$d/operator.asc" && gpgv --keyring "$d/operator.gpg" "$d/NODE-SHA256SUMS.asc" "$d/NODE-SHA256SUMS" && (cd "$d" && sha256sum -c NODE-SHA256SUMS) && sh "$d/install.sh" BUNDLE --keyring "$d/operator.asc"'
 if [ $# -lt 1 ]; then
   echo "usage: $0 BUNDLE --keyring OPERATOR_KEY [install options...]" >&2
   exit 2
