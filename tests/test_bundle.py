@@ -33,6 +33,7 @@ from mirror.bundle.zipapp import Wheel, vendored_wheels
 from mirror.lockfile import Lockfile
 from plumbing.gpg import Keyring
 from tests.cli_runner import run_cli
+from tests.clock import clock_moved_on
 from tests.gpgkeys import TestKey
 from tests.test_upstream_clients import apt, dnf
 from tests.upstream import UpstreamTree
@@ -436,13 +437,10 @@ def _members(path: Path) -> dict[str, tuple[bytes, bytes]]:
 
 @pytest.mark.slow
 def test_two_builds_with_the_same_epoch_are_byte_identical_apart_from_the_signature(
-    synced_mirror: Path, operator_key: TestKey, epoch: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    synced_mirror: Path, operator_key: TestKey, epoch: int, tmp_path: Path
 ) -> None:
     first = _build(synced_mirror, operator_key, tmp_path / "a.tar.zst", epoch).outputs[0]
-    with monkeypatch.context() as later:  # a day later, without waiting for it: the clock must not leak in
-        real_time, real_ns = time.time, time.time_ns
-        later.setattr(time, "time", lambda: real_time() + 86400)
-        later.setattr(time, "time_ns", lambda: real_ns() + 86400 * 10**9)
+    with clock_moved_on():  # a day later, without waiting for it: the clock must not leak into the bytes
         second = _build(synced_mirror, operator_key, tmp_path / "b.tar.zst", epoch).outputs[0]
     a, b = _members(first), _members(second)
     assert list(a) == list(b) and list(a)[:2] == [MANIFEST_NAME, SIGNATURE_NAME]
