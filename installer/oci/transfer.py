@@ -32,7 +32,7 @@ from plumbing.errors import ToolError, UsageError
 from plumbing.fsutil import safe_join
 
 if TYPE_CHECKING:
-    from installer.bundle import BundleVerifyReport
+    from installer.bundle_report import BundleVerifyReport
 
 Log = Optional[Callable[[str], None]]
 _SPOOL_DIRS = ("/var/tmp",)  #: disk-backed, unlike a tmpfs /tmp; ``$TMPDIR`` comes first
