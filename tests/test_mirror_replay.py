@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import lzma
 import re
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -246,3 +247,30 @@ def test_prune_keeps_the_index_a_kept_release_needs_and_removes_it_once_none_doe
     assert pruned.exit_code == 0, pruned.stderr
     assert _retained(dest) == [] and not list((dest / REPO / ".retained").rglob("*InRelease"))
     assert run_cli("mirror", "verify", "--mirror", str(dest)).exit_code == 0
+
+
+def test_an_index_signed_before_the_mirrors_is_refused_even_with_the_same_frozen_date(
+    site: Site, tmp_path: Path
+) -> None:
+    # NVIDIA's Date never moves, but each publication is signed anew: a frozen copy signed earlier
+    # (hiding a newer release from a mirror that holds only older ones) gives itself away by its signature.
+    key = site.tree.signing_key
+    listing = subprocess.run(
+        ["gpg", "--homedir", str(key.gnupghome), "--with-colons", "--list-keys", key.fingerprint],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    created = int(next(line.split(":")[5] for line in listing.splitlines() if line.startswith("pub:")))
+    body = (site.deb / "InRelease").read_bytes().split(b"\n\n", 1)[1].split(b"-----BEGIN PGP SIGNATURE", 1)[0]
+    frozen = subprocess.run(
+        ["gpg", "--homedir", str(key.gnupghome), "--batch", "--yes", "--quiet", "--faked-system-time",
+         f"{created + 1}!", "--local-user", key.fingerprint, "--digest-algo", "SHA512", "--clearsign"],
+        input=body, capture_output=True, check=True,
+    ).stdout  # fmt: skip
+    site.publish()  # signed now
+    dest = tmp_path / "mirror"
+    assert site.sync(dest)[0] == 0
+    (site.deb / "InRelease").write_bytes(frozen)  # the same content, signed at the key's first second
+    before = _tree(dest)
+    code, stderr = site.sync(dest)
+    assert code == 3 and "InRelease is older than the one the mirror holds (signature " in stderr, stderr
+    assert _tree(dest) == before
