@@ -13,7 +13,8 @@ from pathlib import Path
 
 #: NVIDIA's channels (``--channel``) and the bundle compressions (``--compression``), here so the
 #: command line can offer them without importing the modules that work with them
-CHANNELS = ("stable", "experimental")
+STABLE, EXPERIMENTAL = "stable", "experimental"
+CHANNELS = (STABLE, EXPERIMENTAL)
 COMPRESSIONS = ("zstd", "xz", "gzip", "none")
 
 

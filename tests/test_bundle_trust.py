@@ -377,11 +377,11 @@ def test_a_release_candidate_bundle_says_so_at_build_verify_install_and_status(
 ) -> None:
     note = "release candidate: this bundle is of NVIDIA's experimental channel, which is not for production"
     out = tmp_path / "rc.tar.zst"
-    built = _build(experimental_mirror, out, operator_key)
+    built = _build(experimental_mirror, out, operator_key, extra=("--channel", "experimental"))
     assert built.exit_code == 0, built.stderr
     assert json.loads(built.stdout)["release_candidate"] is True
     plain = run_cli(
-        "bundle", "build", "--mirror", str(experimental_mirror), "--target", "deb/amd64",
+        "bundle", "build", "--mirror", str(experimental_mirror), "--target", "deb/amd64", "--channel", "experimental",
         "--sign-key", operator_key.fingerprint, "--gnupghome", str(operator_key.home),
         "--output", str(tmp_path / "rc-text.tar.zst"),
     )  # fmt: skip

@@ -17,7 +17,7 @@ from installer.target import Requirement
 from mirror.errors import SelectorError
 from mirror.index_entries import index_entries, signed_entries
 from mirror.lockfile import LockedPackage, LockedTarget, Lockfile
-from mirror.model import Package, PackageFormat, SourcePackage
+from mirror.model import EXPERIMENTAL, STABLE, Package, PackageFormat, SourcePackage
 from mirror.selectors import VersionSelector
 from mirror.store import MirrorState, Release, RepoProvenance, RepoRecord, StoredPackage
 from plumbing.arch import normalize_arch
@@ -115,22 +115,18 @@ def select_from_mirror(
     :raises SourceError: when the mirror lacks a target, the version or a locked package.
     """
     state = MirrorState.load(mirror)
-    channel = locked.channel if locked is not None else channel or state.channel
     if locked is not None:
+        channel = locked.channel
         targets = [(t.format, t.arch) for t in locked.targets]
     chosen = []
     for fmt, arch in targets:
-        key = f"{channel}/{fmt}/{arch}"
-        repo = state.repo(key)
-        if repo is None:
-            held = ", ".join(r.key for r in state.repos) or "nothing"
-            raise SourceError(f"the mirror has no {key} repository (it holds {held}); sync it first")
         if locked is not None:
+            repo = _repo(state, f"{locked.channel}/{fmt}/{arch}")
             release = _locked_release(
                 repo, next(t for t in locked.targets if (t.format, t.arch) == (fmt, arch))
             )
         else:
-            release = _pick_release(repo, version)
+            repo, release = _release_of(state, channel, fmt, arch, version)
         entries = signed_entries(mirror, repo)
         packages = tuple(_source_package(mirror, repo.package(path), entries) for path in release.packages)
         prov = _listing_index(mirror, repo, release)
@@ -157,7 +153,52 @@ def select_from_mirror(
         raise SourceError(
             f"the targets resolve to different toolkit versions ({', '.join(sorted(versions))}); pass --version"
         )
-    return MirrorSelection(upstream=state.upstream, channel=channel, targets=tuple(chosen))
+    return MirrorSelection(upstream=state.upstream, channel=channel or STABLE, targets=tuple(chosen))
+
+
+def _repo(state: MirrorState, key: str) -> RepoRecord:
+    repo = state.repo(key)
+    if repo is None:
+        held = ", ".join(r.key for r in state.repos) or "nothing"
+        raise SourceError(f"the mirror has no {key} repository (it holds {held}); sync it first")
+    return repo
+
+
+def _release_of(
+    state: MirrorState, channel: str | None, fmt: str, arch: str, version: str
+) -> tuple[RepoRecord, Release]:
+    """The repo and release ``version`` selects on ``channel``; without ``--channel``, on stable, always.
+
+    A mirror holds both channels side by side, and whichever was synced last says nothing about
+    what a build should ship: release candidates are built only when ``--channel experimental``
+    asks for them. When stable cannot serve the build but experimental could, the build is
+    refused with that hint rather than falling back silently.
+    """
+    try:
+        repo = _repo(state, f"{channel or STABLE}/{fmt}/{arch}")
+        return repo, _pick_release(repo, version)
+    except SourceError:
+        if channel is not None:
+            raise
+        rc = state.repo(f"{EXPERIMENTAL}/{fmt}/{arch}")
+        if rc is None or _has_release(rc, version) is None:
+            raise
+    if state.repo(f"{STABLE}/{fmt}/{arch}") is None:
+        raise UsageError(
+            f"the mirror holds {fmt}/{arch} in the experimental channel (release candidates) only and builds use "
+            "stable unless told otherwise: pass --channel experimental to build a release candidate"
+        )
+    raise UsageError(
+        f"the mirror's stable channel has no toolkit {version} for {fmt}/{arch}, its experimental channel "
+        "(release candidates) has: pass --channel experimental to build a release candidate"
+    )
+
+
+def _has_release(repo: RepoRecord, version: str) -> Release | None:
+    try:
+        return _pick_release(repo, version)
+    except (SourceError, SelectorError):
+        return None
 
 
 def _listing_index(mirror: Path, repo: RepoRecord, release: Release) -> RepoProvenance:
