@@ -86,11 +86,12 @@ class InstallPlan:
 
     @property
     def recorded(self) -> bool:
-        """The node's install record already names this bundle, as a finished install."""
+        """The node's install record already names this bundle, as a finished install (no uninstall under way)."""
         return (
             self.old_state is not None
             and self.old_state.bundle_id == self.bundle.bundle_id
             and self.old_state.complete
+            and not self.old_state.uninstalling
         )
 
     @property

@@ -40,12 +40,16 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory: pytest.TempPathFactory, test_key: TestKey) -> Path:
-    """A node with the toolkit installed, its containerd config changed and a CDI spec written (copied per run)."""
-    out = tmp_path_factory.mktemp("resume")
+def bundle(tmp_path_factory: pytest.TempPathFactory, test_key: TestKey) -> Path:
+    out = tmp_path_factory.mktemp("resume-bundle")
     target: StagedTarget = build_target(out / "pkgs", "deb", "1.17.8-1", "amd64")
-    bundle = write_signed_bundle(out / "bundle.tar", [target], test_key.home, test_key.fingerprint)
-    root = seed_containerd_node(out / "node")
+    return write_signed_bundle(out / "bundle.tar", [target], test_key.home, test_key.fingerprint)
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory, bundle: Path, test_key: TestKey) -> Path:
+    """A node with the toolkit installed, its containerd config changed and a CDI spec written (copied per run)."""
+    root = seed_containerd_node(tmp_path_factory.mktemp("resume") / "node")
     for stand_in in ("proc/driver/nvidia/version", "dev/nvidiactl", "dev/nvidia0"):
         (root / stand_in).parent.mkdir(parents=True, exist_ok=True)
         (root / stand_in).write_text("stand-in\n")
@@ -128,6 +132,20 @@ def test_status_after_a_killed_uninstall_says_to_run_it_again(installed: Path, t
     problems = json.loads(shown.stdout)["problems"]
     assert "an uninstall did not finish; run `gpu-airgap uninstall` again to finish it" in problems
     assert not any("edited" in p for p in problems), problems
+
+
+def test_an_install_of_the_same_bundle_after_a_killed_uninstall_installs_again_and_clears_the_mark(
+    installed: Path, bundle: Path, test_key: TestKey, tmp_path: Path
+) -> None:
+    root = _copy(installed, tmp_path / "node")
+    first = _killed_after(1, "uninstall", "--root", str(root))  # the record is marked, nothing else changed
+    assert first.returncode == -signal.SIGKILL, first.stderr
+    again = run_cli("install", str(bundle), "--keyring", str(test_key.public), "--root", str(root))
+    assert again.exit_code == 0, again.stderr
+    assert "already installed" not in again.stdout
+    state = load_state(root)
+    assert state is not None and not state.uninstalling and state.complete
+    assert run_cli("status", "--root", str(root)).exit_code == 0
 
 
 def test_an_uninstall_killed_once_the_packages_are_removed_finishes_when_run_again(
