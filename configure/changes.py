@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 from plumbing.errors import ConfigFormatError, FileWriteError
-from plumbing.fsutil import atomic_write, why_unwritable
+from plumbing.fsutil import atomic_write, read_regular, why_unwritable
 
 STATE_DIR = "/var/lib/gpu-airgap/configure"
 
@@ -66,15 +66,11 @@ class FileChange:
 
 
 def read_optional(path: Path) -> Optional[bytes]:
-    """Return the bytes of ``path`` or None when it does not exist."""
-    try:
-        return path.read_bytes()
-    except (FileNotFoundError, NotADirectoryError):  # NotADirectory: a parent is a file, so no such path
-        return None
-    except IsADirectoryError as exc:
-        raise ConfigFormatError(path, "is a directory, not a file") from exc
-    except OSError as exc:
-        raise ConfigFormatError(path, f"cannot read: {exc.strerror or exc}") from exc
+    """Return the bytes of ``path`` or None when it does not exist (:func:`~plumbing.fsutil.read_regular`).
+
+    :raises ConfigFormatError: for a directory, FIFO, socket or device, or a file that cannot be read.
+    """
+    return read_regular(path)
 
 
 def json_change(path: Path, data: Dict[str, Any], owner: Optional[Tuple[int, int]] = None) -> FileChange:

@@ -12,6 +12,7 @@ the link stays. :func:`why_unwritable` tells, without changing anything, why a w
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import platform
@@ -166,6 +167,63 @@ def resolve_in_root(root: Union[str, os.PathLike[str]], path: Path) -> Path:
             PurePosixPath(target).parts[1:] if target.startswith("/") else PurePosixPath(target).parts
         )
     return current
+
+
+#: what a node file that is not a regular file is, in the words of ``ls -l``/``stat``
+_FILE_TYPES = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+)
+
+
+def file_type(mode: int) -> str:
+    """What ``mode`` (``st_mode``) says the file is: "a FIFO (named pipe)", "a directory", ..."""
+    return next((name for test, name in _FILE_TYPES if test(mode)), "not a regular file")
+
+
+def read_regular(path: Path) -> Optional[bytes]:
+    """The bytes of the regular file ``path`` (links followed), or None when it does not exist.
+
+    Every reader of node configuration and state goes through here. The open never blocks
+    (``O_NONBLOCK``: a FIFO planted at ``config.toml`` would otherwise wait for a writer forever),
+    and ``fstat`` on the opened file decides, so a swap between a check and the open changes nothing.
+
+    :raises ConfigFormatError: naming the file and what it is when it is not a regular file, or
+        why it cannot be read.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY + os.O_NONBLOCK)  # distinct bits: + is |
+    except (FileNotFoundError, NotADirectoryError):  # NotADirectory: a parent is a file, so no such path
+        return None
+    except OSError as exc:
+        if exc.errno in (errno.EISDIR, errno.ENXIO):  # ENXIO: a socket cannot be opened at all
+            raise _not_regular(path, path.stat().st_mode) from exc
+        raise ConfigFormatError(path, f"cannot read: {exc.strerror or exc}") from exc
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise _not_regular(path, mode)
+        chunks: List[bytes] = []
+        while True:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                return b"".join(chunks)
+            chunks.append(chunk)
+    except OSError as exc:
+        raise ConfigFormatError(path, f"cannot read: {exc.strerror or exc}") from exc
+    finally:
+        os.close(fd)
+
+
+def _not_regular(path: Path, mode: int) -> ConfigFormatError:
+    if stat.S_ISDIR(mode):
+        return ConfigFormatError(path, "is a directory, not a file")
+    return ConfigFormatError(
+        path, f"is {file_type(mode)}, not a regular file; remove it or put the file back"
+    )
 
 
 def inode_flags(path: Path) -> int:

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
+import socket
 import stat
 from pathlib import Path
 
 import pytest
 
-from plumbing.errors import ExitCode, FileWriteError, UnsafePathError
-from plumbing.fsutil import atomic_write, rooted, safe_join
+from plumbing.errors import ConfigFormatError, ExitCode, FileWriteError, UnsafePathError
+from plumbing.fsutil import atomic_write, read_regular, rooted, safe_join
 
 
 @pytest.mark.parametrize(
@@ -64,3 +65,32 @@ def test_only_the_running_system_is_a_live_root(tmp_path: Path) -> None:
     link.symlink_to("/")
     assert is_live_root(link)  # a path that resolves to / is the running system too
     assert not is_live_root(tmp_path)
+
+
+def test_read_regular_refuses_fifos_sockets_devices_and_directories_naming_what_they_are(
+    tmp_path: Path,
+) -> None:
+    fifo = tmp_path / "config.toml"
+    os.mkfifo(fifo)
+    with pytest.raises(
+        ConfigFormatError, match=r"config\.toml: is a FIFO \(named pipe\), not a regular file"
+    ):
+        read_regular(fifo)
+    device = tmp_path / "daemon.json"
+    device.symlink_to("/dev/null")  # followed: the file read is the device
+    with pytest.raises(ConfigFormatError, match=r"daemon\.json: is a character device, not a regular file"):
+        read_regular(device)
+    sock_path = tmp_path / "state.json"
+    with socket.socket(socket.AF_UNIX) as server:
+        server.bind(str(sock_path))
+        with pytest.raises(ConfigFormatError, match=r"state\.json: is a socket, not a regular file"):
+            read_regular(sock_path)
+    with pytest.raises(ConfigFormatError, match="is a directory, not a file"):
+        read_regular(tmp_path)
+
+
+def test_read_regular_reads_a_file_and_says_none_for_a_missing_one(tmp_path: Path) -> None:
+    path = tmp_path / "config.toml"
+    assert read_regular(path) is None
+    path.write_bytes(b"version = 2\n" * 200_000)  # more than one read's worth
+    assert read_regular(path) == b"version = 2\n" * 200_000

@@ -32,7 +32,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from configure.cdi.spec import KIND, check_spec, missing_host_paths
 from configure.changes import read_optional
-from plumbing.errors import ToolError
+from plumbing.errors import ConfigFormatError, ToolError
 from plumbing.fsutil import rooted, rooted_or_none
 
 #: the CDI library's DefaultSpecDirs, lowest priority first
@@ -168,9 +168,9 @@ def _load_dir(root: Path, directory: str, priority: int) -> List[SpecFile]:
         if entry.suffix not in (".yaml", ".json") or resolved is None or resolved.is_dir():
             continue
         try:
-            raw = resolved.read_bytes()
-        except OSError as exc:
-            specs.append(SpecFile(node_path, priority, None, problems=(f"cannot be read: {exc.strerror}",)))
+            raw = read_optional(resolved) or b""  # a FIFO spec would otherwise hang status and verify
+        except ConfigFormatError as exc:
+            specs.append(SpecFile(node_path, priority, None, problems=(exc.detail,)))
             continue
         data, problems = check_spec(raw)
         kind = data.get("kind") if isinstance(data, dict) and isinstance(data.get("kind"), str) else None
