@@ -24,7 +24,7 @@ import signal
 import subprocess
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 from installer.nodecheck import HEAD
 from tests.live.cache import cached_dir, digest
@@ -168,8 +168,10 @@ def _children(pid: int) -> list[int]:
 class BootedNode:
     """One booted container over a fresh copy of the node root (use as a context manager)."""
 
-    def __init__(self, work: Path, tarball: Path) -> None:
+    def __init__(self, work: Path, tarball: Path, prepare: Optional[Callable[[Path], None]] = None) -> None:
+        """``prepare``: called with the unpacked root before it boots (an image built with ``--root``)."""
         self.work = work
+        self.prepare = prepare
         self.root = work / "root"
         self.name = f"gal-node-{os.getpid()}-{os.urandom(3).hex()}"
         self.log = work / "nspawn.log"
@@ -213,6 +215,8 @@ class BootedNode:
             check=True,
             capture_output=True,
         )
+        if self.prepare is not None:
+            self.prepare(self.root)
         for cgroup in self._cgroups():
             cgroup.mkdir()
         # a small shell moves itself into the node's cgroups, then becomes nspawn (a preexec_fn is not
