@@ -245,7 +245,7 @@ def test_prune_keeps_the_index_a_kept_release_needs_and_removes_it_once_none_doe
     assert site.sync(dest)[0] == 0
     pruned = run_cli("mirror", "prune", "--mirror", str(dest), "--keep", "1")
     assert pruned.exit_code == 0, pruned.stderr
-    assert _retained(dest) == [] and not list((dest / REPO / ".retained").rglob("*InRelease"))
+    assert _retained(dest) == [] and list((dest / REPO / ".retained").iterdir()) == []
     assert run_cli("mirror", "verify", "--mirror", str(dest)).exit_code == 0
 
 

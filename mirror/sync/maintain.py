@@ -22,6 +22,7 @@ from mirror.sync.core import RepoLoader
 from mirror.sync.resolve import resolve
 from mirror.sync.transaction import CachedResponse, read_cache
 from plumbing.errors import ToolError, UsageError
+from plumbing.fsutil import safe_join
 
 
 @dataclass
@@ -93,6 +94,7 @@ def prune(dest: Path, keep: int, *, dry_run: bool = False) -> PruneReport:
         state = store.MirrorState.load(dest)
         repos: list[store.RepoRecord] = []
         doomed: list[store.StoredFile] = []
+        dropped: list[store.RepoProvenance] = []  #: kept indexes no kept release needs any more
         for repo in state.repos:
             kept = _kept(dest, repo, keep)
             report.removed_releases += [
@@ -102,6 +104,7 @@ def prune(dest: Path, keep: int, *, dry_run: bool = False) -> PruneReport:
             doomed += [p for p in repo.packages if p.path not in needed]
             packages = tuple(p for p in repo.packages if p.path in needed)
             retained = _needed_indexes(dest, repo, needed)
+            dropped += [index for index in repo.retained if index not in retained]
             doomed += [f for index in repo.retained if index not in retained for f in index.signed_files]
             repos.append(dataclasses.replace(repo, packages=packages, releases=kept, retained=retained))
         report.removed_files = [p.path for p in doomed]
@@ -112,6 +115,11 @@ def prune(dest: Path, keep: int, *, dry_run: bool = False) -> PruneReport:
         for pkg in doomed:
             with contextlib.suppress(FileNotFoundError):
                 pkg.local_path(dest).unlink()
+        for index in dropped:  # their directories, once empty (repodata/ before its parent)
+            top = safe_join(dest, index.directory)
+            for directory in [*sorted((d for d in top.rglob("*") if d.is_dir()), reverse=True), top]:
+                with contextlib.suppress(OSError):
+                    directory.rmdir()
     return report
 
 
