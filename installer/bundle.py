@@ -215,7 +215,8 @@ class _Scan:
                 # manifest changed. A damaged armor (its CRC covers every byte) or a signature by
                 # another key means the signature file is what was altered or replaced.
                 member = MANIFEST_NAME if "bad signature" in str(exc) else SIGNATURE_NAME
-                self.fail(member, str(exc), fatal=self.sink is not None)
+                self.fail(member, str(exc), fatal=True)
+                return  # nothing unverified is parsed
         try:
             manifest = Manifest.from_json(data)
         except VerificationError as exc:

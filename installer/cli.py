@@ -18,7 +18,7 @@ import click
 import typer
 
 from plumbing import output
-from plumbing.clikit import Group, report_error_as_json
+from plumbing.clikit import Group, check_utf8_arguments, error_for, report_error_as_json
 from plumbing.errors import ExitCode, ToolError
 from plumbing.version import VERSION
 
@@ -142,7 +142,14 @@ def run(app: typer.Typer, argv: Optional[Sequence[str]] = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     output.reset()
     try:
-        result = command.main(args=args, prog_name=PROG, standalone_mode=False)
+        try:
+            check_utf8_arguments(args)
+            result = command.main(args=args, prog_name=PROG, standalone_mode=False)
+        except (OSError, RecursionError, UnicodeEncodeError) as raw:
+            translated = error_for(raw)
+            if translated is None:
+                raise
+            raise translated from raw
     except ToolError as exc:
         if _debug or "--debug" in args:
             traceback.print_exc()

@@ -175,6 +175,8 @@ class Manifest:
             raw = json.loads(data.decode("utf-8"))
         except (UnicodeDecodeError, ValueError) as exc:
             raise ManifestError([f"not UTF-8 JSON ({exc})"]) from exc
+        except RecursionError as exc:  # json recurses once per level: a hostile manifest nests thousands
+            raise ManifestError(["nested too deeply to be a manifest"]) from exc
         # The parser builds this module's classes, so it is imported here rather than at the top.
         from installer.manifest_parser import parse
 

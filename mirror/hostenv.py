@@ -24,14 +24,22 @@ def package_info_cache() -> Path:
     return node_wheel_cache().parent / "package-info"
 
 
+#: OpenPGP signatures (and so the bundle's) carry their time as an unsigned 32-bit number
+MAX_EPOCH = 2**32 - 1
+
+
 def build_epoch() -> int:
     """SOURCE_DATE_EPOCH when set (reproducible builds), else now.
 
-    :raises UsageError: when SOURCE_DATE_EPOCH is not a non-negative integer.
+    :raises UsageError: when SOURCE_DATE_EPOCH is not a non-negative integer up to :data:`MAX_EPOCH`.
     """
     value = os.environ.get("SOURCE_DATE_EPOCH")
     if value is None:
         return int(time.time())
-    if not value.isdigit():
+    if not (value.isascii() and value.isdigit()):
         raise UsageError(f"SOURCE_DATE_EPOCH={value!r} is not a number of seconds since 1970")
+    if int(value) > MAX_EPOCH:
+        raise UsageError(
+            f"SOURCE_DATE_EPOCH={value} is after 2106-02-07, the latest time an OpenPGP signature can carry"
+        )
     return int(value)

@@ -8,6 +8,8 @@ option given twice instead of letting the last one silently win.
 
 from __future__ import annotations
 
+import errno
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple, Type
@@ -17,7 +19,7 @@ from click.core import ParameterSource
 from typer.core import TyperCommand, TyperGroup
 
 from plumbing import output
-from plumbing.errors import ExitCode, UsageError
+from plumbing.errors import ExitCode, ToolError, UsageError
 from plumbing.fsutil import output_is_stdout
 from plumbing.output import warn
 
@@ -202,3 +204,43 @@ def emit_report(lines: Sequence[str], written: Path) -> None:
             output.note(line)
         return
     output.emit_lines(lines)
+
+
+def error_for(exc: BaseException) -> Optional[ToolError]:
+    """The one-sentence error for a failure any command can meet wherever it reads input, or None.
+
+    These are caught once, where errors are printed, instead of in every command: a path longer
+    than the kernel takes (``ENAMETOOLONG``, exit 2), input nested deeper than Python's parsers
+    recurse (a hostile JSON document), and a command-line value that is not UTF-8 (Python keeps
+    its bytes as lone surrogates, which no text format can encode; exit 2).
+    """
+    if isinstance(exc, OSError) and exc.errno == errno.ENAMETOOLONG:
+        name = os.fsdecode(exc.filename) if exc.filename is not None else ""
+        shown = name if len(name) <= 60 else f"{name[:40]}…{name[-15:]}"
+        return UsageError(
+            f"the path {shown!r} ({len(name)} characters) is too long for this system; give a shorter one"
+        )
+    if isinstance(exc, RecursionError):
+        return ToolError("the input is nested too deeply to be read (corrupt or hostile); refusing it")
+    if isinstance(exc, UnicodeEncodeError) and "surrogate" in str(exc):
+        return UsageError("a path or value is not valid UTF-8; give paths and values in UTF-8")
+    return None
+
+
+def check_utf8_arguments(args: Sequence[str]) -> None:
+    """Refuse a command-line value that is not UTF-8, naming its option, before any command runs.
+
+    Python keeps such bytes as lone surrogates; they would fail deep inside whatever writes the
+    value (a TOML or JSON file, a URL, a message), so they are refused here, once, for every command.
+
+    :raises UsageError: naming the option (or the position) and the value with its bytes escaped.
+    """
+    for index, arg in enumerate(args):
+        try:
+            arg.encode("utf-8")
+        except UnicodeEncodeError:
+            name, eq, value = arg.partition("=") if arg.startswith("--") else ("", "", arg)
+            if not eq:
+                name = args[index - 1] if index and args[index - 1].startswith("-") else "an argument"
+            shown = os.fsencode(value if eq else arg).decode("ascii", "backslashreplace")
+            raise UsageError(f"{name} '{shown}' is not valid UTF-8; give paths and values in UTF-8") from None

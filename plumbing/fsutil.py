@@ -354,6 +354,8 @@ def output_is_stream(path: Path, option: str = "--output") -> bool:
     except FileNotFoundError:
         return False  # a new file, or a dangling link (replaced like a file)
     except OSError as exc:
+        if exc.errno == errno.ENAMETOOLONG:
+            raise  # the command line's handler says it in one sentence, for every option
         raise UsageError(f"{option} {path} cannot be used: {exc.strerror or exc}") from exc
     if stat.S_ISREG(mode):
         return False

@@ -142,6 +142,60 @@ def test_install_sh_with_an_old_python3_exits_7_naming_its_version(node: Path, t
     assert "3.6.15" in line and ">= 3.9" in line
 
 
+SYSTEM_PYTHON = Path(os.path.realpath("/usr/bin/python3"))
+
+
+def _minimal_python(prefix: Path, without: List[str]) -> Path:
+    """A real python3 whose standard library lacks ``without``, as with Debian's python3-minimal alone.
+
+    The interpreter is copied (it finds its library beside itself) and the library is linked module by module.
+    """
+    version = subprocess.run(
+        [str(SYSTEM_PYTHON), "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    stdlib, lib = Path(f"/usr/lib/python{version}"), prefix / "lib" / f"python{version}"
+    lib.mkdir(parents=True)
+    for entry in stdlib.iterdir():
+        if entry.name not in without:
+            (lib / entry.name).symlink_to(entry)
+    (prefix / "bin").mkdir()
+    shutil.copy2(SYSTEM_PYTHON, prefix / "bin" / "python3")
+    return prefix / "bin" / "python3"
+
+
+@pytest.mark.skipif(not SYSTEM_PYTHON.name.startswith("python3."), reason="needs a system python3.X")
+def test_install_sh_on_python3_minimal_names_the_missing_modules_and_the_package(
+    node: Path, tmp_path: Path
+) -> None:
+    python = _minimal_python(tmp_path / "minimal", ["shutil.py", "tarfile.py"])
+    done = _refusal(node, tmp_path, {"python3": str(python), "gpg": "/usr/bin/gpg"})
+    assert done.returncode == 7
+    (line,) = _one_sentence(done.stderr)
+    assert "lacks the standard library modules shutil tarfile" in line and "libpython3-stdlib" in line
+
+
+def test_install_sh_checks_every_standard_module_the_node_tool_imports() -> None:
+    import ast
+    import re
+    import sys
+
+    script = (Path(__file__).parents[1] / "mirror/bundle/data/install.sh").read_text()
+    listed = set(re.search(r'^stdlib="([^"]+)"', script, re.M).group(1).split())  # type: ignore[union-attr]
+    imported = set()
+    for package in ("installer", "configure", "plumbing"):
+        for source in (Path(__file__).parents[1] / package).rglob("*.py"):
+            for node in ast.walk(ast.parse(source.read_text())):
+                if isinstance(node, ast.Import):
+                    imported |= {alias.name.split(".")[0] for alias in node.names}
+                elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                    imported.add(node.module.split(".")[0])
+    standard = {name for name in imported if name in sys.stdlib_module_names and not name.startswith("_")}
+    assert standard - listed == set()
+
+
 def test_install_sh_without_python3_exits_7(node: Path, tmp_path: Path) -> None:
     done = _refusal(node, tmp_path, {"gpg": "/usr/bin/gpg"})
     assert done.returncode == 7 and "python3 (>= 3.9) is required" in _one_sentence(done.stderr)[0]

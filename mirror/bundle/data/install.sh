@@ -31,6 +31,16 @@ if ! python3 -I -S -c 'import sys; sys.exit(0 if sys.version_info >= (3, 9) else
   echo "install.sh: python3 is $(python3 -V 2>&1 | cut -d' ' -f2); gpu-airgap needs python3 >= 3.9" >&2
   exit 7
 fi
+# Debian's python3-minimal alone lacks most of the standard library (shutil, tarfile, email, ...): the
+# node tool would die on its first import with a traceback, so name what is missing and the package.
+stdlib="base64 binascii collections contextlib copy dataclasses datetime difflib email enum errno fcntl fnmatch functools glob gzip hashlib http importlib io ipaddress json logging lzma os pathlib platform posixpath re shlex shutil ssl stat struct subprocess sys tarfile tempfile threading time traceback types typing urllib zipfile zlib"
+missing=$(python3 -I -S -c 'import sys
+from importlib.util import find_spec
+print(" ".join(name for name in sys.argv[1].split() if find_spec(name) is None))' "$stdlib" 2>/dev/null) || missing="importlib"
+if [ -n "$missing" ]; then
+  echo "install.sh: python3 on this node lacks the standard library modules $missing (python3-minimal alone); install python3 (libpython3-stdlib on Debian and Ubuntu, python3-libs on RHEL) from the OS media" >&2
+  exit 7
+fi
 if ! command -v gpg >/dev/null 2>&1; then
   echo "install.sh: gpg is required to verify the bundle signature; install gnupg from the OS media" >&2
   exit 7
