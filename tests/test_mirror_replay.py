@@ -195,6 +195,15 @@ def test_allow_older_index_keeps_the_held_release_buildable_and_verify_checks_st
         f"{REPO}: the state lists release {NEWEST}, but the mirror's signed index does not list"
         in broken.stderr
     ), broken.stderr
+    stuck = run_cli(
+        "bundle", "build", "--mirror", str(dest), "--version", NEWEST.split("-")[0], "--target", "deb/amd64",
+        "--sign-key", operator_key.fingerprint, "--gnupghome", str(operator_key.home),
+        "--output", str(tmp_path / "stuck.tar"),
+    )  # fmt: skip
+    assert (
+        stuck.exit_code != 0
+        and "sync again from an upstream that lists it, or build another --version" in (stuck.stderr)
+    ), stuck.stderr
     pruned = run_cli("mirror", "prune", "--mirror", str(dest), "--keep", "1")
     assert pruned.exit_code == 0, pruned.stderr
     assert _releases(dest) == [OLDER, NEWEST]

@@ -214,7 +214,9 @@ def _source_package(mirror: Path, pkg: StoredPackage, entries: dict[str, Package
     entry = entries.get(pkg.path)
     if entry is None:
         raise SourceError(
-            f"the mirror's signed index does not list {pkg.path}, which its state holds; sync it again"
+            f"the mirror's signed index does not list {pkg.path}, which its state holds (an older gpu-airgap "
+            "took an older index over it: `mirror verify` lists every such release); sync again from an "
+            "upstream that lists it, or build another --version"
         )
     if not _same(
         pkg,
