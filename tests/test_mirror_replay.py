@@ -14,10 +14,12 @@ import lzma
 import re
 import subprocess
 from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
 
+from mirror.sync import freshness
 from tests.cli_runner import run_cli
 from tests.gpgkeys import TestKey
 from tests.upstream import UpstreamServer, UpstreamTree, copy_upstream, resign_repomd, sign_clear
@@ -283,3 +285,28 @@ def test_an_index_signed_before_the_mirrors_is_refused_even_with_the_same_frozen
     code, stderr = site.sync(dest)
     assert code == 3 and "InRelease is older than the one the mirror holds (signature " in stderr, stderr
     assert _tree(dest) == before
+
+
+def test_an_index_dated_within_the_clock_skew_tolerance_is_taken_and_beyond_it_refused() -> None:
+    now = datetime(2026, 12, 4, 12, 0, tzinfo=timezone.utc)  # injected: the host's clock
+    what = "the signed http://127.0.0.1/stable/deb/amd64/InRelease"
+    for ahead, refused in (
+        (freshness.CLOCK_SKEW - timedelta(seconds=1), False),
+        (freshness.CLOCK_SKEW + timedelta(seconds=1), True),
+    ):
+        dates = freshness.IndexDates(now + ahead, None, None)
+        if refused:
+            with pytest.raises(freshness.StaleIndex, match="ahead of this host's clock"):
+                freshness.check_current(dates, now=now, what=what, allow_older=False)
+        else:
+            freshness.check_current(dates, now=now, what=what, allow_older=False)
+    expired = freshness.IndexDates(None, now - timedelta(seconds=1), None)
+    with pytest.raises(
+        freshness.StaleIndex, match=r"expired on 2026-12-04T11:59:59\+00:00 \(its Valid-Until\)"
+    ) as refusal:
+        freshness.check_current(expired, now=now, what=what, allow_older=False)
+    assert refusal.value.exit_code == 3
+    freshness.check_current(expired, now=now, what=what, allow_older=True)
+    freshness.check_current(
+        freshness.IndexDates(None, now + timedelta(seconds=1), None), now=now, what=what, allow_older=False
+    )
