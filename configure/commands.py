@@ -284,7 +284,7 @@ def revert_engines(
     if plan.problems and not force:
         raise ProblemsFound("refusing to revert", plan.problems)
     if dry_run:
-        kept = {str(r.path): str(kept_name(r.path)) for r in plan.restores if r.edited is not None}
+        kept = {str(r.path): str(kept_name(r.path, r.edited)) for r in plan.restores if r.edited is not None}
         return RevertResult(plan, True, RevertOutcome(kept=kept))
     return RevertResult(plan, False, apply_revert(journal, plan, force=force))
 

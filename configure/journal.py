@@ -11,8 +11,8 @@ carry it out with :func:`put_back`.
 Every path in the journal is a node path (``/etc/containerd/config.toml``), resolved under the
 current ``--root`` when used: a copied or moved root, or the image booted as ``/``, acts on its own
 files. Journals of older versions recorded host paths (``/build/img/etc/...``); they are read by
-taking off the root they were recorded under (:mod:`configure.legacy_records`). A path that would land outside
-the root is refused, whatever the journal says.
+taking off the root they were recorded under (:mod:`configure.legacy_records`). A path that would
+land outside the root is refused, whatever the journal says.
 """
 
 from __future__ import annotations
@@ -48,9 +48,8 @@ class JournalEntry:
     time: float
     notes: Dict[str, Any] = field(default_factory=dict)  #: e.g. {"previous_default": "runc"}
     mode: Optional[int] = None  #: permission bits of the file before the write
-    created: List[str] = field(
-        default_factory=list
-    )  #: node paths of directories this write created, deepest first
+    #: node paths of the directories this write created, deepest first
+    created: List[str] = field(default_factory=list)
     #: a revert already put the file back (a revert that was killed skips it when run again)
     restored: bool = False
 

@@ -16,7 +16,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 from configure.changes import write_config
 from configure.journal import Journal, Restore, put_back, remove_created, restores_of
@@ -100,14 +100,18 @@ def revert(engine: str, journal: Journal, *, force: bool = False) -> List[Path]:
     return [restore.path for restore in plan.restores]
 
 
-def kept_name(path: Path) -> Path:
+def kept_name(path: Path, data: Optional[bytes] = None) -> Path:
     """Where an admin's edit of ``path`` is kept: ``FILE.gpu-airgap-old`` (``.1``, ``.2``, … when taken).
 
-    No engine reads that name: containerd imports, CRI-O drop-ins and CDI specs need their own suffixes.
+    A copy already holding exactly ``data`` is the place (a revert killed after keeping the edit
+    keeps it once when run again). No engine reads that name: containerd imports, CRI-O drop-ins
+    and CDI specs need their own suffixes.
     """
     target = path.with_name(path.name + KEPT_SUFFIX)
     n = 0
     while os.path.lexists(target):
+        if data is not None and not target.is_symlink() and target.is_file() and target.read_bytes() == data:
+            return target
         n += 1
         target = path.with_name(f"{path.name}{KEPT_SUFFIX}.{n}")
     return target
@@ -115,6 +119,7 @@ def kept_name(path: Path) -> Path:
 
 def _keep_aside(path: Path, data: bytes) -> Path:
     """Write ``data`` (an admin's edit) to :func:`kept_name`, with the file's mode; never overwrite a copy."""
-    target = kept_name(path)
-    write_config(target, data, mode=path.stat().st_mode & 0o7777 if path.exists() else 0o600)
+    target = kept_name(path, data)
+    if not target.exists():
+        write_config(target, data, mode=path.stat().st_mode & 0o7777 if path.exists() else 0o600)
     return target

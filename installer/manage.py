@@ -125,7 +125,9 @@ def uninstall(
         result.removed = names
         _explain(state, result, keep_packages)
         if dry_run:
-            result.kept = {str(r.path): str(kept_name(r.path)) for r in plan.restores if r.edited is not None}
+            result.kept = {
+                str(r.path): str(kept_name(r.path, r.edited)) for r in plan.restores if r.edited is not None
+            }
             return result
         if not state.uninstalling:
             state.uninstalling = True

@@ -214,3 +214,22 @@ def test_a_file_a_killed_revert_put_back_and_the_admin_edited_since_is_theirs_wh
     again = run_cli("configure", "revert", "--root", str(node))
     assert again.exit_code == 0, again.stderr
     assert config.read_bytes() == edit and not (node / "etc/docker/daemon.json").exists()
+
+
+def test_an_uninstall_force_killed_after_keeping_an_edit_keeps_it_once_when_run_again(
+    installed: Path, clean: Dict[str, str], tmp_path: Path
+) -> None:
+    root = _copy(installed, tmp_path / "node")
+    config = root / "etc/containerd/config.toml"
+    edit = config.read_bytes() + b"# the admin's own change\n"
+    config.write_bytes(edit)
+    # the record, the spec's removal and its mark, then the edit kept as config.toml.gpu-airgap-old
+    first = _killed_after(4, "uninstall", "--root", str(root), "--force")
+    assert first.returncode == -signal.SIGKILL, first.stderr
+    kept = config.with_name("config.toml.gpu-airgap-old")
+    assert kept.read_bytes() == edit and config.read_bytes() == edit
+    again = run_cli("uninstall", "--root", str(root), "--force")
+    assert again.exit_code == 0, again.stderr
+    assert f"kept your edit of {config} as {kept}" in again.stdout
+    assert sorted(p.name for p in config.parent.iterdir()) == ["config.toml", "config.toml.gpu-airgap-old"]
+    assert config.read_bytes() == CONTAINERD_CONFIG and kept.read_bytes() == edit
