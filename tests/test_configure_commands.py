@@ -144,6 +144,15 @@ def test_report_and_verify_read_back_the_config_a_custom_config_run_edited(
 AS_NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
 
 
+def _scratch_nobody_can_reach() -> Path:
+    """A new directory in the system temp dir, where nobody can reach it.
+
+    pytest's own tree (``/tmp/pytest-of-root``, 0700) is closed to nobody at any depth; under
+    pytest-xdist the session directories sit one level deeper than without it.
+    """
+    return Path(tempfile.mkdtemp(prefix="ro-", dir=tempfile.gettempdir()))
+
+
 @pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root and setpriv to run as nobody"
 )
@@ -156,11 +165,11 @@ AS_NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
     ],
 )
 def test_a_read_only_config_is_refused_with_a_sentence_and_nothing_is_written(
-    tmp_path_factory: pytest.TempPathFactory, engine_name: str, fixture: str, node_path: str
+    engine_name: str, fixture: str, node_path: str
 ) -> None:
     # Root may replace a 0444 file, so the refusal is exercised as a user without write access,
     # through the real console entry point in a child process.
-    root = Path(tempfile.mkdtemp(prefix="ro-", dir=tmp_path_factory.getbasetemp().parent.parent))
+    root = _scratch_nobody_can_reach()
     try:
         root.chmod(0o755)
         config = root / node_path.lstrip("/")
@@ -194,12 +203,10 @@ def test_a_read_only_config_is_refused_with_a_sentence_and_nothing_is_written(
 @pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root and setpriv to run as nobody"
 )
-def test_a_read_only_toolkit_config_is_refused_before_its_backup_is_journaled(
-    tmp_path_factory: pytest.TempPathFactory,
-) -> None:
+def test_a_read_only_toolkit_config_is_refused_before_its_backup_is_journaled() -> None:
     # The journal is writable, the config is not: the write must be refused before the backup and
     # the journal entry, or revert would later restore a write that never happened.
-    root = Path(tempfile.mkdtemp(prefix="ro-", dir=tmp_path_factory.getbasetemp().parent.parent))
+    root = _scratch_nobody_can_reach()
     try:
         root.chmod(0o755)
         config = root / "etc/nvidia-container-runtime/config.toml"
