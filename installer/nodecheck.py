@@ -125,7 +125,8 @@ def node_command(bundle: str, key: str = "operator.asc") -> str:
 
     The admin's directory may be writable by others (a user-mounted USB disk, a shared upload folder),
     so nothing is checked or run there: ``mktemp -d`` makes a private directory (0700, owned by the
-    admin, under the sticky ``/tmp``), the operator key is copied into it and ``tar`` takes the
+    admin, under ``/tmp`` named explicitly whatever ``TMPDIR`` says: its sticky bit keeps others from
+    renaming it away and putting their own in its place), the operator key is copied into it and ``tar`` takes the
     checksum list, its signature, ``install.sh`` and the zipapp out into it (``--occurrence`` stops
     reading once it has them, so it is quick and works on ``FILE.part001`` of a split bundle). Then
     ``gpg --dearmor`` turns the key copy into the binary keyring ``gpgv`` needs, ``gpgv`` checks the
@@ -140,7 +141,7 @@ def node_command(bundle: str, key: str = "operator.asc") -> str:
     b, k = shlex.quote(bundle), shlex.quote(key)
     return " && ".join(
         (
-            "d=$(mktemp -d)",
+            "d=$(mktemp -d /tmp/gpu-airgap.XXXXXX)",
             f'cp {k} "$d/{PRIVATE_KEY}"',
             f'tar --occurrence -xf {b} -C "$d" {" ".join(HEAD)}',
             f'gpg --batch --yes --dearmor -o "$d/{DEARMORED_KEY}" "$d/{PRIVATE_KEY}"',

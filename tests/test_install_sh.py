@@ -221,7 +221,7 @@ def test_install_sh_refuses_when_the_zipapp_was_not_extracted(node: Path, tmp_pa
     (line,) = _one_sentence(done.stderr)
     assert done.returncode == 7 and "gpu-airgap-node.pyz is missing" in line
     assert (
-        'check them there first, with the command `gpu-airgap bundle build` printed: d=$(mktemp -d) && cp operator.asc "$d/operator.asc" && tar --occurrence -xf BUNDLE -C "$d" NODE-SHA256SUMS NODE-SHA256SUMS.asc install.sh gpu-airgap-node.pyz'
+        'check them there first, with the command `gpu-airgap bundle build` printed: d=$(mktemp -d /tmp/gpu-airgap.XXXXXX) && cp operator.asc "$d/operator.asc" && tar --occurrence -xf BUNDLE -C "$d" NODE-SHA256SUMS NODE-SHA256SUMS.asc install.sh gpu-airgap-node.pyz'
         in line
     )
 

@@ -6,7 +6,7 @@
 # their signed checksum list and the operator key, into a private directory, check the copies with
 # the node's own tools against the operator key and run only the copies (the command
 # `gpu-airgap bundle build` prints; README "Install from the bundle"):
-#   d=$(mktemp -d) && cp operator.asc "$d/operator.asc" &&
+#   d=$(mktemp -d /tmp/gpu-airgap.XXXXXX) && cp operator.asc "$d/operator.asc" &&
 #   tar --occurrence -xf BUNDLE -C "$d" NODE-SHA256SUMS NODE-SHA256SUMS.asc install.sh gpu-airgap-node.pyz &&
 #   gpg --batch --yes --dearmor -o "$d/operator.gpg" "$d/operator.asc" &&
 #   gpgv --keyring "$d/operator.gpg" "$d/NODE-SHA256SUMS.asc" "$d/NODE-SHA256SUMS" &&
@@ -16,7 +16,7 @@
 # install.sh would not check anything).
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
-verify_first='take them out into a private directory and check them there first, with the command `gpu-airgap bundle build` printed: d=$(mktemp -d) && cp operator.asc "$d/operator.asc" && tar --occurrence -xf BUNDLE -C "$d" NODE-SHA256SUMS NODE-SHA256SUMS.asc install.sh gpu-airgap-node.pyz && gpg --batch --yes --dearmor -o "$d/operator.gpg" "$d/operator.asc" && gpgv --keyring "$d/operator.gpg" "$d/NODE-SHA256SUMS.asc" "$d/NODE-SHA256SUMS" && (cd "$d" && sha256sum -c NODE-SHA256SUMS) && sh "$d/install.sh" BUNDLE --keyring "$d/operator.asc"'
+verify_first='take them out into a private directory and check them there first, with the command `gpu-airgap bundle build` printed: d=$(mktemp -d /tmp/gpu-airgap.XXXXXX) && cp operator.asc "$d/operator.asc" && tar --occurrence -xf BUNDLE -C "$d" NODE-SHA256SUMS NODE-SHA256SUMS.asc install.sh gpu-airgap-node.pyz && gpg --batch --yes --dearmor -o "$d/operator.gpg" "$d/operator.asc" && gpgv --keyring "$d/operator.gpg" "$d/NODE-SHA256SUMS.asc" "$d/NODE-SHA256SUMS" && (cd "$d" && sha256sum -c NODE-SHA256SUMS) && sh "$d/install.sh" BUNDLE --keyring "$d/operator.asc"'
 if [ $# -lt 1 ]; then
   echo "usage: $0 BUNDLE --keyring OPERATOR_KEY [install options...]" >&2
   exit 2
@@ -75,8 +75,10 @@ if [ ! -f "$here/NODE-SHA256SUMS" ] || [ ! -f "$here/NODE-SHA256SUMS.asc" ]; the
 fi
 # $here may be writable by others (a user-mounted USB disk, a shared upload folder), who could swap
 # a file there between its check and its run: copy first, then check and run only the copies, in a
-# directory only we can write (mktemp -d: 0700, ours), with the copy of the key that checked them.
-private=$(mktemp -d)
+# directory only we can write (mktemp -d: 0700, ours, in the sticky /tmp whatever TMPDIR says, so
+# nobody else can rename it away and put their own in its place), with the copy of the key that
+# checked them.
+private=$(mktemp -d /tmp/gpu-airgap-install.XXXXXX)
 trap 'rm -rf "$private"' EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
