@@ -18,6 +18,8 @@ ENGINES = ("containerd", "docker", "crio", "podman", "lxc")
 SERVICE_ENGINES = frozenset({"containerd", "docker", "crio"})
 RUNTIME_CHOICES = ("auto", *ENGINES, "none")
 CDI_CHOICES = ("auto", "on", "off")
+#: ``--systemd-cgroup`` of install and configure: follow the default runtime or the kubelet, or set it
+SYSTEMD_CGROUP_CHOICES = ("auto", "true", "false")
 #: the containerds ``--distro`` takes, in the order detection lists them (:mod:`configure.distros.detection`);
 #: here so a command line builds its choices without loading detection at start-up
 DISTRO_CHOICES = ("containerd", "k3s", "rke2", "microk8s", "k0s")

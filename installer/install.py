@@ -165,6 +165,7 @@ def _execute(plan: InstallPlan, options: InstallOptions, env: NodeEnv, policy: P
         and not changed
         and "written" not in result.cdi
         and not plan.hold
+        and not plan.unhold
         and not restarted
         and not retired
     )
@@ -202,7 +203,12 @@ def _change_node(
     result: InstallResult,
 ) -> List[str]:
     """The steps that change the node, each recorded in ``run`` first; return the engines changed."""
-    check, backend, target = plan.preflight, plan.backend, plan.target
+    check, backend = plan.preflight, plan.backend
+    if plan.unhold:
+        run.begin()
+        run.unheld = True
+        backend.unhold(plan.unhold)
+        result.messages.append("released the hold on " + ", ".join(plan.unhold))
     if check.remove_first:
         run.begin()
         names = [name for name, _, _ in check.remove_first]
@@ -219,10 +225,16 @@ def _change_node(
     if plan.hold:
         run.begin()
         run.held = True
-        backend.hold([p.name for p in target.packages])
-        result.messages.append("held " + ", ".join(p.name for p in target.packages) + " at this release")
+        backend.hold(plan.hold_names)
+        result.messages.append(_hold_message(plan, "held", "kept the hold on"))
     cdi_on, result.cdi = cdi_step.write_or_skip(plan, options, journal, env, run)
     return _register(plan, cdi_on, options, journal, env, result, run)
+
+
+def _hold_message(plan: InstallPlan, held: str, kept: str) -> str:
+    """``held A, B at this release``, or ``kept the hold on A, B …`` when they were held before the run."""
+    verb = kept if all(name in plan.held for name in plan.hold_names) else held
+    return f"{verb} {', '.join(plan.hold_names)} at this release"
 
 
 def _say(env: NodeEnv, line: str) -> None:
@@ -394,9 +406,12 @@ def _render_dry_run(plan: InstallPlan, options: InstallOptions, policy: Policy) 
         )
     else:
         result.messages.append("packages: already at the bundle's versions")
+    if plan.unhold:
+        result.messages.append("would release the hold on " + ", ".join(plan.unhold))
     if plan.hold:
-        result.messages.append("would hold " + ", ".join(p.name for p in plan.target.packages))
+        result.messages.append(_hold_message(plan, "would hold", "would keep the hold on"))
     for name, config in plan.engines.items():
+        result.messages.extend(f"{name}: {w}" for w in config.warnings)
         result.engines[name] = "would register" if config.changed else "already registered"
         if config.next_step:
             result.engines[name] = (
@@ -411,6 +426,7 @@ def _render_dry_run(plan: InstallPlan, options: InstallOptions, policy: Policy) 
         check.to_install
         or check.remove_first
         or plan.hold
+        or plan.unhold
         or plan.engines_changing
         or cdi_change
         or not plan.recorded

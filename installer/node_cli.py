@@ -15,7 +15,14 @@ from typing import Any, Dict, List, Optional
 import click
 import typer
 
-from configure.validate import CDI_CHOICES, DISTRO_CHOICES, RUNTIME_CHOICES, SERVICE_ENGINES, existing_root
+from configure.validate import (
+    CDI_CHOICES,
+    DISTRO_CHOICES,
+    RUNTIME_CHOICES,
+    SERVICE_ENGINES,
+    SYSTEMD_CGROUP_CHOICES,
+    existing_root,
+)
 from installer import oci_cli
 from installer.bundle_cli import ALLOW_EXPIRED, FINGERPRINT
 from plumbing.errors import ExitCode
@@ -45,6 +52,18 @@ _CDI = typer.Option(
     "auto", "--cdi", click_type=click.Choice(CDI_CHOICES), help="auto (when a driver is present) | on | off"
 )
 _HOLD = typer.Option(False, "--hold", help="Keep the node on this release (dpkg hold / dnf versionlock).")
+_ALLOW_HELD = typer.Option(
+    False,
+    "--allow-held",
+    help="Change packages that are held (--hold, apt-mark hold, dnf versionlock); they stay held at the new version.",
+)
+_UNHOLD = typer.Option(False, "--unhold", help="Release the hold, so held packages change and stay unheld.")
+_SYSTEMD_CGROUP = typer.Option(
+    "auto",
+    "--systemd-cgroup",
+    click_type=click.Choice(SYSTEMD_CGROUP_CHOICES),
+    help="containerd's SystemdCgroup: auto (follow the default runtime or the kubelet) | true | false",
+)
 _ALLOW_DOWNGRADE = typer.Option(
     False,
     "--allow-downgrade",
@@ -99,6 +118,8 @@ def install_command(
     set_as_default: bool = _SET_AS_DEFAULT,
     cdi: str = _CDI,
     hold: bool = _HOLD,
+    allow_held: bool = _ALLOW_HELD,
+    unhold: bool = _UNHOLD,
     allow_downgrade: bool = _ALLOW_DOWNGRADE,
     no_restart: bool = _NO_RESTART,
     dry_run: bool = _DRY_RUN,
@@ -111,6 +132,7 @@ def install_command(
     force: bool = _TAKE_OVER,
     fingerprint: Optional[str] = FINGERPRINT,
     allow_expired: bool = ALLOW_EXPIRED,
+    systemd_cgroup: str = _SYSTEMD_CGROUP,
 ) -> None:
     """Verify a bundle (a file or an oci:// artifact), check the node, install the toolkit and register the runtime."""
     # The library loads only when a command runs, so --help stays fast.
@@ -126,6 +148,8 @@ def install_command(
         set_as_default=set_as_default,
         cdi=cdi,
         hold=hold,
+        allow_held=allow_held,
+        unhold=unhold,
         allow_downgrade=allow_downgrade,
         no_restart=no_restart,
         dry_run=dry_run,
@@ -133,6 +157,7 @@ def install_command(
         force=force,
         fingerprint=fingerprint,
         allow_expired=allow_expired,
+        systemd_cgroup=systemd_cgroup,
     )
     with oci_cli.local_bundle(bundle, keyring, username, password_stdin, ca_file, plain_http) as local:
         env = NodeEnv(

@@ -22,7 +22,13 @@ from configure.engine import ConfigPlan, RuntimeOptions
 from configure.journal import Journal
 from configure.nodefacts import NodeFacts
 from configure.releases import release_for
-from configure.validate import CDI_CHOICES, RUNTIME_CHOICES, SERVICE_ENGINES, check_runtime_name
+from configure.validate import (
+    CDI_CHOICES,
+    RUNTIME_CHOICES,
+    SERVICE_ENGINES,
+    SYSTEMD_CGROUP_CHOICES,
+    check_runtime_name,
+)
 from installer import preflight
 from installer.backends.base import PackageBackend
 from installer.backends.rpm import VERSIONLOCK
@@ -45,6 +51,8 @@ class InstallOptions:
     set_as_default: bool = False
     cdi: str = "auto"
     hold: bool = False
+    allow_held: bool = False  #: ``--allow-held``: change held packages; they stay held at the new version
+    unhold: bool = False  #: ``--unhold``: release the hold (and change held packages)
     allow_downgrade: bool = False
     no_restart: bool = False
     dry_run: bool = False
@@ -52,6 +60,7 @@ class InstallOptions:
     force: bool = False  #: take the runtime configuration over from the GPU Operator
     fingerprint: Optional[str] = None  #: ``--fingerprint``: the one key of ``--keyring`` to trust
     allow_expired: bool = False  #: ``--allow-expired``: accept a bundle past its signed expiry
+    systemd_cgroup: str = "auto"  #: ``--systemd-cgroup``: containerd's SystemdCgroup (auto | true | false)
 
     def validate(self) -> None:
         """:raises UsageError: for values the command cannot use."""
@@ -60,6 +69,12 @@ class InstallOptions:
         if self.cdi not in CDI_CHOICES:
             raise UsageError(f"--cdi must be one of {', '.join(CDI_CHOICES)}, not {self.cdi!r}")
         check_runtime_name(self.runtime_name)
+        if self.hold and self.unhold:
+            raise UsageError("--hold and --unhold contradict each other; pass one of them")
+        if self.systemd_cgroup not in SYSTEMD_CGROUP_CHOICES:
+            raise UsageError(
+                f"--systemd-cgroup must be one of {', '.join(SYSTEMD_CGROUP_CHOICES)}, not {self.systemd_cgroup!r}"
+            )
         if self.fingerprint is not None:
             parse_fingerprint(self.fingerprint)
 
@@ -75,7 +90,10 @@ class InstallPlan:
     preflight: preflight.Preflight  #: the packages to remove first and to install, and notes for the user
     previous: Dict[str, Optional[str]]  #: installed version of each target package before the run
     old_state: Optional[NodeState]  #: the record of the last install, if any
-    hold: bool  #: hold the packages in this run (asked for, and not already held at this release)
+    held: Tuple[str, ...]  #: the target packages held on the node before the run
+    hold_names: Tuple[str, ...]  #: the packages held after the run: all with --hold, else those held before
+    hold: bool  #: (re)set the hold of ``hold_names`` in this run (not held yet, or changed by the run)
+    unhold: Tuple[str, ...]  #: the holds ``--unhold`` releases, before the packages change
     cdi: bool  #: generate the CDI spec after the packages are in (a driver is there and --cdi is not off)
     cdi_skipped: str  #: why the CDI spec is not generated, when ``cdi`` is False
     #: nvidia-cdi-refresh will write the spec after the packages are in (so no static spec, but CDI on)
@@ -133,7 +151,10 @@ def plan_install(bundle: StagedBundle, options: InstallOptions, env: NodeEnv) ->
     # one query for these and the node requirements' packages (dpkg answers the later questions from it)
     known = backend.installed_versions([*names, *(r.name for r in target.requirements)])
     installed = {name: known[name] for name in names}
-    check = _preflight(target, facts, backend, installed, options, env)
+    held = tuple(backend.held([p.name for p in target.packages if installed[p.name] is not None]))
+    check = _preflight(target, facts, backend, installed, held, options, env)
+    keep = () if options.unhold else tuple(p.name for p in target.packages) if options.hold else held
+    changing = {p.name for p in check.to_install}
     cdi_refresh = options.cdi != "off" and refresh_expected(target, root)
     cdi, cdi_skipped = (False, "") if cdi_refresh else _cdi_intent(options, facts)
     # The engines enable CDI when the spec is (or will be) written, so their plans say so too.
@@ -146,7 +167,10 @@ def plan_install(bundle: StagedBundle, options: InstallOptions, env: NodeEnv) ->
         preflight=check,
         previous={p.name: installed[p.name] for p in target.packages},
         old_state=old_state,
-        hold=options.hold and not (old_state is not None and old_state.held and not check.to_install),
+        held=held,
+        hold_names=keep,
+        hold=any(name not in held or name in changing for name in keep),
+        unhold=held if options.unhold else (),
         cdi=cdi,
         cdi_skipped=cdi_skipped,
         cdi_refresh=cdi_refresh,
@@ -169,14 +193,14 @@ def files_written(plan: InstallPlan, root: Path) -> List[Path]:
         configs.append(rooted(root, CDI_SPEC))
     paths = [*configs, *(Journal(root).files() if configs else []), state_path(root)]
     check = plan.preflight
-    if check.to_install or check.remove_first or plan.hold:
+    if check.to_install or check.remove_first or plan.hold or plan.unhold:
         database = (
             "/var/lib/dpkg" if plan.backend.name == "dpkg" else (plan.facts.rpm_dbpath or "/var/lib/rpm")
         )
         paths.append(
             rooted(root, database) / "gpu-airgap-probe"
         )  # the directory: dpkg and rpm replace files in it
-    if plan.hold and plan.backend.name == "rpm":
+    if (plan.hold or plan.unhold) and plan.backend.name == "rpm":
         paths.append(rooted(root, VERSIONLOCK))
     return paths
 
@@ -205,6 +229,7 @@ def runtime_options(options: InstallOptions, cdi: bool) -> RuntimeOptions:
         cdi=cdi,
         distro=options.distro,
         force=options.force,
+        systemd_cgroup=options.systemd_cgroup,
     )
 
 
@@ -213,6 +238,7 @@ def _preflight(
     facts: NodeFacts,
     backend: PackageBackend,
     installed: Dict[str, Optional[str]],
+    held: Tuple[str, ...],
     options: InstallOptions,
     env: NodeEnv,
 ) -> preflight.Preflight:
@@ -225,6 +251,8 @@ def _preflight(
         free_bytes=env.free(options.root),
         allow_downgrade=options.allow_downgrade,
         root_label=str(options.root),
+        held=held,
+        allow_held=options.allow_held or options.unhold,
     )
     if options.cdi == "on" and not facts.driver:
         check.problems.append(

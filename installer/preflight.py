@@ -8,7 +8,7 @@ here is tested with plain values.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Mapping, Optional, Set, Tuple
+from typing import Callable, Collection, Dict, List, Mapping, Optional, Set, Tuple
 
 from installer.target import Requirement, StagedPackage, StagedTarget
 from plumbing.errors import ExitCode, ProblemsFound
@@ -79,6 +79,8 @@ def check(
     free_bytes: int,
     allow_downgrade: bool = False,
     root_label: str = "/",
+    held: Collection[str] = (),
+    allow_held: bool = False,
 ) -> Preflight:
     """Run every check and build the plan.
 
@@ -88,6 +90,9 @@ def check(
     :param compare: the node package manager's version comparison.
     :param free_bytes: free space on the filesystem holding the root.
     :param allow_downgrade: install older versions over newer ones.
+    :param held: the target packages held on the node (dpkg hold, dnf versionlock).
+    :param allow_held: change held packages too (``--allow-held`` or ``--unhold``), as apt's
+        ``--allow-change-held-packages``; otherwise a hold stops the run.
     """
     result = Preflight()
     missing = [str(req) for req, ok in requirements_met.items() if not ok]
@@ -116,6 +121,7 @@ def check(
                     f"{pkg.name} {current} is newer than the bundle's {pkg.version} (use --allow-downgrade to install it anyway)"
                 )
 
+    _check_held(result, held, installed, allow_held)
     _plan_legacy(target, names, installed, compare, result)
 
     result.needed_bytes = sum(pkg.size for pkg in result.to_install) * DISK_FACTOR
@@ -124,6 +130,19 @@ def check(
             f"only {_mib(free_bytes)} free under {root_label}, the install needs about {_mib(result.needed_bytes)}"
         )
     return result
+
+
+def _check_held(
+    result: Preflight, held: Collection[str], installed: Mapping[str, Optional[str]], allow_held: bool
+) -> None:
+    """A held package is changed only when the admin says so, as apt and dnf do."""
+    changing = [f"{p.name} {installed.get(p.name)}" for p in result.to_install if p.name in held]
+    if changing and not allow_held:
+        result.problems.append(
+            f"{', '.join(changing)} {'is' if len(changing) == 1 else 'are'} held at that version; "
+            "pass --allow-held to change the held packages and keep them held, or --unhold to change "
+            "them and release the hold"
+        )
 
 
 def _plan_legacy(

@@ -57,7 +57,7 @@ def record(
         packages={p.name: p.version for p in install_order(plan.target.packages)},
         previous=old.previous if old else plan.previous,
         removed={**(old.removed if old else {}), **{n: v for n, v, _ in plan.preflight.remove_first}},
-        held=options.hold or bool(old and old.held),
+        held=bool(plan.hold_names),
         runtime_name=options.runtime_name,
         distro=options.distro,
         engines=list(engines),
@@ -86,6 +86,7 @@ class RunLog:
         self.state_before = read_optional(state_path(options.root))
         self.begun = False
         self.held = False  #: the run set the hold
+        self.unheld = False  #: the run released the hold (``--unhold``)
 
     def begin(self) -> None:
         """Record the run as unfinished before its first change (once per run)."""
@@ -123,13 +124,7 @@ class RunLog:
                 done.append(f"put back {len(restored)} configuration file(s)")
         except ToolError as exc:
             failed.append(f"the configuration could not be put back ({exc})")
-        names = [p.name for p in self.plan.target.packages]
-        if self.held:
-            try:
-                backend.unhold(names)
-                done.append("released the hold")
-            except ToolError as exc:
-                failed.append(f"the hold could not be released ({exc})")
+        self._undo_hold(done, failed)
         fresh = [
             p.name
             for p in reversed(install_order(self.plan.target.packages))
@@ -156,6 +151,20 @@ class RunLog:
         if not isinstance(error, ToolError) or not (done or left or failed or removed):
             return None
         return RolledBack(error, clause)
+
+    def _undo_hold(self, done: List[str], failed: List[str]) -> None:
+        """Release the holds the run set and put back those it released; holds from before stay."""
+        plan, backend = self.plan, self.plan.backend
+        set_here = [name for name in plan.hold_names if name not in plan.held] if self.held else []
+        try:
+            if set_here:
+                backend.unhold(set_here)
+                done.append("released the hold")
+            if self.unheld:
+                backend.hold([name for name in plan.unhold if is_present(backend, name)])
+                done.append("put the hold back")
+        except ToolError as exc:
+            failed.append(f"the hold could not be put back as it was ({exc})")
 
     def _left_behind(self) -> List[str]:
         """The target packages whose state differs from before the run, after the rollback."""

@@ -32,7 +32,7 @@ class FakeBackend:
         self.name = name
         self.installed: Dict[str, str] = dict(installed or {})
         self.provided = set(provided)
-        self.held: List[str] = []
+        self.holds: List[str] = []
         self.calls: List[Tuple[str, ...]] = []
         self.fail_install = fail_install  #: raise CommandError from install() with this text
 
@@ -81,12 +81,16 @@ class FakeBackend:
     def hold(self, names: Sequence[str]) -> None:
         """Record the hold."""
         self.calls.append(("hold", *names))
-        self.held.extend(n for n in names if n not in self.held)
+        self.holds.extend(n for n in names if n not in self.holds)
 
     def unhold(self, names: Sequence[str]) -> None:
         """Record the release."""
         self.calls.append(("unhold", *names))
-        self.held = [n for n in self.held if n not in names]
+        self.holds = [n for n in self.holds if n not in names]
+
+    def held(self, names: Sequence[str]) -> List[str]:
+        """Those of ``names`` held and installed."""
+        return [n for n in names if n in self.holds and n in self.installed]
 
 
 class FakeFetcher:

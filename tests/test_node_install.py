@@ -706,7 +706,7 @@ def test_upgrade_over_a_held_install_keeps_the_hold(
     old, key, env, _ = _setup(tmp_path, targets["deb-1.17.7"])
     install(old, key, InstallOptions(root=deb_root, hold=True), env)
     new, key, env, _ = _setup(tmp_path, targets["deb-1.17.8"])
-    result = install(new, key, InstallOptions(root=deb_root, hold=True), env)
+    result = install(new, key, InstallOptions(root=deb_root, allow_held=True), env)
     assert result.outcome == "installed"
     assert dpkg_versions(deb_root) == dict.fromkeys(TOOLKIT, "1.17.8-1")
     selections = subprocess.run(

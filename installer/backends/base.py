@@ -58,6 +58,10 @@ class PackageBackend(Protocol):
         """Undo :meth:`hold`."""
         ...
 
+    def held(self, names: Sequence[str]) -> List[str]:
+        """Those of ``names`` that are held now (by :meth:`hold`, ``apt-mark hold`` or ``dnf versionlock``)."""
+        ...
+
 
 _SBIN_DIRS = ("/usr/local/sbin", "/usr/sbin", "/sbin")
 

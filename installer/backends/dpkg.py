@@ -113,10 +113,14 @@ class DpkgBackend:
 
     def without_trace(self, names: Sequence[str]) -> List[str]:
         """See :meth:`PackageBackend.without_trace` (one dpkg-query for all of them)."""
-        states = (
-            {n: self._seen[n] for n in names} if all(n in self._seen for n in names) else self._states(names)
-        )
+        states = self._known(names)
         return [n for n in names if len(states[n][0]) < 2 or states[n][0][1] in ("n", " ")]
+
+    def _known(self, names: Sequence[str]) -> Dict[str, Tuple[str, str]]:
+        """The states of ``names``: remembered from the last query when it asked for all of them."""
+        if all(n in self._seen for n in names):
+            return {n: self._seen[n] for n in names}
+        return self._states(names)
 
     def _select(self, names: Sequence[str], selection: str) -> None:
         self._seen = {}
@@ -131,3 +135,8 @@ class DpkgBackend:
     def unhold(self, names: Sequence[str]) -> None:
         """Back to ``install`` selections."""
         self._select(names, "install")
+
+    def held(self, names: Sequence[str]) -> List[str]:
+        """See :meth:`PackageBackend.held`: the selection (first letter of ``db:Status-Abbrev``) is ``h``."""
+        states = self._known(names)
+        return [n for n in names if states[n][0][:1] == "h" and states[n][0][1:2] not in ("n", " ", "")]

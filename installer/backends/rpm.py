@@ -136,6 +136,13 @@ class RpmBackend:
         if kept != lines:
             write_config(path, ("\n".join(kept) + "\n").encode() if kept else b"")
 
+    def held(self, names: Sequence[str]) -> List[str]:
+        """See :meth:`PackageBackend.held`: a line of dnf's versionlock list names it (``!`` lines exclude, not hold)."""
+        locked = {
+            _versionlock_name(line) for line in self._lock_lines()[1] if not line.strip().startswith("!")
+        }
+        return [n for n in names if n in locked]
+
 
 def _versionlock_name(line: str) -> str:
     """``nvidia-container-toolkit-0:1.17.8-1.*`` -> ``nvidia-container-toolkit``."""

