@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import errno
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple, Type
 
@@ -37,28 +37,55 @@ def hoist_global_flags(args: Sequence[str]) -> List[str]:
     return flags + rest + args[end:]
 
 
-def repeated_option(command: click.Command, args: Sequence[str]) -> Optional[Tuple[str, List[str]]]:
-    """The first single-value option of ``command`` that ``args`` gives more than once, with its values."""
+def _option_values(command: click.Command, args: Sequence[str]) -> Iterator[Tuple[click.Option, str]]:
+    """Each value-taking option of ``command`` on the command line ``args`` (before ``--``) with its value."""
     takes_value: Dict[str, click.Option] = {}
     for param in command.params:
-        if isinstance(param, click.Option) and not param.is_flag and not param.multiple and not param.count:
+        if isinstance(param, click.Option) and not param.is_flag and not param.count:
             for name in (*param.opts, *param.secondary_opts):
                 takes_value[name] = param
-    seen: Dict[str, List[str]] = {}
     i = 0
     while i < len(args) and args[i] != "--":
         token = args[i]
         name, eq, value = token.partition("=") if token.startswith("--") else (token, "", "")
         option = takes_value.get(name)
-        if option is not None:
-            if not eq and i + 1 < len(args):
+        if option is not None and (eq or i + 1 < len(args)):
+            if not eq:
                 value = args[i + 1]
                 i += 1
-            values = seen.setdefault(option.name or name, [])
-            values.append(value)
-            if len(values) > 1:
-                return option.opts[0], values
+            yield option, value
         i += 1
+
+
+def repeated_option(command: click.Command, args: Sequence[str]) -> Optional[Tuple[str, List[str]]]:
+    """The first single-value option of ``command`` that ``args`` gives more than once, with its values."""
+    seen: Dict[str, List[str]] = {}
+    for option, value in _option_values(command, args):
+        if option.multiple:
+            continue
+        values = seen.setdefault(option.name or option.opts[0], [])
+        values.append(value)
+        if len(values) > 1:
+            return option.opts[0], values
+    return None
+
+
+def empty_option(command: click.Command, args: Sequence[str]) -> Optional[UsageError]:
+    """The refusal of the first option of ``command`` that ``args`` gives an empty value, or None.
+
+    An empty value is never meant (an unset shell variable, ``--root "$ROOT"``), and some would be
+    read dangerously: an empty ``--root`` is the current directory, from ``/`` the live system; an
+    empty ``--format`` or ``--arch`` list would sync nothing and succeed.
+    """
+    for option, value in _option_values(command, args):
+        if value.strip():
+            continue
+        name = option.opts[0]
+        if name == "--root":
+            return UsageError(
+                "--root is empty, which would mean the current directory; give the directory (/ for this system)"
+            )
+        return UsageError(f"{name} is empty; give it a value or leave it out")
     return None
 
 
@@ -86,6 +113,9 @@ class Group(TyperGroup):
             if repeated is not None:
                 option, values = repeated
                 raise UsageError(f"{option} was given more than once ({', '.join(values)}); give it once")
+            empty = empty_option(command, rest)
+            if empty is not None:
+                raise empty
         return name, command, rest
 
 

@@ -127,3 +127,72 @@ def test_source_date_epoch_out_of_range_is_a_usage_error(
     result = run_cli("bundle", "build", *where, "--sign-key", operator_key.fingerprint, "--output", str(out))
     _one_sentence(result, ExitCode.USAGE, "SOURCE_DATE_EPOCH=")
     assert not out.exists()
+
+
+# -- issue 24.16: values that would mean something else than the user meant ------------------------
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["status"],
+        ["configure", "containerd"],
+        ["configure", "docker", "--dry-run"],
+        ["configure", "revert"],
+        ["uninstall"],
+        ["install", "b.tar.zst", "--keyring", "k.asc"],
+    ],
+    ids=lambda argv: "-".join(argv[:2]),
+)
+@pytest.mark.parametrize("spelling", [["--root", ""], ["--root="]], ids=["separate", "equals"])
+def test_an_empty_root_is_refused_rather_than_taken_as_the_current_directory(
+    argv: List[str], spelling: List[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # a regression edits this scratch directory, not the live system
+    result = run_cli(*argv, *spelling)
+    _one_sentence(result, ExitCode.USAGE, "--root is empty, which would mean the current directory")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("options", "complaint"),
+    [
+        (["--format", ""], "--format is empty"),
+        (["--arch", ""], "--arch is empty"),
+        (["--format=", "--arch", "amd64"], "--format is empty"),
+        (["--format", ",", "--arch", "amd64"], "--format and --arch name no target"),
+        (["--format", "deb", "--arch", ","], "--format and --arch name no target"),
+    ],
+)
+def test_mirror_sync_with_no_format_or_arch_is_a_usage_error_not_an_empty_mirror(
+    options: List[str], complaint: str, tmp_path: Path
+) -> None:
+    dest = tmp_path / "mirror"
+    result = run_cli("mirror", "sync", "--dest", str(dest), "--upstream", "http://127.0.0.1:9", *options)
+    _one_sentence(result, ExitCode.USAGE, complaint)
+    assert not dest.exists()
+
+
+@pytest.mark.parametrize(
+    ("options", "complaint"),
+    [
+        (["--tools", "host", "--rootfs", "/"], "--rootfs would be ignored here: --tools host packs"),
+        (
+            ["--tools", "image", "--rootfs", "/nonexistent", "--busybox", "/bin/busybox"],
+            "--busybox would be ignored",
+        ),
+        (["--push", "oci://127.0.0.1:9/t:1", "--tag", "x:1"], "--tag would be ignored here"),
+        (
+            ["--ca-file", "/etc/hosts"],
+            "--ca-file would be ignored here: --ca-file is for the registry of --push",
+        ),
+        (["--plain-http"], "--plain-http would be ignored here"),
+    ],
+)
+def test_fleet_image_refuses_an_option_the_combination_would_ignore(
+    options: List[str], complaint: str, tmp_path: Path
+) -> None:
+    output = ["--output", str(tmp_path / "tools.tar")] if "--push" not in options else []
+    result = run_cli("fleet", "image", *options, *output)
+    _one_sentence(result, ExitCode.USAGE, complaint)
+    assert list(tmp_path.iterdir()) == []

@@ -20,7 +20,7 @@ from configure.distros.detection import NAMES as DISTROS
 from configure.validate import CDI_CHOICES
 from mirror.fleet import image as fleet_image
 from mirror.fleet import k8s as fleet_k8s
-from plumbing.clikit import Group, legacy_spellings
+from plumbing.clikit import Group, given, legacy_spellings, option_name
 from plumbing.errors import UsageError
 from plumbing.fsutil import output_is_stream, write_output
 from plumbing.gpg import check_key_file
@@ -318,6 +318,7 @@ _CA_FILE = typer.Option(None, "--ca-file", help="PEM file of the CA that signed 
 
 
 def image_command(
+    ctx: typer.Context,
     tools: str = _IMAGE_TOOLS,
     busybox: Path = _BUSYBOX,
     rootfs: Optional[Path] = _ROOTFS,
@@ -330,6 +331,7 @@ def image_command(
     """Make the DaemonSet's tools image here (no base image pulled) and write it to a file or push it to the registry."""
     if output is None and push is None:
         raise UsageError("give --output FILE, --push oci://HOST/REPO:TAG, or both")
+    _refuse_unused_image_options(ctx, tools, output, push)
     if output is not None:
         output_is_stream(output)  # a directory is refused before the image is built
     if tools == "host":
@@ -351,6 +353,24 @@ def image_command(
     if push is not None:
         lines.append(f"pushed {_push_image(image, push, plain_http, ca_file)}")
     emit_lines(lines)
+
+
+def _refuse_unused_image_options(
+    ctx: typer.Context, tools: str, output: Optional[Path], push: Optional[str]
+) -> None:
+    """:raises UsageError: for an option this combination would silently ignore."""
+    unused = {
+        "rootfs": "--tools host packs the static busybox, not a root filesystem" if tools == "host" else "",
+        "busybox": "--tools image packs --rootfs, not a busybox" if tools == "image" else "",
+        "tag": "--tag names the image inside the --output archive; a push is named by its reference"
+        if output is None
+        else "",
+        "ca_file": "--ca-file is for the registry of --push" if push is None else "",
+        "plain_http": "--plain-http is for the registry of --push" if push is None else "",
+    }
+    for name, why in unused.items():
+        if why and given(ctx, name):
+            raise UsageError(f"{option_name(ctx, name)} would be ignored here: {why}")
 
 
 def _read_binary(path: Path) -> bytes:

@@ -104,6 +104,8 @@ def _options(
     else:
         arches = [a for value in arch for a in value.split(",") if a.strip()]
         targets = sync_lib.parse_targets([f for f in fmt.split(",") if f.strip()], arches)
+        if not targets:  # "--format ," would sync nothing and succeed
+            raise UsageError("--format and --arch name no target; give e.g. --format deb --arch amd64")
     return sync_lib.SyncOptions(
         upstream=upstream, channel=channel, targets=tuple(targets), selector=version, locked=lock
     )
