@@ -157,9 +157,13 @@ def test_allow_older_index_keeps_the_held_release_buildable_and_verify_checks_st
     dest = tmp_path / "mirror"
     assert site.sync(dest)[0] == 0
     site.publish(drop_version=NEWEST)
-    code, stderr = site.sync(dest, "--allow-older-index")
-    assert code == 0, stderr
-    assert f"no longer lists {NEWEST}; the mirror kept the index it replaced" in stderr
+    accepted = run_cli(
+        "mirror", "sync", "--dest", str(dest), "--upstream", site.server.url, "--keyring", str(site.tree.public_key),
+        "--format", "deb", "--arch", "amd64", "--allow-older-index", "--json",
+    )  # fmt: skip
+    assert accepted.exit_code == 0, accepted.stderr
+    assert f"no longer lists {NEWEST}; the mirror kept the index it replaced" in accepted.stderr
+    assert json.loads(accepted.stdout)["targets"][0]["no_longer_listed"] == [NEWEST]
     assert _releases(dest) == [OLDER, NEWEST]
     verified = run_cli("mirror", "verify", "--mirror", str(dest))
     assert verified.exit_code == 0, verified.stdout + verified.stderr

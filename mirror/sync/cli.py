@@ -147,6 +147,7 @@ def _target_json(item: sync_lib.PlannedTarget) -> dict[str, Any]:
             [r.toolkit_version for r in item.other_releases] + [item.toolkit_version],
             key=sort_key(item.target.format),
         ),  # oldest first, like the state
+        "no_longer_listed": list(item.unlisted),  # held releases a kept index serves (--allow-older-index)
     }
 
 
