@@ -9,7 +9,7 @@ one object). Errors are :class:`~plumbing.errors.ToolError` and are printed by `
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import click
 import typer
@@ -29,21 +29,22 @@ from plumbing.textio import decode_utf8
 ROOT_HELP = "Treat DIR as the node's / (like dpkg --root); every node path is mapped under it."
 
 
-def apply_plan(plan: ConfigPlan, root: Path, *, dry_run: bool) -> Dict[str, Any]:
-    """Apply ``plan`` (or only diff it) and return what happened, ready to render."""
+def apply_plan(
+    make_plan: Callable[[], ConfigPlan], root: Path, *, dry_run: bool
+) -> Tuple[ConfigPlan, Dict[str, Any]]:
+    """Plan and apply (both under the node lock), or only plan and diff; return the plan and what happened."""
+    plan, written = commands.plan_and_write(make_plan, root, dry_run=dry_run)
     result: Dict[str, Any] = {
         "engine": plan.engine,
         "changed": plan.changed,
         "dry_run": dry_run,
         "facts": dict(plan.facts),
         "warnings": list(plan.warnings),
+        "written": [str(p) for p in written],
     }
     if dry_run:
         result["diff"] = unified_diff(plan.changes)
-        result["written"] = []
-    else:
-        result["written"] = [str(p) for p in commands.write_plan(plan, root)]
-    return result
+    return plan, result
 
 
 def render_result(result: Dict[str, Any], as_json: bool) -> None:
@@ -102,7 +103,8 @@ def toolkit_command(
             f"{k}={v}" for k, v in facts.items()
         )
         return
-    render_result(apply_plan(toolkit.plan_mode(Path(root), mode), Path(root), dry_run=dry_run), as_json)
+    _plan, result = apply_plan(lambda: toolkit.plan_mode(Path(root), mode), Path(root), dry_run=dry_run)
+    render_result(result, as_json)
 
 
 def cdi_command(
@@ -116,8 +118,10 @@ def cdi_command(
 
     Refused (exit 5) when nvidia-cdi-refresh is enabled or another spec defines nvidia.com/gpu: one spec per kind.
     """
-    plan = plan_static_spec(Path(root), output, force=force)
-    render_result(apply_plan(plan, Path(root), dry_run=dry_run), as_json)
+    _plan, result = apply_plan(
+        lambda: plan_static_spec(Path(root), output, force=force), Path(root), dry_run=dry_run
+    )
+    render_result(result, as_json)
 
 
 def runtimeclass_command(
@@ -128,8 +132,9 @@ def runtimeclass_command(
     dry_run: bool = _DRY_RUN,
 ) -> None:
     """Write a RuntimeClass manifest (stdout without --output) and record its handler for verify."""
-    plan = runtimeclass.plan_runtimeclass(Path(root), name, handler, output)
-    result = apply_plan(plan, Path(root), dry_run=dry_run)
+    plan, result = apply_plan(
+        lambda: runtimeclass.plan_runtimeclass(Path(root), name, handler, output), Path(root), dry_run=dry_run
+    )
     if plan.facts.get("EMIT") == "false":
         for message in plan.warnings:
             warn(message)

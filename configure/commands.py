@@ -15,9 +15,10 @@ registered, else empty), ``RUNTIME_PATH`` (the binary), ``DEFAULT`` (the default
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from configure.cdi.node import CdiReport, cdi_report
 from configure.changes import read_optional, unified_diff
@@ -33,6 +34,7 @@ from configure.runtimeclass import read_record
 from configure.validate import CDI_CHOICES
 from plumbing.errors import ProblemsFound, ToolError, UsageError
 from plumbing.fsutil import rooted
+from plumbing.nodelock import node_lock
 
 #: where a bare runtime path (docker's ``nvidia-container-runtime``) is looked for under the root
 SEARCH_PATH = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
@@ -91,20 +93,41 @@ def configure_engine(engine: Engine, options: RuntimeOptions, *, dry_run: bool =
         raise UsageError(
             f"--systemd-cgroup applies to containerd only; {engine.name} sets its cgroup driver itself, so leave it out"
         )
-    plan = engine.plan(options)
-    if dry_run or not plan.changed:
-        return ConfigureResult(plan, dry_run)
-    return ConfigureResult(plan, dry_run, write_plan(plan, options.root))
+    if dry_run:
+        return ConfigureResult(engine.plan(options), dry_run)
+    with node_lock(options.root):  # read and write as one step: a run between them would be lost
+        plan = engine.plan(options)
+        if not plan.changed:
+            return ConfigureResult(plan, dry_run)
+        return ConfigureResult(plan, dry_run, write_plan(plan, options.root))
+
+
+def plan_and_write(
+    make_plan: Callable[[], ConfigPlan], root: Path, *, dry_run: bool
+) -> Tuple[ConfigPlan, List[Path]]:
+    """``make_plan()`` and, unless ``dry_run``, :func:`write_plan` it, both under the node lock.
+
+    :raises BusyError: when another gpu-airgap process holds the node lock past the wait.
+    """
+    if dry_run:
+        return make_plan(), []
+    with node_lock(root):
+        plan = make_plan()
+        return plan, write_plan(plan, root)
 
 
 def write_plan(plan: ConfigPlan, root: Path) -> List[Path]:
     """Check that every file of ``plan`` can be written, then write the changed ones, journaled.
 
+    Holds the node lock (:func:`plumbing.nodelock.node_lock`; the caller that planned should
+    already hold it, so that nothing changes the files between the plan and the write).
+
     :raises ConfigFormatError: when a file cannot be written; nothing is written then.
     """
-    journal = Journal(root)
-    check_can_apply(plan.changes, journal)
-    return apply_changes(plan.engine, plan.changes, journal, plan.notes)
+    with node_lock(root):
+        journal = Journal(root)
+        check_can_apply(plan.changes, journal)
+        return apply_changes(plan.engine, plan.changes, journal, plan.notes)
 
 
 def engine_notes(journal: Journal, engine: str) -> Dict[str, Any]:
@@ -276,17 +299,20 @@ def revert_engines(
     :raises ToolError: naming the engine with nothing to revert (nothing changed).
     :raises ProblemsFound: listing every file edited since, unless ``force`` (nothing changed).
     """
-    journal = Journal(root)
-    names = list(dict.fromkeys(engines or configured_engines(journal)))
-    if not names:
-        raise ToolError(f"nothing to revert: gpu-airgap has not changed any configuration under {root}")
-    plan = plan_revert(journal, names)
-    if plan.problems and not force:
-        raise ProblemsFound("refusing to revert", plan.problems)
-    if dry_run:
-        kept = {str(r.path): str(kept_name(r.path, r.edited)) for r in plan.restores if r.edited is not None}
-        return RevertResult(plan, True, RevertOutcome(kept=kept))
-    return RevertResult(plan, False, apply_revert(journal, plan, force=force))
+    with contextlib.nullcontext() if dry_run else node_lock(root):
+        journal = Journal(root)
+        names = list(dict.fromkeys(engines or configured_engines(journal)))
+        if not names:
+            raise ToolError(f"nothing to revert: gpu-airgap has not changed any configuration under {root}")
+        plan = plan_revert(journal, names)
+        if plan.problems and not force:
+            raise ProblemsFound("refusing to revert", plan.problems)
+        if dry_run:
+            kept = {
+                str(r.path): str(kept_name(r.path, r.edited)) for r in plan.restores if r.edited is not None
+            }
+            return RevertResult(plan, True, RevertOutcome(kept=kept))
+        return RevertResult(plan, False, apply_revert(journal, plan, force=force))
 
 
 def _binary_exists(root: Path, binary: str) -> bool:

@@ -393,13 +393,14 @@ def test_an_install_killed_after_dpkg_is_recorded_and_its_staging_is_cleaned_by_
 
 
 def test_stale_staging_is_removed_by_the_next_run_but_never_while_another_run_holds_the_lock(
-    node: Path, bundles: Dict[str, Path], test_key: TestKey
+    node: Path, bundles: Dict[str, Path], test_key: TestKey, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     state_dir = node / "var/lib/gpu-airgap"
     stale = state_dir / "staging-killed"
     (stale / "targets").mkdir(parents=True)
     (stale / "targets/pkg.deb").write_bytes(b"left by a run that was killed")
-    holder = os.open(state_dir, os.O_RDONLY)  # another gpu-airgap process, mid-run
+    monkeypatch.setenv("GPU_AIRGAP_LOCK_WAIT", "0")  # refuse at once instead of waiting for the holder
+    holder = os.open(node, os.O_RDONLY)  # the node lock: another gpu-airgap process, mid-run
     try:
         fcntl.flock(holder, fcntl.LOCK_EX)
         busy = run_cli(
