@@ -153,6 +153,10 @@ class MirrorState:
     repos: tuple[RepoRecord, ...] = ()
     selector: str = ""
     version: int = STATE_VERSION
+    #: the primary keys upstream's metadata is verified with (empty in a mirror synced before they were recorded)
+    key_fingerprints: tuple[str, ...] = ()
+    #: those keys, armored, when the operator named them (``--keyring``); empty for NVIDIA's built-in key
+    key: str = ""
 
     @classmethod
     def load(cls, dest: Path) -> MirrorState:
@@ -208,7 +212,12 @@ class MirrorState:
             for r in raw["repos"]
         )
         return cls(
-            upstream=raw["upstream"], channel=raw["channel"], repos=repos, selector=raw.get("selector", "")
+            upstream=raw["upstream"],
+            channel=raw["channel"],
+            repos=repos,
+            selector=raw.get("selector", ""),
+            key_fingerprints=tuple(str(f) for f in raw.get("key_fingerprints", ())),
+            key=str(raw.get("key", "")),
         )
 
     def to_json(self) -> bytes:

@@ -105,6 +105,8 @@ def _sync(tree: UpstreamTree, server: UpstreamServer, dest: Path, version: str) 
         "--json",
         "--jobs",
         "2",
+        # the republished copy is served at another port: tell the mirror its upstream moved
+        "--replace-upstream",
     )
 
 

@@ -51,6 +51,8 @@ def _sync(tree: UpstreamTree, server: UpstreamServer, dest: Path, version: str) 
         "--arch",
         "amd64",
         "--quiet",
+        # the republished copy is served at another port: tell the mirror its upstream moved
+        "--replace-upstream",
     )
 
 
@@ -172,6 +174,7 @@ def test_a_switch_stopped_halfway_is_completed_by_the_next_sync_which_then_downl
         "--arch",
         "amd64",
         "--json",
+        "--replace-upstream",
     )
     assert again.exit_code == 0, again.stderr
     assert json.loads(again.stdout)["downloaded_files"] == 0

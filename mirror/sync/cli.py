@@ -22,7 +22,9 @@ from plumbing.errors import ProblemsFound, UsageError
 # The mirror commands import their libraries (requests, rich progress, …) when they run, so
 # other commands (bundle build, the node side) start without them.
 if TYPE_CHECKING:
+    from mirror.store import MirrorState
     from mirror.sync import core as sync_lib
+    from mirror.sync import origin
 
 #: Same value as mirror.sync.core.DEFAULT_UPSTREAM (tests/test_bundle_build_safety.py checks), spelled here so
 #: building the group does not import mirror.sync.core.
@@ -45,7 +47,17 @@ def add_sync_commands(app: typer.Typer) -> None:
 
 _DEST = typer.Option(..., "--dest", help="The mirror directory to write (created if missing).")
 _MIRROR = typer.Option(..., "--mirror", help="The mirror directory (from `gpu-airgap mirror sync`).")
-_UPSTREAM = typer.Option(DEFAULT_UPSTREAM, "--upstream", help="Base URL of NVIDIA's repositories.")
+_UPSTREAM = typer.Option(
+    None,
+    "--upstream",
+    show_default=False,
+    help=f"Base URL of NVIDIA's repositories (default: the lockfile's, else the mirror's, else {DEFAULT_UPSTREAM}).",
+)
+_REPLACE = typer.Option(
+    False,
+    "--replace-upstream",
+    help="Switch a mirror that holds repos to another --upstream or --keyring than the one it recorded.",
+)
 _CHANNEL = typer.Option(
     "stable",
     "--channel",
@@ -64,7 +76,11 @@ _VERSION = typer.Option(
     show_default=False,
     help="latest (default), all (every package: a full mirror), 1.17.8, 1.17.8-1, '>=1.17,<1.18' or '1.17.*'.",
 )
-_KEYRING = typer.Option(None, "--keyring", help="Trust this key file instead of NVIDIA's pinned key.")
+_KEYRING = typer.Option(
+    None,
+    "--keyring",
+    help="Trust this key file instead of NVIDIA's pinned key (default: the key the mirror recorded).",
+)
 _JOBS = typer.Option(4, "--jobs", min=1, max=64, help="Parallel downloads.")
 _JSON = typer.Option(False, "--json", help="Print one JSON object.")
 _QUIET = typer.Option(False, "--quiet", "-q", help="Print nothing but errors.")
@@ -80,15 +96,18 @@ _ALLOW_OLDER = typer.Option(
 
 def _options(
     ctx: typer.Context,
-    upstream: str,
+    upstream: Optional[str],
     channel: str,
     fmt: str,
     arch: list[str],
     version: Optional[str],
     locked: Optional[Path],
-) -> sync_lib.SyncOptions:
+    recorded: Optional[MirrorState] = None,
+) -> tuple[sync_lib.SyncOptions, origin.Chosen]:
+    """The sync options of the command line, and where the upstream came from (flag > lockfile > mirror > default)."""
     from mirror.selectors import VersionSelector
     from mirror.sync import core as sync_lib
+    from mirror.sync import origin
 
     refuse_with(
         ctx, "locked", ["version", "channel", "fmt", "arch"], "the lockfile names the release and the targets"
@@ -106,9 +125,11 @@ def _options(
         targets = sync_lib.parse_targets([f for f in fmt.split(",") if f.strip()], arches)
         if not targets:  # "--format ," would sync nothing and succeed
             raise UsageError("--format and --arch name no target; give e.g. --format deb --arch amd64")
-    return sync_lib.SyncOptions(
-        upstream=upstream, channel=channel, targets=tuple(targets), selector=version, locked=lock
+    chosen = origin.choose_upstream(upstream, lock, recorded)
+    options = sync_lib.SyncOptions(
+        upstream=chosen.value, channel=channel, targets=tuple(targets), selector=version, locked=lock
     )
+    return options, chosen
 
 
 def _silent(line: str) -> None:
@@ -170,7 +191,7 @@ def _target_lines(item: sync_lib.PlannedTarget) -> list[str]:
 def sync_command(
     ctx: typer.Context,
     dest: Path = _DEST,
-    upstream: str = _UPSTREAM,
+    upstream: Optional[str] = _UPSTREAM,
     channel: str = _CHANNEL,
     fmt: str = _FORMAT,
     arch: List[str] = _ARCH,
@@ -182,26 +203,39 @@ def sync_command(
     locked: Optional[Path] = _LOCKED,
     write_lock: Optional[Path] = _WRITE_LOCK,
     allow_older_index: bool = _ALLOW_OLDER,
+    replace_upstream: bool = _REPLACE,
 ) -> None:
     """Download the resolved toolkit release into a local mirror, verified, all or nothing."""
     from mirror.sync import core as sync_lib
+    from mirror.sync import origin
     from mirror.sync import progress as progress_lib
     from mirror.sync.http import Downloader
-    from mirror.trust import open_keyring
 
-    options = dataclasses.replace(
-        _options(ctx, upstream, channel, fmt, arch, version, locked), allow_older_index=allow_older_index
-    )
+    recorded = origin.recorded_state(dest)
+    options, chosen = _options(ctx, upstream, channel, fmt, arch, version, locked, recorded)
     _warn_channel(options, quiet)  # on stderr, so --json still prints one object on stdout
     progress = progress_lib.choose(quiet=quiet, json_output=json_output)
     try:
         with (
-            open_keyring([keyring] if keyring else None) as ring,
+            origin.keyring_for(keyring, recorded) as key,
             Downloader(jobs=jobs, notify=_silent if quiet else output.warn) as downloader,
         ):
+            options = dataclasses.replace(
+                options,
+                allow_older_index=allow_older_index,
+                key_fingerprints=key.fingerprints,
+                key=key.armored,
+                replace_upstream=replace_upstream,
+            )
+            if not quiet and not json_output:
+                output.note(f"upstream {chosen.said('--upstream')}, key {key.chosen.said('--keyring')}")
             try:
                 result = sync_lib.sync(
-                    options, dest, downloader=downloader, loader=sync_lib.make_loader(ring), progress=progress
+                    options,
+                    dest,
+                    downloader=downloader,
+                    loader=sync_lib.make_loader(key.ring),
+                    progress=progress,
                 )
             finally:
                 progress.close()
@@ -215,6 +249,8 @@ def sync_command(
                 f"upstream's signed index of {item.key} no longer lists {', '.join(item.unlisted)}; "
                 "the mirror kept the index it replaced, so they stay buildable"
             )
+    for warning in [] if quiet else result.warnings:
+        output.warn(warning)
     if write_lock is not None:
         result.to_lockfile(options.upstream).save(write_lock)
     if json_output:
@@ -222,6 +258,8 @@ def sync_command(
             {
                 "dest": str(dest),
                 "channel": result.channel,
+                "upstream": {"url": chosen.value, "source": chosen.source},
+                "key": {"fingerprints": list(options.key_fingerprints), "source": key.source},
                 "downloaded_files": result.downloaded_files,
                 "downloaded_bytes": result.downloaded_bytes,
                 "reused_files": result.reused_files,
@@ -242,7 +280,7 @@ def sync_command(
 
 def plan_command(
     ctx: typer.Context,
-    upstream: str = _UPSTREAM,
+    upstream: Optional[str] = _UPSTREAM,
     channel: str = _CHANNEL,
     fmt: str = _FORMAT,
     arch: List[str] = _ARCH,
@@ -256,7 +294,7 @@ def plan_command(
     from mirror.sync.http import Downloader
     from mirror.trust import open_keyring
 
-    options = _options(ctx, upstream, channel, fmt, arch, version, locked)
+    options, _chosen = _options(ctx, upstream, channel, fmt, arch, version, locked)
     _warn_channel(options, quiet=False)
     with open_keyring([keyring] if keyring else None) as ring, Downloader() as downloader:
         planned = sync_lib.plan(options, fetcher=downloader.fetcher(), loader=sync_lib.make_loader(ring))
@@ -277,17 +315,20 @@ def status_command(
     json_output: bool = _JSON,
 ) -> None:
     """Show what the mirror holds and what is newer upstream on its channel."""
+    from mirror.store import read_state
     from mirror.sync import core as sync_lib
-    from mirror.sync import maintain
+    from mirror.sync import maintain, origin
     from mirror.sync.http import Downloader
-    from mirror.trust import open_keyring
 
     if offline:
         repos = maintain.status(mirror, fetcher=None, loader=None)
     else:
-        with open_keyring([keyring] if keyring else None) as ring, Downloader() as downloader:
+        # upstream is checked with the key the mirror was verified with, unless --keyring names another
+        with origin.keyring_for(keyring, read_state(mirror)) as key, Downloader() as downloader:
+            if not json_output:
+                output.note(f"checking upstream with key {key.chosen.said('--keyring')}")
             fetcher = downloader.fetcher(maintain.ReadOnlyCache(mirror))
-            repos = maintain.status(mirror, fetcher=fetcher, loader=sync_lib.make_loader(ring))
+            repos = maintain.status(mirror, fetcher=fetcher, loader=sync_lib.make_loader(key.ring))
     if json_output:
         output.emit_json(
             {

@@ -29,7 +29,7 @@ from mirror.model import Package, PackageFormat
 from mirror.pkgheader import check_agrees, read_header
 from mirror.repo import Fetcher, clean_relative
 from mirror.selectors import VersionSelector
-from mirror.sync import freshness
+from mirror.sync import freshness, origin
 from mirror.sync.http import Downloader, DownloadRequest
 from mirror.sync.resolve import resolve, resolve_each
 from mirror.sync.targets import (
@@ -253,6 +253,13 @@ def _sync_locked(
 ) -> SyncResult:
     """The body of :func:`sync`, under the lock: plan every target, download, commit."""
     previous = _previous_state(dest)
+    replaced = origin.check_switch(
+        dest,
+        previous,
+        options.upstream,
+        frozenset(options.key_fingerprints),
+        replace=options.replace_upstream,
+    )
     fetcher = downloader.fetcher(txn)
     planned: list[PlannedTarget] = []
     for target in options.targets:
@@ -265,6 +272,11 @@ def _sync_locked(
             plan_target(options, target, fetcher=fetcher, loader=loader, previous=held, kept_aside=aside)
         )
     result = SyncResult(dest=str(dest), channel=options.channel, targets=planned)
+    stale = [key for key in replaced if key not in {item.key for item in planned}]
+    if stale:
+        result.warnings.append(
+            f"{', '.join(stale)} still hold what the replaced upstream or key gave; sync them again to replace it"
+        )
     requests, entering = _downloads(dest, planned, previous, txn, result)
     if progress is not None:
         progress.start_downloads(len(requests), sum(r.size for r in requests))
@@ -426,11 +438,14 @@ def _new_state(
             releases=tuple(releases),
             synced_at=now,
         )
+    keep = previous if previous is not None and not options.key_fingerprints else None
     return store.MirrorState(
         upstream=options.upstream,
         channel=options.channel,
         repos=tuple(sorted(repos.values(), key=lambda r: r.key)),
         selector=options.selector if options.locked is None else "locked",
+        key_fingerprints=keep.key_fingerprints if keep else options.key_fingerprints,
+        key=keep.key if keep else options.key,
     )
 
 

@@ -114,6 +114,11 @@ class SyncOptions:
     )
     selector: str = "latest"
     locked: Lockfile | None = None
+    #: the keys upstream is verified with and their armored form, recorded in the mirror (:mod:`mirror.sync.origin`);
+    #: empty: keep what the mirror recorded and do not check for a switch
+    key_fingerprints: tuple[str, ...] = ()
+    key: str = ""
+    replace_upstream: bool = False  #: switch an existing mirror to this upstream and key
     #: accept an index older than the mirror's, expired, or no longer listing a held release
     #: (:mod:`mirror.sync.freshness`); the replaced index is kept so held releases stay buildable
     allow_older_index: bool = False

@@ -1,0 +1,161 @@
+"""Where a mirror syncs from: its upstream URL and the key upstream's metadata must be signed with.
+
+A sync records both in the mirror's ``state.json`` (``upstream``, ``key_fingerprints`` and, for a
+key the operator named with ``--keyring``, the armored key itself), so a re-sync needs neither flag
+and ``mirror status`` checks upstream with the key the mirror was verified with. Each is chosen in
+this order: the flag, the lockfile (its ``upstream =``), the mirror's record, the default
+(NVIDIA's URL and built-in key).
+
+Switching either under a mirror that already holds repos is refused unless ``--replace-upstream``
+says so: the repos synced before keep their old provenance, and a mirror of two upstreams or two
+keys reports itself fine while its bundles and status checks disagree with it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from mirror.errors import MirrorStateError
+from mirror.lockfile import Lockfile
+from mirror.store import MirrorState, state_path
+from mirror.sync.targets import DEFAULT_UPSTREAM
+from mirror.trust import open_keyring
+from plumbing.errors import UsageError
+from plumbing.gpg import Keyring
+
+#: where a choice came from, as ``--json`` names it
+FLAG, LOCKFILE, RECORDED, DEFAULT = "flag", "lockfile", "mirror", "default"
+_SAID = {LOCKFILE: "from the lockfile", RECORDED: "recorded in the mirror", DEFAULT: "the default"}
+
+
+class UpstreamSwitch(UsageError):
+    """A sync would switch an existing mirror to another upstream or key without ``--replace-upstream``."""
+
+
+@dataclass(frozen=True)
+class Chosen:
+    """One choice and where it came from (:data:`FLAG`, :data:`LOCKFILE`, :data:`RECORDED` or :data:`DEFAULT`)."""
+
+    value: str
+    source: str
+
+    def said(self, flag: str) -> str:
+        """``URL (recorded in the mirror)``; ``flag`` names the option when it was given."""
+        return f"{self.value} ({_SAID.get(self.source, flag)})"
+
+
+@dataclass(frozen=True)
+class UpstreamKey:
+    """The keyring a sync or status verifies upstream with, where it came from, and what the mirror keeps of it."""
+
+    ring: Keyring
+    source: str
+    armored: str  #: the keys the operator named, armored; empty for NVIDIA's built-in key
+
+    @property
+    def fingerprints(self) -> tuple[str, ...]:
+        """The primary keys of the keyring, sorted."""
+        return tuple(sorted(self.ring.fingerprints))
+
+    @property
+    def chosen(self) -> Chosen:
+        """The fingerprints as a choice, for messages and ``--json``."""
+        return Chosen(", ".join(self.fingerprints), self.source)
+
+
+def same_url(a: str, b: str) -> bool:
+    """True when two upstream base URLs name the same place (a trailing slash aside)."""
+    return a.rstrip("/") == b.rstrip("/")
+
+
+def choose_upstream(flag: str | None, lock: Lockfile | None, recorded: MirrorState | None) -> Chosen:
+    """The upstream to sync from: ``--upstream`` > the lockfile's ``upstream =`` > the mirror's > NVIDIA's."""
+    if flag:
+        return Chosen(flag, FLAG)
+    if lock is not None and lock.upstream:
+        return Chosen(lock.upstream, LOCKFILE)
+    if recorded is not None and recorded.upstream:
+        return Chosen(recorded.upstream, RECORDED)
+    return Chosen(DEFAULT_UPSTREAM, DEFAULT)
+
+
+def recorded_state(dest: Path) -> MirrorState | None:
+    """The state of mirror ``dest``, or None when it holds no mirror yet (a first sync)."""
+    # a damaged state is reported by the load, not taken for a new mirror
+    return MirrorState.load(dest) if state_path(dest).exists() else None
+
+
+def recorded_keys(state: MirrorState) -> frozenset[str]:
+    """The keys the mirror was verified with: as recorded, else (an older mirror) who signed its repos."""
+    if state.key_fingerprints:
+        return frozenset(state.key_fingerprints)
+    return frozenset(r.provenance.fingerprint for r in state.repos if r.provenance.fingerprint)
+
+
+@contextlib.contextmanager
+def keyring_for(flag: Path | None, recorded: MirrorState | None) -> Iterator[UpstreamKey]:
+    """The keyring to verify upstream with: ``--keyring`` > the key the mirror recorded > NVIDIA's built-in key.
+
+    :raises MirrorStateError: when the key the mirror holds is not the one its fingerprints name.
+    """
+    if flag is not None:
+        with open_keyring([flag]) as ring:
+            yield UpstreamKey(ring, FLAG, _export(ring))
+        return
+    if recorded is None or not recorded.key:
+        source = RECORDED if recorded is not None and recorded.key_fingerprints else DEFAULT
+        with open_keyring(None) as ring:
+            yield UpstreamKey(ring, source, "")
+        return
+    with tempfile.TemporaryDirectory(prefix="gpu-airgap-key-") as tmp:
+        path = Path(tmp) / "upstream-key.asc"
+        path.write_text(recorded.key, encoding="ascii")
+        with open_keyring([path]) as ring:
+            if ring.fingerprints != frozenset(recorded.key_fingerprints):
+                raise MirrorStateError(
+                    "the mirror",
+                    "the key its state.json holds is not the one it records; sync with --keyring",
+                )
+            yield UpstreamKey(ring, RECORDED, recorded.key)
+
+
+def _export(ring: Keyring) -> str:
+    return "".join(ring.export(fpr).decode("ascii") for fpr in sorted(ring.fingerprints))
+
+
+def check_switch(
+    dest: Path,
+    previous: MirrorState | None,
+    upstream: str,
+    keys: frozenset[str],
+    *,
+    replace: bool,
+) -> list[str]:
+    """Refuse a sync that would switch ``dest`` to another upstream or key, unless ``replace``.
+
+    :param keys: the fingerprints of the keyring this sync verifies with (empty: not checked).
+    :returns: with ``replace``, every repo the mirror holds from the replaced upstream or key.
+    :raises UpstreamSwitch: when the upstream or key differs from the recorded one and ``replace`` is false.
+    """
+    if previous is None or not previous.repos:
+        return []
+    old_keys = recorded_keys(previous)
+    url_differs = not same_url(previous.upstream, upstream)
+    if previous.key_fingerprints:
+        key_differs = bool(keys) and keys != old_keys
+    else:  # an older mirror: only who signed its repos is known
+        key_differs = bool(keys) and not old_keys <= keys
+    if not (url_differs or key_differs):
+        return []
+    if not replace:
+        was = f"{previous.upstream} (key {', '.join(sorted(old_keys)) or 'unknown'})"
+        now = f"{upstream} (key {', '.join(sorted(keys)) or 'unknown'})"
+        raise UpstreamSwitch(
+            f"the mirror {dest} was synced from {was} and this sync would use {now}: pass --replace-upstream "
+            "to switch it, or drop --upstream/--keyring to sync from the recorded upstream"
+        )
+    return [r.key for r in previous.repos]
