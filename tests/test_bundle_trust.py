@@ -398,6 +398,11 @@ def test_a_release_candidate_bundle_says_so_at_build_verify_install_and_status(
     installed = run_cli("install", str(out), "--keyring", str(operator_key.public), "--root", str(root))
     assert installed.exit_code == 0, installed.stderr
     assert installed.stdout.count(note) == 1, installed.stdout
+    again = run_cli("install", str(out), "--keyring", str(operator_key.public), "--root", str(root), "--json")
+    assert (
+        json.loads(again.stdout)["release_candidate"] is True
+        and json.loads(again.stdout)["channel"] == "experimental"
+    )
     status = run_cli("status", "--root", str(root))
     assert status.stdout.count(note) == 1, status.stdout
     facts = json.loads(run_cli("status", "--root", str(root), "--json").stdout)
