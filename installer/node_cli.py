@@ -128,6 +128,7 @@ def install_command(
     password_stdin: bool = oci_cli.PASSWORD_STDIN,
     ca_file: Optional[str] = oci_cli.CA_FILE,
     plain_http: bool = oci_cli.PLAIN_HTTP,
+    min_rate: int = oci_cli.MIN_RATE,
     distro: Optional[str] = _DISTRO,
     force: bool = _TAKE_OVER,
     fingerprint: Optional[str] = FINGERPRINT,
@@ -159,7 +160,9 @@ def install_command(
         allow_expired=allow_expired,
         systemd_cgroup=systemd_cgroup,
     )
-    with oci_cli.local_bundle(bundle, keyring, username, password_stdin, ca_file, plain_http) as local:
+    with oci_cli.local_bundle(
+        bundle, keyring, username, password_stdin, ca_file, plain_http, min_rate
+    ) as local:
         env = NodeEnv(
             log=_progress, opener=metered_opener(terminal_meter("verifying the bundle", quiet=as_json))
         )

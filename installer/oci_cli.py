@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Iterator, Optional
 import typer
 
 from installer.bundle_cli import ALLOW_EXPIRED, FINGERPRINT, bundle_facts
-from plumbing import fsutil, output
+from plumbing import fsutil, output, rate
 from plumbing.clikit import emit_report, refuse_json_to_stdout
 from plumbing.errors import UsageError
 
@@ -38,6 +38,13 @@ PLAIN_HTTP = typer.Option(
     "--insecure-http",
     help="Speak plain http to the registry (loopback registries need not).",
 )
+MIN_RATE = typer.Option(
+    rate.DEFAULT_MIN_RATE,
+    "--min-rate",
+    min=0,
+    metavar="BYTES",
+    help=f"Abandon a registry download slower than this many bytes/s over {rate.WINDOW:.0f} s (0: never).",
+)
 _JSON = typer.Option(False, "--json", help="Print one JSON object.")
 _PUSH_FILE = typer.Argument(..., help="The bundle file, or FILE.part001 of a split bundle.")
 _PUSH_TO = typer.Argument(..., metavar="oci://HOST[:PORT]/REPO:TAG", help="Where to store it.")
@@ -53,7 +60,12 @@ def _progress(line: str) -> None:
 
 
 def registry_access(
-    host: str, username: Optional[str], password_stdin: bool, ca_file: Optional[str], plain_http: bool
+    host: str,
+    username: Optional[str],
+    password_stdin: bool,
+    ca_file: Optional[str],
+    plain_http: bool,
+    min_rate: float = rate.DEFAULT_MIN_RATE,
 ) -> RegistryAccess:
     """Turn the registry options into a :class:`RegistryAccess` for ``host``.
 
@@ -74,7 +86,10 @@ def registry_access(
     if ca_file is not None and not Path(ca_file).is_file():
         raise UsageError(f"the CA file {ca_file} does not exist")
     return RegistryAccess(
-        credentials=credentials, ca_file=Path(ca_file) if ca_file else None, plain_http=plain_http
+        credentials=credentials,
+        ca_file=Path(ca_file) if ca_file else None,
+        plain_http=plain_http,
+        min_rate=min_rate,
     )
 
 
@@ -86,6 +101,7 @@ def local_bundle(
     password_stdin: bool,
     ca_file: Optional[str],
     plain_http: bool,
+    min_rate: float = rate.DEFAULT_MIN_RATE,
 ) -> Iterator[Path]:
     """The bundle file to install: ``bundle`` itself, or an ``oci://`` artifact pulled into a private spool directory."""
     from installer.oci import is_oci_reference
@@ -103,7 +119,7 @@ def local_bundle(
 
     ref = parse_reference(bundle)
     check_key_file(keyring)  # before the download, not after it
-    access = registry_access(ref.host, username, password_stdin, ca_file, plain_http)
+    access = registry_access(ref.host, username, password_stdin, ca_file, plain_http, min_rate)
     with fetched(ref, access, _progress) as pulled:
         yield pulled.entry
 
@@ -165,6 +181,7 @@ def pull_command(
     plain_http: bool = PLAIN_HTTP,
     fingerprint: Optional[str] = FINGERPRINT,
     allow_expired: bool = ALLOW_EXPIRED,
+    min_rate: int = MIN_RATE,
     json_output: bool = _JSON,
 ) -> None:
     """Fetch a bundle from an OCI registry by digest and verify it like `bundle verify`; write it only if it verifies."""
@@ -178,7 +195,7 @@ def pull_command(
     if not output_path.is_dir() and not output_path.parent.is_dir():
         raise UsageError(f"the directory of --output {output_path} does not exist")
     refuse_json_to_stdout(json_output, output_path)
-    access = registry_access(ref.host, username, password_stdin, ca_file, plain_http)
+    access = registry_access(ref.host, username, password_stdin, ca_file, plain_http, min_rate)
     policy = Policy(allow_expired=allow_expired)
     if output_path.is_dir():
         result = pull_verified(

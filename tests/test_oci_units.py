@@ -4,6 +4,7 @@ client's HTTP behaviour against a scripted loopback server (redirects, retries, 
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import json
 import socket
@@ -25,6 +26,8 @@ from installer.oci.credentials import Challenge, Credentials, from_docker_config
 from installer.oci.errors import DigestMismatch, RegistryAuthError, RegistryError, RegistryUnreachable
 from installer.oci.reference import Reference, parse_reference
 from plumbing.errors import ConfigFormatError, ExitCode, UsageError
+from plumbing.rate import TransferTooSlow
+from tests.drip import drip
 from tests.oci_registry import make_tls
 
 DIGEST = "sha256:" + "ab" * 32
@@ -333,6 +336,32 @@ def test_a_redirect_to_a_local_file_is_refused_without_opening_it(
         _client(reg_host).fetch_blob("r", DIGEST, 1, tmp_path / "blob")
     assert secret.as_uri() in str(info.value) and info.value.exit_code == ExitCode.ERROR
     assert not (tmp_path / "blob").exists()
+
+
+@pytest.mark.parametrize("what", ["blob", "manifest"])
+def test_a_body_that_drips_below_the_minimum_rate_is_abandoned_with_a_network_error(
+    what: str, servers: Tuple[Scripted, str, Scripted, str], tmp_path: Path
+) -> None:
+    registry, reg_host, _, _ = servers
+    data = b"x" * 400
+    digest = "sha256:" + hashlib.sha256(data).hexdigest()
+    path = f"/v2/r/blobs/{digest}" if what == "blob" else "/v2/r/manifests/t"
+    registry.routes[path] = functools.partial(drip, data=data)
+    ticks = iter(range(0, 10_000, 5))  # every look at the clock is 5 s later: 1 byte / 5 s
+    client = RegistryClient(
+        reg_host, RegistryAccess(plain_http=True), sleep=lambda _: None, now=lambda: float(next(ticks))
+    )
+    with pytest.raises(
+        TransferTooSlow, match=r"bytes/s over the last 60 s, below the --min-rate of 1024"
+    ) as info:
+        if what == "blob":
+            client.fetch_blob("r", digest, len(data), tmp_path / "blob")
+        else:
+            client.get_manifest(Reference(reg_host, "r", "t"), [artifact.MANIFEST_MEDIA_TYPE])
+    assert info.value.exit_code == ExitCode.NETWORK and str(info.value).startswith(
+        f"blob {digest}" if what == "blob" else f"the manifest of oci://{reg_host}/r:t"
+    )
+    assert not (tmp_path / "blob").exists() and len(registry.seen) == 1  # not retried
 
 
 def test_reads_are_retried_after_a_503_and_fail_as_network_errors_when_it_persists(

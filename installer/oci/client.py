@@ -28,6 +28,7 @@ import http.client
 import io
 import json
 import ssl
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -46,7 +47,7 @@ from installer.oci.errors import (
     RegistryUnreachable,
 )
 from installer.oci.reference import DIGEST_RE, Reference
-from plumbing import clock, output
+from plumbing import clock, output, rate
 from plumbing.version import VERSION
 
 CHUNK = 1 << 20
@@ -65,6 +66,7 @@ class RegistryAccess:
     plain_http: bool = False  #: speak plain http to this registry (any host)
     timeout: float = 60.0  #: seconds per connection attempt and per read
     attempts: int = 3  #: tries for reads before a network failure is reported
+    min_rate: float = rate.DEFAULT_MIN_RATE  #: bytes/s a body must keep up over a window (0: no floor)
 
 
 class _NoRedirects(urllib.request.HTTPRedirectHandler):
@@ -81,10 +83,10 @@ class _Response:
     body: IO[bytes]
     url: str
 
-    def read_small(self, what: str) -> bytes:
-        """Read a body that must stay small (a manifest, a token, an error document)."""
+    def read_small(self, what: str, floor: rate.RateFloor) -> bytes:
+        """Read a body that must stay small (a manifest, a token, an error document) at ``floor``'s pace at least."""
         with self.body:
-            data = self.body.read(_MAX_SMALL_BODY + 1)
+            data = b"".join(_arriving(self.body, _MAX_SMALL_BODY, floor))
         if len(data) > _MAX_SMALL_BODY:
             raise RegistryError(f"{what} is larger than {_MAX_SMALL_BODY} bytes; refusing it")
         return data
@@ -103,8 +105,10 @@ class RegistryClient:
         *,
         loopback: bool = False,
         sleep: Optional[Callable[[float], None]] = None,
+        now: Callable[[], float] = time.monotonic,
     ) -> None:
         self.host = host
+        self._now = now  #: the clock of the --min-rate floor under every body read
         self.access = access
         self._scheme = "http" if access.plain_http else "https"
         self._may_fall_back = loopback and not access.plain_http  #: until the first answer
@@ -146,7 +150,7 @@ class RegistryClient:
                 f"{ref} does not exist in the registry (no such repository, tag or digest)"
             )
         self._expect(resp, (200,), f"fetching the manifest of {ref}")
-        data = resp.read_small(f"the manifest of {ref}")
+        data = self._read_small(resp, f"the manifest of {ref}")
         digest = "sha256:" + hashlib.sha256(data).hexdigest()
         claimed = resp.headers.get("Docker-Content-Digest")
         for expected in (ref.digest, claimed if claimed and DIGEST_RE.match(claimed) else None):
@@ -180,9 +184,9 @@ class RegistryClient:
                 raise DigestMismatch(f"{where} is {length} bytes, its manifest says {size}")
             try:
                 with resp.body, open(dest, "wb") as out:
-                    _copy_checked(resp.body, out, digest, size, where)
+                    _copy_checked(resp.body, out, digest, size, where, self._floor(where))
                 return
-            except DigestMismatch:
+            except (DigestMismatch, rate.TransferTooSlow):
                 dest.unlink()
                 raise
             except (OSError, http.client.HTTPException) as exc:  # the connection broke mid-blob
@@ -277,7 +281,9 @@ class RegistryClient:
             request.headers,
             (lambda: io.BytesIO(body)) if body is not None else None,
         )
-        return resp.status, resp.read_small(f"the answer of the token service {request.url.split('?', 1)[0]}")
+        return resp.status, self._read_small(
+            resp, f"the answer of the token service {request.url.split('?', 1)[0]}"
+        )
 
     # -- transport -------------------------------------------------------------------------------
 
@@ -361,10 +367,16 @@ class RegistryClient:
         """Wait before another attempt."""
         (self._sleep or clock.backoff)(seconds)
 
+    def _floor(self, what: str) -> rate.RateFloor:
+        return rate.RateFloor(what, self.access.min_rate, clock=self._now)
+
+    def _read_small(self, resp: _Response, what: str) -> bytes:
+        return resp.read_small(what, self._floor(what))
+
     def _expect(self, resp: _Response, ok: Tuple[int, ...], doing: str) -> None:
         if resp.status in ok:
             return
-        detail = _error_detail(resp.read_small("an error document"))
+        detail = _error_detail(self._read_small(resp, "an error document"))
         raise RegistryError(f"{self.host} failed {doing} with HTTP {resp.status}{detail}")
 
 
@@ -401,13 +413,29 @@ def _opened(body: Optional[BodyFactory]) -> Iterator[Optional[IO[bytes]]]:
         stream.close()
 
 
-def _copy_checked(source: IO[bytes], out: IO[bytes], digest: str, size: int, where: str) -> None:
+def _arriving(body: IO[bytes], limit: int, floor: rate.RateFloor) -> Iterator[bytes]:
+    """``body``'s bytes as they arrive, at most ``limit`` + 1 of them, each block counted by ``floor``.
+
+    ``read1`` returns whatever came (``read`` would wait for a whole block), so a body that
+    drips is seen dripping and stopped by the floor.
+    """
+    read = getattr(body, "read1", body.read)
+    got = 0
+    while got <= limit:
+        block = read(min(CHUNK, limit + 1 - got))
+        if not block:
+            return
+        got += len(block)
+        floor.arrived(len(block))
+        yield block
+
+
+def _copy_checked(
+    source: IO[bytes], out: IO[bytes], digest: str, size: int, where: str, floor: rate.RateFloor
+) -> None:
     hasher = hashlib.sha256()
     count = 0
-    while True:
-        block = source.read(CHUNK)
-        if not block:
-            break
+    for block in _arriving(source, size, floor):
         count += len(block)
         if count > size:
             raise DigestMismatch(f"{where} runs past the {size} bytes its manifest gives; refusing it")

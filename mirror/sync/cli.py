@@ -18,6 +18,7 @@ from mirror.versions import sort_key
 from plumbing import output
 from plumbing.clikit import legacy_spellings, refuse_with
 from plumbing.errors import ProblemsFound, UsageError
+from plumbing.rate import DEFAULT_MIN_RATE, WINDOW
 
 # The mirror commands import their libraries (requests, rich progress, …) when they run, so
 # other commands (bundle build, the node side) start without them.
@@ -91,6 +92,15 @@ _ALLOW_OLDER = typer.Option(
     "--allow-older-index",
     help="Accept a signed index older than the mirror's, expired, or no longer listing a release it holds "
     "(the replaced index is kept, so those releases stay buildable).",
+)
+
+
+_MIN_RATE = typer.Option(
+    DEFAULT_MIN_RATE,
+    "--min-rate",
+    min=0,
+    metavar="BYTES",
+    help=f"Abandon a download slower than this many bytes/s over {WINDOW:.0f} s (0: never).",
 )
 
 
@@ -204,6 +214,7 @@ def sync_command(
     write_lock: Optional[Path] = _WRITE_LOCK,
     allow_older_index: bool = _ALLOW_OLDER,
     replace_upstream: bool = _REPLACE,
+    min_rate: int = _MIN_RATE,
 ) -> None:
     """Download the resolved toolkit release into a local mirror, verified, all or nothing."""
     from mirror.sync import core as sync_lib
@@ -218,7 +229,7 @@ def sync_command(
     try:
         with (
             origin.keyring_for(keyring, recorded) as key,
-            Downloader(jobs=jobs, notify=_silent if quiet else output.warn) as downloader,
+            Downloader(jobs=jobs, notify=_silent if quiet else output.warn, min_rate=min_rate) as downloader,
         ):
             options = dataclasses.replace(
                 options,

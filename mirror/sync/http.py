@@ -23,6 +23,7 @@ import contextlib
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -36,7 +37,7 @@ from mirror.errors import FetchError
 from mirror.sync.netfail import CONNECTION_HINT, describe
 from mirror.sync.transaction import CachedResponse
 from mirror.sync.transfer import CHUNK, DownloadRequest, PartialBody, PartialFile, TransferStats, range_start
-from plumbing import clock, output
+from plumbing import clock, output, rate
 from plumbing.errors import ChecksumMismatch, NoSpaceError, ToolError
 
 # DownloadRequest is part of this module's interface (sync.core and tests import it from here).
@@ -80,6 +81,7 @@ class Downloader:
     :param timeout: connect and read timeout in seconds.
     :param sleep: how to wait between attempts (default :func:`plumbing.clock.backoff`, looked up at each wait).
     :param notify: told each retry in one line (default: a warning on stderr, so it shows without --debug).
+    :param min_rate: bytes/s a body must keep up over :data:`plumbing.rate.WINDOW` (0: no floor); ``now`` is its clock.
     """
 
     def __init__(
@@ -92,6 +94,8 @@ class Downloader:
         timeout: float = 30.0,
         sleep: Callable[[float], None] | None = None,
         notify: Callable[[str], None] = output.warn,
+        min_rate: float = rate.DEFAULT_MIN_RATE,
+        now: Callable[[], float] = time.monotonic,
     ) -> None:
         if jobs < 1:
             raise ToolError("--jobs must be at least 1")
@@ -102,6 +106,7 @@ class Downloader:
         self.timeout = timeout
         self.sleep = sleep
         self.notify = notify
+        self.min_rate, self.now = min_rate, now  #: the floor under every body (plumbing.rate)
         self.stats = TransferStats()
         self.session = requests.Session()
         adapter = HTTPAdapter(pool_connections=max(jobs, 4), pool_maxsize=max(jobs, 4), max_retries=0)
@@ -343,6 +348,7 @@ class Downloader:
         """
         got = 0
         raw = response.raw
+        floor = rate.RateFloor(url, self.min_rate, clock=self.now)
         try:
             while got <= limit:
                 try:
@@ -355,6 +361,7 @@ class Downloader:
                     break
                 write(chunk)  # outside the try above: a full disk is not a network error
                 got += len(chunk)
+                floor.arrived(len(chunk))
                 if on_progress is not None:
                     on_progress(len(chunk))
         finally:
