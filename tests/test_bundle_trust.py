@@ -586,3 +586,19 @@ def test_weak_digests_never_count_whatever_gpg_says(
         return
     with pytest.raises(SignatureError, match=expected):
         judge_status(status, frozenset({FPR_A}), "x")
+
+
+def test_install_refuses_a_short_key_id_and_a_key_file_of_two_keys_before_touching_the_node(
+    deb_bundle: Path, operator_key: TestKey, other_key: TestKey, tmp_path: Path
+) -> None:
+    root = seed_containerd_node(tmp_path / "root")
+    short = run_cli(
+        "install", str(deb_bundle), "--keyring", str(operator_key.public), "--root", str(root),
+        "--fingerprint", operator_key.fingerprint[-16:],
+    )  # fmt: skip
+    assert short.exit_code == ExitCode.USAGE and "is not a full 40-hex-digit fingerprint" in short.stderr
+    assert not (root / "var/lib/gpu-airgap").exists()
+    both = _two_keys(tmp_path, operator_key, other_key)
+    two = run_cli("install", str(deb_bundle), "--keyring", str(both), "--root", str(root))
+    assert two.exit_code == ExitCode.USAGE and "holds 2 keys" in two.stderr, two.stderr
+    assert load_state(root) is None
