@@ -23,10 +23,10 @@ from configure.ctk_leftovers import containerd_leftovers
 from configure.journal import Journal
 from configure.revert import RevertPlan, apply_revert, kept_name, plan_revert
 from configure.validate import existing_root
+from installer import purge as purge_lib
 from installer.env import CDI_SPEC, SERVICE_UNITS, NodeEnv, engine_unit
 from installer.install import InstallResult, restart_engines
 from installer.plan import InstallOptions
-from installer.rollback import is_present
 from installer.state import NodeState, changed_files, host_path, load_state, save_state, state_path
 from installer.target import TOOLKIT_ORDER
 from installer.workspace import node_lock
@@ -91,19 +91,31 @@ def _require_state(root: Path) -> NodeState:
 
 
 def uninstall(
-    root: Path, env: NodeEnv, *, keep_packages: bool = False, force: bool = False, dry_run: bool = False
+    root: Path,
+    env: NodeEnv,
+    *,
+    keep_packages: bool = False,
+    force: bool = False,
+    dry_run: bool = False,
+    purge: bool = False,
 ) -> UninstallResult:
     """Restore every configuration file the install changed, then remove its packages in reverse order.
 
     :param keep_packages: restore the configuration only.
     :param force: restore files even if they were edited since (each edit is kept as ``FILE.gpu-airgap-old``).
     :param dry_run: decide and report everything, change nothing.
+    :param purge: leave no config files either (:mod:`installer.purge`); with no install recorded, purge
+        what an earlier uninstall left.
     :raises ProblemsFound: when recorded files were edited since, unless ``force`` (nothing changed).
     """
     existing_root(root)
+    if purge and keep_packages:
+        raise UsageError("--purge and --keep-packages contradict each other; pass one of them")
     result = UninstallResult(dry_run=dry_run)
     with node_lock(root):
-        state = _require_state(root)
+        state = _load(root) if purge else _require_state(root)
+        if state is None:
+            return _purge_leftovers(root, env, result)
         journal = Journal(root)
         recorded = {entry.engine for entry in journal.entries()}
         engines = [engine for engine in state.engines if engine in recorded]
@@ -115,16 +127,18 @@ def uninstall(
                 "refusing to uninstall (use --force to restore the recorded files anyway)", drift
             )
         backend = env.backend(env.detect(root)) if not keep_packages else None
-        names = (
-            [n for n in reversed(list(state.packages)) if is_present(backend, n)]
+        removal = (
+            purge_lib.plan_removal(backend, root, list(reversed(list(state.packages))), purge=purge)
             if backend is not None
-            else []
+            else None
         )
+        names = removal.names if removal is not None else []
         result.restored = [str(r.path) for r in plan.restores]
         result.deleted = [str(r.path) for r in plan.restores if r.action == "delete"]
         result.removed = names
         _explain(state, result, keep_packages)
         if dry_run:
+            result.messages += purge_lib.describe(removal) if removal is not None else []
             result.kept = {
                 str(r.path): str(kept_name(r.path, r.edited)) for r in plan.restores if r.edited is not None
             }
@@ -133,10 +147,10 @@ def uninstall(
             state.uninstalling = True
             save_state(root, state)
         result.kept = apply_revert(journal, plan, force=force).kept
-        if backend is not None:
+        if backend is not None and removal is not None:
             if state.held:
                 backend.unhold(names)
-            backend.remove(names)
+            result.messages += purge_lib.remove(backend, removal)
         # After the packages are gone: k3s/RKE2 register whatever runtime binary they find at start.
         if is_live_root(root):
             for engine in state.engines:
@@ -149,6 +163,14 @@ def uninstall(
                     if not env.services.is_active(unit):
                         result.failed_engines.append(engine)
         state_path(root).unlink()
+    return result
+
+
+def _purge_leftovers(root: Path, env: NodeEnv, result: UninstallResult) -> UninstallResult:
+    """``uninstall --purge`` after an uninstall without it: the config files and generated files it left."""
+    backend = env.backend(env.detect(root))
+    removal = purge_lib.plan_leftovers(backend, root, list(reversed(TOOLKIT_ORDER)))
+    result.messages = purge_lib.describe(removal) if result.dry_run else purge_lib.remove(backend, removal)
     return result
 
 

@@ -78,6 +78,11 @@ _FORCE = typer.Option(
     "--force",
     help="Restore files even if they were edited since the install (each edit is kept as FILE.gpu-airgap-old).",
 )
+_PURGE = typer.Option(
+    False,
+    "--purge",
+    help="Leave no config files: dpkg --purge, rpm's .rpmsave copies and the file the packages' scripts wrote.",
+)
 _UNINSTALL_DRY_RUN = typer.Option(
     False, "--dry-run", help="Print what would be restored, deleted and removed; change nothing."
 )
@@ -193,13 +198,19 @@ def uninstall_command(
     force: bool = _FORCE,
     dry_run: bool = _UNINSTALL_DRY_RUN,
     as_json: bool = _JSON,
+    purge: bool = _PURGE,
 ) -> None:
     """Restore every configuration file the install changed and remove the packages."""
     from installer import manage
     from installer.env import NodeEnv
 
     result = manage.uninstall(
-        Path(root), NodeEnv(log=_progress), keep_packages=keep_packages, force=force, dry_run=dry_run
+        Path(root),
+        NodeEnv(log=_progress),
+        keep_packages=keep_packages,
+        force=force,
+        dry_run=dry_run,
+        purge=purge,
     )
     if as_json:
         emit_json(result.to_dict())

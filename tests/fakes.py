@@ -88,6 +88,10 @@ class FakeBackend:
         self.calls.append(("unhold", *names))
         self.holds = [n for n in self.holds if n not in names]
 
+    def config_files(self, names: Sequence[str]) -> List[str]:
+        """None: the fake packages have no configuration files."""
+        return []
+
     def held(self, names: Sequence[str]) -> List[str]:
         """Those of ``names`` held and installed."""
         return [n for n in names if n in self.holds and n in self.installed]

@@ -58,6 +58,10 @@ class PackageBackend(Protocol):
         """Undo :meth:`hold`."""
         ...
 
+    def config_files(self, names: Sequence[str]) -> List[str]:
+        """The configuration files (node paths) the database lists for ``names``: dpkg conffiles, rpm %config."""
+        ...
+
     def held(self, names: Sequence[str]) -> List[str]:
         """Those of ``names`` that are held now (by :meth:`hold`, ``apt-mark hold`` or ``dnf versionlock``)."""
         ...

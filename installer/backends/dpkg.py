@@ -116,6 +116,14 @@ class DpkgBackend:
         states = self._known(names)
         return [n for n in names if len(states[n][0]) < 2 or states[n][0][1] in ("n", " ")]
 
+    def config_files(self, names: Sequence[str]) -> List[str]:
+        """See :meth:`PackageBackend.config_files` (``${Conffiles}``: `` PATH MD5 [obsolete]`` lines)."""
+        if not names:
+            return []
+        result = proc.run([*self._query, "-W", "-f=${Conffiles}\n", *names], check=False)
+        lines = result.stdout.decode("utf-8", "replace").splitlines()
+        return [line.split()[0] for line in lines if line.strip().startswith("/")]
+
     def _known(self, names: Sequence[str]) -> Dict[str, Tuple[str, str]]:
         """The states of ``names``: remembered from the last query when it asked for all of them."""
         if all(n in self._seen for n in names):

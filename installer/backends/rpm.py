@@ -98,7 +98,11 @@ class RpmBackend:
             raise CommandError(argv, result.returncode, stderr)
 
     def remove(self, names: Sequence[str], *, purge: bool = False) -> None:
-        """``rpm -e`` in one transaction (rpm keeps no config-files state, so ``purge`` changes nothing)."""
+        """``rpm -e`` in one transaction; rpm keeps no config-files state, so ``purge`` changes nothing here.
+
+        rpm deletes the packages' %config files, but keeps one edited since the install as ``FILE.rpmsave``
+        (:mod:`installer.purge` deletes those copies for ``uninstall --purge``).
+        """
         if names:
             proc.run([*self._rpm, "-e", *names], env_overrides=package_manager_env())
 
@@ -135,6 +139,15 @@ class RpmBackend:
         kept = [line for line in lines if _versionlock_name(line) not in names]
         if kept != lines:
             write_config(path, ("\n".join(kept) + "\n").encode() if kept else b"")
+
+    def config_files(self, names: Sequence[str]) -> List[str]:
+        """See :meth:`PackageBackend.config_files` (``rpm -qc``)."""
+        if not names:
+            return []
+        result = proc.run([*self._rpm, "-qc", *names], check=False)
+        return [
+            line for line in result.stdout.decode("utf-8", "replace").splitlines() if line.startswith("/")
+        ]
 
     def held(self, names: Sequence[str]) -> List[str]:
         """See :meth:`PackageBackend.held`: a line of dnf's versionlock list names it (``!`` lines exclude, not hold)."""
