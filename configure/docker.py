@@ -76,6 +76,8 @@ def parse_daemon_json(text: str, path: object = DAEMON_JSON) -> Dict[str, Any]:
         ) from exc
     except ValueError as exc:
         raise ConfigFormatError(path, f"is not valid JSON ({exc}); fix or remove it first") from exc
+    except RecursionError as exc:  # json recurses per level; the CLI's handler would not name the file
+        raise ConfigFormatError(path, "nests its JSON too deeply to be read; fix or remove it first") from exc
     if not isinstance(data, dict):
         raise ConfigFormatError(path, "the top level must be a JSON object")
     return data

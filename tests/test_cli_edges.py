@@ -91,8 +91,19 @@ def test_a_daemon_json_nested_too_deeply_is_one_sentence(argv: List[str], tmp_pa
     result = run_cli(*argv, "--root", str(tmp_path))
     assert "Traceback" not in result.stderr and "RecursionError" not in result.stderr
     if argv != ["status"]:
-        _one_sentence(result, ExitCode.ERROR, "nested too deeply")
+        _one_sentence(result, ExitCode.CONFIG, "daemon.json", "nests its JSON too deeply to be read")
     assert config.read_bytes() == NESTED
+
+
+@pytest.mark.parametrize("argv", [["status"], ["configure", "revert"], ["uninstall"]])
+def test_records_nested_too_deeply_are_one_sentence_from_the_central_handler(
+    argv: List[str], tmp_path: Path
+) -> None:
+    for record in ("var/lib/gpu-airgap/state.json", "var/lib/gpu-airgap/configure/journal.json"):
+        (tmp_path / record).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / record).write_bytes(NESTED)
+    result = run_cli(*argv, "--root", str(tmp_path))
+    _one_sentence(result, ExitCode.ERROR, "the input is nested too deeply to be read")
 
 
 @pytest.fixture(scope="module")
