@@ -27,7 +27,7 @@ from configure.changes import STATE_DIR, FileChange, read_optional
 from configure.distros import detection
 from configure.engine import ConfigPlan
 from plumbing.errors import ConfigFormatError, UsageError
-from plumbing.fsutil import is_live_root, rooted
+from plumbing.fsutil import is_live_root, output_is_stream, rooted
 
 ENGINE = "runtimeclass"
 RECORD = STATE_DIR + "/runtimeclass.json"
@@ -122,6 +122,10 @@ def plan_runtimeclass(
     if output is not None and clash is None:
         node_output = output if output.startswith("/") else os.path.abspath(output)
         path = rooted(root, output) if output.startswith("/") else Path(node_output)
+        if output_is_stream(path):  # a journaled write would replace the device or pipe with a file
+            raise UsageError(
+                f"--output {output} is a device or a pipe; leave --output out to print the manifest on stdout"
+            )
         plan.changes.append(FileChange(path, read_optional(path), text.encode(), mode=0o644))
     record = rooted(root, RECORD)
     data = {"name": name, "handler": handler, "output": node_output}

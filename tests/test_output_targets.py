@@ -131,3 +131,17 @@ def test_bundle_build_through_a_link_to_dev_null_keeps_the_link(
     assert result.exit_code == 0, result.stderr
     assert null_link.is_symlink() and _is_dev_null(null_link)
     assert not list(null_link.parent.glob(".discard*"))  # no temporary file left beside it
+
+
+def test_configure_runtimeclass_refuses_a_device_as_its_journaled_output(tmp_path: Path) -> None:
+    # its --output is a node path recorded for revert: a device cannot be backed up and put back
+    device = tmp_path / "dev" / "null"
+    device.parent.mkdir()
+    try:
+        os.mknod(device, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+    except PermissionError:
+        pytest.skip("needs CAP_MKNOD to make /dev/null under a scratch root")
+    result = run_cli("configure", "runtimeclass", "--root", str(tmp_path), "--output", "/dev/null")
+    assert result.exit_code == ExitCode.USAGE, result.stderr
+    assert "--output /dev/null is a device or a pipe; leave --output out" in result.stderr
+    assert stat.S_ISCHR(device.lstat().st_mode) and not (tmp_path / "var").exists()
