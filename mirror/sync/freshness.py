@@ -160,21 +160,22 @@ def check_not_older(
                 f"{what} is older than the one the mirror holds ({label} {new}, the mirror's {old}): a replayed "
                 f"or frozen index; the mirror is unchanged ({ALLOW_FLAG} accepts it)"
             )
-    for release, gone in missing:
+    if missing:
+        releases, gone = ", ".join(release for release, _ in missing), missing[0][1]
         raise StaleIndex(
-            f"{what} no longer lists release {release} that the mirror holds ({gone} is gone or changed): a "
+            f"{what} no longer lists release {releases} that the mirror holds ({gone} is gone or changed): a "
             f"replayed older index or a withdrawn release; the mirror is unchanged ({ALLOW_FLAG} accepts it "
-            f"and keeps {release} buildable)"
+            f"and keeps {releases} buildable)"
         )
 
 
 def missing_releases(record: store.RepoRecord, listed: dict[str, Package]) -> list[tuple[str, str]]:
     """(toolkit version, first package path) of each release in ``record`` that ``listed`` does not list as held."""
     missing: list[tuple[str, str]] = []
+    stored = {p.path: p for p in record.packages}
     for release in record.releases:
         for path in release.packages:
-            entry = listed.get(path)
-            held = next((p for p in record.packages if p.path == path), None)
+            entry, held = listed.get(path), stored.get(path)
             if entry is None or not store.same_record(
                 held, size=entry.size, sha256=entry.sha256, sha512=entry.sha512
             ):
