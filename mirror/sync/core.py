@@ -14,7 +14,6 @@ Any error before the switch - a full disk included - leaves the published mirror
 
 from __future__ import annotations
 
-import hashlib
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -31,6 +30,7 @@ from mirror.repo import Fetcher, clean_relative
 from mirror.selectors import VersionSelector
 from mirror.sync import freshness, origin
 from mirror.sync.http import Downloader, DownloadRequest
+from mirror.sync.merge import new_state
 from mirror.sync.resolve import resolve, resolve_each
 from mirror.sync.targets import (
     DEFAULT_UPSTREAM,
@@ -46,7 +46,6 @@ from mirror.sync.targets import (
     parse_targets,
 )
 from mirror.sync.transaction import Transaction
-from mirror.versions import sort_key
 from plumbing.errors import NoSpaceError, ToolError
 
 # The records live in mirror.sync.targets; callers reach them here too (``sync_lib.SyncOptions``).
@@ -293,13 +292,12 @@ def _sync_locked(
     retained: dict[str, store.RepoProvenance] = {}
     for item in planned:
         old = previous.repo(item.key) if previous is not None and item.unlisted else None
-        if (
-            old is not None
-        ):  # --allow-older-index took an index without some held releases: keep the one it replaces
+        if old is not None:
+            # --allow-older-index took an index without some held releases: keep the one it replaces
             retained[item.key] = txn.retain_index(item.key, old.provenance)
         for path, data in item.metadata.items():
             txn.stage_metadata(path, data)
-    txn.commit(_new_state(options, planned, previous, retained))
+    txn.commit(new_state(options, planned, previous, retained))
     return result
 
 
@@ -376,85 +374,8 @@ class _Wanted:
     entry: Package | None  #: the signed index entry of a package (None: a yum index such as filelists)
 
 
-def _new_state(
-    options: SyncOptions,
-    planned: Sequence[PlannedTarget],
-    previous: store.MirrorState | None,
-    retained: dict[str, store.RepoProvenance],
-) -> store.MirrorState:
-    """Merge what this sync resolved into the previous state: releases accumulate until pruned.
-
-    :param retained: by repo key, the replaced index kept for held releases the new one no longer lists.
-    """
-    now = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    repos = {r.key: r for r in previous.repos} if previous else {}
-    for item in planned:
-        old = repos.get(item.key)
-        packages = {p.path: p for p in old.packages} if old else {}
-        for pkg in item.held:
-            path = item.path(pkg)
-            packages[path] = store.StoredPackage(
-                path=path,
-                size=pkg.size,
-                sha256=pkg.sha256,
-                sha512=pkg.sha512,
-                name=pkg.name,
-                version=pkg.version,
-                arch=pkg.arch,
-                url=item.url(pkg),
-            )
-        offered = (
-            ReleasePlan(item.toolkit_version, item.packages, item.node_requirements, item.breaks),
-            *item.other_releases,
-        )
-        new = {r.toolkit_version for r in offered}
-        releases = [r for r in (old.releases if old else ()) if r.toolkit_version not in new]
-        releases += [
-            store.Release(
-                toolkit_version=r.toolkit_version,
-                packages=tuple(item.path(p) for p in r.packages),
-                node_requirements=r.node_requirements,
-                breaks=r.breaks,
-            )
-            for r in offered
-        ]
-        releases.sort(key=lambda r, fmt=item.target.format: sort_key(fmt)(r.toolkit_version))  # type: ignore[misc]
-        signed = (
-            tuple(
-                store.StoredFile(path=p, size=len(d), sha512=_sha512(d))
-                for p, d in sorted(item.metadata.items())
-            )
-            + item.extra_metadata
-        )
-        repos[item.key] = store.RepoRecord(
-            key=item.key,
-            format=item.target.format.value,
-            arch=item.target.arch,
-            channel=options.channel,
-            base_url=item.base_url,
-            provenance=store.RepoProvenance(item.fingerprint, item.signed_at, signed, item.dated),
-            retained=((retained[item.key],) if item.key in retained else ()) + (old.retained if old else ()),
-            packages=tuple(sorted(packages.values(), key=lambda p: p.path)),
-            releases=tuple(releases),
-            synced_at=now,
-        )
-    keep = previous if previous is not None and not options.key_fingerprints else None
-    return store.MirrorState(
-        upstream=options.upstream,
-        channel=options.channel,
-        repos=tuple(sorted(repos.values(), key=lambda r: r.key)),
-        selector=options.selector if options.locked is None else "locked",
-        key_fingerprints=keep.key_fingerprints if keep else options.key_fingerprints,
-        key=keep.key if keep else options.key,
-    )
-
-
 def _locked_target(lock: Lockfile, target: RepoTarget) -> LockedTarget:
     for locked in lock.targets:
         if locked.format == target.format.value and locked.arch == target.arch:
             return locked
     raise LockfileMismatch("the lockfile", [f"it locks nothing for {target.format.value}/{target.arch}"])
-
-
-def _sha512(data: bytes) -> str:
-    return hashlib.sha512(data).hexdigest()
