@@ -10,10 +10,12 @@ import typer
 
 from mirror.publish.cli import add_publish_command
 from mirror.sync.cli import add_sync_commands
+from mirror.sync.list_cli import add_list_command
 from plumbing.clikit import Group
 
 mirror_app = typer.Typer(
     cls=Group, help="Sync NVIDIA's signed apt and yum channels to a local mirror.", no_args_is_help=True
 )
 add_sync_commands(mirror_app)
+add_list_command(mirror_app)
 add_publish_command(mirror_app)
