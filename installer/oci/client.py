@@ -26,16 +26,14 @@ import contextlib
 import hashlib
 import http.client
 import io
-import json
 import ssl
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass
-from email.message import Message
 from pathlib import Path
-from typing import IO, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import IO, Callable, Dict, Iterator, Optional, Sequence, Tuple
 
 from installer.oci.auth import Authorizer, TokenRequest
 from installer.oci.credentials import Credentials, parse_challenge
@@ -47,11 +45,10 @@ from installer.oci.errors import (
     RegistryUnreachable,
 )
 from installer.oci.reference import DIGEST_RE, Reference
+from installer.oci.wire import Response, check_redirect, copy_checked, error_detail, origin
 from plumbing import clock, output, rate
 from plumbing.version import VERSION
 
-CHUNK = 1 << 20
-_MAX_SMALL_BODY = 4 << 20  #: manifests, token and error bodies
 _RETRY_STATUS = (502, 503, 504)
 _MAX_REDIRECTS = 5
 BodyFactory = Callable[[], IO[bytes]]
@@ -74,25 +71,6 @@ class _NoRedirects(urllib.request.HTTPRedirectHandler):
 
     def redirect_request(self, *args: object, **kwargs: object) -> None:
         return None
-
-
-@dataclass
-class _Response:
-    status: int
-    headers: Message
-    body: IO[bytes]
-    url: str
-
-    def read_small(self, what: str, floor: rate.RateFloor) -> bytes:
-        """Read a body that must stay small (a manifest, a token, an error document) at ``floor``'s pace at least."""
-        with self.body:
-            data = b"".join(_arriving(self.body, _MAX_SMALL_BODY, floor))
-        if len(data) > _MAX_SMALL_BODY:
-            raise RegistryError(f"{what} is larger than {_MAX_SMALL_BODY} bytes; refusing it")
-        return data
-
-    def close(self) -> None:
-        self.body.close()
 
 
 class RegistryClient:
@@ -184,7 +162,7 @@ class RegistryClient:
                 raise DigestMismatch(f"{where} is {length} bytes, its manifest says {size}")
             try:
                 with resp.body, open(dest, "wb") as out:
-                    _copy_checked(resp.body, out, digest, size, where, self._floor(where))
+                    copy_checked(resp.body, out, digest, size, where, self._floor(where))
                 return
             except (DigestMismatch, rate.TransferTooSlow):
                 dest.unlink()
@@ -252,7 +230,7 @@ class RegistryClient:
         *,
         headers: Optional[Dict[str, str]] = None,
         body: Optional[BodyFactory] = None,
-    ) -> _Response:
+    ) -> Response:
         """One API call with the auth dance: at most one retry after a ``401`` taught us how to authenticate."""
         for round_ in range(2):
             sent = dict(headers or {})
@@ -287,7 +265,7 @@ class RegistryClient:
 
     # -- transport -------------------------------------------------------------------------------
 
-    def _follow(self, method: str, target: str, repository: str) -> _Response:
+    def _follow(self, method: str, target: str, repository: str) -> Response:
         """A read that may be redirected to blob storage; credentials stay with the registry's host."""
         resp = self._request(method, target, repository, ("pull",))
         for _ in range(_MAX_REDIRECTS):
@@ -295,8 +273,8 @@ class RegistryClient:
                 return resp
             resp.close()
             location = urllib.parse.urljoin(resp.url, resp.headers.get("Location", ""))
-            _check_redirect(self.host, resp.url, location)
-            if _origin(location) == _origin(resp.url):
+            check_redirect(self.host, resp.url, location)
+            if origin(location) == origin(resp.url):
                 resp = self._request(method, location, repository, ("pull",))
             else:
                 resp = self._exchange(method, location, {}, None)
@@ -307,7 +285,7 @@ class RegistryClient:
 
     def _exchange(
         self, method: str, target: str, headers: Dict[str, str], body: Optional[BodyFactory]
-    ) -> _Response:
+    ) -> Response:
         """One request, retried when it is a read and the network or a proxy failed; HTTP errors are answers."""
         idempotent = method in ("GET", "HEAD")
         attempt = 0
@@ -349,7 +327,7 @@ class RegistryClient:
                 )
             return resp
 
-    def _send(self, method: str, url: str, headers: Dict[str, str], data: Optional[IO[bytes]]) -> _Response:
+    def _send(self, method: str, url: str, headers: Dict[str, str], data: Optional[IO[bytes]]) -> Response:
         if urllib.parse.urlsplit(url).scheme not in ("http", "https"):  # urllib would open file:// too
             raise RegistryError(
                 f"refusing to request {url} for {self.host}: only http and https URLs are used"
@@ -360,8 +338,8 @@ class RegistryClient:
         try:
             raw = self._opener.open(request, timeout=self.access.timeout)
         except urllib.error.HTTPError as exc:  # an answer, not a failure: the caller decides
-            return _Response(exc.code, exc.headers, exc, url)
-        return _Response(raw.status, raw.headers, raw, url)
+            return Response(exc.code, exc.headers, exc, url)
+        return Response(raw.status, raw.headers, raw, url)
 
     def _wait(self, seconds: float) -> None:
         """Wait before another attempt."""
@@ -370,35 +348,14 @@ class RegistryClient:
     def _floor(self, what: str) -> rate.RateFloor:
         return rate.RateFloor(what, self.access.min_rate, clock=self._now)
 
-    def _read_small(self, resp: _Response, what: str) -> bytes:
+    def _read_small(self, resp: Response, what: str) -> bytes:
         return resp.read_small(what, self._floor(what))
 
-    def _expect(self, resp: _Response, ok: Tuple[int, ...], doing: str) -> None:
+    def _expect(self, resp: Response, ok: Tuple[int, ...], doing: str) -> None:
         if resp.status in ok:
             return
-        detail = _error_detail(self._read_small(resp, "an error document"))
+        detail = error_detail(self._read_small(resp, "an error document"))
         raise RegistryError(f"{self.host} failed {doing} with HTTP {resp.status}{detail}")
-
-
-def _origin(url: str) -> Tuple[str, str]:
-    parts = urllib.parse.urlsplit(url)
-    return parts.scheme, parts.netloc
-
-
-def _check_redirect(host: str, source: str, location: str) -> None:
-    """Refuse a redirect that is not http(s), or that leaves https for plain http.
-
-    :raises RegistryError: naming where the registry wanted to send us and why we do not go.
-    """
-    scheme = urllib.parse.urlsplit(location).scheme
-    if scheme not in ("http", "https"):
-        raise RegistryError(
-            f"{host} redirected to {location!r}; refusing it: only http and https redirects are followed"
-        )
-    if scheme == "http" and urllib.parse.urlsplit(source).scheme == "https":
-        raise RegistryError(
-            f"{host} redirected from https to plain http ({location}); refusing to downgrade the connection"
-        )
 
 
 @contextlib.contextmanager
@@ -411,54 +368,6 @@ def _opened(body: Optional[BodyFactory]) -> Iterator[Optional[IO[bytes]]]:
         yield stream
     finally:
         stream.close()
-
-
-def _arriving(body: IO[bytes], limit: int, floor: rate.RateFloor) -> Iterator[bytes]:
-    """``body``'s bytes as they arrive, at most ``limit`` + 1 of them, each block counted by ``floor``.
-
-    ``read1`` returns whatever came (``read`` would wait for a whole block), so a body that
-    drips is seen dripping and stopped by the floor.
-    """
-    read = getattr(body, "read1", body.read)
-    got = 0
-    while got <= limit:
-        block = read(min(CHUNK, limit + 1 - got))
-        if not block:
-            return
-        got += len(block)
-        floor.arrived(len(block))
-        yield block
-
-
-def _copy_checked(
-    source: IO[bytes], out: IO[bytes], digest: str, size: int, where: str, floor: rate.RateFloor
-) -> None:
-    hasher = hashlib.sha256()
-    count = 0
-    for block in _arriving(source, size, floor):
-        count += len(block)
-        if count > size:
-            raise DigestMismatch(f"{where} runs past the {size} bytes its manifest gives; refusing it")
-        hasher.update(block)
-        out.write(block)
-    actual = "sha256:" + hasher.hexdigest()
-    if count != size:
-        raise DigestMismatch(f"{where} ended after {count} of its {size} bytes")
-    if actual != digest:
-        raise DigestMismatch(
-            f"{where} does not match its digest (got {actual}): the registry served altered or corrupt data"
-        )
-
-
-def _error_detail(data: bytes) -> str:
-    """``: CODE: message`` from a distribution error document, if there is one."""
-    try:
-        errors: List[Dict[str, object]] = json.loads(data).get("errors") or []
-    except (ValueError, AttributeError):
-        return ""
-    if not errors or not isinstance(errors[0], dict):
-        return ""
-    return f": {errors[0].get('code', '')}: {errors[0].get('message', '')}"
 
 
 def _reason(exc: BaseException) -> str:
