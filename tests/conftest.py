@@ -19,6 +19,70 @@ from tests.cli_runner import run_cli
 from tests.gpgkeys import TestKey, make_key
 from tests.upstream import UpstreamServer, UpstreamTree, cached_upstream, stop_agent
 
+# -- the two tiers and the order of the files ----------------------------------------------------
+
+#: Modules whose every test is end-to-end (real dpkg/rpm installs into scratch roots, real apt, dnf,
+#: ansible, containerd or registries, whole syncs and builds): marked ``slow``, so ``make check``
+#: (``-m "not slow"``) leaves them to ``make test``. Together they took 62% of the time of the tests
+#: not marked slow one by one (docs/testing.md has the figures).
+HEAVY_MODULES = frozenset(
+    f"tests/test_{name}.py"
+    for name in (
+        "node_install",
+        "mirror_sync",
+        "fleet_k8s_rollout",
+        "distros",
+        "uninstall_resume",
+        "install_sh",
+        "node_install_faults",
+        "mirror_replay",
+        "fleet_ansible_transports",
+        "bundle_build_safety",
+        "mirror_switch",
+        "node_hostile_folder",
+        "distros_install",
+        "oci",
+        "fleet_image",
+        "bundle_trust",
+        "publish",
+        "publish_safety",
+        "upstream_clients",
+    )
+)
+
+#: The longest modules under ``make test``, longest first. pytest-xdist (``--dist loadfile
+#: --no-loadscope-reorder``) hands whole files to the two workers in collection order, so these
+#: start first and the short ones fill in at the end: both workers finish together.
+LONGEST_FIRST = (
+    "tests/live/test_systemd_node.py",
+    "tests/live/test_ansible_booted_node.py",
+    "tests/test_fleet_ansible.py",
+    "tests/live/test_real_packages_booted.py",
+    "tests/test_real_packages.py",
+    "tests/test_node_install.py",
+    "tests/test_mirror_sync.py",
+    "tests/test_real_packages_cdi.py",
+    "tests/test_fleet_k8s_rollout.py",
+    "tests/test_demo.py",
+    "tests/test_node_debootstrap.py",
+    "tests/test_nvidia_ctk_oracle.py",
+    "tests/test_fleet_ansible_transports.py",
+    "tests/test_cli_conventions.py",
+    "tests/test_distros.py",
+    "tests/test_bundle.py",
+    "tests/test_uninstall_resume.py",
+    "tests/test_install_sh.py",
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark the tests of :data:`HEAVY_MODULES` slow; put :data:`LONGEST_FIRST` first (stable otherwise)."""
+    rank = {module: index for index, module in enumerate(LONGEST_FIRST)}
+    for item in items:
+        if item.nodeid.split("::", 1)[0] in HEAVY_MODULES:
+            item.add_marker(pytest.mark.slow)
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))
+
 
 @pytest.fixture(autouse=True)
 def backoff(monkeypatch: pytest.MonkeyPatch) -> list[float]:
