@@ -141,8 +141,29 @@ def test_an_older_mirror_without_a_recorded_key_refuses_nvidias_key_for_its_own(
     assert refused.exit_code == ExitCode.USAGE, refused.stderr
     assert (
         f"(key {upstream_tree.key_fingerprint}) and this sync would use" in refused.stderr
-        and f"(key {NVIDIA_FINGERPRINT})" in refused.stderr
+        and f"(key {NVIDIA_FINGERPRINT}): pass --replace-upstream to switch it, or pass --keyring with the key "
+        "file it was synced with"
+        in refused.stderr
     )
     healed = _sync(mirror, "--keyring", str(upstream_tree.public_key))
     assert healed.exit_code == 0, healed.stderr
     assert store.MirrorState.load(mirror).key_fingerprints == (upstream_tree.key_fingerprint,)
+
+
+def test_a_locked_sync_whose_keyring_lacks_the_lockfiles_key_is_refused_before_fetching(
+    upstream_tree: UpstreamTree, upstream_server: UpstreamServer, tmp_path: Path
+) -> None:
+    lock = tmp_path / "gpu-airgap.lock"
+    first = _sync(
+        tmp_path / "a", "--upstream", upstream_server.url, "--keyring", str(upstream_tree.public_key),
+        "--write-lock", str(lock),
+    )  # fmt: skip
+    assert first.exit_code == 0, first.stderr
+    upstream_server.reset()
+    refused = run_cli("mirror", "sync", "--dest", str(tmp_path / "b"), "--locked", str(lock))
+    assert refused.exit_code == ExitCode.USAGE, refused.stderr
+    assert (
+        f"the lockfile's packages are signed by key {upstream_tree.key_fingerprint}, which the keyring "
+        f"{NVIDIA_FINGERPRINT} (the default) does not hold: pass --keyring with that key"
+    ) in refused.stderr
+    assert not upstream_server.log and not (tmp_path / "b").exists()

@@ -231,6 +231,7 @@ def sync_command(
             origin.keyring_for(keyring, recorded) as key,
             Downloader(jobs=jobs, notify=_silent if quiet else output.warn, min_rate=min_rate) as downloader,
         ):
+            origin.check_lock_keys(options.locked, key)
             options = dataclasses.replace(
                 options,
                 allow_older_index=allow_older_index,

@@ -154,8 +154,31 @@ def check_switch(
     if not replace:
         was = f"{previous.upstream} (key {', '.join(sorted(old_keys)) or 'unknown'})"
         now = f"{upstream} (key {', '.join(sorted(keys)) or 'unknown'})"
+        # a mirror synced before the key was recorded has only fingerprints: its key file must be named again
+        keep = (
+            "drop --upstream/--keyring to sync from the recorded ones"
+            if previous.key_fingerprints
+            else "pass --keyring with the key file it was synced with"
+        )
         raise UpstreamSwitch(
             f"the mirror {dest} was synced from {was} and this sync would use {now}: pass --replace-upstream "
-            "to switch it, or drop --upstream/--keyring to sync from the recorded upstream"
+            f"to switch it, or {keep}"
         )
     return [r.key for r in previous.repos]
+
+
+def check_lock_keys(lock: Lockfile | None, key: UpstreamKey) -> None:
+    """Refuse a ``--locked`` sync whose keyring lacks a key the lockfile says upstream signed with.
+
+    Without this, the sync would fetch upstream's index and fail on its signature, naming no key.
+
+    :raises UsageError: naming the lockfile's key and where the keyring came from.
+    """
+    wanted = (
+        sorted({t.key_fingerprint for t in lock.targets} - key.ring.fingerprints) if lock is not None else []
+    )
+    if wanted:
+        raise UsageError(
+            f"the lockfile's packages are signed by key {', '.join(wanted)}, which the keyring "
+            f"{key.chosen.said('--keyring')} does not hold: pass --keyring with that key"
+        )
