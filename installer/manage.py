@@ -27,7 +27,15 @@ from installer import purge as purge_lib
 from installer.env import CDI_SPEC, SERVICE_UNITS, NodeEnv, engine_unit
 from installer.install import InstallResult, restart_engines
 from installer.plan import InstallOptions
-from installer.state import NodeState, changed_files, host_path, load_state, save_state, state_path
+from installer.state import (
+    ChangedFile,
+    NodeState,
+    changed_files,
+    host_path,
+    load_state,
+    save_state,
+    state_path,
+)
 from installer.target import TOOLKIT_ORDER
 from installer.workspace import node_lock
 from plumbing.errors import ProblemsFound, ToolError, UsageError
@@ -76,11 +84,32 @@ def file_drift(root: Path, state: NodeState) -> List[str]:
 
 
 def _load(root: Path) -> Optional[NodeState]:
-    """The install record; an unfinished one gets its files from the journal (it was written before them)."""
+    """The install record, its files brought up to date from the configure journal.
+
+    An unfinished record gets its files from the journal (it was written before them). A complete
+    one takes the later ``configure`` runs on its engines as recorded changes, not drift: each file
+    expects the bytes the journal last wrote, and files written since join the record, so
+    ``uninstall`` reverts them too.
+    """
     state = load_state(root)
-    if state is not None and not state.complete:
-        state.files = changed_files(Journal(root), state.engines)
+    if state is not None:
+        journal_view = changed_files(Journal(root), state.engines)
+        state.files = journal_view if not state.complete else later_writes(state.files, journal_view)
     return state
+
+
+def later_writes(recorded: List[ChangedFile], journal_view: List[ChangedFile]) -> List[ChangedFile]:
+    """``recorded`` with the journal's last digest of each file, plus the files only the journal has.
+
+    A file the journal no longer has (``configure revert`` forgot it) keeps its recorded digest.
+    """
+    files = {item.path: item for item in recorded}
+    for item in journal_view:
+        if item.path in files:
+            files[item.path].sha256 = item.sha256
+        else:
+            files[item.path] = item
+    return list(files.values())
 
 
 def _require_state(root: Path) -> NodeState:

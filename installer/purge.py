@@ -97,7 +97,7 @@ def _what_stays(backend: PackageBackend, removal: Removal) -> List[str]:
     if not kept and not files:
         return []
     what = "; ".join([*kept, *(["files " + ", ".join(files)] if files else [])])
-    return [f"left on the node: {what} (uninstall --purge removes them)"]
+    return [f"left on the node: {what} (`gpu-airgap uninstall --purge` removes them)"]
 
 
 def plan_leftovers(backend: PackageBackend, root: Path, names: Sequence[str]) -> Removal:

@@ -308,7 +308,7 @@ def test_cli_writes_once_then_says_already_configured(tmp_path: Path) -> None:
     assert second_spec.exit_code == ExitCode.CONFIG and second_spec.stdout == ""
     assert second_spec.stderr == (
         "gpu-airgap: error: /etc/cdi/nvidia.yaml already defines nvidia.com/gpu, so a spec at /var/run/cdi/nvidia.yaml "
-        "would be a second one for the same devices; remove it, or replace it with --output /etc/cdi/nvidia.yaml --force\n"
+        "would be a second one for the same devices; remove it, or replace it with `gpu-airgap configure cdi --output /etc/cdi/nvidia.yaml --force`\n"
     )
     assert not rooted(root, "/var/run/cdi/nvidia.yaml").exists()
 

@@ -63,7 +63,7 @@ def test_deb_uninstall_says_what_stays_and_purge_leaves_no_rc_entry_or_config(
     assert (
         "left on the node: nvidia-container-toolkit 1.20.0-1 (removed, config files remain); "
         "nvidia-container-toolkit-base 1.20.0-1 (removed, config files remain); files "
-        f"/{REFRESH_ENV}, /{RUNTIME_CONFIG} (uninstall --purge removes them)"
+        f"/{REFRESH_ENV}, /{RUNTIME_CONFIG} (`gpu-airgap uninstall --purge` removes them)"
     ) in plain.stdout
 
     later = uninstall(debian_root, "--purge")  # no install recorded any more: what the plain one left

@@ -127,7 +127,7 @@ def static_spec_conflict(root: Path, output: str, kind: str = KIND) -> Optional[
     if len(others) == 1:
         return (
             f"{others[0]} already defines {kind}, so a spec at {output} would be a second one for the same devices; "
-            f"remove it, or replace it with --output {others[0]} --force"
+            f"remove it, or replace it with `gpu-airgap configure cdi --output {others[0]} --force`"
         )
     if others:
         return f"{', '.join(others)} already define {kind}, so a spec at {output} would be one more; remove them first"
