@@ -384,3 +384,17 @@ def test_a_second_configure_of_debians_packaged_config_keeps_its_bytes_and_repor
     second = engine().plan(RuntimeOptions(root=tmp_path))
     # tomlkit re-lays the runc table it merged into; the values are the same, so the bytes stay
     assert not second.changed and second.changes[-1].new == first.changes[-1].new
+
+
+def test_someone_elses_drop_in_of_another_config_version_is_refused_untouched(tmp_path: Path) -> None:
+    make_root(tmp_path, "config-v2-containerd1-docs.toml")
+    drop_in = tmp_path / DROP_IN
+    drop_in.parent.mkdir(parents=True)
+    drop_in.write_text('version = 3\n[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.kata]\n')
+    with pytest.raises(ConfigFormatError) as refused:
+        configure_engine(engine((2, 0)), RuntimeOptions(root=tmp_path))
+    assert str(refused.value) == (
+        f"{drop_in}: was not written by gpu-airgap and has config version 3, not 2 like the root config; "
+        "gpu-airgap adds to it but will not mix versions: pass --drop-in with another file"
+    )
+    assert drop_in.read_text().startswith("version = 3\n")

@@ -6,11 +6,12 @@ import shutil
 import subprocess
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import pytest
+import tomllib
 
-from configure.commands import configure_engine
+from configure.commands import configure_engine, revert_engines
 from configure.engine import RuntimeOptions
 from tests.containerd_helpers import CONFIG, DROP_IN, engine, make_root
 
@@ -136,3 +137,98 @@ def _wait_for_cri(socket: Path, daemon: subprocess.Popen[bytes], timeout: float 
                 return lines
         time.sleep(0.2)
     return None
+
+
+KATA_DROP_IN = (
+    "# kata for the confidential workloads (ours, not gpu-airgap's)\n"
+    "version = 2\n"
+    "\n"
+    '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.kata]\n'
+    '  runtime_type = "io.containerd.kata.v2"\n'
+)
+
+
+def runtimes_loaded(root: Path) -> dict[str, Any]:
+    """The CRI runtimes the real containerd loads from the root config and its imports."""
+    config = root / CONFIG
+    pointed = config.read_text().replace('"/etc/containerd/', f'"{root}/etc/containerd/')
+    probe = config.with_name("probe.toml")
+    probe.write_text(pointed)
+    try:
+        cri = tomllib.loads(dump(probe))["plugins"]["io.containerd.grpc.v1.cri"]
+    finally:
+        probe.unlink()
+    runtimes: dict[str, Any] = cri["containerd"]["runtimes"]
+    return runtimes
+
+
+def test_an_admins_own_drop_in_at_our_name_is_added_to_and_comes_back_byte_exact(tmp_path: Path) -> None:
+    config = make_root(tmp_path, "config.toml.base")
+    config.write_text(
+        config.read_text().replace(
+            "version = 2\n", 'version = 2\nimports = ["/etc/containerd/conf.d/*.toml"]\n'
+        )
+    )
+    drop_in = tmp_path / DROP_IN
+    drop_in.parent.mkdir(parents=True)
+    drop_in.write_text(KATA_DROP_IN)
+    before = {path: path.read_bytes() for path in (config, drop_in)}
+
+    done = configure_engine(engine(), RuntimeOptions(root=tmp_path))
+    assert done.written == [drop_in]
+    loaded = runtimes_loaded(tmp_path)
+    assert loaded["kata"]["runtime_type"] == "io.containerd.kata.v2"
+    assert loaded["nvidia"]["options"]["BinaryName"] == "/usr/bin/nvidia-container-runtime"
+    assert "runc" in loaded  # the default runtime still resolves
+    text = drop_in.read_text()
+    assert text.startswith(KATA_DROP_IN.split("\n\n")[0])  # the admin's comment and version stay first
+    assert any(
+        "was not written by gpu-airgap: adding the nvidia runtime to it" in w for w in done.plan.warnings
+    )
+
+    again = configure_engine(engine(), RuntimeOptions(root=tmp_path))
+    assert again.already_configured  # the admin's file stays the admin's: added to, not regenerated
+    assert "kata" in runtimes_loaded(tmp_path)
+
+    revert_engines(tmp_path)
+    assert {path: path.read_bytes() for path in (config, drop_in)} == before
+
+
+def test_our_drop_in_edited_since_keeps_the_edit_on_the_next_run(tmp_path: Path) -> None:
+    config = make_root(tmp_path, "config.toml.base")
+    config.write_text(
+        config.read_text().replace(
+            "version = 2\n", 'version = 2\nimports = ["/etc/containerd/conf.d/*.toml"]\n'
+        )
+    )
+    configure_engine(engine(), RuntimeOptions(root=tmp_path))
+    drop_in = tmp_path / DROP_IN
+    generated = drop_in.read_bytes()
+    assert generated.startswith(b"# Written by gpu-airgap")
+    # Regenerating an unedited drop-in of ours changes nothing...
+    assert configure_engine(engine(), RuntimeOptions(root=tmp_path)).already_configured
+    # ...but once an admin added kata to it, it is theirs too: the next run keeps kata.
+    drop_in.write_text(drop_in.read_text() + KATA_DROP_IN.split("\n\n")[1])
+    configure_engine(engine(), RuntimeOptions(root=tmp_path, runtime_name="gpu"))
+    loaded = runtimes_loaded(tmp_path)
+    assert {"kata", "nvidia", "gpu"} <= set(loaded)
+
+
+def test_a_second_runtime_name_keeps_the_first_in_our_regenerated_drop_in(tmp_path: Path) -> None:
+    config = make_root(tmp_path, "config.toml.base")
+    config.write_text(
+        config.read_text().replace(
+            "version = 2\n", 'version = 2\nimports = ["/etc/containerd/conf.d/*.toml"]\n'
+        )
+    )
+    original = config.read_bytes()
+    configure_engine(engine(), RuntimeOptions(root=tmp_path))
+    configure_engine(
+        engine(), RuntimeOptions(root=tmp_path, runtime_name="gpu", runtime_path="/usr/bin/gpu-rt")
+    )
+    loaded = runtimes_loaded(tmp_path)
+    assert loaded["nvidia"]["options"]["BinaryName"] == "/usr/bin/nvidia-container-runtime"
+    assert loaded["gpu"]["options"]["BinaryName"] == "/usr/bin/gpu-rt"
+    assert (tmp_path / DROP_IN).read_text().startswith("# Written by gpu-airgap")  # still ours, regenerated
+    revert_engines(tmp_path)
+    assert config.read_bytes() == original and not (tmp_path / DROP_IN).exists()

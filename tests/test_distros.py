@@ -335,7 +335,9 @@ def test_k0s_gets_a_version_3_drop_in_loads_in_containerd_2_and_reverts_byte_exa
     assert "k0s reloads containerd by itself" in done.stdout
     drop_in = (root / "etc/k0s/containerd.d/nvidia.toml").read_text()
     assert "version = 3" in drop_in and "io.containerd.grpc.v1.cri" not in drop_in  # k0s >= 1.36 pre-flight
-    assert ("replacing /etc/k0s/containerd.d/nvidia.toml" in done.stderr) is with_admin_drop_in
+    # The admin's drop-in is added to, never replaced (#24.7).
+    added = "/etc/k0s/containerd.d/nvidia.toml was not written by gpu-airgap: adding the nvidia runtime to it"
+    assert (added in done.stderr) is with_admin_drop_in
     assert (root / "etc/k0s/containerd.toml").read_bytes() == (
         FIXTURES / "k0s/etc/k0s/containerd.toml"
     ).read_bytes()

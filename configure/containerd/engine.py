@@ -20,6 +20,11 @@ Decisions (and the NVIDIA bugs they avoid, see docs/runtime-config.md):
   merge of 2.1+ that copy merges to the same result. The price: CRI settings edited in the root
   config later are shadowed by the copy until ``configure containerd`` runs again (it re-copies).
   Files loaded after ours that redefine the CRI table would hide the runtime: we warn.
+* **Never replace a drop-in someone else wrote.** Ours starts with our header and still has the
+  bytes we wrote (the journal holds their digest); it is regenerated, keeping the runtimes of
+  earlier runs. Anything else at that path (an admin's own ``99-nvidia.toml`` with ``kata``, or
+  ours edited since) is added to like a config edited in place, and keeps everything it holds;
+  ``revert`` restores its bytes. It must declare no other config version than the root config.
 * **Defining ``runtimes`` hides containerd's built-in runc.** A config with a CRI ``runtimes``
   table but no ``runc`` leaves ``default_runtime_name = "runc"`` dangling and CRI fails to start
   (checked with containerd 1.6), so we add ``runc`` when the default is runc and it is missing.
@@ -40,6 +45,7 @@ from tomlkit.toml_document import TOMLDocument
 
 from configure import tomledit
 from configure.changes import FileChange, read_optional
+from configure.containerd.dropin import drop_in_doc, foreign_drop_in
 from configure.containerd.imports import (
     ConfigFile,
     covers,
@@ -50,6 +56,7 @@ from configure.containerd.imports import (
     plugin_table,
 )
 from configure.engine import ConfigPlan, RuntimeOptions
+from configure.journal import Journal
 from configure.nodefacts import KubeletProbe, VersionProbe, containerd_version, kubelet_cgroup_driver
 from plumbing.errors import ConfigFormatError, UsageError
 from plumbing.fsutil import rooted
@@ -60,7 +67,6 @@ RUNC_V2 = "io.containerd.runc.v2"
 CRI_PLUGIN = {1: "cri", 2: "io.containerd.grpc.v1.cri", 3: "io.containerd.cri.v1.runtime"}
 #: names under which ``disabled_plugins`` switches the CRI runtime off
 CRI_NAMES = frozenset({"cri", "io.containerd.grpc.v1.cri", "io.containerd.cri.v1.runtime"})
-DROP_IN_HEADER = "# Written by gpu-airgap (configure containerd); regenerated on every run. `gpu-airgap configure revert` undoes it.\n"
 
 
 def config_version(path: Path, doc: Optional[TOMLDocument], fresh_version: int) -> int:
@@ -110,13 +116,26 @@ class ContainerdEngine:
         extra_import = None
         if drop_in is not None and not any(covers(i, drop_in) for i in imports_of(data, config_node)):
             extra_import = drop_in
+        drop_path = rooted(options.root, drop_in) if drop_in is not None else None
+        old_drop_in = read_optional(drop_path) if drop_path is not None else None
+        entries = Journal(options.root).entries() if old_drop_in else []
+        foreign = foreign_drop_in(drop_path, old_drop_in, version, entries)
+        # runtimes earlier runs registered in our drop-in, which a regenerated one keeps
+        earlier = {str(e.notes.get("runtime_name")) for e in entries if e.engine == self.name}
         chain = load_chain(
-            options.root, config_node, data, ours=drop_in, extra_import=extra_import, warnings=plan.warnings
+            options.root,
+            config_node,
+            data,
+            ours=drop_in,
+            ours_data=foreign.unwrap() if foreign is not None else None,
+            extra_import=extra_import,
+            warnings=plan.warnings,
         )
         _refuse_disabled_cri(options.root, chain)
-        # In place, the root config is what we edit; files loaded after it can still hide it.
+        # In place (or adding to someone's drop-in) the file we edit counts; files loaded after it can still hide it.
         position = next((i for i, c in enumerate(chain) if c.ours), 0)
-        before, after = chain[: position + 1] if drop_in is None else chain[:position], chain[position + 1 :]
+        edited = drop_in is None or foreign is not None
+        before, after = chain[: position + 1] if edited else chain[:position], chain[position + 1 :]
         source = effective_plugin(before, plugin)
         origin = defining_file(before, plugin)
         # Where a non-table in the way of our keys comes from: the file that defines the CRI table.
@@ -131,21 +150,31 @@ class ContainerdEngine:
         root_doc = doc if doc is not None else tomlkit.document()
         if len(root_doc) == 0:  # a missing or key-less config gets a minimal valid one
             tomledit.set_value(root_doc, "version", version)
-        if drop_in is None:
+        if drop_in is None or drop_path is None:
             target = root_doc
         else:
-            target = tomlkit.document()
-            target.add(tomlkit.comment(DROP_IN_HEADER.strip()[2:]))
-            target.add("version", version)
-            tomledit.merge(target, {"plugins": {plugin: source}}, path=source_path)
+            if foreign is not None:
+                plan.warnings.append(
+                    f"{drop_in} was not written by gpu-airgap: adding the {options.runtime_name} runtime to it "
+                    "and keeping everything else in it (`configure revert` puts it back as it was)"
+                )
+                source_path = drop_path
+            target = drop_in_doc(
+                foreign,
+                old_drop_in,
+                drop_path,
+                version,
+                plugin,
+                source,
+                source_path,
+                earlier - {options.runtime_name},
+            )
             if extra_import is not None:
                 _add_import(root_doc, drop_in)
         desired = self._desired_cri(source, options, plan)
         tomledit.merge(target, {"plugins": {plugin: desired}}, path=source_path)
 
-        if drop_in is not None:
-            drop_path = rooted(options.root, drop_in)
-            old_drop_in = read_optional(drop_path)
+        if drop_path is not None:
             plan.changes.append(FileChange(drop_path, old_drop_in, tomledit.render_over(old_drop_in, target)))
         plan.changes.append(FileChange(config_path, raw, tomledit.render_over(raw, root_doc)))
 

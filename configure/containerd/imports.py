@@ -75,6 +75,7 @@ def load_chain(
     config_data: Dict[str, Any],
     *,
     ours: Optional[str] = None,
+    ours_data: Optional[Dict[str, Any]] = None,
     extra_import: Optional[str] = None,
     warnings: Optional[List[str]] = None,
 ) -> List[ConfigFile]:
@@ -82,6 +83,8 @@ def load_chain(
 
     :param ours: node path of the drop-in we are writing; it takes its place in the order even if
         it does not exist yet, and its current content is not read.
+    :param ours_data: the content of ``ours`` to load instead (a file someone else wrote that we
+        add to, so what it holds counts); None: ours is regenerated, its content does not count.
     :param extra_import: an import we are about to append to the root config.
     :param warnings: collects imports that name missing files.
     :raises ConfigFormatError: naming any imported file that is not valid TOML.
@@ -94,11 +97,13 @@ def load_chain(
         if path in loaded:
             continue
         loaded.add(path)
-        if path == ours:
+        if path == ours and ours_data is None:
             chain.append(ConfigFile(path, {}, ours=True))
             continue
         if path == config_path:
             data = config_data
+        elif path == ours and ours_data is not None:
+            data = ours_data
         else:
             raw = read_optional(rooted(root, path))
             if raw is None:
@@ -106,7 +111,7 @@ def load_chain(
                     warnings.append(f"{path} is imported but does not exist; containerd will refuse to start")
                 continue
             data = tomledit.parse(rooted(root, path), raw).unwrap()
-        chain.append(ConfigFile(path, data))
+        chain.append(ConfigFile(path, data, ours=path == ours))
         imports = imports_of(data, path)
         if path == config_path and extra_import is not None:
             imports.append(extra_import)

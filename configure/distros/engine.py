@@ -105,16 +105,11 @@ class DistroContainerdEngine:
 
     def _k0s(self, distro: Distro, options: RuntimeOptions) -> ConfigPlan:
         drop_in = options.drop_in or distro.edit
-        old = read_optional(rooted(options.root, drop_in or ""))
         plan = self.plain.plan(replace(options, config=distro.config, drop_in=drop_in, no_drop_in=False))
         main = rooted(options.root, distro.config)
         if any(change.path == main and change.changed for change in plan.changes):
             raise ConfigFormatError(
                 main, "k0s manages this file; its import of /etc/k0s/containerd.d/*.toml is missing"
-            )
-        if old is not None and not old.startswith(b"# Written by gpu-airgap"):
-            plan.warnings.append(
-                f"replacing {drop_in} (not written by gpu-airgap; `configure revert` restores it)"
             )
         plan.facts.update(
             _deep_facts(

@@ -31,7 +31,8 @@ import tomlkit
 
 from configure import tomledit
 from configure.changes import FileChange, read_optional
-from configure.containerd.engine import CRI_PLUGIN, DROP_IN_HEADER, RUNC_V2, describe
+from configure.containerd.dropin import DROP_IN_HEADER
+from configure.containerd.engine import CRI_PLUGIN, RUNC_V2, describe
 from configure.containerd.imports import ConfigFile, covers, imports_of, load_chain, plugin_table
 from configure.crio import merge
 from configure.distros import k3s_template
