@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import functools
 import hashlib
+import itertools
 import json
 import socket
 import ssl
@@ -362,6 +363,45 @@ def test_a_body_that_drips_below_the_minimum_rate_is_abandoned_with_a_network_er
         f"blob {digest}" if what == "blob" else f"the manifest of oci://{reg_host}/r:t"
     )
     assert not (tmp_path / "blob").exists() and len(registry.seen) == 1  # not retried
+
+
+@pytest.fixture()
+def header_dripper() -> Iterator[str]:
+    """A loopback server that sends its status line a byte every 10 ms, forever (until the client goes)."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            with conn:
+                for byte in itertools.cycle(b"HTTP/1.1 200 OK\r\nX-Drip: 1\r\n"):
+                    try:
+                        conn.sendall(bytes([byte]))
+                    except OSError:
+                        break
+                    if stop.wait(0.01):
+                        break
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield f"127.0.0.1:{listener.getsockname()[1]}"
+    stop.set()
+    listener.close()
+    thread.join(timeout=5)
+
+
+def test_headers_dripping_past_their_deadline_are_a_network_error(header_dripper: str) -> None:
+    access = RegistryAccess(plain_http=True, header_deadline=0.3, attempts=2)
+    client = RegistryClient(header_dripper, access, sleep=lambda _: None)
+    with pytest.raises(
+        RegistryUnreachable, match=r"no complete status line and headers within 0\.3 s"
+    ) as info:
+        client.get_manifest(Reference(header_dripper, "r", "t"), [artifact.MANIFEST_MEDIA_TYPE])
+    assert info.value.exit_code == ExitCode.NETWORK
 
 
 def test_reads_are_retried_after_a_503_and_fail_as_network_errors_when_it_persists(

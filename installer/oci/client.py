@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Callable, Dict, Iterator, Optional, Sequence, Tuple
 
+from installer.oci import deadline
 from installer.oci.auth import Authorizer, TokenRequest
 from installer.oci.credentials import Credentials, parse_challenge
 from installer.oci.errors import (
@@ -64,6 +65,7 @@ class RegistryAccess:
     timeout: float = 60.0  #: seconds per connection attempt and per read
     attempts: int = 3  #: tries for reads before a network failure is reported
     min_rate: float = rate.DEFAULT_MIN_RATE  #: bytes/s a body must keep up over a window (0: no floor)
+    header_deadline: float = 60.0  #: seconds an answer's status line and headers may take in all
 
 
 class _NoRedirects(urllib.request.HTTPRedirectHandler):
@@ -101,7 +103,7 @@ class RegistryClient:
             except (OSError, ssl.SSLError) as exc:
                 raise RegistryError(f"cannot load the CA file {access.ca_file}: {exc}") from exc
         self._opener = urllib.request.build_opener(
-            urllib.request.HTTPSHandler(context=context), _NoRedirects()
+            *deadline.handlers(context, access.header_deadline), _NoRedirects()
         )
 
     @classmethod

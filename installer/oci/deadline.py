@@ -1,0 +1,88 @@
+"""urllib handlers whose connections give an answer's status line and headers a deadline.
+
+The socket timeout (``RegistryAccess.timeout``) only fires when nothing arrives for that long,
+and the ``--min-rate`` floor (:mod:`plumbing.rate`) watches bodies; a server that drips its
+status line and headers a byte at a time would slip between both. Here a timer shuts the
+connection's socket down when the headers are not complete in time, and the reader's failure
+becomes a :class:`TimeoutError` (an ``OSError``: the client retries it as any network failure).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import http.client
+import socket
+import ssl
+import threading
+import urllib.request
+from typing import Any, Callable, List, Optional
+
+
+def handlers(context: ssl.SSLContext, seconds: float) -> List[urllib.request.BaseHandler]:
+    """An http and an https handler (``context`` for TLS) whose answers must start within ``seconds``."""
+    return [_HTTPHandler(seconds), _HTTPSHandler(seconds, context)]
+
+
+def _deadlined(base: Callable[..., http.client.HTTPConnection], seconds: float) -> Callable[..., Any]:
+    """``base``'s connections, each with its ``getresponse`` held to ``seconds``."""
+
+    def connect(*args: Any, **kwargs: Any) -> http.client.HTTPConnection:
+        connection = base(*args, **kwargs)
+        read_headers = connection.getresponse
+        bounded = functools.partial(_within, seconds, lambda: connection.sock, read_headers)
+        setattr(connection, "getresponse", bounded)  # noqa: B010 - mypy refuses assigning to a method
+        return connection
+
+    return connect
+
+
+class _HTTPHandler(urllib.request.HTTPHandler):
+    def __init__(self, seconds: float) -> None:
+        super().__init__()
+        self._seconds = seconds
+
+    def http_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+        return self.do_open(_deadlined(http.client.HTTPConnection, self._seconds), req)
+
+
+class _HTTPSHandler(urllib.request.HTTPSHandler):
+    def __init__(self, seconds: float, context: ssl.SSLContext) -> None:
+        super().__init__(context=context)
+        self._seconds = seconds
+        self._tls = context
+
+    def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+        return self.do_open(_deadlined(http.client.HTTPSConnection, self._seconds), req, context=self._tls)
+
+
+def _within(
+    seconds: float,
+    sock: Callable[[], Optional[socket.socket]],
+    read_headers: Callable[[], http.client.HTTPResponse],
+) -> http.client.HTTPResponse:
+    fired = threading.Event()
+
+    def give_up() -> None:
+        fired.set()
+        current = sock()
+        if current is not None:
+            with contextlib.suppress(OSError):
+                current.shutdown(socket.SHUT_RDWR)
+
+    timer = threading.Timer(seconds, give_up)
+    timer.daemon = True
+    timer.start()
+    late = f"no complete status line and headers within {seconds:g} s"
+    try:
+        response = read_headers()
+    except (OSError, http.client.HTTPException) as exc:
+        if fired.is_set():
+            raise TimeoutError(late) from exc
+        raise
+    finally:
+        timer.cancel()
+    if fired.is_set():  # the cut connection read as the end of the headers: they are not the server's
+        response.close()
+        raise TimeoutError(late)
+    return response
