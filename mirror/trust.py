@@ -1,16 +1,24 @@
-"""Which key the mirror trusts by default: NVIDIA's, shipped inside the package and pinned.
+"""Which key the mirror trusts: NVIDIA's, shipped inside the package and pinned, or the one it recorded.
 
 Any other key must be named explicitly by the caller (``--keyring FILE``); then no pin applies,
-because the operator chose that key on purpose.
+because the operator chose that key on purpose. A sync records the key it verified with in the
+mirror's ``state.json`` (:mod:`mirror.sync.origin`), and :func:`keyring_for` gives every later
+command (``sync``, ``status``, ``list``, ``publish --preserve-upstream``) that key again.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Final
 
+from mirror.errors import MirrorStateError
+from mirror.store import MirrorState
 from plumbing.gpg import Keyring
 
 #: Primary key of "NVIDIA CORPORATION (Open Source Projects) <cudatools@nvidia.com>", RSA 4096, no expiry.
@@ -32,3 +40,70 @@ def open_keyring(paths: list[str | os.PathLike[str]] | None = None) -> Keyring:
     if paths:
         return Keyring.open(paths)
     return Keyring.open([default_keyring_path()], pinned_fingerprint=NVIDIA_FINGERPRINT)
+
+
+#: where a choice came from, as ``--json`` names it
+FLAG, LOCKFILE, RECORDED, DEFAULT = "flag", "lockfile", "mirror", "default"
+_SAID = {LOCKFILE: "from the lockfile", RECORDED: "recorded in the mirror", DEFAULT: "the default"}
+
+
+@dataclass(frozen=True)
+class Chosen:
+    """One choice and where it came from (:data:`FLAG`, :data:`LOCKFILE`, :data:`RECORDED` or :data:`DEFAULT`)."""
+
+    value: str
+    source: str
+
+    def said(self, flag: str) -> str:
+        """``URL (recorded in the mirror)``; ``flag`` names the option when it was given."""
+        return f"{self.value} ({_SAID.get(self.source, flag)})"
+
+
+@dataclass(frozen=True)
+class UpstreamKey:
+    """The keyring a sync or status verifies upstream with, where it came from, and what the mirror keeps of it."""
+
+    ring: Keyring
+    source: str
+    armored: str  #: the keys the operator named, armored; empty for NVIDIA's built-in key
+
+    @property
+    def fingerprints(self) -> tuple[str, ...]:
+        """The primary keys of the keyring, sorted."""
+        return tuple(sorted(self.ring.fingerprints))
+
+    @property
+    def chosen(self) -> Chosen:
+        """The fingerprints as a choice, for messages and ``--json``."""
+        return Chosen(", ".join(self.fingerprints), self.source)
+
+
+@contextlib.contextmanager
+def keyring_for(flag: Path | None, recorded: MirrorState | None) -> Iterator[UpstreamKey]:
+    """The keyring to verify upstream with: ``--keyring`` > the key the mirror recorded > NVIDIA's built-in key.
+
+    :raises MirrorStateError: when the key the mirror holds is not the one its fingerprints name.
+    """
+    if flag is not None:
+        with open_keyring([flag]) as ring:
+            yield UpstreamKey(ring, FLAG, _export(ring))
+        return
+    if recorded is None or not recorded.key:
+        source = RECORDED if recorded is not None and recorded.key_fingerprints else DEFAULT
+        with open_keyring(None) as ring:
+            yield UpstreamKey(ring, source, "")
+        return
+    with tempfile.TemporaryDirectory(prefix="gpu-airgap-key-") as tmp:
+        path = Path(tmp) / "upstream-key.asc"
+        path.write_text(recorded.key, encoding="ascii")
+        with open_keyring([path]) as ring:
+            if ring.fingerprints != frozenset(recorded.key_fingerprints):
+                raise MirrorStateError(
+                    "the mirror",
+                    "the key its state.json holds is not the one it records; sync with --keyring",
+                )
+            yield UpstreamKey(ring, RECORDED, recorded.key)
+
+
+def _export(ring: Keyring) -> str:
+    return "".join(ring.export(fpr).decode("ascii") for fpr in sorted(ring.fingerprints))

@@ -167,3 +167,21 @@ def test_a_locked_sync_whose_keyring_lacks_the_lockfiles_key_is_refused_before_f
         f"{NVIDIA_FINGERPRINT} (the default) does not hold: pass --keyring with that key"
     ) in refused.stderr
     assert not upstream_server.log and not (tmp_path / "b").exists()
+
+
+def test_publish_preserve_upstream_checks_with_the_recorded_key(
+    upstream_tree: UpstreamTree, upstream_server: UpstreamServer, tmp_path: Path
+) -> None:
+    dest = tmp_path / "full"
+    synced = run_cli(
+        "mirror", "sync", "--dest", str(dest), "--upstream", upstream_server.url,
+        "--keyring", str(upstream_tree.public_key), "--version", "all", "--format", "deb", "--quiet",
+    )  # fmt: skip
+    assert synced.exit_code == 0, synced.stderr
+    published = run_cli(
+        "mirror", "publish", "--mirror", str(dest), "--output", str(tmp_path / "web"),
+        "--base-url", "http://repo.example/nvct", "--preserve-upstream", "--json",
+    )  # fmt: skip
+    assert published.exit_code == 0, published.stderr
+    report = json.loads(published.stdout)
+    assert report["preserved_upstream"] and report["signer"] == upstream_tree.key_fingerprint

@@ -20,6 +20,7 @@ from mirror import store
 from mirror.publish import swap as publish_swap
 from mirror.publish.files import Site, render_list, render_repo
 from mirror.publish.swap import MARKER
+from mirror.trust import default_keyring_path
 from plumbing.errors import BusyError
 from tests.cli_runner import run_cli
 from tests.gpgkeys import TestKey
@@ -332,8 +333,10 @@ def test_preserve_upstream_refuses_a_filtered_mirror_naming_the_repo(
         in result.stderr
     )
     assert not out.exists()
+    recorded = publish(synced_mirror, out, URL, "--preserve-upstream")  # the key the mirror recorded at sync
+    assert recorded.exit_code == 2 and "the mirror is filtered" in recorded.stderr
     pinned = publish(
-        synced_mirror, out, URL, "--preserve-upstream"
+        synced_mirror, out, URL, "--preserve-upstream", "--keyring", str(default_keyring_path())
     )  # NVIDIA's real key did not sign the local upstream
     assert (
         pinned.exit_code == 3

@@ -30,7 +30,9 @@ _PRESERVE = typer.Option(
     help="Publish upstream's own signed indexes unchanged (needs an unfiltered mirror).",
 )
 _KEYRING = typer.Option(
-    None, "--keyring", help="With --preserve-upstream: upstream's key file, instead of NVIDIA's pinned key."
+    None,
+    "--keyring",
+    help="With --preserve-upstream: upstream's key file (default: the key the mirror recorded, else NVIDIA's).",
 )
 _KEYRING_NAME = typer.Option(
     DEFAULT_KEYRING_NAME, "--keyring-name", help="Nodes keep the key as /usr/share/keyrings/NAME.gpg."
@@ -63,7 +65,7 @@ def publish_command(
     from mirror.publish.tree import normalize_base_url, publish
     from mirror.signing import OperatorKey
     from mirror.store import MirrorState
-    from mirror.trust import open_keyring
+    from mirror.trust import keyring_for
     from plumbing.gpg import check_key_file
     from plumbing.progress import terminal_meter
 
@@ -84,12 +86,13 @@ def publish_command(
         check_key_file(keyring)
     # --output and the mirror are checked before the key is looked up, so their errors are the ones reported.
     check_target(out, mirror)
-    MirrorState.load(mirror)
+    state = MirrorState.load(mirror)
     epoch = build_epoch()
     meter = terminal_meter("publishing", quiet=quiet or json_output)
     with contextlib.ExitStack() as stack:
         if preserve_upstream:
-            ring = stack.enter_context(open_keyring([keyring] if keyring else None))
+            # upstream's signatures are checked with --keyring, else the key the mirror was synced with
+            ring = stack.enter_context(keyring_for(keyring, state)).ring
             result = publish(
                 mirror,
                 out,

@@ -25,7 +25,7 @@ from plumbing.rate import DEFAULT_MIN_RATE, WINDOW
 if TYPE_CHECKING:
     from mirror.store import MirrorState
     from mirror.sync import core as sync_lib
-    from mirror.sync import origin
+    from mirror.trust import Chosen
 
 #: Same value as mirror.sync.core.DEFAULT_UPSTREAM (tests/test_bundle_build_safety.py checks), spelled here so
 #: building the group does not import mirror.sync.core.
@@ -113,7 +113,7 @@ def _options(
     version: Optional[str],
     locked: Optional[Path],
     recorded: Optional[MirrorState] = None,
-) -> tuple[sync_lib.SyncOptions, origin.Chosen]:
+) -> tuple[sync_lib.SyncOptions, Chosen]:
     """The sync options of the command line, and where the upstream came from (flag > lockfile > mirror > default)."""
     from mirror.selectors import VersionSelector
     from mirror.sync import core as sync_lib
@@ -221,6 +221,7 @@ def sync_command(
     from mirror.sync import origin
     from mirror.sync import progress as progress_lib
     from mirror.sync.http import Downloader
+    from mirror.trust import keyring_for
 
     recorded = origin.recorded_state(dest)
     options, chosen = _options(ctx, upstream, channel, fmt, arch, version, locked, recorded)
@@ -228,7 +229,7 @@ def sync_command(
     progress = progress_lib.choose(quiet=quiet, json_output=json_output)
     try:
         with (
-            origin.keyring_for(keyring, recorded) as key,
+            keyring_for(keyring, recorded) as key,
             Downloader(jobs=jobs, notify=_silent if quiet else output.warn, min_rate=min_rate) as downloader,
         ):
             origin.check_lock_keys(options.locked, key)
@@ -329,14 +330,15 @@ def status_command(
     """Show what the mirror holds and what is newer upstream on its channel."""
     from mirror.store import read_state
     from mirror.sync import core as sync_lib
-    from mirror.sync import maintain, origin
+    from mirror.sync import maintain
     from mirror.sync.http import Downloader
+    from mirror.trust import keyring_for
 
     if offline:
         repos = maintain.status(mirror, fetcher=None, loader=None)
     else:
         # upstream is checked with the key the mirror was verified with, unless --keyring names another
-        with origin.keyring_for(keyring, read_state(mirror)) as key, Downloader() as downloader:
+        with keyring_for(keyring, read_state(mirror)) as key, Downloader() as downloader:
             if not json_output:
                 output.note(f"checking upstream with key {key.chosen.said('--keyring')}")
             fetcher = downloader.fetcher(maintain.ReadOnlyCache(mirror))

@@ -79,6 +79,7 @@ def list_command(
     from mirror.sync.http import Downloader
     from mirror.sync.maintain import ReadOnlyCache
     from mirror.sync.targets import make_loader
+    from mirror.trust import keyring_for
     from plumbing.errors import UsageError
 
     selector = VersionSelector.parse(version) if version is not None else None
@@ -106,7 +107,7 @@ def list_command(
         report["upstream"] = {"url": chosen.value, "source": chosen.source, "reachable": None}
         report["key"] = None
     else:
-        with origin.keyring_for(keyring, state) as key, Downloader() as downloader:
+        with keyring_for(keyring, state) as key, Downloader() as downloader:
             fetcher = downloader.fetcher(ReadOnlyCache(mirror) if mirror is not None else None)
             repos, unreachable = listing.list_releases(
                 channels, targets, upstream=chosen.value, state=state, lock=lock, selector=selector,

@@ -13,58 +13,17 @@ keys reports itself fine while its bundles and status checks disagree with it.
 
 from __future__ import annotations
 
-import contextlib
-import tempfile
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
-from mirror.errors import MirrorStateError
 from mirror.lockfile import Lockfile
 from mirror.store import MirrorState, state_path
 from mirror.sync.targets import DEFAULT_UPSTREAM
-from mirror.trust import open_keyring
+from mirror.trust import DEFAULT, FLAG, LOCKFILE, RECORDED, Chosen, UpstreamKey
 from plumbing.errors import UsageError
-from plumbing.gpg import Keyring
-
-#: where a choice came from, as ``--json`` names it
-FLAG, LOCKFILE, RECORDED, DEFAULT = "flag", "lockfile", "mirror", "default"
-_SAID = {LOCKFILE: "from the lockfile", RECORDED: "recorded in the mirror", DEFAULT: "the default"}
 
 
 class UpstreamSwitch(UsageError):
     """A sync would switch an existing mirror to another upstream or key without ``--replace-upstream``."""
-
-
-@dataclass(frozen=True)
-class Chosen:
-    """One choice and where it came from (:data:`FLAG`, :data:`LOCKFILE`, :data:`RECORDED` or :data:`DEFAULT`)."""
-
-    value: str
-    source: str
-
-    def said(self, flag: str) -> str:
-        """``URL (recorded in the mirror)``; ``flag`` names the option when it was given."""
-        return f"{self.value} ({_SAID.get(self.source, flag)})"
-
-
-@dataclass(frozen=True)
-class UpstreamKey:
-    """The keyring a sync or status verifies upstream with, where it came from, and what the mirror keeps of it."""
-
-    ring: Keyring
-    source: str
-    armored: str  #: the keys the operator named, armored; empty for NVIDIA's built-in key
-
-    @property
-    def fingerprints(self) -> tuple[str, ...]:
-        """The primary keys of the keyring, sorted."""
-        return tuple(sorted(self.ring.fingerprints))
-
-    @property
-    def chosen(self) -> Chosen:
-        """The fingerprints as a choice, for messages and ``--json``."""
-        return Chosen(", ".join(self.fingerprints), self.source)
 
 
 def same_url(a: str, b: str) -> bool:
@@ -94,37 +53,6 @@ def recorded_keys(state: MirrorState) -> frozenset[str]:
     if state.key_fingerprints:
         return frozenset(state.key_fingerprints)
     return frozenset(r.provenance.fingerprint for r in state.repos if r.provenance.fingerprint)
-
-
-@contextlib.contextmanager
-def keyring_for(flag: Path | None, recorded: MirrorState | None) -> Iterator[UpstreamKey]:
-    """The keyring to verify upstream with: ``--keyring`` > the key the mirror recorded > NVIDIA's built-in key.
-
-    :raises MirrorStateError: when the key the mirror holds is not the one its fingerprints name.
-    """
-    if flag is not None:
-        with open_keyring([flag]) as ring:
-            yield UpstreamKey(ring, FLAG, _export(ring))
-        return
-    if recorded is None or not recorded.key:
-        source = RECORDED if recorded is not None and recorded.key_fingerprints else DEFAULT
-        with open_keyring(None) as ring:
-            yield UpstreamKey(ring, source, "")
-        return
-    with tempfile.TemporaryDirectory(prefix="gpu-airgap-key-") as tmp:
-        path = Path(tmp) / "upstream-key.asc"
-        path.write_text(recorded.key, encoding="ascii")
-        with open_keyring([path]) as ring:
-            if ring.fingerprints != frozenset(recorded.key_fingerprints):
-                raise MirrorStateError(
-                    "the mirror",
-                    "the key its state.json holds is not the one it records; sync with --keyring",
-                )
-            yield UpstreamKey(ring, RECORDED, recorded.key)
-
-
-def _export(ring: Keyring) -> str:
-    return "".join(ring.export(fpr).decode("ascii") for fpr in sorted(ring.fingerprints))
 
 
 def check_switch(
