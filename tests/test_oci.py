@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import stat
 import subprocess
+import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Dict, Tuple
+from typing import Dict, List, Tuple
 
 import pytest
 
@@ -177,6 +180,34 @@ def test_pull_by_digest_writes_exactly_the_pushed_bytes_after_verifying_them(
     assert [p.name for p in tmp_path.iterdir() if p.name != "spool"] == [
         "pulled.tar.gz"
     ]  # no private download left
+
+
+def test_pull_streams_the_verified_bundle_into_a_pipe_and_through_a_link_to_dev_null(
+    registry: Registry, bundles: Dict[str, Path], test_key: TestKey, tmp_path: Path
+) -> None:
+    pushed = _push(bundles["whole"], registry.ref("team/nvct:stream"), test_key)
+    fifo, link = tmp_path / "pipe", tmp_path / "discard.tar.gz"
+    os.mkfifo(fifo)
+    link.symlink_to("/dev/null")
+    got: List[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()), daemon=True)
+    reader.start()
+    for target in (fifo, link):
+        result = run_cli(
+            "bundle",
+            "pull",
+            str(pushed["pinned"]),
+            "--output",
+            str(target),
+            "--keyring",
+            str(test_key.public),
+        )
+        assert result.exit_code == 0, result.stderr
+        assert f"wrote {target}" in result.stdout
+    reader.join(timeout=30)
+    assert got == [bundles["whole"].read_bytes()] and stat.S_ISFIFO(fifo.lstat().st_mode)
+    assert link.is_symlink() and os.path.realpath(link) == "/dev/null"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["discard.tar.gz", "pipe", "spool"]
 
 
 def test_split_bundle_travels_as_its_parts_and_verifies_from_its_first_part(
