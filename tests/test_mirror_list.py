@@ -140,6 +140,9 @@ def test_an_unreachable_upstream_and_no_mirror_is_a_network_error(backoff: list[
     failed = run_cli("mirror", "list", "--upstream", down)
     assert failed.exit_code == ExitCode.NETWORK, failed.stderr
     assert f"could not download {down}/stable/deb/amd64/" in failed.stderr
+    enveloped = run_cli("mirror", "list", "--upstream", down, "--json")
+    error = json.loads(enveloped.stdout)
+    assert error["ok"] is False and error["error"]["code"] == "network" and error["error"]["exit_code"] == 4
 
 
 def test_offline_lists_the_mirror_and_needs_one(listed_mirror: Path) -> None:

@@ -74,6 +74,9 @@ def test_status_checks_upstream_with_the_recorded_key(mirror: Path, upstream_tre
     )
     assert "upstream not checked" not in status.stdout
     assert status.stdout.strip().endswith("; newer upstream: 1.20.1-1"), status.stdout
+    report = json.loads(run_cli("mirror", "status", "--mirror", str(mirror), "--json").stdout)
+    assert report["key"] == {"fingerprints": [upstream_tree.key_fingerprint], "source": "mirror"}
+    assert report["repos"][0]["error"] is None and report["repos"][0]["upstream_latest"] == "1.20.1-1"
 
 
 def test_a_sync_to_another_upstream_is_refused_naming_both(
@@ -185,3 +188,21 @@ def test_publish_preserve_upstream_checks_with_the_recorded_key(
     assert published.exit_code == 0, published.stderr
     report = json.loads(published.stdout)
     assert report["preserved_upstream"] and report["signer"] == upstream_tree.key_fingerprint
+
+
+def test_replace_upstream_names_the_repos_it_did_not_sync_again(
+    mirror: Path, upstream_server: UpstreamServer, other_server: UpstreamServer
+) -> None:
+    rc = run_cli("mirror", "sync", "--dest", str(mirror), "--channel", "experimental", "--format", "deb")
+    assert rc.exit_code == 0, rc.stderr
+    switched = _sync(mirror, "--upstream", other_server.url, "--replace-upstream")
+    assert switched.exit_code == 0, switched.stderr
+    assert (
+        "warning: experimental/deb/amd64 still hold what the replaced upstream or key gave; "
+        "sync them again to replace it"
+    ) in switched.stderr
+    state = store.MirrorState.load(mirror)
+    assert {r.key: r.base_url.startswith(other_server.url) for r in state.repos} == {
+        "stable/deb/amd64": True,
+        "experimental/deb/amd64": False,
+    }

@@ -334,6 +334,7 @@ def status_command(
     from mirror.sync.http import Downloader
     from mirror.trust import keyring_for
 
+    used: Optional[dict[str, Any]] = None  # the key upstream was checked with (None: not checked)
     if offline:
         repos = maintain.status(mirror, fetcher=None, loader=None)
     else:
@@ -343,10 +344,12 @@ def status_command(
                 output.note(f"checking upstream with key {key.chosen.said('--keyring')}")
             fetcher = downloader.fetcher(maintain.ReadOnlyCache(mirror))
             repos = maintain.status(mirror, fetcher=fetcher, loader=sync_lib.make_loader(key.ring))
+            used = {"fingerprints": list(key.fingerprints), "source": key.source}
     if json_output:
         output.emit_json(
             {
                 "mirror": str(mirror),
+                "key": used,
                 "repos": [{**dataclasses.asdict(r), "newer_upstream": r.newer_upstream} for r in repos],
             }
         )
