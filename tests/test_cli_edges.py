@@ -126,16 +126,24 @@ def test_inspect_of_a_nested_manifest_is_one_sentence(nested_manifest_bundle: Pa
     _one_sentence(result, ExitCode.VERIFICATION_FAILED, "nested too deeply to be a manifest")
 
 
+@pytest.mark.parametrize("command", ["bundle build", "mirror publish"])
 @pytest.mark.parametrize("value", ["99999999999", "4294967296", "\uff11\uff12"])
 def test_source_date_epoch_out_of_range_is_a_usage_error(
-    value: str, deb_mirror: Path, operator_key: TestKey, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    command: str,
+    value: str,
+    deb_mirror: Path,
+    operator_key: TestKey,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("SOURCE_DATE_EPOCH", value)
-    where = (
-        f"--mirror={deb_mirror} --version=1.17.8 --target=deb/amd64 --gnupghome={operator_key.home}".split()
-    )
-    out = tmp_path / "b.tar.zst"
-    result = run_cli("bundle", "build", *where, "--sign-key", operator_key.fingerprint, "--output", str(out))
+    out = tmp_path / "out"
+    options = {
+        "bundle build": "--version=1.17.8 --target=deb/amd64",
+        "mirror publish": "--base-url=http://mirror.example/nvidia",
+    }[command]
+    where = f"--mirror={deb_mirror} --gnupghome={operator_key.home} {options}".split()
+    result = run_cli(*command.split(), *where, "--sign-key", operator_key.fingerprint, "--output", str(out))
     _one_sentence(result, ExitCode.USAGE, "SOURCE_DATE_EPOCH=")
     assert not out.exists()
 
