@@ -17,7 +17,14 @@ from mirror.trust import NVIDIA_FINGERPRINT
 from plumbing.errors import ExitCode
 from tests.cli_runner import CliResult, run_cli
 from tests.gpgkeys import TestKey
-from tests.upstream import UpstreamServer, UpstreamTree
+from tests.upstream import (
+    UpstreamServer,
+    UpstreamTree,
+    copy_upstream,
+    make_wrong_key,
+    resign_inrelease,
+    stop_agent,
+)
 
 
 def _sync(dest: Path, *args: str) -> CliResult:
@@ -206,3 +213,33 @@ def test_replace_upstream_names_the_repos_it_did_not_sync_again(
         "stable/deb/amd64": True,
         "experimental/deb/amd64": False,
     }
+
+
+def test_a_key_switch_with_replace_upstream_leaves_a_mirror_that_checks_and_builds_with_the_new_key(
+    mirror: Path, upstream_tree: UpstreamTree, operator_key: TestKey, tmp_path: Path
+) -> None:
+    """Upstream re-signed by another key (a rotation): refused, then accepted with --replace-upstream."""
+    site = copy_upstream(upstream_tree, tmp_path / "site")
+    rotated = make_wrong_key(tmp_path / "rotated-gnupg")
+    resign_inrelease(site, site.root / "stable/deb/amd64", key=rotated)
+    stop_agent(rotated.gnupghome)
+    new_key = tmp_path / "rotated.asc"
+    new_key.write_bytes(rotated.public_key_armored())
+    with UpstreamServer(site.root) as server:
+        flags = ("--upstream", server.url, "--keyring", str(new_key))
+        refused = _sync(mirror, *flags)
+        assert refused.exit_code == ExitCode.USAGE and f"(key {rotated.fingerprint})" in refused.stderr
+        switched = _sync(mirror, *flags, "--replace-upstream")
+        assert switched.exit_code == 0, switched.stderr
+        state = store.MirrorState.load(mirror)
+        assert state.key_fingerprints == (rotated.fingerprint,)
+        assert state.repos[0].provenance.fingerprint == rotated.fingerprint
+        status = run_cli("mirror", "status", "--mirror", str(mirror))
+        assert status.exit_code == 0 and "upstream not checked" not in status.stdout, status.stdout
+        assert f"checking upstream with key {rotated.fingerprint} (recorded in the mirror)" in status.stderr
+    built = run_cli(
+        "bundle", "build", "--mirror", str(mirror), "--target", "deb/amd64", "--sign-key", operator_key.fingerprint,
+        "--gnupghome", str(operator_key.home), "--output", str(tmp_path / "b.tar.zst"), "--json",
+    )  # fmt: skip
+    assert built.exit_code == 0, built.stderr
+    assert json.loads(built.stdout)["toolkit_version"] == "1.17.8"
