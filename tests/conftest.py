@@ -47,6 +47,7 @@ HEAVY_MODULES = frozenset(
         "publish",
         "publish_safety",
         "upstream_clients",
+        "mirror_upstream",
     )
 )
 
