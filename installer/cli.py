@@ -18,7 +18,7 @@ import click
 import typer
 
 from plumbing import output
-from plumbing.clikit import Group, check_utf8_arguments, error_for, report_error_as_json
+from plumbing.clikit import Group, check_utf8_arguments, error_for, report_error_as_json, unknown_option
 from plumbing.errors import ExitCode, ToolError
 from plumbing.version import VERSION
 
@@ -145,6 +145,8 @@ def run(app: typer.Typer, argv: Optional[Sequence[str]] = None) -> int:
         try:
             check_utf8_arguments(args)
             result = command.main(args=args, prog_name=PROG, standalone_mode=False)
+        except click.NoSuchOption as unknown:
+            raise unknown_option(unknown, args) from None
         except (OSError, RecursionError, UnicodeEncodeError) as raw:
             translated = error_for(raw)
             if translated is None:

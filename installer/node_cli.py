@@ -86,9 +86,9 @@ _PURGE = typer.Option(
 _UNINSTALL_DRY_RUN = typer.Option(
     False, "--dry-run", help="Print what would be restored, deleted and removed; change nothing."
 )
-_ENGINE = typer.Option(
+_RESTART_RUNTIME = typer.Option(
     [],
-    "--engine",
+    "--runtime",
     click_type=click.Choice(sorted(SERVICE_ENGINES)),
     help="Restart this engine instead of the pending ones; repeat.",
 )
@@ -236,7 +236,7 @@ def uninstall_command(
 
 def restart_command(
     root: str = _ROOT,
-    engine: List[str] = _ENGINE,
+    runtime: List[str] = _RESTART_RUNTIME,
     as_json: bool = _JSON,
     distro: Optional[str] = _DISTRO,
 ) -> None:
@@ -245,7 +245,7 @@ def restart_command(
     from installer import manage
     from installer.env import NodeEnv
 
-    result = manage.restart_pending(Path(root), NodeEnv(log=_progress), engine or None, distro)
+    result = manage.restart_pending(Path(root), NodeEnv(log=_progress), runtime or None, distro)
     if as_json:
         emit_json(result.to_dict())
     else:

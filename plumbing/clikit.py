@@ -18,7 +18,7 @@ import click
 from click.core import ParameterSource
 from typer.core import TyperCommand, TyperGroup
 
-from plumbing import output
+from plumbing import output, spellings
 from plumbing.errors import ExitCode, ToolError, UsageError
 from plumbing.fsutil import output_is_stdout
 from plumbing.output import warn
@@ -106,9 +106,13 @@ class Group(TyperGroup):
     def resolve_command(
         self, ctx: click.Context, args: List[str]
     ) -> Tuple[Optional[str], Optional[click.Command], List[str]]:
-        """Find the subcommand; a leaf command given the same single-value option twice is a usage error."""
+        """Find the subcommand, in today's spellings; a leaf command given the same single-value option twice is
+        a usage error."""
         name, command, rest = super().resolve_command(ctx, args)
         if command is not None and not isinstance(command, click.Group):
+            rest, warnings = spellings.modernize(command, rest)
+            for message in warnings:
+                warn(message)
             repeated = repeated_option(command, rest)
             if repeated is not None:
                 option, values = repeated
@@ -141,8 +145,7 @@ def refuse_with(ctx: click.Context, name: str, others: Sequence[str], why: str) 
         raise UsageError(f"{option_name(ctx, name)} cannot be combined with {', '.join(clashing)}: {why}")
 
 
-#: what every deprecation warning promises
-REMOVAL = "it will be removed in the next release"
+REMOVAL = spellings.REMOVAL
 
 
 def rewrite_legacy(
@@ -193,6 +196,13 @@ def legacy_spellings(
             return super().parse_args(ctx, args)
 
     return LegacyCommand
+
+
+def unknown_option(exc: click.NoSuchOption, args: Sequence[str]) -> Exception:
+    """``exc`` as one sentence naming the option meant, when the unknown one is an old or foreign spelling."""
+    path = " ".join(exc.ctx.command_path.split()[1:]) if exc.ctx is not None else ""
+    sentence = spellings.hint(path, exc.option_name, args)
+    return exc if sentence is None else UsageError(sentence)
 
 
 def wants_json(args: Sequence[str]) -> bool:

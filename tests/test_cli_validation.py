@@ -140,7 +140,7 @@ def test_every_command_taking_a_keyring_says_what_a_non_key_file_is(
 BAD_CHOICES = [
     (["install", "B", "--keyring", "K", "--runtime", "bogus"], "--runtime"),
     (["install", "B", "--keyring", "K", "--cdi", "bogus"], "--cdi"),
-    (["restart", "--engine", "bogus"], "--engine"),
+    (["restart", "--runtime", "bogus"], "--runtime"),
     (["configure", "containerd", "--systemd-cgroup", "bogus"], "--systemd-cgroup"),
     (["configure", "toolkit", "--mode", "bogus"], "--mode"),
     (["configure", "report", "--runtime", "bogus"], "--runtime"),

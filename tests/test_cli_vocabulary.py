@@ -12,6 +12,7 @@ import click
 import pytest
 
 from plumbing.clikit import rewrite_legacy
+from plumbing.spellings import OLD_SPELLINGS, modernize
 from tests.cli_runner import command_at, run_cli
 from tests.gpgkeys import TestKey
 from tests.test_cli_conventions import ALL_COMMANDS
@@ -159,3 +160,143 @@ def test_a_bare_cdi_still_means_on_with_a_deprecation_warning(tmp_path: Path) ->
     assert result.exit_code == 0, result.stderr
     assert json.loads(result.stdout)["facts"]["cdi"] is True
     assert "--cdi without a value is deprecated; write --cdi on" in result.stderr
+
+
+# -- issue 25 item 7: one policy for every old spelling, and hints for foreign ones --------------------------
+
+
+def _has(argv: List[str], name: str) -> bool:
+    return name in _options(argv)
+
+
+@pytest.mark.parametrize(("old", "new"), sorted(OLD_SPELLINGS.items()))
+def test_every_old_spelling_works_with_a_warning_on_every_command_that_has_the_new_name(
+    old: str, new: str
+) -> None:
+    commands = [argv for argv in ALL_COMMANDS if _has(argv, new) and not _has(argv, old)]
+    assert commands, f"no command has {new}"
+    for argv in commands:
+        args, warnings = modernize(command_at(argv), [f"{old}=x", old, "y", "--", old])
+        assert args == [f"{new}=x", new, "y", "--", old], argv
+        assert warnings == [f"{old} is deprecated here; use {new} (it will be removed in the next release)"]
+
+
+def test_the_old_spellings_reach_bundle_build_fleet_image_and_mirror_list_too() -> None:
+    # --out worked on fleet k8s and publish only; --dest on status, verify, prune and publish only
+    assert _has(["bundle", "build"], "--output") and _has(["fleet", "image"], "--output")
+    assert _has(["mirror", "list"], "--mirror") and not _has(["mirror", "sync"], "--mirror")
+    assert modernize(command_at(["mirror", "sync"]), ["--dest", "d"]) == (["--dest", "d"], [])
+
+
+def test_restart_takes_runtime_and_its_old_engine_with_a_warning(tmp_path: Path) -> None:
+    assert _has(["restart"], "--runtime") and not _has(["restart"], "--engine")
+    new = run_cli("restart", "--root", str(tmp_path), "--runtime", "docker")
+    old = run_cli("restart", "--root", str(tmp_path), "--engine", "docker")
+    refusal = (
+        f"gpu-airgap: error: engines are restarted only on the running system; {tmp_path} is another root, "
+        "restart them there\n"
+    )
+    assert new.exit_code == old.exit_code == 2 and new.stderr == refusal
+    assert old.stderr == (
+        "warning: --engine is deprecated here; use --runtime (it will be removed in the next release)\n"
+        + refusal
+    )
+
+
+def test_bundle_build_takes_out_with_a_warning_and_reaches_its_own_checks() -> None:
+    result = run_cli("bundle", "build", "--mirror", "/nonexistent", "--out", "/tmp/x.tar", "--sign-key", "K")
+    assert result.exit_code == 2
+    assert result.stderr.splitlines()[0] == (
+        "warning: --out is deprecated here; use --output (it will be removed in the next release)"
+    )
+    assert "No such option" not in result.stderr
+
+
+def test_mirror_sync_mirror_suggests_dest_in_one_line() -> None:
+    result = run_cli("mirror", "sync", "--mirror", "/srv/m")
+    assert result.exit_code == 2
+    assert result.stderr == "gpu-airgap: error: mirror sync has no --mirror; did you mean --dest?\n"
+
+
+@pytest.mark.parametrize(
+    ("argv", "sentence"),
+    [
+        (
+            ["configure", "--runtime=containerd", "--config=/etc/containerd/config.toml", "--set-as-default"],
+            "--runtime is nvidia-ctk's spelling; here the engine is the command: "
+            "gpu-airgap configure containerd --config /etc/containerd/config.toml --set-as-default",
+        ),
+        (
+            ["configure", "--runtime", "docker", "--enable-cdi", "--nvidia-set-as-default"],
+            "--runtime is nvidia-ctk's spelling; here the engine is the command: "
+            "gpu-airgap configure docker --cdi on --set-as-default",
+        ),
+        (
+            ["configure", "--config", "/etc/docker/daemon.json", "--cdi.enabled"],
+            "--config is nvidia-ctk's spelling; here the engine is the command: "
+            "gpu-airgap configure docker --config /etc/docker/daemon.json --cdi on",
+        ),
+        (
+            ["configure", "containerd", "--enable-cdi"],
+            "--enable-cdi is nvidia-ctk's spelling; did you mean --cdi on?",
+        ),
+        (
+            ["configure", "containerd", "--nvidia-runtime-name", "nv"],
+            "--nvidia-runtime-name is nvidia-ctk's spelling; did you mean --runtime-name?",
+        ),
+        (
+            ["configure", "containerd", "--drop-in-config=/etc/containerd/conf.d/99-nvidia.toml"],
+            "--drop-in-config is nvidia-ctk's spelling; did you mean --drop-in?",
+        ),
+        (
+            ["configure", "containerd", "--runtime=containerd"],
+            "configure containerd already names the engine; leave --runtime out",
+        ),
+        (
+            ["install", "b.tar", "--keyring", "k", "--enable-cdi"],
+            "--enable-cdi is nvidia-ctk's spelling; did you mean --cdi on?",
+        ),
+    ],
+)
+def test_nvidia_ctk_spellings_get_one_line_naming_ours(
+    tmp_path: Path, argv: List[str], sentence: str
+) -> None:
+    result = run_cli(*argv, "--root", str(tmp_path)) if argv[-1] != "--set-as-default" else run_cli(*argv)
+    assert result.exit_code == 2
+    assert result.stderr == f"gpu-airgap: error: {sentence}\n"
+
+
+def test_an_unknown_option_with_no_hint_is_still_clicks_refusal() -> None:
+    result = run_cli("mirror", "verify", "--bogus")
+    assert result.exit_code == 2 and "No such option: --bogus" in result.stderr
+
+
+@pytest.mark.parametrize("argv", ALL_COMMANDS, ids=" ".join)
+def test_help_marks_every_required_option(argv: List[str]) -> None:
+    required = [p.opts[0] for p in command_at(argv).params if isinstance(p, click.Option) and p.required]
+    shown = run_cli(*argv, "--help").stdout
+    for name in required:
+        line = next(line for line in shown.splitlines() if f" {name} " in line)
+        assert line.lstrip("│ ").startswith("*"), (name, line)
+
+
+@pytest.mark.parametrize(
+    ("argv", "names", "mark"),
+    [
+        (
+            ["fleet", "k8s"],
+            ["--bundle", "--bundle-url", "--bundle-configmap"],
+            "(required: one of --bundle, --bundle-url, --bundle-configmap)",
+        ),
+        (
+            ["fleet", "k8s"],
+            ["--keyring", "--keyring-configmap"],
+            "(required: one of --keyring, --keyring-configmap)",
+        ),
+        (["fleet", "image"], ["--output", "--push"], "(required: --output, --push or both)"),
+    ],
+)
+def test_help_marks_options_of_which_one_is_required(argv: List[str], names: List[str], mark: str) -> None:
+    for name in names:
+        assert (_options(argv)[name].help or "").endswith(mark), name
+    assert mark in " ".join(run_cli(*argv, "--help").stdout.replace("│", " ").split())

@@ -20,7 +20,7 @@ from configure.distros.detection import NAMES as DISTROS
 from configure.validate import CDI_CHOICES
 from mirror.fleet import image as fleet_image
 from mirror.fleet import k8s as fleet_k8s
-from plumbing.clikit import Group, given, legacy_spellings, option_name
+from plumbing.clikit import Group, given, option_name
 from plumbing.errors import UsageError
 from plumbing.fsutil import output_is_stream, write_output
 from plumbing.gpg import check_key_file
@@ -40,11 +40,16 @@ def pod_script() -> str:
     return resources.files("mirror.fleet").joinpath("data/k8s-node.py").read_text(encoding="utf-8")
 
 
+#: help marks options of which one is required (click only marks options required alone)
+ONE_OF_BUNDLE = "(required: one of --bundle, --bundle-url, --bundle-configmap)"
+ONE_OF_KEY = "(required: one of --keyring, --keyring-configmap)"
+ONE_OF_IMAGE = "(required: --output, --push or both)"
 _BUNDLE = typer.Option(
     None,
     "--bundle",
     metavar="oci://HOST[:PORT]/REPO:TAG|@sha256:…",
-    help="The bundle in a registry (gpu-airgap bundle push): each node pulls it by digest (a tag is resolved now).",
+    help="The bundle in a registry (gpu-airgap bundle push): each node pulls it by digest (a tag is resolved now). "
+    + ONE_OF_BUNDLE,
 )
 _BUNDLE_FILE = typer.Option(
     None,
@@ -90,22 +95,28 @@ _REGISTRY_PLAIN_HTTP = typer.Option(
     False, "--registry-plain-http", help="The nodes speak plain http to the registry."
 )
 _BUNDLE_URL = typer.Option(
-    None, "--bundle-url", metavar="URL", help="Where every node fetches the bundle (http/https)."
+    None,
+    "--bundle-url",
+    metavar="URL",
+    help="Where every node fetches the bundle (http/https). " + ONE_OF_BUNDLE,
 )
 _BUNDLE_CONFIGMAP = typer.Option(
     None,
     "--bundle-configmap",
     metavar="NAME",
-    help="A ConfigMap holding the bundle under binaryData key 'bundle' (1 MiB limit).",
+    help="A ConfigMap holding the bundle under binaryData key 'bundle' (1 MiB limit). " + ONE_OF_BUNDLE,
 )
 _KEYRING = typer.Option(
-    None, "--keyring", metavar="FILE", help="The operator's public key, embedded in a ConfigMap."
+    None,
+    "--keyring",
+    metavar="FILE",
+    help="The operator's public key, embedded in a ConfigMap. " + ONE_OF_KEY,
 )
 _KEYRING_CONFIGMAP = typer.Option(
     None,
     "--keyring-configmap",
     metavar="NAME",
-    help="An existing ConfigMap with the key under 'operator.asc'.",
+    help="An existing ConfigMap with the key under 'operator.asc'. " + ONE_OF_KEY,
 )
 _TOOLS = typer.Option(
     "host",
@@ -305,10 +316,13 @@ _IMAGE_OUTPUT = typer.Option(
     None,
     "--output",
     metavar="FILE",
-    help="Write an OCI image layout tar (ctr images import, skopeo oci-archive:).",
+    help="Write an OCI image layout tar (ctr images import, skopeo oci-archive:). " + ONE_OF_IMAGE,
 )
 _PUSH = typer.Option(
-    None, "--push", metavar="oci://HOST[:PORT]/REPO:TAG", help="Push the image to this registry."
+    None,
+    "--push",
+    metavar="oci://HOST[:PORT]/REPO:TAG",
+    help="Push the image to this registry. " + ONE_OF_IMAGE,
 )
 _TAG = typer.Option(f"gpu-airgap-tools:{VERSION}", "--tag", help="The image's name in the --output archive.")
 _PLAIN_HTTP = typer.Option(
@@ -420,5 +434,5 @@ def _read_key(path: Path) -> str:
     return data.decode("ascii", errors="replace")
 
 
-fleet_app.command("k8s", cls=legacy_spellings({"--out": "--output"}))(k8s_command)
+fleet_app.command("k8s")(k8s_command)
 fleet_app.command("image")(image_command)

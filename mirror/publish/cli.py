@@ -10,7 +10,6 @@ import typer
 
 from mirror.publish.files import DEFAULT_KEYRING_NAME, valid_keyring_name
 from plumbing import output
-from plumbing.clikit import legacy_spellings
 from plumbing.errors import UsageError
 
 _MIRROR = typer.Option(..., "--mirror", help="The mirror directory (from `gpu-airgap mirror sync`).")
@@ -43,8 +42,8 @@ _QUIET = typer.Option(False, "--quiet", "-q", help="Print nothing but errors.")
 
 def add_publish_command(app: typer.Typer) -> None:
     """Register ``publish`` on the ``mirror`` group."""
-    # --dest and --out were this command's names for what every other command calls --mirror and --output
-    app.command("publish", cls=legacy_spellings({"--dest": "--mirror", "--out": "--output"}))(publish_command)
+    # its old --dest and --out still work, as everywhere (plumbing.spellings)
+    app.command("publish")(publish_command)
 
 
 def publish_command(

@@ -16,7 +16,7 @@ from mirror.lockfile import Lockfile
 from mirror.model import CHANNELS, PackageFormat
 from mirror.versions import sort_key
 from plumbing import output
-from plumbing.clikit import legacy_spellings, refuse_with
+from plumbing.clikit import refuse_with
 from plumbing.errors import ProblemsFound, UsageError
 from plumbing.rate import DEFAULT_MIN_RATE, WINDOW
 
@@ -37,10 +37,9 @@ def add_sync_commands(app: typer.Typer) -> None:
     app.command("sync")(sync_command)
     app.command("plan")(plan_command)
     # the mirror they read is --mirror, as for bundle build and publish; --dest is for sync, which writes it
-    legacy = legacy_spellings({"--dest": "--mirror"})
-    app.command("status", cls=legacy)(status_command)
-    app.command("verify", cls=legacy)(verify_command)
-    app.command("prune", cls=legacy)(prune_command)
+    app.command("status")(status_command)
+    app.command("verify")(verify_command)
+    app.command("prune")(prune_command)
 
 
 # -- mirror commands ---------------------------------------------------------------------------

@@ -325,7 +325,7 @@ def _restarted(module: AnsibleModule) -> None:
         "--root",
         p["root"],
         *distro,
-        *(arg for e in p["engines"] for arg in ("--engine", e)),
+        *(arg for e in p["engines"] for arg in ("--runtime", e)),
     )
     module.exit_json(changed=result["changed"], result=result, engines_changed=list(result["engines"]))
 
