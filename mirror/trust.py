@@ -19,6 +19,7 @@ from typing import Final
 
 from mirror.errors import MirrorStateError
 from mirror.store import MirrorState
+from plumbing.errors import ToolError
 from plumbing.gpg import Keyring
 
 #: Primary key of "NVIDIA CORPORATION (Open Source Projects) <cudatools@nvidia.com>", RSA 4096, no expiry.
@@ -96,11 +97,17 @@ def keyring_for(flag: Path | None, recorded: MirrorState | None) -> Iterator[Ups
     with tempfile.TemporaryDirectory(prefix="gpu-airgap-key-") as tmp:
         path = Path(tmp) / "upstream-key.asc"
         path.write_text(recorded.key, encoding="ascii")
-        with open_keyring([path]) as ring:
+        try:
+            ring = open_keyring([path])
+        except ToolError as exc:  # it names the temporary file: say what it is instead
+            raise MirrorStateError(
+                "the mirror", "the upstream key its state.json records is not a key; pass --keyring"
+            ) from exc
+        with ring:
             if ring.fingerprints != frozenset(recorded.key_fingerprints):
                 raise MirrorStateError(
                     "the mirror",
-                    "the key its state.json holds is not the one it records; sync with --keyring",
+                    "the upstream key its state.json holds is not the one it records; pass --keyring",
                 )
             yield UpstreamKey(ring, RECORDED, recorded.key)
 

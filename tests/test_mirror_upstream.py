@@ -243,3 +243,21 @@ def test_a_key_switch_with_replace_upstream_leaves_a_mirror_that_checks_and_buil
     )  # fmt: skip
     assert built.exit_code == 0, built.stderr
     assert json.loads(built.stdout)["toolkit_version"] == "1.17.8"
+
+
+@pytest.mark.parametrize("damage", ["not a key", "another key"])
+def test_a_damaged_recorded_key_is_named_as_the_mirrors(
+    mirror: Path, other_key: TestKey, upstream_tree: UpstreamTree, damage: str
+) -> None:
+    raw = json.loads(store.state_path(mirror).read_text())
+    raw["key"] = "garbage\n" if damage == "not a key" else other_key.public.read_text()
+    store.state_path(mirror).write_text(json.dumps(raw))
+    refused = _sync(mirror)
+    assert refused.exit_code == ExitCode.ERROR, refused.stderr
+    detail = "records is not a key" if damage == "not a key" else "holds is not the one it records"
+    assert (
+        f"the mirror is not a usable gpu-airgap mirror: the upstream key its state.json {detail}; pass --keyring"
+        in refused.stderr
+    )
+    assert "/tmp/" not in refused.stderr.split("state.json", 1)[1]
+    assert _sync(mirror, "--keyring", str(upstream_tree.public_key)).exit_code == 0  # the way out it names
