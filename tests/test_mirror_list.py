@@ -113,6 +113,8 @@ def test_list_filters_by_channel_format_arch_and_version(listed_mirror: Path) ->
     assert [(r["version"], r["upstream"], r["mirror"]) for r in repo["releases"]] == [
         ("1.20.0~rc.1-1", True, False)
     ]
+    arm = _list(listed_mirror, "--arch", "arm64", "--channel", "stable", "--json")  # the format: the mirror's
+    assert [r["repo"] for r in json.loads(arm.stdout)["repos"]] == ["stable/deb/arm64"]
     bad = _list(listed_mirror, "--version", "banana")
     assert bad.exit_code == ExitCode.USAGE and "invalid version selector 'banana'" in bad.stderr
 

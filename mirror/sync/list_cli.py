@@ -35,7 +35,10 @@ _CHANNEL = typer.Option(
     help="stable or experimental (default: both).",
 )
 _FORMAT = typer.Option(
-    None, "--format", show_default=False, help="deb, rpm or deb,rpm (default: the mirror's, else both)."
+    None,
+    "--format",
+    show_default=False,
+    help="deb, rpm or deb,rpm (default: the mirror's formats, else both).",
 )
 _ARCH = typer.Option(
     [],
@@ -128,13 +131,15 @@ def list_command(
 
 
 def _targets(fmt: Optional[str], arch: List[str], held: list[RepoTarget]) -> list[RepoTarget]:
-    """--format/--arch as targets; without either, the mirror's targets (else deb and rpm on amd64)."""
+    """--format/--arch as targets; what is not given comes from the mirror's targets (else deb and rpm, amd64)."""
     from mirror.sync.targets import parse_targets
 
     if fmt is None and not arch and held:
         return held
-    formats = [f for f in (fmt or "deb,rpm").split(",") if f.strip()]
-    arches = [a for value in arch or ["amd64"] for a in value.split(",") if a.strip()]
+    formats = [f for f in fmt.split(",") if f.strip()] if fmt is not None else []
+    arches = [a for value in arch for a in value.split(",") if a.strip()]
+    formats = formats or list(dict.fromkeys(t.format.value for t in held)) or ["deb", "rpm"]
+    arches = arches or list(dict.fromkeys(t.arch for t in held)) or ["amd64"]
     return parse_targets(formats, arches)
 
 
