@@ -8,6 +8,7 @@ import functools
 import hashlib
 import itertools
 import json
+import re
 import socket
 import ssl
 import threading
@@ -479,6 +480,50 @@ def test_a_refused_token_is_replaced_and_a_push_token_serves_pulls() -> None:
     auth.learn(_bearer("repository:r:pull"), "r", ("pull",))  # the registry refused it (expired)
     assert auth.header("r", ("pull",)) == "Bearer PULL-NEW" and auth.header("r", ("pull", "push")) is None
     assert auth.header("other", ("pull",)) is None
+
+
+@pytest.mark.parametrize(
+    ("realm", "plain", "sent"),
+    [
+        ("http://auth.example/token", True, True),  # --plain-http: the user allowed it
+        ("http://127.0.0.1:5001/token", False, True),  # never leaves this host
+        ("http://[::1]:5001/token", False, True),
+        (
+            "http://auth.example/token",
+            False,
+            False,
+        ),  # a loopback registry fallen back to http is no permission
+    ],
+)
+def test_credentials_go_to_a_plain_http_realm_only_with_plain_http_or_on_loopback(
+    realm: str, plain: bool, sent: bool
+) -> None:
+    auth, requests = _authorizer(Credentials("ops", "pw"), ["T"], plain=plain)
+    if sent:
+        auth.learn(_bearer("repository:r:pull", realm=realm), "r", ("pull",))
+        assert requests[0].headers == {"Authorization": Credentials("ops", "pw").basic()}
+        return
+    with pytest.raises(RegistryAuthError, match="over plain http; refusing"):
+        auth.learn(_bearer("repository:r:pull", realm=realm), "r", ("pull",))
+    assert requests == []
+
+
+def test_a_loopback_registry_without_tls_does_not_send_credentials_to_a_remote_plain_http_realm(
+    servers: Tuple[Scripted, str, Scripted, str],
+) -> None:
+    registry, reg_host, _, _ = servers
+    challenge = 'Bearer realm="http://auth.example.invalid/token",service="s"'
+    registry.routes["/v2/r/manifests/t"] = _serve(
+        b"", 401, {"WWW-Authenticate": challenge, "Content-Length": "0"}
+    )
+    access = RegistryAccess(
+        credentials=Credentials("ops", "s3cret")
+    )  # no --plain-http: http only as a fallback
+    client = RegistryClient(reg_host, access, loopback=True, sleep=lambda _: None)
+    with pytest.raises(
+        RegistryAuthError, match=re.escape("to http://auth.example.invalid/token over plain http; refusing")
+    ):
+        client.get_manifest(Reference(reg_host, "r", "t"), [artifact.MANIFEST_MEDIA_TYPE])
 
 
 def test_credentials_are_not_sent_to_a_plain_http_realm_of_a_tls_registry() -> None:

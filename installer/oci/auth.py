@@ -6,7 +6,7 @@ The flow is distribution's (and Harbor's): ``401`` with ``WWW-Authenticate: Basi
 the credentials on every request; ``Bearer realm=…,service=…,scope=…`` means ask the realm for a
 token — ``GET`` with basic credentials (or none: an anonymous token), or the OAuth2 refresh-token
 ``POST`` with Docker's ``identitytoken`` — and retry. Credentials never go to a plain-http realm
-unless the registry itself is reached over plain http.
+unless the user allowed plain http (``--plain-http``) or the realm is on this host (loopback).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import Callable, Dict, Optional, Tuple
 
 from installer.oci.credentials import Challenge, Credentials
 from installer.oci.errors import RegistryAuthError
+from installer.oci.reference import is_loopback_host
 
 Actions = Tuple[str, ...]
 
@@ -50,7 +51,7 @@ class Authorizer:
         self.host = host
         self.credentials = credentials
         self._fetch = fetch
-        self._plain_http = plain_http  #: whether the registry is (now) reached over plain http
+        self._plain_http = plain_http  #: whether the user allowed plain http (--plain-http)
         self._basic = False
         self._tokens: Dict[Tuple[str, Actions], str] = {}
 
@@ -131,7 +132,9 @@ class Authorizer:
         parsed = urllib.parse.urlsplit(realm)
         if parsed.scheme not in ("http", "https") or not parsed.netloc:
             raise RegistryAuthError(f"{self.host} names a token realm that is not an http(s) URL ({realm!r})")
-        if sending_secrets and parsed.scheme == "http" and not self._plain_http():
+        # plain http carries secrets only where the user allowed it (--plain-http) or never leaves the host
+        local = is_loopback_host(parsed.hostname or "")
+        if sending_secrets and parsed.scheme == "http" and not (self._plain_http() or local):
             raise RegistryAuthError(
                 f"{self.host} asks us to send credentials to {realm} over plain http; refusing"
             )

@@ -94,7 +94,7 @@ class RegistryClient:
         self._may_fall_back = loopback and not access.plain_http  #: until the first answer
         self._sleep = sleep  #: None: plumbing.clock.backoff, looked up at each wait (tests swap it)
         self._auth = Authorizer(
-            host, access.credentials, self._send_token_request, plain_http=lambda: self._scheme == "http"
+            host, access.credentials, self._send_token_request, plain_http=lambda: access.plain_http
         )
         context = ssl.create_default_context()
         if access.ca_file is not None:

@@ -44,13 +44,7 @@ class Reference:
     @property
     def is_loopback(self) -> bool:
         """True for ``localhost``, 127.0.0.0/8 and ``::1``: the only hosts plain http is used for unasked."""
-        name = self.hostname.lower()
-        if name in _LOOPBACK_NAMES:
-            return True
-        try:
-            return ipaddress.ip_address(name).is_loopback
-        except ValueError:
-            return False
+        return is_loopback_host(self.hostname)
 
     @property
     def reference(self) -> str:
@@ -105,3 +99,14 @@ def parse_reference(text: str) -> Reference:
 def _port_ok(host: str) -> bool:
     port = host.rsplit(":", 1)[1] if ":" in host and not host.endswith("]") else None
     return port is None or 0 < int(port) < 65536
+
+
+def is_loopback_host(hostname: str) -> bool:
+    """True for ``localhost``, 127.0.0.0/8 and ``::1`` (a bare host name, no port or brackets)."""
+    name = hostname.lower()
+    if name in _LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
