@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 from plumbing.errors import ConfigFormatError, FileWriteError
-from plumbing.fsutil import atomic_write, read_regular, why_unwritable
+from plumbing.fsutil import atomic_write, read_regular, require_writer, why_unwritable
 
 STATE_DIR = "/var/lib/gpu-airgap/configure"
 
@@ -39,9 +39,11 @@ def write_config(path: Path, data: bytes, *, mode: Optional[int] = None) -> None
 def check_writable(paths: Sequence[Path]) -> None:
     """Refuse before the first write when any of ``paths`` could not be written (nothing is changed).
 
+    :raises NotRoot: when only root could write one and this process is not root (exit 12).
     :raises ConfigFormatError: naming the first file and why (immutable, read-only mount, permissions).
     """
     for path in paths:
+        require_writer(path)
         reason = why_unwritable(path)
         if reason is not None:
             raise ConfigFormatError(path, reason)

@@ -18,7 +18,7 @@ from typing import Iterator, List
 from installer.state import STATE_DIR
 from plumbing import nodelock
 from plumbing.errors import ConfigFormatError
-from plumbing.fsutil import rooted, why_unwritable
+from plumbing.fsutil import require_writer, rooted, why_unwritable
 
 STAGING_PREFIX = "staging-"
 
@@ -35,6 +35,7 @@ def node_lock(root: Path) -> Iterator[Path]:
     """
     with nodelock.node_lock(root):
         state_dir = rooted(root, STATE_DIR)
+        require_writer(state_dir)  # every run that takes this lock writes there
         created: List[Path] = []
         probe = state_dir
         while not probe.exists():

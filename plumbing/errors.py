@@ -31,6 +31,7 @@ class ExitCode(IntEnum):
     ENGINE_RESTORED = (
         11  #: an engine did not come back after the change; its previous configuration was put back
     )
+    NOT_ROOT = 12  #: the command changes files only root may write, and this user is not root
 
 
 class ToolError(Exception):
@@ -43,6 +44,19 @@ class UsageError(ToolError):
     """Options that cannot work together or a value the command cannot use."""
 
     exit_code = ExitCode.USAGE
+
+
+class NotRoot(ToolError):
+    """The command would write a file only root may write; nothing was changed."""
+
+    exit_code = ExitCode.NOT_ROOT
+
+    def __init__(self, path: object, user: str) -> None:
+        self.path = str(path)
+        super().__init__(
+            f"must run as root: {self.path} is not writable by {user}; run the command as root "
+            "(sudo), or give --root a directory you own"
+        )
 
 
 class ConfigFormatError(ToolError):

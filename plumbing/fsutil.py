@@ -25,7 +25,14 @@ import tempfile
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO, Iterator, List, Optional, Union
 
-from plumbing.errors import ConfigFormatError, FileWriteError, NoSpaceError, UnsafePathError, UsageError
+from plumbing.errors import (
+    ConfigFormatError,
+    FileWriteError,
+    NoSpaceError,
+    NotRoot,
+    UnsafePathError,
+    UsageError,
+)
 
 #: a path with more links than this is refused, as the kernel does (ELOOP after 40)
 MAX_LINKS = 40
@@ -278,6 +285,43 @@ def why_unwritable(path: Path) -> Optional[str]:
     return None
 
 
+def require_writer(path: Path) -> None:
+    """Refuse, before anything changes, to write ``path`` when only root could and this process is not root.
+
+    "Only root could": the permission bits of a file or directory someone else owns stop this user,
+    on a writable mount (a read-only mount or a chattr flag stops root too, and a read-only file of
+    the user's own is theirs to fix; :func:`why_unwritable` names those). A directory of the user's
+    own (``--root DIR``) passes: the command then runs without root as far as its files go.
+
+    :raises NotRoot: naming ``path`` and the user (exit 12).
+    """
+    if os.geteuid() == 0:
+        return
+    directory = path
+    if not path.is_dir():  # a file: written through its directory (or the nearest one that exists)
+        directory = path.parent
+        while not os.path.lexists(directory):
+            directory = directory.parent
+    if os.path.lexists(path) and not os.access(path, os.W_OK):
+        blocker = path
+    elif not os.access(directory, os.W_OK + os.X_OK):
+        blocker = directory
+    else:
+        return
+    # a file or directory of the user's own with its write bit off is theirs to fix (why_unwritable says so)
+    if blocker.lstat().st_uid != os.geteuid() and not os.statvfs(directory).f_flag & os.ST_RDONLY:
+        raise NotRoot(path, _user())
+
+
+def _user() -> str:
+    import pwd  # POSIX only, like the rest of the node side; imported where it is needed
+
+    try:
+        return f"user {pwd.getpwuid(os.geteuid()).pw_name}"
+    except KeyError:
+        return f"uid {os.geteuid()}"
+
+
 def atomic_write(path: Path, data: bytes, *, mode: Optional[int] = None) -> None:
     """Replace ``path`` with ``data`` atomically, keeping the old file's owner and mode.
 
@@ -316,9 +360,11 @@ def atomic_write(path: Path, data: bytes, *, mode: Optional[int] = None) -> None
         raise
 
 
-def _write_error(path: Path, exc: OSError) -> Union[FileWriteError, NoSpaceError]:
+def _write_error(path: Path, exc: OSError) -> Union[FileWriteError, NoSpaceError, NotRoot]:
     if NoSpaceError.matches(exc):
         return NoSpaceError(path)
+    if exc.errno in (errno.EACCES, errno.EPERM) and os.geteuid() != 0:
+        return NotRoot(path, _user())
     return FileWriteError(path, f"cannot write: {exc.strerror or exc}")
 
 

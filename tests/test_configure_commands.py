@@ -179,7 +179,10 @@ def test_a_read_only_config_is_refused_with_a_sentence_and_nothing_is_written(
             (root / "etc/crio/crio.conf.d").mkdir()
             (root / "etc/crio/crio.conf.d/99-nvidia.toml").write_text("# ours, read-only\n")
             (root / "etc/crio/crio.conf.d/99-nvidia.toml").chmod(0o444)
+            os.chown(root / "etc/crio/crio.conf.d/99-nvidia.toml", 65534, 65534)
         config.chmod(0o444)
+        # the user's own file, read-only: theirs to fix (someone else's is "must run as root": test_node_not_root)
+        os.chown(config, 65534, 65534)
         for directory in (root, *(p for p in config.parents if root in p.parents)):
             directory.chmod(0o755)
         before = {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
@@ -213,6 +216,7 @@ def test_a_read_only_toolkit_config_is_refused_before_its_backup_is_journaled() 
         config.parent.mkdir(parents=True)
         config.write_text('[nvidia-container-runtime]\nmode = "auto"\n')
         config.chmod(0o444)
+        os.chown(config, 65534, 65534)  # the user's own read-only file (root's: "must run as root")
         state = root / "var/lib/gpu-airgap/configure"
         state.mkdir(parents=True)
         os.chown(state, 65534, 65534)

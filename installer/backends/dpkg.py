@@ -25,6 +25,10 @@ class DpkgBackend:
         self.root = root
         scratch = not is_live_root(root)
         self._dpkg = ["dpkg", f"--root={os.path.abspath(root)}"] if scratch else ["dpkg"]
+        if scratch and os.geteuid() != 0:
+            # a root of the user's own (the state directory's check let this user through): dpkg
+            # refuses non-root users unless told; a maintainer script still needs root to chroot
+            self._dpkg.append("--force-not-root")
         admindir = os.path.abspath(rooted(root, "/var/lib/dpkg"))
         self._query = ["dpkg-query", f"--admindir={admindir}"] if scratch else ["dpkg-query"]
         #: name -> (status abbrev, version) from the last :meth:`installed_versions`; cleared by every change
