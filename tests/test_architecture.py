@@ -1,4 +1,4 @@
-"""The dependency rule, checked on the source: who may import whom (README "Architecture").
+"""The dependency rule, checked on the source: who may import whom (docs/architecture.md).
 
     plumbing  <-  configure  <-  installer  <-  mirror (root  <-  wings sync, bundle, publish, fleet)
 

@@ -11,7 +11,7 @@ with imports, daemon.json, crio.conf plus its drop-ins) and must agree on the nv
 Every place where we differ on purpose is a row of :data:`INTENDED`, and the test asserts the exact set
 of differences per case: a difference not in the table fails, and so does a row that stops happening.
 Differences in the files themselves (comments, drop-in vs main file) are named in :data:`FILE_LEVEL`
-and checked by the last tests. README "How we differ from nvidia-ctk" says why.
+and checked by the last tests. docs/node.md "How we differ from nvidia-ctk" says why.
 """
 
 from __future__ import annotations
@@ -162,7 +162,7 @@ FLAGSETS: Dict[str, Tuple[List[str], List[str]]] = {
 
 @dataclass(frozen=True)
 class Intended:
-    """A difference from nvidia-ctk we keep on purpose (README "How we differ from nvidia-ctk")."""
+    """A difference from nvidia-ctk we keep on purpose (docs/node.md "How we differ from nvidia-ctk")."""
 
     key: str
     applies: Callable[[Case, str], bool]
