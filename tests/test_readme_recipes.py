@@ -21,6 +21,7 @@ from typing import Iterator
 import pytest
 
 from installer.nodecheck import node_command
+from tests.cli_runner import run_cli
 from tests.node_fixtures import CONTAINERD_CONFIG, dpkg_versions, seed_containerd_node
 from tests.upstream import UpstreamServer, UpstreamTree, stop_agent
 
@@ -217,20 +218,9 @@ def site(operated: Site, tmp_path: Path) -> Iterator[Site]:
 
 
 def _inspect(site: Site, bundle: str) -> str:
-    return _gpu_airgap(site, "bundle", "inspect", bundle)
-
-
-def _gpu_airgap(site: Site, *argv: str) -> str:
-    done = subprocess.run(
-        [str(Path(sys.executable).parent / "gpu-airgap"), *argv],
-        cwd=site.dir,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    return done.stdout
+    inspected = run_cli("bundle", "inspect", str(site.dir / bundle))
+    assert inspected.exit_code == 0, inspected.stderr
+    return inspected.stdout
 
 
 def test_quick_start_builds_a_verified_bundle_and_installs_it_on_the_node(site: Site) -> None:
