@@ -98,6 +98,13 @@ def test_every_link_of_the_readme_and_docs_names_an_existing_file_and_heading() 
     assert {f"docs/{p.name}" for p in (PROJECT / "docs").glob("*.md")} <= linked  # every page is in the table
 
 
+def test_the_readmes_short_list_names_every_exit_code_of_the_reference() -> None:
+    table = re.findall(r"^\| (\d+) \| [A-Z_]+ \|", (PROJECT / "docs/reference.md").read_text(), re.M)
+    short = re.search(r"Exit codes in short: (.*?)\(\[docs/reference.md\]", README.read_text(), re.S)
+    assert short is not None
+    assert re.findall(r"(?:^|, )(\d+) ", " ".join(short.group(1).split())) == table
+
+
 def test_the_link_check_sees_a_missing_heading_and_a_missing_file(tmp_path: Path) -> None:
     page = tmp_path / "page.md"
     page.write_text("# Title\n\n```\n# not a heading\n```\n[a](#title) [b](#not-a-heading) [c](gone.md)\n")
