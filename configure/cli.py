@@ -445,7 +445,7 @@ def revert_command(
         for r in result.plan.restores
     ]
     lines += [f"{verbs['keep']} your edit of {path} as {copy}" for path, copy in result.outcome.kept.items()]
-    lines.append("dry run: nothing changed" if dry_run else "reverted: restart the engine(s) to apply")
+    lines.append("dry run: nothing was changed" if dry_run else "reverted: restart the engine(s) to apply")
     emit_lines(lines)
 
 

@@ -223,6 +223,11 @@ class _Scan:
             self.fail(MANIFEST_NAME, str(exc), fatal=True)
             return
         self.report.manifest = manifest
+        if (
+            self.report.signer is not None
+        ):  # checked: counted as every other member (bundle build counts them all)
+            self.report.members_checked += 2
+            self.report.bytes_checked += len(data) + len(signature)
         expired = freshness.expiry_problem(manifest.created, manifest.expires, self.report.now)
         if expired and self.report.signer is not None and not self.policy.allow_expired:
             self.fail(MANIFEST_NAME, expired, fatal=self.sink is not None)

@@ -132,6 +132,7 @@ def _new_result(plan: InstallPlan, outcome: str, policy: Policy) -> InstallResul
     result.messages.extend([RELEASE_CANDIDATE_NOTE] if result.release_candidate else [])
     result.messages.extend(bundle.notes)
     result.messages.extend(plan.preflight.notes)
+    result.messages.extend(plan.preflight.change_lines(done=outcome != "dry-run"))
     return result
 
 
@@ -442,5 +443,4 @@ def _render_dry_run(plan: InstallPlan, options: InstallOptions, policy: Policy) 
     else:
         result.cdi = "would generate" if plan.cdi else plan.cdi_skipped
         result.cdi_source = SOURCE_STATIC if plan.cdi else "none"
-    result.messages.append("dry run: nothing was changed")
     return result

@@ -28,6 +28,8 @@ from installer.bundle_cli import ALLOW_EXPIRED, FINGERPRINT
 from plumbing.errors import ExitCode
 from plumbing.output import emit_json, emit_lines, json_facts
 
+#: the last line of every dry run
+DRY_RUN_DONE = "dry run: nothing was changed"
 ROOT_HELP = "Treat DIR as the node's / (configs, dpkg/rpm database, state), like dpkg --root."
 
 
@@ -188,6 +190,8 @@ def install_command(
         emit_lines(lines)
         if result.diff:
             sys.stdout.write(result.diff)
+        if result.outcome == "dry-run":
+            emit_lines([DRY_RUN_DONE])  # last: after the plan and the diff
     if result.failed_engines:
         raise install_lib.EngineRestartFailed(result.failed_engines)
 
@@ -228,7 +232,7 @@ def uninstall_command(
         ]
         lines += [f"{would}{'remove' if dry_run else 'removed'} {name}" for name in result.removed]
         lines += result.messages
-        lines += ["dry run: nothing changed"] if dry_run else []
+        lines += [DRY_RUN_DONE] if dry_run else []
         emit_lines(lines or ["nothing was changed"])
     if result.failed_engines:
         raise manage.EngineNotRunning(result.failed_engines)
@@ -309,5 +313,10 @@ def _status_lines(report: Dict[str, Any]) -> List[str]:
         f"  CDI {cdi['path']}: " + ("valid" if cdi["valid"] else "invalid" if cdi["present"] else "absent")
     )
     lines.append(f"  CDI source: {cdi['source']}: {cdi['summary']}")
-    lines += [f"problem: {p}" for p in report["problems"]] or ["no drift from the recorded install"]
+    if report["problems"]:
+        lines += [f"problem: {p}" for p in report["problems"]]
+    elif report["installed_by_gpu_airgap"]:
+        lines.append("no drift from the recorded install")
+    else:  # "no drift from the recorded install" would contradict "no install recorded" above
+        lines.append("nothing to check for drift: gpu-airgap has recorded no install here")
     return lines

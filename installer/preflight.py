@@ -43,7 +43,16 @@ class Preflight:
     downgrades: List[Tuple[str, str, str]] = field(default_factory=list)  #: (name, installed, bundle)
     remove_first: List[Tuple[str, str, str]] = field(default_factory=list)  #: (name, version, why)
     notes: List[str] = field(default_factory=list)
+    #: (upgrade|downgrade, name, installed, bundle), worded by :meth:`change_lines` for a plan or a done run
+    changes: List[Tuple[str, str, str, str]] = field(default_factory=list)
     needed_bytes: int = 0
+
+    def change_lines(self, done: bool) -> List[str]:
+        """``would upgrade X from A to B`` in a dry run, ``upgraded X from A to B`` after the run."""
+        return [
+            f"{verb}d {name} from {old} to {new}" if done else f"would {verb} {name} from {old} to {new}"
+            for verb, name, old, new in self.changes
+        ]
 
     @property
     def nothing_to_do(self) -> bool:
@@ -110,12 +119,12 @@ def check(
             result.already.append(pkg.name)
         elif order < 0:
             result.to_install.append(pkg)
-            result.notes.append(f"{pkg.name} will be upgraded from {current} to {pkg.version}")
+            result.changes.append(("upgrade", pkg.name, current, pkg.version))
         else:
             result.downgrades.append((pkg.name, current, pkg.version))
             result.to_install.append(pkg)
             if allow_downgrade:
-                result.notes.append(f"{pkg.name} will be downgraded from {current} to {pkg.version}")
+                result.changes.append(("downgrade", pkg.name, current, pkg.version))
             else:
                 result.problems.append(
                     f"{pkg.name} {current} is newer than the bundle's {pkg.version} (use --allow-downgrade to install it anyway)"

@@ -122,7 +122,7 @@ def test_cli_builds_from_a_synced_mirror_and_inspect_and_verify_pass(
         "--json",
     )
     assert built.exit_code == 0, built.stderr
-    assert json.loads(built.stdout)["targets"] == ["deb-amd64", "rpm-x86_64"]
+    assert json.loads(built.stdout)["targets"] == ["deb/amd64", "rpm/x86_64"]
     assert archive.detect_compression(out.read_bytes()[:8]) == "zstd"
 
     inspected = run_cli("bundle", "inspect", str(out), "--json")
@@ -142,7 +142,7 @@ def test_cli_builds_from_a_synced_mirror_and_inspect_and_verify_pass(
     verified = run_cli("bundle", "verify", str(out), "--keyring", str(operator_key.public), "--json")
     assert verified.exit_code == 0, verified.stdout + verified.stderr
     report = json.loads(verified.stdout)
-    assert report["ok"] and report["signer"] == operator_key.fingerprint and report["members_checked"] == 22
+    assert report["ok"] and report["signer"] == operator_key.fingerprint and report["members_checked"] == 24
     assert (
         report["node_check"] is True
     )  # NODE-SHA256SUMS and its signature, checked against the manifest and the key

@@ -205,7 +205,9 @@ def test_verify_lists_every_problem_and_names_the_first_bad_member(
         "c: does not match its sha256 in the signed manifest",
         "d: is listed in the manifest but missing from the archive",
     ]
-    assert report.first_bad == "a" and report.members_checked == 3
+    assert (
+        report.first_bad == "a" and report.members_checked == 2 + 3
+    )  # manifest.json and its signature, a, b, c
 
 
 @pytest.mark.parametrize(
@@ -230,7 +232,8 @@ def test_verify_stops_at_a_member_it_would_have_to_read_blindly(
         "a: does not match its sha256 in the signed manifest",
         problem,
     ]
-    assert report.members_checked == 1  # neither that member's data nor anything after it was read
+    # manifest.json, its signature and a: neither that member's data nor anything after it was read
+    assert report.members_checked == 2 + 1
 
 
 def test_inspect_needs_no_key_and_reads_only_the_manifest(operator_key: TestKey, tmp_path: Path) -> None:

@@ -230,11 +230,16 @@ class TestPreflight:
         upgrade = _check({"libnvidia-container1": "1.14.0-1"})
         assert (
             len(upgrade.to_install) == 4
-            and "libnvidia-container1 will be upgraded from 1.14.0-1 to 1.17.8-1" in upgrade.notes
+            and upgrade.change_lines(done=False)
+            == ["would upgrade libnvidia-container1 from 1.14.0-1 to 1.17.8-1"]
+            and upgrade.change_lines(done=True) == ["upgraded libnvidia-container1 from 1.14.0-1 to 1.17.8-1"]
         )
         result = _check({"nvidia-container-toolkit": "1.18.0-1"}, allow_downgrade=True)
         assert result.problems == [] and result.downgrades == [
             ("nvidia-container-toolkit", "1.18.0-1", "1.17.8-1")
+        ]
+        assert result.change_lines(done=True) == [
+            "downgraded nvidia-container-toolkit from 1.18.0-1 to 1.17.8-1"
         ]
 
     def test_broken_legacy_package_is_planned_for_removal_and_new_one_kept(self) -> None:

@@ -61,9 +61,9 @@ class Distro:
         return "restart " + " or ".join(self.units)
 
     def describe(self) -> str:
-        """One phrase: which containerd and why."""
+        """Where its config is and why it was chosen: ``config PATH; found PATH``."""
         why = f"found {', '.join(self.evidence)}" if self.evidence else "chosen with --distro"
-        return f"{self.name} (config {self.config}; {why})"
+        return f"config {self.config}; {why}"
 
 
 def _units(root: Path, names: Tuple[str, ...]) -> Tuple[str, ...]:

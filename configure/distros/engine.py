@@ -88,7 +88,9 @@ class DistroContainerdEngine:
             plan = self._k0s(distro, options)
         else:
             plan = self.plain.plan(replace(options, config=distro.config))
-        plan.warnings[:0] = [f"using the containerd of {distro.describe()}", *taken_over]
+        # plain containerd is just "containerd", not "the containerd of containerd"
+        which = "containerd" if distro.name == PLAIN else f"the containerd of {distro.name}"
+        plan.warnings[:0] = [f"using {which} ({distro.describe()})", *taken_over]
         plan.facts.update(DISTRO=distro.name, RESTART=distro.restart_hint())
         plan.notes.update(distro=distro.name, restart_units=list(distro.units))
         return plan

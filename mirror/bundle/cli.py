@@ -126,7 +126,7 @@ def build_command(
                 "members": result.members,
                 "payload_bytes": result.payload_bytes,
                 "toolkit_version": result.manifest.toolkit_version,
-                "targets": [t.name for t in result.manifest.targets],
+                "targets": [f"{t.format}/{t.arch}" for t in result.manifest.targets],
                 "signer": manifest.signer,
                 "signers": list(manifest.signers or (manifest.signer,)),
                 "channel": manifest.channel,
@@ -139,7 +139,7 @@ def build_command(
     lines = [f"wrote {p}" for p in outputs]
     lines.append(
         f"{result.members} members, {result.payload_bytes} bytes, toolkit {result.manifest.toolkit_version}, "
-        f"targets {', '.join(t.name for t in result.manifest.targets)}, "
+        f"targets {', '.join(f'{t.format}/{t.arch}' for t in result.manifest.targets)}, "
         f"signed by {' and '.join(manifest.signers or (manifest.signer,))}"
     )
     lines.append(f"built {manifest.created}, {expiry_text(manifest.expires, utc_now())}")
