@@ -9,10 +9,20 @@ download that failed). The clock is passed in, so tests drive it without waiting
 
 from __future__ import annotations
 
+import contextlib
+import socket
+import threading
 import time
-from typing import Callable
+from typing import Callable, Optional, Protocol, TypeVar
 
 from plumbing.errors import ExitCode, ToolError
+
+
+class _Closable(Protocol):
+    def close(self) -> None: ...
+
+
+_R = TypeVar("_R", bound=_Closable)
 
 #: bytes per second a download must keep up, averaged over :data:`WINDOW` (``--min-rate``; 0: no floor)
 DEFAULT_MIN_RATE = 1024
@@ -64,3 +74,42 @@ class RateFloor:
                 "(pass a lower --min-rate, or 0, for a slow link)"
             )
         self._since, self._bytes = now, 0
+
+
+def headers_within(
+    seconds: float,
+    sock: Callable[[], Optional[socket.socket]],
+    read_headers: Callable[[], _R],
+) -> _R:
+    """``read_headers()`` (an HTTP client's ``getresponse``), cut off after ``seconds`` by shutting ``sock()`` down.
+
+    The socket timeout fires only when nothing arrives for that long, so a server dripping its
+    status line and headers a byte at a time would hold a request forever.
+
+    :raises TimeoutError: the headers were not complete in time (an ``OSError``: retried like any network failure).
+    """
+    fired = threading.Event()
+
+    def give_up() -> None:
+        fired.set()
+        current = sock()
+        if current is not None:
+            with contextlib.suppress(OSError):
+                current.shutdown(socket.SHUT_RDWR)
+
+    timer = threading.Timer(seconds, give_up)
+    timer.daemon = True
+    timer.start()
+    late = f"no complete status line and headers within {seconds:g} s"
+    try:
+        response = read_headers()
+    except Exception as exc:  # whatever the cut made the HTTP client raise
+        if fired.is_set():
+            raise TimeoutError(late) from exc
+        raise
+    finally:
+        timer.cancel()
+    if fired.is_set():  # the cut connection read as the end of the headers: they are not the server's
+        response.close()
+        raise TimeoutError(late)
+    return response

@@ -16,10 +16,11 @@ from typing import Callable, List
 
 import pytest
 
+from mirror.errors import FetchError
 from mirror.sync.http import Downloader
 from plumbing.errors import ExitCode
 from plumbing.rate import RateFloor, TransferTooSlow
-from tests.drip import drip
+from tests.drip import drip, dripping_headers
 
 DATA = b"p" * 400
 
@@ -82,3 +83,11 @@ def test_with_no_floor_the_same_drip_completes(dripping: str, tmp_path: Path) ->
     with Downloader(notify=lambda _: None, min_rate=0, now=_clock(5.0)) as downloader:
         downloader.download(dripping, dest, size=len(DATA), sha256=hashlib.sha256(DATA).hexdigest())
     assert dest.read_bytes() == DATA
+
+
+def test_headers_dripping_past_their_deadline_fail_the_download_after_its_retries() -> None:
+    downloader = Downloader(retries=1, sleep=lambda _: None, notify=lambda _: None, header_deadline=0.3)
+    with dripping_headers() as host, downloader, pytest.raises(FetchError) as info:
+        downloader.get(f"http://{host}/dists/stable/InRelease")
+    assert info.value.exit_code == ExitCode.NETWORK
+    assert "stopped sending data (read timeout) (tried 2 times)" in str(info.value)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import base64
 import functools
 import hashlib
-import itertools
 import json
 import re
 import socket
@@ -29,7 +28,7 @@ from installer.oci.errors import DigestMismatch, RegistryAuthError, RegistryErro
 from installer.oci.reference import Reference, parse_reference
 from plumbing.errors import ConfigFormatError, ExitCode, UsageError
 from plumbing.rate import TransferTooSlow
-from tests.drip import drip
+from tests.drip import drip, dripping_headers
 from tests.oci_registry import make_tls
 
 DIGEST = "sha256:" + "ab" * 32
@@ -368,31 +367,8 @@ def test_a_body_that_drips_below_the_minimum_rate_is_abandoned_with_a_network_er
 
 @pytest.fixture()
 def header_dripper() -> Iterator[str]:
-    """A loopback server that sends its status line a byte every 10 ms, forever (until the client goes)."""
-    listener = socket.create_server(("127.0.0.1", 0))
-    stop = threading.Event()
-
-    def serve() -> None:
-        while not stop.is_set():
-            try:
-                conn, _ = listener.accept()
-            except OSError:
-                return
-            with conn:
-                for byte in itertools.cycle(b"HTTP/1.1 200 OK\r\nX-Drip: 1\r\n"):
-                    try:
-                        conn.sendall(bytes([byte]))
-                    except OSError:
-                        break
-                    if stop.wait(0.01):
-                        break
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    yield f"127.0.0.1:{listener.getsockname()[1]}"
-    stop.set()
-    listener.close()
-    thread.join(timeout=5)
+    with dripping_headers() as host:
+        yield host
 
 
 def test_headers_dripping_past_their_deadline_are_a_network_error(header_dripper: str) -> None:

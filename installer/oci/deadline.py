@@ -9,14 +9,13 @@ becomes a :class:`TimeoutError` (an ``OSError``: the client retries it as any ne
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import http.client
-import socket
 import ssl
-import threading
 import urllib.request
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, List
+
+from plumbing import rate
 
 
 def handlers(context: ssl.SSLContext, seconds: float) -> List[urllib.request.BaseHandler]:
@@ -30,7 +29,7 @@ def _deadlined(base: Callable[..., http.client.HTTPConnection], seconds: float) 
     def connect(*args: Any, **kwargs: Any) -> http.client.HTTPConnection:
         connection = base(*args, **kwargs)
         read_headers = connection.getresponse
-        bounded = functools.partial(_within, seconds, lambda: connection.sock, read_headers)
+        bounded = functools.partial(rate.headers_within, seconds, lambda: connection.sock, read_headers)
         setattr(connection, "getresponse", bounded)  # noqa: B010 - mypy refuses assigning to a method
         return connection
 
@@ -54,35 +53,3 @@ class _HTTPSHandler(urllib.request.HTTPSHandler):
 
     def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
         return self.do_open(_deadlined(http.client.HTTPSConnection, self._seconds), req, context=self._tls)
-
-
-def _within(
-    seconds: float,
-    sock: Callable[[], Optional[socket.socket]],
-    read_headers: Callable[[], http.client.HTTPResponse],
-) -> http.client.HTTPResponse:
-    fired = threading.Event()
-
-    def give_up() -> None:
-        fired.set()
-        current = sock()
-        if current is not None:
-            with contextlib.suppress(OSError):
-                current.shutdown(socket.SHUT_RDWR)
-
-    timer = threading.Timer(seconds, give_up)
-    timer.daemon = True
-    timer.start()
-    late = f"no complete status line and headers within {seconds:g} s"
-    try:
-        response = read_headers()
-    except (OSError, http.client.HTTPException) as exc:
-        if fired.is_set():
-            raise TimeoutError(late) from exc
-        raise
-    finally:
-        timer.cancel()
-    if fired.is_set():  # the cut connection read as the end of the headers: they are not the server's
-        response.close()
-        raise TimeoutError(late)
-    return response

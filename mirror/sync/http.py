@@ -31,9 +31,9 @@ from typing import Final, Protocol, TypeVar
 
 import requests
 import urllib3
-from requests.adapters import HTTPAdapter
 
 from mirror.errors import FetchError
+from mirror.sync.deadline import DeadlineAdapter
 from mirror.sync.netfail import CONNECTION_HINT, describe
 from mirror.sync.transaction import CachedResponse
 from mirror.sync.transfer import CHUNK, DownloadRequest, PartialBody, PartialFile, TransferStats, range_start
@@ -82,6 +82,7 @@ class Downloader:
     :param sleep: how to wait between attempts (default :func:`plumbing.clock.backoff`, looked up at each wait).
     :param notify: told each retry in one line (default: a warning on stderr, so it shows without --debug).
     :param min_rate: bytes/s a body must keep up over :data:`plumbing.rate.WINDOW` (0: no floor); ``now`` is its clock.
+    :param header_deadline: seconds an answer's status line and headers may take in all (:mod:`mirror.sync.deadline`).
     """
 
     def __init__(
@@ -96,6 +97,7 @@ class Downloader:
         notify: Callable[[str], None] = output.warn,
         min_rate: float = rate.DEFAULT_MIN_RATE,
         now: Callable[[], float] = time.monotonic,
+        header_deadline: float = 60.0,
     ) -> None:
         if jobs < 1:
             raise ToolError("--jobs must be at least 1")
@@ -109,7 +111,9 @@ class Downloader:
         self.min_rate, self.now = min_rate, now  #: the floor under every body (plumbing.rate)
         self.stats = TransferStats()
         self.session = requests.Session()
-        adapter = HTTPAdapter(pool_connections=max(jobs, 4), pool_maxsize=max(jobs, 4), max_retries=0)
+        adapter = DeadlineAdapter(
+            header_deadline, pool_connections=max(jobs, 4), pool_maxsize=max(jobs, 4), max_retries=0
+        )
         self.session.mount("http://", adapter)
         self.session.mount("https://", adapter)
         # identity: sizes, checksums and Range offsets all refer to the bytes as published.
