@@ -22,10 +22,8 @@ import pytest
 
 from installer.nodecheck import node_command
 from tests.cli_runner import run_cli
-from tests.node_fixtures import CONTAINERD_CONFIG, dpkg_versions, seed_containerd_node
+from tests.node_fixtures import CONTAINERD_CONFIG, dpkg_versions, seed_containerd_node, seed_rpm_root
 from tests.upstream import UpstreamServer, UpstreamTree, stop_agent
-
-pytestmark = pytest.mark.slow
 
 PROJECT = Path(__file__).resolve().parents[1]
 README = PROJECT / "README.md"
@@ -230,6 +228,7 @@ def _inspect(site: Site, bundle: str) -> str:
     return inspected.stdout
 
 
+@pytest.mark.slow
 def test_quick_start_builds_a_verified_bundle_and_installs_it_on_the_node(site: Site) -> None:
     assert (site.dir / BUNDLE).is_file()
     assert (site.dir / "operator.asc").read_text().startswith("-----BEGIN PGP PUBLIC KEY BLOCK-----")
@@ -239,11 +238,13 @@ def test_quick_start_builds_a_verified_bundle_and_installs_it_on_the_node(site: 
     assert "1.17.8" in done.stdout
 
 
+@pytest.mark.slow
 def test_list_shows_the_mirrors_release_among_upstreams(site: Site) -> None:
     listed = site.run("list").stdout
     assert "1.17.8" in listed and "1.18.0" in listed and "1.20.1" in listed
 
 
+@pytest.mark.slow
 def test_upgrade_moves_the_node_to_the_newer_bundles_release(site: Site) -> None:
     site.run("quick-start-node", "upgrade-operator")
     assert (site.dir / NEWER).is_file()
@@ -251,6 +252,7 @@ def test_upgrade_moves_the_node_to_the_newer_bundles_release(site: Site) -> None
     assert dpkg_versions(site.node)[TOOLKIT] == "1.18.0-1"
 
 
+@pytest.mark.slow
 def test_roll_back_returns_the_node_to_the_older_bundle(site: Site) -> None:
     site.run("quick-start-node", "upgrade-operator", "upgrade-node")
     assert dpkg_versions(site.node)[TOOLKIT] == "1.18.0-1"
@@ -258,6 +260,7 @@ def test_roll_back_returns_the_node_to_the_older_bundle(site: Site) -> None:
     assert dpkg_versions(site.node)[TOOLKIT] == "1.17.8-1"
 
 
+@pytest.mark.slow
 def test_pin_writes_a_lockfile_and_builds_exactly_its_release(site: Site) -> None:
     (site.dir / BUNDLE).unlink()
     site.run("pin")
@@ -265,23 +268,47 @@ def test_pin_writes_a_lockfile_and_builds_exactly_its_release(site: Site) -> Non
     assert "1.17.8-1" in _inspect(site, BUNDLE)
 
 
+@pytest.mark.slow
 def test_switching_to_experimental_builds_the_release_candidate(site: Site) -> None:
     done = site.run("channel")
     assert "1.20.0~rc.1" in done.stdout
     assert "1.20.0~rc.1-1" in _inspect(site, "nvct-experimental.tar.zst")
 
 
-def test_rpm_nodes_get_their_target_in_the_same_bundle(site: Site) -> None:
+@pytest.mark.slow
+def test_rpm_nodes_get_their_target_in_the_same_bundle_and_the_same_node_command(site: Site) -> None:
     inspected = site.run("rpm").stdout
     assert "rpm-x86_64" in inspected and "deb-amd64" in inspected
+    shutil.rmtree(site.node)
+    seed_rpm_root(site.node, site.dir / "stand-ins")
+    site.run("quick-start-node")
+    installed = subprocess.run(
+        [
+            "rpm",
+            "--root",
+            str(site.node),
+            "--dbpath",
+            "/var/lib/rpm",
+            "-q",
+            "--qf",
+            "%{VERSION}-%{RELEASE}",
+            TOOLKIT,
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert installed.stdout == "1.17.8-1", installed.stderr
 
 
+@pytest.mark.slow
 def test_uninstall_restores_the_node(site: Site) -> None:
     site.run("quick-start-node", "uninstall")
     assert TOOLKIT not in dpkg_versions(site.node)
     assert (site.node / "etc/containerd/config.toml").read_bytes() == CONTAINERD_CONFIG
 
 
+@pytest.mark.slow
 def test_many_nodes_renders_the_daemonset(site: Site) -> None:
     site.run("fleet")
     manifests = (site.dir / "gpu-airgap.yaml").read_text()
