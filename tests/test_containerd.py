@@ -395,6 +395,7 @@ def test_someone_elses_drop_in_of_another_config_version_is_refused_untouched(tm
         configure_engine(engine((2, 0)), RuntimeOptions(root=tmp_path))
     assert str(refused.value) == (
         f"{drop_in}: was not written by gpu-airgap and has config version 3, not 2 like the root config; "
-        "gpu-airgap adds to it but will not mix versions: pass --drop-in with another file"
+        "gpu-airgap adds to it but will not mix versions: give it version 2, move it aside, or "
+        "write to another file (`gpu-airgap configure containerd --drop-in FILE`)"
     )
     assert drop_in.read_text().startswith("version = 3\n")

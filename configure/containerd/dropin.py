@@ -80,6 +80,7 @@ def foreign_drop_in(
         raise ConfigFormatError(
             path,
             f"was not written by gpu-airgap and has config version {declared!r}, not {version} like the root "
-            "config; gpu-airgap adds to it but will not mix versions: pass --drop-in with another file",
+            f"config; gpu-airgap adds to it but will not mix versions: give it version {version}, move it aside, or "
+            "write to another file (`gpu-airgap configure containerd --drop-in FILE`)",
         )
     return doc
