@@ -150,8 +150,11 @@ class Site:
     def node(self) -> Path:
         return self.dir / "node"
 
-    def adapt(self, name: str, block: str) -> str:
-        """The block as the test runs it (the rewrites this module's docstring lists, nothing else)."""
+    def adapt(self, name: str, block: str, install_options: str = "") -> str:
+        """The block as the test runs it (the rewrites this module's docstring lists, nothing else).
+
+        ``install_options`` go at the end of the node command, where the README says they go.
+        """
         lines = []
         for line in _logical_lines(block):
             code, comment = _code_and_comment(line)
@@ -161,15 +164,19 @@ class Site:
             code = code.replace("gpg --quick-gen-key", "gpg --batch --passphrase '' --quick-gen-key")
             if name == "quick-start-operator" and "gpu-airgap mirror sync" in code:
                 code += f" --upstream {self.upstream} --keyring {self.upstream_key}"
+            if 'sh "$d/install.sh"' in code and install_options:
+                code += f" {install_options}"
             if 'sh "$d/install.sh"' in code or 'gpu-airgap-node.pyz" ' in code:
                 code += f" --root {self.node}"
             lines.append(code + comment)
         return "\n".join(lines) + "\n"
 
-    def run(self, *names: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    def run(
+        self, *names: str, install_options: str = "", check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
         """The named recipes, adapted, as one bash script (so ``$d`` carries from one to the next)."""
         found = recipes()
-        script = "set -eu\n" + "".join(self.adapt(n, found[n]) for n in names)
+        script = "set -eu\n" + "".join(self.adapt(n, found[n], install_options) for n in names)
         done = subprocess.run(
             ["bash", "-c", script],
             cwd=self.dir,
@@ -248,8 +255,34 @@ def test_list_shows_the_mirrors_release_among_upstreams(site: Site) -> None:
 def test_upgrade_moves_the_node_to_the_newer_bundles_release(site: Site) -> None:
     site.run("quick-start-node", "upgrade-operator")
     assert (site.dir / NEWER).is_file()
+    plan = site.run("upgrade-node", install_options="--dry-run").stdout
+    assert "1.17.8-1" in plan and "1.18.0-1" in plan, plan  # from which version to which
+    assert dpkg_versions(site.node)[TOOLKIT] == "1.17.8-1"
     site.run("upgrade-node")
     assert dpkg_versions(site.node)[TOOLKIT] == "1.18.0-1"
+
+
+@pytest.mark.slow
+def test_a_held_node_upgrades_only_with_allow_held_and_stays_held(site: Site) -> None:
+    site.run("quick-start-node", install_options="--hold")
+    site.run("upgrade-operator")
+    refused = site.run("upgrade-node", check=False)
+    assert refused.returncode == 7, refused.stderr
+    assert "--allow-held" in refused.stderr and "--unhold" in refused.stderr
+    assert dpkg_versions(site.node)[TOOLKIT] == "1.17.8-1"
+    site.run("upgrade-node", install_options="--allow-held")
+    assert dpkg_versions(site.node)[TOOLKIT] == "1.18.0-1"
+    assert TOOLKIT in _held(site.node)
+
+
+def _held(root: Path) -> list[str]:
+    out = subprocess.run(
+        ["dpkg", f"--admindir={root}/var/lib/dpkg", "--get-selections"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return [line.split()[0] for line in out.splitlines() if line.split()[1:] == ["hold"]]
 
 
 @pytest.mark.slow
