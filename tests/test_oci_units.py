@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import functools
 import hashlib
+import io
 import json
 import re
 import socket
@@ -223,7 +224,14 @@ class Scripted:
                 script.seen.append((self.path, self.headers.get("Authorization")))
                 if not isinstance(self.connection, ssl.SSLSocket):
                     script.plain.append(script.seen[-1])
-                script.routes.get(self.path, _not_found)(self)
+                route = script.routes.get(f"{self.command} {self.path}") or script.routes.get(self.path)
+                (route or _not_found)(self)
+
+            def do_OTHER(self) -> None:  # HEAD, POST, PUT: the body is read, then routed like a GET
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                self.do_GET()
+
+            do_HEAD = do_POST = do_PUT = do_OTHER
 
         class Server(ThreadingHTTPServer):
             def get_request(self) -> Tuple[socket.socket, object]:
@@ -296,11 +304,15 @@ def test_blob_redirected_to_another_host_is_fetched_without_the_registry_credent
     assert storage.seen == [("/s3/object?sig=1", None)]
 
 
+def _with_basic(answer: Callable[[BaseHTTPRequestHandler], None]) -> Callable[[BaseHTTPRequestHandler], None]:
+    """A route that wants basic credentials, then gives ``answer``."""
+    needs_basic = _serve(b"", 401, {"WWW-Authenticate": 'Basic realm="r"', "Content-Length": "0"})
+    return lambda handler: (needs_basic if handler.headers.get("Authorization") is None else answer)(handler)
+
+
 def _redirecting(location: str) -> Callable[[BaseHTTPRequestHandler], None]:
     """A blob route that wants basic credentials, then redirects to ``location``."""
-    needs_basic = _serve(b"", 401, {"WWW-Authenticate": 'Basic realm="r"', "Content-Length": "0"})
-    moved = _serve(b"", 307, {"Location": location, "Content-Length": "0"})
-    return lambda handler: (needs_basic if handler.headers.get("Authorization") is None else moved)(handler)
+    return _with_basic(_serve(b"", 307, {"Location": location, "Content-Length": "0"}))
 
 
 def test_a_redirect_from_https_to_plain_http_on_the_same_host_is_refused_before_credentials_leave(
@@ -324,6 +336,21 @@ def test_a_redirect_from_https_to_plain_http_on_the_same_host_is_refused_before_
         server.server_close()
     assert registry.seen[-1][1] == "Basic " + base64.b64encode(b"ops:s3cret").decode()  # over TLS
     assert registry.plain == [] and not (tmp_path / "blob").exists()
+
+
+def test_an_upload_sent_to_other_storage_goes_without_the_registry_credentials(
+    servers: Tuple[Scripted, str, Scripted, str],
+) -> None:
+    registry, reg_host, storage, store_host = servers
+    data = b"layer"
+    digest = "sha256:" + hashlib.sha256(data).hexdigest()
+    registry.routes["POST /v2/r/blobs/uploads/"] = _with_basic(
+        _serve(b"", 202, {"Location": f"http://{store_host}/upload?sig=1", "Content-Length": "0"})
+    )
+    storage.routes[f"PUT /upload?sig=1&digest={urllib.parse.quote(digest)}"] = _serve(b"", 201)
+    assert _client(reg_host).upload_blob("r", digest, len(data), functools.partial(io.BytesIO, data))
+    assert registry.seen[-1] == ("/v2/r/blobs/uploads/", "Basic " + base64.b64encode(b"ops:s3cret").decode())
+    assert storage.seen == [(f"/upload?sig=1&digest={urllib.parse.quote(digest)}", None)]
 
 
 def test_a_redirect_to_a_local_file_is_refused_without_opening_it(

@@ -193,9 +193,13 @@ class RegistryClient:
                 f"{self.host} started an upload without telling where to send it (no Location header)"
             )
         url = urllib.parse.urljoin(start.url, location)
+        check_redirect(self.host, start.url, url)  # the Location is where our credentials would go next
         url += ("&" if "?" in url else "?") + urllib.parse.urlencode({"digest": digest})
         headers = {"Content-Type": "application/octet-stream", "Content-Length": str(size)}
-        done = self._request("PUT", url, repository, ("pull", "push"), headers=headers, body=open_body)
+        if origin(url) == origin(start.url):
+            done = self._request("PUT", url, repository, ("pull", "push"), headers=headers, body=open_body)
+        else:  # upload storage elsewhere: the URL carries its own authorization, our credentials stay home
+            done = self._exchange("PUT", url, headers, open_body)
         self._expect(done, (201,), f"uploading {digest} to {repository}")
         done.close()
         return True

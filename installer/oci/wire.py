@@ -51,7 +51,7 @@ def origin(url: str) -> Tuple[str, str]:
 
 
 def check_redirect(host: str, source: str, location: str) -> None:
-    """Refuse a redirect that is not http(s), or that leaves https for plain http.
+    """Refuse a redirect (or an upload ``Location``) that is not http(s), or that leaves https for plain http.
 
     :raises RegistryError: naming where the registry wanted to send us and why we do not go.
     """
