@@ -65,6 +65,7 @@ LONGEST_FIRST = (
     "tests/test_real_packages_cdi.py",
     "tests/test_fleet_k8s_rollout.py",
     "tests/test_demo.py",
+    "tests/test_readme_recipes.py",
     "tests/test_node_debootstrap.py",
     "tests/test_nvidia_ctk_oracle.py",
     "tests/test_fleet_ansible_transports.py",
