@@ -28,6 +28,7 @@ from typing import Dict, List, Optional, Tuple
 from installer.archive import SignatureCheck
 from installer.manifest import Manifest
 from plumbing.errors import VerificationError
+from plumbing.gpg import parse_fingerprint
 
 NODE_SUMS = "NODE-SHA256SUMS"
 NODE_SUMS_SIGNATURE = "NODE-SHA256SUMS.asc"
@@ -40,9 +41,27 @@ HEAD = (NODE_SUMS, NODE_SUMS_SIGNATURE, INSTALL_SH, NODE_TOOL)
 #: the list and its signature are a few hundred bytes; anything bigger is not ours
 MAX_SUMS_SIZE = 64 << 10
 #: the node command's private copy of the operator key, and that copy dearmored (gpgv cannot read an
-#: armored key), both in its private directory
+#: armored key), and gpgv's status lines, all in its private directory
 PRIVATE_KEY = "operator.asc"
 DEARMORED_KEY = "operator.gpg"
+GPGV_STATUS = "gpgv.status"
+
+# How every first check on a node (the node command, install.sh, the Ansible role's
+# verify-node-tool.sh; the DaemonSet's program in Python) decides, from gpgv's status lines and not
+# its exit status: gpgv exits 2 when any signature is by a key its keyring lacks, so a bundle that
+# the old and the new operator key both signed (a rotation) would be refused on a node holding one.
+# The node tool's policy (plumbing/gpg.py judge_status), in grep: refused outright on a bad signature
+# or one by an expired or revoked key; otherwise good with a VALIDSIG made with a SHA-2 (or SHA-3)
+# digest whose primary-key fingerprint (its last field) is the pinned one, or any key of the file
+# when none is pinned. The shell scripts carry these texts literally (tests/test_node_rotation.py).
+#: gpgv's options: SHA-1 refused by gpgv itself (it says so), status lines on stdout
+GPGV_OPTIONS = "--weak-digest SHA1 --status-fd 1"
+#: grep -E: a status line that refuses the check whatever else it says
+REFUSING_STATUS = r"^\[GNUPG:\] (BADSIG|EXPKEYSIG|REVKEYSIG) "
+#: grep -E: a good signature's line up to its primary-key fingerprint (field 8 the digest: 8-11 SHA-2, 12/14 SHA-3)
+GOOD_SIGNATURE = r"^\[GNUPG:\] VALIDSIG ([^ ]+ ){7}(8|9|1[0-24]) [^ ]+ "
+#: the fingerprint part of :data:`GOOD_SIGNATURE` when no key is pinned
+ANY_KEY = "[0-9A-F]{40}"
 
 _LINE = re.compile(r"^([0-9a-f]{64})  (\S+)$")
 
@@ -120,7 +139,7 @@ def check(
     return []
 
 
-def node_command(bundle: str, key: str = "operator.asc") -> str:
+def node_command(bundle: str, key: str = "operator.asc", fingerprint: Optional[str] = None) -> str:
     """The command a node admin runs first: copy out, check the copies with the node's own tools, run them.
 
     The admin's directory may be writable by others (a user-mounted USB disk, a shared upload folder),
@@ -130,23 +149,37 @@ def node_command(bundle: str, key: str = "operator.asc") -> str:
     checksum list, its signature, ``install.sh`` and the zipapp out into it (``--occurrence`` stops
     reading once it has them, so it is quick and works on ``FILE.part001`` of a split bundle). Then
     ``gpg --dearmor`` turns the key copy into the binary keyring ``gpgv`` needs, ``gpgv`` checks the
-    list's signature, ``sha256sum -c`` the two files, and only then ``sh`` runs the checked
-    ``install.sh`` from the private directory, with the checked key copy. Every step must succeed
-    before the next runs (``&&``); install options go at the end. ``$d`` stays set in the admin's
-    shell, so the checked tool can be run again as ``python3 -I -S "$d/gpu-airgap-node.pyz" ...``.
+    list's signature and ``grep`` decides from its status lines (see :data:`GOOD_SIGNATURE`: a
+    second signature by a key the node lacks is no refusal), ``sha256sum -c`` checks the two files,
+    and only then ``sh`` runs the checked ``install.sh`` from the private directory, with the checked
+    key copy. Every step must succeed before the next runs (``&&``); install options go at the end.
+    ``$d`` stays set in the admin's shell, so the checked tool can be run again as
+    ``python3 -I -S "$d/gpu-airgap-node.pyz" ...``.
 
     :param bundle: the bundle file (or its ``.part001``) as the admin names it.
     :param key: the operator's public key file the admin was given.
+    :param fingerprint: the operator key to trust of that file (``--fingerprint``): only its signature
+        counts, and ``install.sh`` and the tool are given it too. None: any key of the file.
     """
     b, k = shlex.quote(bundle), shlex.quote(key)
+    pin = "" if fingerprint is None else parse_fingerprint(fingerprint)
+    status, signer = f'"$d/{GPGV_STATUS}"', f" {pin}" if pin else ""
+    decide = (
+        f"! grep -Eq '{REFUSING_STATUS}' {status}"
+        f" && grep -Eq '{GOOD_SIGNATURE}{pin or ANY_KEY}$' {status}"
+        f" || {{ echo '{NODE_SUMS_SIGNATURE}: no good signature by the operator key{signer};"
+        " nothing from the bundle ran' >&2; false; }"
+    )
     return " && ".join(
         (
             "d=$(mktemp -d /tmp/gpu-airgap.XXXXXX)",
             f'cp {k} "$d/{PRIVATE_KEY}"',
             f'tar --occurrence -xf {b} -C "$d" {" ".join(HEAD)}',
             f'gpg --batch --yes --dearmor -o "$d/{DEARMORED_KEY}" "$d/{PRIVATE_KEY}"',
-            f'gpgv --keyring "$d/{DEARMORED_KEY}" "$d/{NODE_SUMS_SIGNATURE}" "$d/{NODE_SUMS}"',
+            f'{{ gpgv {GPGV_OPTIONS} --keyring "$d/{DEARMORED_KEY}" "$d/{NODE_SUMS_SIGNATURE}" "$d/{NODE_SUMS}"'
+            f" >{status}; {decide}; }}",
             f'(cd "$d" && sha256sum -c {NODE_SUMS})',
-            f'sh "$d/{INSTALL_SH}" {b} --keyring "$d/{PRIVATE_KEY}"',
+            f'sh "$d/{INSTALL_SH}" {b} --keyring "$d/{PRIVATE_KEY}"'
+            + (f" --fingerprint {pin}" if pin else ""),
         )
     )

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -232,6 +233,26 @@ def operator_key(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestKey]:
     key = make_key(tmp_path_factory.mktemp("operator-gpg"), "bundle operator <operator@example.invalid>")
     yield key
     stop_agent(key.home)
+
+
+@pytest.fixture(scope="session")
+def rotation(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[TestKey, TestKey]]:
+    """The old and the new operator key, both secret keys in one gpg home (the operator's)."""
+    home = tmp_path_factory.mktemp("rotation-gpg")
+    old = make_key(home, "old operator <old@example.invalid>")
+    new_home = tmp_path_factory.mktemp("rotation-new")
+    new = make_key(new_home, "new operator <new@example.invalid>")
+    secret = subprocess.run(
+        ["gpg", "--homedir", str(new_home), "--batch", "--export-secret-keys", new.fingerprint],
+        capture_output=True,
+        check=True,
+    ).stdout
+    subprocess.run(
+        ["gpg", "--homedir", str(home), "--batch", "--import"], input=secret, capture_output=True, check=True
+    )
+    yield old, TestKey(home, new.fingerprint, new.public)
+    stop_agent(home)
+    stop_agent(new_home)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -45,6 +45,7 @@ NODE_TOOLS = (
     "gpg",
     "gpgv",
     "sha256sum",
+    "grep",
     "dirname",
     "cut",
     "od",

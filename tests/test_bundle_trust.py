@@ -415,27 +415,7 @@ def test_a_stable_bundle_says_nothing_of_release_candidates(deb_bundle: Path, op
     assert json.loads(_verify(deb_bundle, operator_key.public, "--json").stdout)["release_candidate"] is False
 
 
-# -- 20: two signing keys for a rotation ----------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def rotation(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[TestKey, TestKey]]:
-    """The old and the new operator key, both secret keys in one gpg home (the operator's)."""
-    home = tmp_path_factory.mktemp("rotation-gpg")
-    old = make_key(home, "old operator <old@example.invalid>")
-    new_home = tmp_path_factory.mktemp("rotation-new")
-    new = make_key(new_home, "new operator <new@example.invalid>")
-    secret = subprocess.run(
-        ["gpg", "--homedir", str(new_home), "--batch", "--export-secret-keys", new.fingerprint],
-        capture_output=True,
-        check=True,
-    ).stdout
-    subprocess.run(
-        ["gpg", "--homedir", str(home), "--batch", "--import"], input=secret, capture_output=True, check=True
-    )
-    yield old, TestKey(home, new.fingerprint, new.public)
-    stop_agent(home)
-    stop_agent(new_home)
+# -- 20: two signing keys for a rotation (the keys: conftest.py rotation) ---------------------------------
 
 
 def test_a_bundle_signed_by_two_keys_verifies_for_a_node_holding_either(

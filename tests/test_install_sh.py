@@ -221,8 +221,8 @@ def test_install_sh_refuses_when_the_zipapp_was_not_extracted(node: Path, tmp_pa
     (line,) = _one_sentence(done.stderr)
     assert done.returncode == 7 and "gpu-airgap-node.pyz is missing" in line
     assert (
-        'check them there first, with the command `gpu-airgap bundle build` printed: d=$(mktemp -d /tmp/gpu-airgap.XXXXXX) && cp operator.asc "$d/operator.asc" && tar --occurrence -xf BUNDLE -C "$d" NODE-SHA256SUMS NODE-SHA256SUMS.asc install.sh gpu-airgap-node.pyz'
-        in line
+        "take them out into a private directory and check them there first, with the command "
+        '`gpu-airgap bundle build` printed (README "Install from the bundle")' in line
     )
 
 
@@ -247,7 +247,7 @@ def test_install_sh_checks_with_gpg_where_the_node_has_no_gpgv(
 ) -> None:
     tools = {
         name: f"/usr/bin/{name}"
-        for name in ("dirname", "cut", "od", "tr", "gpg", "zstd", "mktemp", "rm", "cp", "sha256sum")
+        for name in ("dirname", "cut", "od", "tr", "gpg", "grep", "zstd", "mktemp", "rm", "cp", "sha256sum")
     }
     env = _env(str(_bin_dir(tmp_path / "bin", {**tools, "python3": str(node_python())})), tmp_path)
     wrong = _install_sh(

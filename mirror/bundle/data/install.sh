@@ -4,19 +4,14 @@
 #
 # Never run this script before checking it: copy it out of the bundle, together with the node tool,
 # their signed checksum list and the operator key, into a private directory, check the copies with
-# the node's own tools against the operator key and run only the copies (the command
-# `gpu-airgap bundle build` prints; README "Install from the bundle"):
-#   d=$(mktemp -d /tmp/gpu-airgap.XXXXXX) && cp operator.asc "$d/operator.asc" &&
-#   tar --occurrence -xf BUNDLE -C "$d" NODE-SHA256SUMS NODE-SHA256SUMS.asc install.sh gpu-airgap-node.pyz &&
-#   gpg --batch --yes --dearmor -o "$d/operator.gpg" "$d/operator.asc" &&
-#   gpgv --keyring "$d/operator.gpg" "$d/NODE-SHA256SUMS.asc" "$d/NODE-SHA256SUMS" &&
-#   (cd "$d" && sha256sum -c NODE-SHA256SUMS) && sh "$d/install.sh" BUNDLE --keyring "$d/operator.asc"
-# Before it runs the tool, this script repeats that check against the key given with --keyring, on
-# private copies again. That catches a skipped step; it is no substitute for it (a modified
-# install.sh would not check anything).
+# the node's own tools against the operator key and run only the copies: the command
+# `gpu-airgap bundle build` prints (README "Install from the bundle"; docs/signing.md).
+# Before it runs the tool, this script repeats that check against the key given with --keyring (only
+# the key --fingerprint names, when given), on private copies again. That catches a skipped step; it
+# is no substitute for it (a modified install.sh would not check anything).
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
-verify_first='take them out into a private directory and check them there first, with the command `gpu-airgap bundle build` printed: d=$(mktemp -d /tmp/gpu-airgap.XXXXXX) && cp operator.asc "$d/operator.asc" && tar --occurrence -xf BUNDLE -C "$d" NODE-SHA256SUMS NODE-SHA256SUMS.asc install.sh gpu-airgap-node.pyz && gpg --batch --yes --dearmor -o "$d/operator.gpg" "$d/operator.asc" && gpgv --keyring "$d/operator.gpg" "$d/NODE-SHA256SUMS.asc" "$d/NODE-SHA256SUMS" && (cd "$d" && sha256sum -c NODE-SHA256SUMS) && sh "$d/install.sh" BUNDLE --keyring "$d/operator.asc"'
+verify_first='take them out into a private directory and check them there first, with the command `gpu-airgap bundle build` printed (README "Install from the bundle")'
 if [ $# -lt 1 ]; then
   echo "usage: $0 BUNDLE --keyring OPERATOR_KEY [install options...]" >&2
   exit 2
@@ -56,17 +51,27 @@ if [ "$magic" = "28b52ffd" ] && ! command -v zstd >/dev/null 2>&1; then
   exit 7
 fi
 
-# The node tool runs only when NODE-SHA256SUMS carries a good signature by the --keyring key and
-# lists its sha256 (gpgv reads binary keyrings only, hence the dearmor into a private directory).
+# The node tool runs only when NODE-SHA256SUMS carries a good signature by the --keyring key (the
+# one --fingerprint pins, when given) and lists its sha256 (gpgv reads binary keyrings only, hence
+# the dearmor into a private directory).
 keyring=
+fingerprint=
 previous=
 for arg in "$@"; do
-  case $previous in --keyring) keyring=$arg ;; esac
-  case $arg in --keyring=*) keyring=${arg#--keyring=} ;; esac
+  case $previous in --keyring) keyring=$arg ;; --fingerprint) fingerprint=$arg ;; esac
+  case $arg in --keyring=*) keyring=${arg#--keyring=} ;; --fingerprint=*) fingerprint=${arg#--fingerprint=} ;; esac
   previous=$arg
 done
 if [ -z "$keyring" ] || [ ! -f "$keyring" ]; then
   echo "install.sh: give the operator's public key file with --keyring OPERATOR_KEY${keyring:+ ($keyring is not a file)}" >&2
+  exit 2
+fi
+# --fingerprint as the node tool reads it: spaces and a 0x allowed, any case; 40 hex digits, never a key id
+pin=$(printf '%s' "$fingerprint" | tr -d ' ' | tr abcdefx ABCDEFX)
+pin=${pin#0X}
+case $pin in *[!0-9A-F]*) pin=bad ;; esac
+if [ -n "$fingerprint" ] && [ ${#pin} -ne 40 ]; then
+  echo "install.sh: --fingerprint '$fingerprint' is not a full 40-hex-digit fingerprint (a key id can be forged); gpg --show-keys --with-fingerprint $keyring shows it" >&2
   exit 2
 fi
 if [ ! -f "$here/NODE-SHA256SUMS" ] || [ ! -f "$here/NODE-SHA256SUMS.asc" ]; then
@@ -87,17 +92,30 @@ if ! cp "$here/NODE-SHA256SUMS" "$here/NODE-SHA256SUMS.asc" "$here/install.sh" "
   echo "install.sh: could not copy the node files next to this script and $keyring into a private directory ($private); refusing to run the node tool" >&2
   exit 3
 fi
+# Decided by gpgv's status lines, not its exit status, which is 2 when a second signature is by a key
+# this node lacks (a bundle the old and the new operator key both signed, during a key rotation):
+# refused on any bad signature or one by an expired or revoked key, good with a signature made with
+# a SHA-2 digest whose primary key is the pinned one (any key of the file without --fingerprint).
+# The same texts as the node command's (installer/nodecheck.py).
+key_pattern='[0-9A-F]{40}'
+[ -z "$pin" ] || key_pattern=$pin
+signed_by_operator() { # STATUS_FILE
+  ! grep -Eq '^\[GNUPG:\] (BADSIG|EXPKEYSIG|REVKEYSIG) ' "$1" \
+    && grep -Eq '^\[GNUPG:\] VALIDSIG ([^ ]+ ){7}(8|9|1[0-24]) [^ ]+ '"$key_pattern"'$' "$1"
+}
 verified=no
 if gpg --batch --quiet --homedir "$private" --dearmor -o "$private/operator.gpg" "$private/operator.key" 2>/dev/null; then
   if command -v gpgv >/dev/null 2>&1; then
-    gpgv --homedir "$private" --keyring "$private/operator.gpg" "$private/NODE-SHA256SUMS.asc" "$private/NODE-SHA256SUMS" >/dev/null 2>&1 && verified=yes
+    gpgv --homedir "$private" --weak-digest SHA1 --status-fd 1 --keyring "$private/operator.gpg" \
+      "$private/NODE-SHA256SUMS.asc" "$private/NODE-SHA256SUMS" >"$private/gpgv.status" 2>/dev/null || :
   else
-    gpg --batch --homedir "$private" --no-default-keyring --keyring "$private/operator.gpg" \
-      --verify "$private/NODE-SHA256SUMS.asc" "$private/NODE-SHA256SUMS" >/dev/null 2>&1 && verified=yes
+    gpg --batch --homedir "$private" --no-default-keyring --keyring "$private/operator.gpg" --weak-digest SHA1 \
+      --status-fd 1 --verify "$private/NODE-SHA256SUMS.asc" "$private/NODE-SHA256SUMS" >"$private/gpgv.status" 2>/dev/null || :
   fi
+  signed_by_operator "$private/gpgv.status" && verified=yes
 fi
 if [ "$verified" != yes ]; then
-  echo "install.sh: NODE-SHA256SUMS next to this script is not signed by the key in $keyring; refusing to run the node tool" >&2
+  echo "install.sh: NODE-SHA256SUMS next to this script is not signed by the key ${pin:+$pin }in $keyring; refusing to run the node tool" >&2
   exit 3
 fi
 if ! (cd "$private" && sha256sum --quiet -c NODE-SHA256SUMS >/dev/null 2>&1); then
