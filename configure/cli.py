@@ -111,7 +111,7 @@ def containerd_command(
 ) -> None:
     """Register the NVIDIA runtime with containerd (backups kept; `configure revert` undoes it).
 
-    On k3s, RKE2, MicroK8s and k0s it writes where that distribution reads (see README).
+    On k3s, RKE2, MicroK8s and k0s it writes where that distribution reads (see docs/engines.md).
     """
     options = RuntimeOptions(
         root=root,

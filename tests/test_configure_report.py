@@ -1,6 +1,6 @@
 """``configure report``: the seed's five lines exactly, and ``--evidence DIR`` (issue 18 item 21).
 
-The node is the README walk-through's: containerd's config, stand-in GPU device nodes for the CDI
+The node is the docs/node.md walk-through's: containerd's config, stand-in GPU device nodes for the CDI
 spec, the RuntimeClass manifest written by ``configure runtimeclass``. Every expectation is read
 from the files on disk independently (tomllib, PyYAML), not from the code under test.
 """

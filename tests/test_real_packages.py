@@ -157,7 +157,7 @@ def rpm_root(rpm_world: Path, tmp_path: Path) -> Iterator[Path]:
 
 
 def with_containerd(root: Path) -> bytes:
-    """Give the node a containerd config (the README's walk-through one) and return its bytes."""
+    """Give the node a containerd config (the docs/node.md walk-through's) and return its bytes."""
     config = root / CONFIG
     config.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(CONTAINERD_BASE, config)

@@ -1,4 +1,4 @@
-"""The README walk-through for containerd, end to end through the real ``gpu-airgap`` entry point."""
+"""The docs/node.md walk-through for containerd, end to end through the real ``gpu-airgap`` entry point."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """``gpu-airgap fleet k8s``: a thin typer command over :mod:`mirror.fleet.k8s`.
 
-The Ansible path needs no command: it is the role under ``deploy/ansible`` (see README "Fleet rollout").
+The Ansible path needs no command: it is the role under ``deploy/ansible`` (see docs/fleet.md).
 """
 
 from __future__ import annotations

@@ -57,7 +57,7 @@ BUNDLE_KEY = "bundle"  #: the bundle's name in the bundle ConfigMap (binaryData)
 HOST_ROOT = "/host"
 RUNTIMES = RUNTIME_CHOICES
 DEFAULT_MAX_UNAVAILABLE = (
-    "10%"  #: how many nodes an update takes down at once (README "Rolling a new bundle")
+    "10%"  #: how many nodes an update takes down at once (docs/fleet.md "Rolling a new bundle")
 )
 DIGEST_ANNOTATION = (
     "gpu-airgap.io/bundle-digest"  #: in the pod template: a new bundle is a new template, so it rolls
@@ -87,7 +87,7 @@ class K8sOptions:
         None  #: sha256:… of the bundle file, or the artifact's manifest digest for bundle_ref
     )
     max_unavailable: str = DEFAULT_MAX_UNAVAILABLE
-    on_delete: bool = False  #: updateStrategy OnDelete: the canary step (README "Rolling a new bundle")
+    on_delete: bool = False  #: updateStrategy OnDelete: the canary step (docs/fleet.md)
     registry_secret: Optional[str] = None  #: a kubernetes.io/dockerconfigjson Secret for the registry
     registry_plain_http: bool = False
     registry_ca_text: Optional[str] = (

@@ -1,6 +1,6 @@
 """containerd 1.6 + CRI: a pod with runtime handler ``nvidia`` runs through NVIDIA's real runtime.
 
-The node is the README walk-through's: ``config.toml.base`` with this machine's site settings,
+The node is the docs/node.md walk-through's: ``config.toml.base`` with this machine's site settings,
 then ``gpu-airgap configure containerd`` / ``runtimeclass``; containerd reads that file unchanged
 (in a node view, see :mod:`tests.live.nodeview`). NVIDIA's ``nvidia-container-runtime`` 1.20.0
 sits at the configured ``BinaryName``; its debug log names each OCI bundle it handled on
