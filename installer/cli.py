@@ -12,13 +12,13 @@ import logging
 import sys
 import traceback
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar, Dict, Optional, Tuple
+from typing import Any, ClassVar, Dict, List, Optional, Tuple
 
 import click
 import typer
 
 from plumbing import output
-from plumbing.clikit import Group, check_utf8_arguments, error_for, report_error_as_json, unknown_option
+from plumbing.clikit import Group, check_utf8_arguments, error_fields, error_for, unknown_option, wants_json
 from plumbing.errors import ExitCode, ToolError
 from plumbing.version import VERSION
 
@@ -137,10 +137,16 @@ def _add_node_commands(app: typer.Typer) -> None:
 
 
 def run(app: typer.Typer, argv: Optional[Sequence[str]] = None) -> int:
-    """Run ``app`` on ``argv`` and return the exit code; the one place errors are printed."""
-    command = typer.main.get_command(app)
+    """Run ``app`` on ``argv`` and return the exit code; the one place errors (and ``--json`` objects) are printed."""
     args = list(sys.argv[1:] if argv is None else argv)
-    output.reset()
+    output.reset(hold=True)
+    code, error = _run(typer.main.get_command(app), args)
+    output.finish_json(code, error if wants_json(args) else None)
+    return code
+
+
+def _run(command: click.Command, args: List[str]) -> Tuple[int, Optional[Dict[str, Any]]]:
+    """The exit code of ``command`` on ``args`` and, when it failed with a sentence, its ``--json`` error."""
     try:
         try:
             check_utf8_arguments(args)
@@ -156,21 +162,19 @@ def run(app: typer.Typer, argv: Optional[Sequence[str]] = None) -> int:
         if _debug or "--debug" in args:
             traceback.print_exc()
         print(f"{PROG}: error: {exc}", file=sys.stderr)
-        report_error_as_json(args, str(exc), int(exc.exit_code), getattr(exc, "problems", None))
-        return int(exc.exit_code)
+        return int(exc.exit_code), error_fields(str(exc), int(exc.exit_code), getattr(exc, "problems", None))
     except click.exceptions.Exit as exc:
-        return int(exc.exit_code)
+        return int(exc.exit_code), None
     except click.ClickException as exc:
         exc.show()
-        report_error_as_json(args, exc.format_message(), int(exc.exit_code))
-        return int(exc.exit_code)
+        return int(exc.exit_code), error_fields(exc.format_message(), int(exc.exit_code))
     except click.exceptions.Abort:
         print(f"{PROG}: aborted", file=sys.stderr)
-        return int(ExitCode.ERROR)
+        return int(ExitCode.ERROR), error_fields("aborted", int(ExitCode.ERROR))
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)
-        return 130
-    return int(result) if isinstance(result, int) else int(ExitCode.OK)
+        return 130, None
+    return (int(result) if isinstance(result, int) else int(ExitCode.OK)), None
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -8,11 +8,12 @@ a fixed creation time. ``manifest.json.asc`` is always made at the real time.
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from plumbing.errors import CommandError, SignatureError, UsageError
+from plumbing.errors import CommandError, ToolError, UsageError
 from plumbing.proc import run
 
 
@@ -33,7 +34,7 @@ class OperatorKey:
         where = gnupghome or "~/.gnupg"
         try:
             out = _gpg(gnupghome, "--with-colons", "--list-secret-keys", "--", key_id, what=f"key {key_id}")
-        except SignatureError:  # gpg exits 2 for a key it does not have: the option names the wrong key
+        except GpgFailed:  # gpg exits 2 for a key it does not have: the option names the wrong key
             out = b""
         fprs: list[str] = []
         lines = out.decode("utf-8", "replace").splitlines()
@@ -113,6 +114,10 @@ class SigningKeys:
         return b"".join(key.public_key() for key in self.keys)
 
 
+class GpgFailed(ToolError):
+    """gpg could not list, export or sign (exit 1: signing is not verifying, whose failures are exit 3)."""
+
+
 def _gpg(gnupghome: Path | None, *args: str, data: bytes | None = None, what: str) -> bytes:
     argv = ["gpg", "--batch", "--yes", "--quiet", "--no-tty", "--pinentry-mode", "loopback"]
     if gnupghome is not None:
@@ -126,9 +131,20 @@ def _gpg(gnupghome: Path | None, *args: str, data: bytes | None = None, what: st
         if "in the future" in exc.stderr:
             hint += " (SOURCE_DATE_EPOCH is older than the signing key; use a later SOURCE_DATE_EPOCH)"
         elif "can't get input" in exc.stderr or "No passphrase given" in exc.stderr:
-            # gpg runs in batch mode here and cannot ask; gpg-agent can keep a passphrase it asked for once
-            hint = (
-                "the key is protected by a passphrase and gpg cannot ask for it in batch mode; unlock it once in a"
-                " terminal (export GPG_TTY=$(tty); gpg -u KEY --clearsign < /dev/null > /dev/null), then run again"
-            )
-        raise SignatureError(f"gpg failed for {what}: {hint}") from exc
+            raise locked_key(what.rpartition(" ")[2], gnupghome) from exc
+        # signing, not verifying: a failure here is no verification failure (exit 3)
+        raise GpgFailed(f"gpg failed for {what}: {hint}") from exc
+
+
+def locked_key(key: str, gnupghome: Path | None) -> UsageError:
+    """The refusal of a ``--sign-key`` whose passphrase gpg, in batch mode, cannot ask for (exit 2, like a missing key).
+
+    gpg-agent keeps a passphrase it asked for once, so the hint unlocks the key in a terminal, in the
+    same gpg home the build reads (``--gnupghome``).
+    """
+    home = f"--homedir {shlex.quote(str(gnupghome))} " if gnupghome is not None else ""
+    return UsageError(
+        f"the signing key {key} is protected by a passphrase, which gpg cannot ask for in batch mode; unlock it "
+        f"once in a terminal (export GPG_TTY=$(tty); gpg {home}-u {key} --clearsign < /dev/null > /dev/null), "
+        "then run again"
+    )

@@ -211,8 +211,8 @@ def wants_json(args: Sequence[str]) -> bool:
     return "--json" in args[:end]
 
 
-def error_object(message: str, exit_code: int, problems: Optional[Sequence[str]] = None) -> Dict[str, Any]:
-    """The ``--json`` object of a failed command: ``ok`` false and the error's code name, exit code and sentence."""
+def error_fields(message: str, exit_code: int, problems: Optional[Sequence[str]] = None) -> Dict[str, Any]:
+    """The ``error`` of a failed command's ``--json`` object: its code name, exit code and sentence (and problems)."""
     try:
         name = ExitCode(exit_code).name.lower()
     except ValueError:
@@ -220,15 +220,7 @@ def error_object(message: str, exit_code: int, problems: Optional[Sequence[str]]
     error: Dict[str, Any] = {"code": name, "exit_code": exit_code, "message": message}
     if problems:
         error["problems"] = list(problems)
-    return {"ok": False, "error": error}
-
-
-def report_error_as_json(
-    args: Sequence[str], message: str, exit_code: int, problems: Optional[Sequence[str]] = None
-) -> None:
-    """With ``--json``, print the error as the run's one JSON object (unless the command printed its own)."""
-    if wants_json(args) and not output.json_emitted():
-        output.emit_json(error_object(message, exit_code, problems))
+    return error
 
 
 def refuse_json_to_stdout(json_output: bool, written: Path) -> None:

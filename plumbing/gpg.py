@@ -93,6 +93,21 @@ def check_key_file(path: Union[str, os.PathLike[str]]) -> None:
         raise UsageError(f"the key file {path} is empty, not a public key (gpg --export KEY > FILE)")
 
 
+#: where a gpg keybox (``pubring.kbx``) says what it is: its first blob's magic, at byte 8
+_KEYBOX_MAGIC = (8, b"KBXf")
+
+
+def not_a_key(path: Union[str, os.PathLike[str]], data: bytes) -> UsageError:
+    """The refusal of a ``--keyring`` file gpg found no key in; a gpg keybox is named, with the export that helps."""
+    at, magic = _KEYBOX_MAGIC
+    if data[at : at + len(magic)] == magic:
+        return UsageError(
+            f"the key file {path} is a gpg keybox (pubring.kbx), not a public key file; export the key from it: "
+            f"gpg --no-default-keyring --keyring {path} --export KEY > operator.gpg"
+        )
+    return UsageError(f"the key file {path} holds no OpenPGP public key (gpg --export KEY > FILE)")
+
+
 class Keyring:
     """A throwaway gpg home holding only the given public keys; use as a context manager.
 
@@ -119,8 +134,8 @@ class Keyring:
 
         :param paths: public key files (``gpg --export`` output, armored or not).
         :param pinned_fingerprint: when given, the keyring must hold exactly this primary key.
-        :raises UsageError: when a path is not a key file at all (:func:`check_key_file`).
-        :raises SignatureError: when a file holds no key or the pinned fingerprint does not match.
+        :raises UsageError: when a path is not a key file at all (:func:`check_key_file`) or holds no key.
+        :raises SignatureError: when the pinned fingerprint does not match.
         :raises ToolError: when a key file cannot be read or gpg is missing.
         """
         if not paths:
@@ -139,7 +154,7 @@ class Keyring:
                     raise ToolError(f"cannot read keyring {path}: {exc.strerror or exc}") from exc
                 result = gpg.import_keys(data)
                 if not result.fingerprints:
-                    raise SignatureError(f"keyring {path} contains no OpenPGP public key")
+                    raise not_a_key(path, data)
                 # IMPORT_OK names each primary key imported, so no second gpg run lists the home
                 imported.update(str(fpr).upper() for fpr in result.fingerprints)
             fingerprints = frozenset(imported)

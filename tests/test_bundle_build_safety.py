@@ -26,6 +26,7 @@ from mirror.bundle.build import BuildResult, build_bundle
 from mirror.bundle.tar import _Worker
 from mirror.errors import PackageChangedError
 from mirror.store import MirrorState, write_state
+from plumbing.errors import ExitCode
 from tests.cli_runner import run_cli
 from tests.gpgkeys import TestKey
 
@@ -235,9 +236,20 @@ def test_a_passphrase_protected_key_says_how_to_unlock_it_and_leaves_no_output(
             "--output",
             str(out / "b.tar.zst"),
         )
-        assert built.exit_code != 0
+        listed = subprocess.run(
+            [*gpg, "--with-colons", "--list-secret-keys"], check=True, capture_output=True
+        )
+        fpr = next(
+            line.split(":")[9] for line in listed.stdout.decode().splitlines() if line.startswith("fpr:")
+        )
+        # a locked key is not a verification failure (exit 3): the key given cannot be used, exit 2 (#25.9)
+        assert built.exit_code == ExitCode.USAGE
         (line,) = built.stderr.strip().splitlines()
-        assert "protected by a passphrase" in line and "export GPG_TTY=$(tty)" in line, line
+        assert line == (
+            f"gpu-airgap: error: the signing key {fpr} is protected by a passphrase, which gpg cannot ask for in "
+            f"batch mode; unlock it once in a terminal (export GPG_TTY=$(tty); gpg --homedir {home} -u {fpr} "
+            "--clearsign < /dev/null > /dev/null), then run again"
+        )
         assert list(out.iterdir()) == []
     finally:
         subprocess.run(["gpgconf", "--homedir", str(home), "--kill", "gpg-agent"], check=False)

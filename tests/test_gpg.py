@@ -12,7 +12,7 @@ from mirror import trust
 from mirror.apt_index import parse_release
 from mirror.errors import MetadataError
 from mirror.trust import NVIDIA_FINGERPRINT, default_keyring_path
-from plumbing.errors import ExitCode, SignatureError
+from plumbing.errors import ExitCode, SignatureError, UsageError
 from plumbing.gpg import Keyring, judge_status
 from tests.gpgkeys import NVIDIA_KEY, REAL, TestKey
 
@@ -198,8 +198,11 @@ class TestThrowawayKeys:
     def test_keyring_file_without_a_key_is_refused(self, tmp_path: Path) -> None:
         junk = tmp_path / "junk.asc"
         junk.write_text("not a key\n")
-        with pytest.raises(SignatureError, match="contains no OpenPGP public key"):
+        with pytest.raises(UsageError) as refused:
             Keyring.open([junk])
+        assert (
+            str(refused.value) == f"the key file {junk} holds no OpenPGP public key (gpg --export KEY > FILE)"
+        )
 
     def test_binary_keyring_file_works(self, test_key: TestKey, tmp_path: Path) -> None:
         binary = tmp_path / "key.gpg"

@@ -68,7 +68,7 @@ def test_list_json_shape(
     listed = _list(listed_mirror, "--json")
     assert listed.exit_code == 0, listed.stderr
     report = json.loads(listed.stdout)
-    assert list(report) == ["mirror", "upstream", "key", "repos"]
+    assert list(report) == ["ok", "mirror", "upstream", "key", "repos"]  # the one --json envelope: ok first
     assert report["mirror"] == str(listed_mirror)
     assert report["upstream"] == {"url": _upstream_session_server.url, "source": "mirror", "reachable": True}
     assert report["key"] == {"fingerprints": [upstream_tree.key_fingerprint], "source": "mirror"}
