@@ -21,7 +21,7 @@ import pytest
 
 from mirror.bundle.zipapp import build_zipapp
 from plumbing.errors import ExitCode
-from tests.node_fixtures import TOOLKIT, build_target, dpkg_versions, seed_containerd_node
+from tests.node_fixtures import TOOLKIT, build_target, dpkg_versions, seed_containerd_node, seed_rpm_root
 from tests.test_node_install import _keys, _setup  # noqa: F401 (the autouse key fixture)
 
 PYTHON = Path("/usr/bin/python3")  # the host's: the test runner's own lives under /root, closed to others
@@ -63,9 +63,10 @@ def as_nobody(shared: Path, *argv: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def readable_bundle(tmp_path: Path, shared: Path, directory: str) -> List[str]:
+def readable_bundle(tmp_path: Path, shared: Path, directory: str, fmt: str = "deb") -> List[str]:
     """A signed stand-in bundle and its key, copied where ``nobody`` can read them: the install arguments."""
-    bundle, key, _, _ = _setup(tmp_path, build_target(tmp_path / "packages", "deb", "1.17.8-1", "amd64"))
+    arch = {"deb": "amd64", "rpm": "x86_64"}[fmt]
+    bundle, key, _, _ = _setup(tmp_path, build_target(tmp_path / "packages", fmt, "1.17.8-1", arch))
     place = shared / directory
     place.mkdir(mode=0o755)
     for source in (bundle, key):
@@ -108,18 +109,41 @@ def test_a_dry_run_only_reads_so_it_is_not_refused(shared: Path) -> None:
     assert "dry run: nothing written (containerd)" in planned.stdout
 
 
+@pytest.mark.parametrize("fmt", ["deb", "rpm"])
 def test_under_a_root_the_user_owns_install_status_and_uninstall_run_without_root(
-    tmp_path: Path, shared: Path
+    tmp_path: Path, shared: Path, fmt: str
 ) -> None:
-    install = readable_bundle(tmp_path, shared, "own")
-    root = seed_containerd_node(shared / "node")
+    install = readable_bundle(tmp_path, shared, f"own-{fmt}", fmt)
+    root = shared / f"node-{fmt}"
+    if fmt == "deb":
+        seed_containerd_node(root)
+    else:
+        seed_rpm_root(root, tmp_path / "seed")
     uid = pwd.getpwnam(USER).pw_uid
     for path in [root, *root.rglob("*")]:
         os.lchown(path, uid, -1)
     installed = as_nobody(shared, "install", *install, "--root", str(root))
     assert installed.returncode == 0, installed.stderr
-    assert dpkg_versions(root) == dict.fromkeys(TOOLKIT, "1.17.8-1")
+    assert installed_versions(root, fmt) == sorted(f"{name} 1.17.8-1" for name in TOOLKIT)
     assert as_nobody(shared, "status", "--root", str(root)).returncode == 0
     removed = as_nobody(shared, "uninstall", "--root", str(root))
     assert removed.returncode == 0, removed.stderr
-    assert dpkg_versions(root) == {}
+    assert installed_versions(root, fmt) == []
+    assert owned_by_nobody(str(root)) and not [p for p in root.rglob("*") if p.lstat().st_uid == 0]
+
+
+def installed_versions(root: Path, fmt: str) -> List[str]:
+    if fmt == "deb":
+        return sorted(f"{name} {version}" for name, version in dpkg_versions(root).items())
+    query = [
+        "rpm",
+        "--root",
+        str(root),
+        "--dbpath",
+        "/var/lib/rpm",
+        "-q",
+        "--qf",
+        "%{NAME} %{VERSION}-%{RELEASE}\n",
+    ]
+    done = subprocess.run([*query, *TOOLKIT], capture_output=True, text=True)
+    return sorted(line for line in done.stdout.splitlines() if "not installed" not in line)
