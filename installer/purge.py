@@ -59,10 +59,13 @@ class Removal:
 def plan_removal(backend: PackageBackend, root: Path, names: Sequence[str], *, purge: bool) -> Removal:
     """Which of ``names`` (in removal order) to remove, and their config files, read before the removal."""
     present = [name for name in names if is_present(backend, name)]
-    leftover = [
-        name for name in names if name not in present and "config files remain" in backend.package_state(name)
-    ]
+    leftover = _config_files_remain(backend, names, present)
     return Removal(root, purge, present, leftover, backend.config_files([*present, *leftover]))
+
+
+def _config_files_remain(backend: PackageBackend, names: Sequence[str], present: Sequence[str]) -> List[str]:
+    """Those of ``names`` removed earlier whose config files stay (dpkg ``rc``; rpm has no such state)."""
+    return [n for n in names if n not in present and "config files remain" in backend.package_state(n)]
 
 
 def remove(backend: PackageBackend, removal: Removal) -> List[str]:
@@ -109,8 +112,9 @@ def plan_leftovers(backend: PackageBackend, root: Path, names: Sequence[str]) ->
     :raises ToolError: when nothing is left (the usual "nothing to uninstall").
     """
     installed = [name for name in names if is_present(backend, name)]
-    removal = plan_removal(backend, root, names, purge=True)
-    removal.names, removal.generated = [], not installed
+    leftover = _config_files_remain(backend, names, installed)
+    # only the removed packages' config files: an installed package's are not ours to delete
+    removal = Removal(root, True, [], leftover, backend.config_files(leftover), generated=not installed)
     left = removal.leftover or removal.files_left()
     if not left:
         raise ToolError(f"nothing to uninstall: gpu-airgap has no install recorded under {root}")
