@@ -333,6 +333,15 @@ def require_bundle(path: PathLike) -> None:
         raise UsageError(f"the bundle {path} is a link to {named.readlink()}, which does not exist")
     if named.is_dir():
         raise UsageError(f"the bundle {path} is a directory; name the bundle file")
+    from plumbing.gpg import openpgp_kind  # here: inspect needs no gpg otherwise
+
+    try:
+        with open(named, "rb") as handle:
+            kind = openpgp_kind(handle.read(64))
+    except OSError:
+        kind = None  # the reader says why it cannot be read
+    if kind is not None:  # not "a damaged archive": the key (or signature) was given where the bundle goes
+        raise UsageError(f"{path} is {kind}, not a bundle; a key goes after --keyring")
 
 
 def inspect(path: PathLike) -> Manifest:

@@ -65,6 +65,18 @@ class Preflight:
             raise PreflightFailed("the node is not ready for this bundle", self.problems)
 
 
+def downgrade_problem(downgrades: List[Tuple[str, str, str]]) -> str:
+    """One sentence for every package the bundle would downgrade, with the flag said once."""
+    bundled = {new for _, _, new in downgrades}
+    if len(bundled) == 1:
+        names = ", ".join(f"{name} {old}" for name, old, _ in downgrades)
+        verb = "is" if len(downgrades) == 1 else "are"
+        newer = f"{names} {verb} newer than the bundle's {bundled.pop()}"
+    else:
+        newer = ", ".join(f"{name} {old} is newer than the bundle's {new}" for name, old, new in downgrades)
+    return f"{newer}; pass --allow-downgrade to install {'it' if len(downgrades) == 1 else 'them'} anyway"
+
+
 def satisfies(version: str, requirement: Requirement, compare: Compare) -> bool:
     """True when ``version`` of ``requirement.name`` meets its constraint."""
     if not requirement.op or not requirement.version:
@@ -125,10 +137,8 @@ def check(
             result.to_install.append(pkg)
             if allow_downgrade:
                 result.changes.append(("downgrade", pkg.name, current, pkg.version))
-            else:
-                result.problems.append(
-                    f"{pkg.name} {current} is newer than the bundle's {pkg.version} (use --allow-downgrade to install it anyway)"
-                )
+    if result.downgrades and not allow_downgrade:
+        result.problems.append(downgrade_problem(result.downgrades))
 
     _check_held(result, held, installed, allow_held)
     _plan_legacy(target, names, installed, compare, result)

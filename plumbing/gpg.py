@@ -97,6 +97,36 @@ def check_key_file(path: Union[str, os.PathLike[str]]) -> None:
 _KEYBOX_MAGIC = (8, b"KBXf")
 
 
+#: what an armored OpenPGP file says it is, by its first line
+_ARMOR_KINDS = (
+    (b"-----BEGIN PGP PUBLIC KEY BLOCK-----", "an OpenPGP key"),
+    (b"-----BEGIN PGP PRIVATE KEY BLOCK-----", "an OpenPGP secret key"),
+    (b"-----BEGIN PGP SIGNATURE-----", "an OpenPGP signature"),
+    (b"-----BEGIN PGP SIGNED MESSAGE-----", "an OpenPGP signed message"),
+)
+
+
+def openpgp_kind(head: bytes) -> Optional[str]:
+    """What OpenPGP file the first bytes ``head`` (64 are enough) begin, as a phrase, or None.
+
+    For a file given where a bundle is expected (``bundle inspect operator.asc``): armor, a binary
+    public key (packet tag 6, old or new format) or a gpg keybox.
+    """
+    text = head.lstrip()
+    for armor, kind in _ARMOR_KINDS:
+        if text.startswith(armor):
+            return kind
+    at, magic = _KEYBOX_MAGIC
+    if head[at : at + len(magic)] == magic:
+        return "a gpg keybox (pubring.kbx)"
+    first = head[0] if head else 0
+    old_format_key = first & 0xC0 == 0x80 and (first >> 2) & 0x0F == 6
+    new_format_key = first == 0xC6
+    if (old_format_key or new_format_key) and len(head) > 3 and 4 in head[1:4]:  # a version-4 key packet
+        return "an OpenPGP key"
+    return None
+
+
 def not_a_key(path: Union[str, os.PathLike[str]], data: bytes) -> UsageError:
     """The refusal of a ``--keyring`` file gpg found no key in; a gpg keybox is named, with the export that helps."""
     at, magic = _KEYBOX_MAGIC
@@ -298,10 +328,13 @@ def judge_status(status: Iterable[tuple[str, list[str]]], trusted: frozenset[str
         if keyword == "ERRSIG" and args:
             # a gpg that refuses a weak digest itself says ERRSIG (field 3 the hash algorithm, 6 not 9: the key is there)
             algo = WEAK_DIGESTS.get(args[2]) if len(args) > 5 and args[5] != "9" else None
+            # field 7 is the issuer's full fingerprint when the signature carries it (gpg >= 2.2.7): shown
+            # as everywhere else, rather than the 16-hex key id of field 1
+            signer = args[6].upper() if len(args) > 6 and _FPR_RE.match(args[6].upper()) else args[0]
             if algo:
-                weak.append((algo, args[0]))
+                weak.append((algo, signer))
             else:
-                unknown_keys.append(args[0])
+                unknown_keys.append(signer)
         elif keyword == "VALIDSIG" and len(args) >= 2:
             primary = (args[9] if len(args) >= 10 else args[0]).upper()
             digest = args[7] if len(args) > 7 else ""

@@ -30,6 +30,12 @@ class TestKey:
         """``text`` as a cleartext-signed message (an InRelease), made by the bundle builder's signer."""
         return OperatorKey(self.fingerprint, self.home, self.fingerprint).clearsign(text.encode("utf-8"))
 
+    def export_binary(self, path: Path) -> Path:
+        """Write the public key unarmored (``gpg --export``) to ``path``."""
+        gpg = ["gpg", "--homedir", str(self.home), "--batch", "--export", self.fingerprint]
+        path.write_bytes(subprocess.run(gpg, check=True, capture_output=True).stdout)
+        return path
+
     def sign_detached(self, data: bytes) -> bytes:
         """An armored detached signature over ``data``, made by the bundle builder's signer."""
         return OperatorKey(self.fingerprint, self.home, self.fingerprint).sign_detached(data)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import shutil
+import tarfile
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Tuple
 
 import pytest
 
@@ -26,6 +28,19 @@ PACKAGES = [
 def releases(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, StagedTarget]:
     out = tmp_path_factory.mktemp("releases")
     return {v: build_target(out / v, "deb", f"{v}-1", "amd64") for v in ("1.17.7", "1.17.8")}
+
+
+def _node_and_two_bundles(
+    tmp_path: Path, key: TestKey, releases: Dict[str, StagedTarget]
+) -> Tuple[Path, Path, Path]:
+    """A scratch containerd node and signed bundles of 1.17.7 and 1.17.8."""
+    root = tmp_path / "root"
+    seed_containerd_node(root)
+    old, new = (
+        write_signed_bundle(tmp_path / f"{v}.tar", [releases[v]], key.home, key.fingerprint)
+        for v in ("1.17.7", "1.17.8")
+    )
+    return root, old, new
 
 
 def _install(bundle: Path, key: TestKey, root: Path, *extra: str) -> CliResult:
@@ -50,10 +65,7 @@ def test_plain_containerd_is_named_once(tmp_path: Path) -> None:
 def test_an_upgrade_is_planned_in_a_dry_run_and_told_in_the_past_after_it(
     tmp_path: Path, test_key: TestKey, releases: Dict[str, StagedTarget]
 ) -> None:
-    root = tmp_path / "root"
-    seed_containerd_node(root)
-    old = write_signed_bundle(tmp_path / "old.tar", [releases["1.17.7"]], test_key.home, test_key.fingerprint)
-    new = write_signed_bundle(tmp_path / "new.tar", [releases["1.17.8"]], test_key.home, test_key.fingerprint)
+    root, old, new = _node_and_two_bundles(tmp_path, test_key, releases)
     assert _install(old, test_key, root).exit_code == 0
 
     planned = _install(new, test_key, root, "--dry-run")
@@ -115,7 +127,54 @@ def test_build_and_verify_count_members_and_bytes_alike_and_name_targets_as_type
         f"{report['members_checked']} members, {report['bytes_checked']} bytes, toolkit 1.17.8, "
     )
     assert ", targets deb/amd64, " in summary
-    import tarfile
-
     with tarfile.open(bundle) as tar:
         assert report["members_checked"] == len(tar.getmembers())
+
+
+def test_a_downgrade_refusal_says_its_flag_once(
+    tmp_path: Path, test_key: TestKey, releases: Dict[str, StagedTarget]
+) -> None:
+    root, old, new = _node_and_two_bundles(tmp_path, test_key, releases)
+    assert _install(new, test_key, root).exit_code == 0
+    refused = _install(old, test_key, root)
+    assert refused.exit_code == 7
+    installed = ", ".join(f"{name} 1.17.8-1" for name in PACKAGES)
+    assert refused.stderr.splitlines()[-1] == (
+        f"gpu-airgap: error: the node is not ready for this bundle: {installed} are newer than the bundle's "
+        "1.17.7-1; pass --allow-downgrade to install them anyway"
+    )
+
+
+def test_an_untrusted_signer_is_named_by_its_full_fingerprint(
+    tmp_path: Path, test_key: TestKey, other_key: TestKey, releases: Dict[str, StagedTarget]
+) -> None:
+    bundle = write_signed_bundle(
+        tmp_path / "b.tar", [releases["1.17.8"]], test_key.home, test_key.fingerprint
+    )
+    result = run_cli("bundle", "verify", str(bundle), "--keyring", str(other_key.public))
+    assert result.exit_code == 3
+    assert result.stderr == (
+        "gpu-airgap: error: bundle b.tar failed verification at manifest.json.asc: manifest.json is signed by "
+        f"key {test_key.fingerprint}, which is not in the trusted keyring\n"
+    )
+
+
+def test_inspecting_a_key_says_it_is_a_key_not_a_damaged_archive(test_key: TestKey, tmp_path: Path) -> None:
+    binary = test_key.export_binary(tmp_path / "operator.gpg")
+    armored = tmp_path / "operator.asc"
+    shutil.copy(test_key.public, armored)
+    for path, kind in (
+        (armored, "an OpenPGP key"),
+        (binary, "an OpenPGP key"),
+        (test_key.home / "pubring.kbx", "a gpg keybox (pubring.kbx)"),
+    ):
+        for argv in (
+            ["bundle", "inspect", str(path)],
+            ["bundle", "verify", str(path), "--keyring", str(armored)],
+        ):
+            result = run_cli(*argv)
+            assert result.exit_code == 2, result.stderr
+            assert (
+                result.stderr
+                == f"gpu-airgap: error: {path} is {kind}, not a bundle; a key goes after --keyring\n"
+            )

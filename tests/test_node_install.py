@@ -218,7 +218,8 @@ class TestDpkgRoot:
         old_bundle, old_key, old_env, _ = _setup(tmp_path, targets["deb-1.17.7"])
         assert old_bundle != bundle
         with pytest.raises(
-            PreflightFailed, match=r"nvidia-container-toolkit 1.17.8-1 is newer than the bundle's 1.17.7-1"
+            PreflightFailed,
+            match=r"nvidia-container-toolkit 1.17.8-1 are newer than the bundle's 1.17.7-1; pass",
         ):
             install(old_bundle, old_key, InstallOptions(root=deb_root), old_env)
         assert dpkg_versions(deb_root) == dict.fromkeys(TOOLKIT, "1.17.8-1")

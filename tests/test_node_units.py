@@ -216,9 +216,9 @@ class TestPreflight:
         result = _check({"nvidia-container-toolkit": "1.18.0-1"}, met=False, free=10)
         assert len(result.problems) == 3
         assert "the node requirement libc6 (>= 2.14) is not installed" in result.problems
-        assert any(
-            "1.18.0-1 is newer than the bundle's 1.17.8-1 (use --allow-downgrade" in p
-            for p in result.problems
+        assert (
+            "nvidia-container-toolkit 1.18.0-1 is newer than the bundle's 1.17.8-1; pass --allow-downgrade to install it "
+            "anyway" in result.problems
         )
         assert any(p.startswith("only 0.0 MiB free under /") for p in result.problems)
 
