@@ -2,7 +2,9 @@
 
 apt says ``amd64``/``arm64``/``ppc64el``, rpm (and ``uname -m``) ``x86_64``/``aarch64``/``ppc64le``.
 Commands accept either spelling; mirrors, bundles and nodes use the spelling of their package
-format.
+format. NVIDIA's CUDA repositories name 64-bit Arm servers ``sbsa`` (``.../repos/ubuntu2404/sbsa/``,
+``.../repos/rhel9/sbsa/``) while the packages inside say ``arm64``/``aarch64``, so ``sbsa`` is
+accepted as a third spelling of that one architecture and mapped to the package format's own.
 """
 
 from __future__ import annotations
@@ -15,8 +17,10 @@ from plumbing.errors import UsageError
 DEB_TO_RPM_ARCH: Dict[str, str] = {"amd64": "x86_64", "arm64": "aarch64", "ppc64el": "ppc64le"}
 #: rpm name -> apt name
 RPM_TO_DEB_ARCH: Dict[str, str] = {rpm: deb for deb, rpm in DEB_TO_RPM_ARCH.items()}
+#: other names of an architecture -> its apt name (NVIDIA's CUDA repository directories)
+ARCH_ALIASES: Dict[str, str] = {"sbsa": "arm64"}
 #: every spelling we know, apt names first
-KNOWN_ARCHES: Tuple[str, ...] = (*DEB_TO_RPM_ARCH, *RPM_TO_DEB_ARCH)
+KNOWN_ARCHES: Tuple[str, ...] = (*DEB_TO_RPM_ARCH, *RPM_TO_DEB_ARCH, *ARCH_ALIASES)
 
 
 def normalize_arch(arch: str, package_format: Optional[str]) -> str:
@@ -24,8 +28,11 @@ def normalize_arch(arch: str, package_format: Optional[str]) -> str:
 
     >>> normalize_arch("x86_64", "deb")
     'amd64'
+    >>> normalize_arch("sbsa", "rpm")
+    'aarch64'
     """
     arch = arch.strip()
+    arch = ARCH_ALIASES.get(arch, arch)
     if package_format == "rpm":
         return DEB_TO_RPM_ARCH.get(arch, arch)
     return RPM_TO_DEB_ARCH.get(arch, arch)
@@ -36,6 +43,6 @@ def known_arch(arch: str) -> str:
 
     :raises UsageError: for any other architecture.
     """
-    if arch not in DEB_TO_RPM_ARCH and arch not in RPM_TO_DEB_ARCH:
+    if arch not in KNOWN_ARCHES:
         raise UsageError(f"unknown architecture {arch!r}; use one of {', '.join(sorted(KNOWN_ARCHES))}")
     return arch

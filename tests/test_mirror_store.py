@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from mirror import store
+from mirror.bundle.source import parse_target
 from mirror.errors import MirrorStateError
 from mirror.lockfile import LockedPackage, LockedTarget, Lockfile, differences
 from mirror.model import Package, PackageFormat
@@ -125,12 +126,20 @@ def test_staging_refuses_paths_outside_the_mirror(tmp_path: Path) -> None:
         (["deb", "rpm"], ["x86_64"], [("deb", "amd64"), ("rpm", "x86_64")]),
         (["rpm"], ["arm64", "aarch64"], [("rpm", "aarch64")]),
         (["deb"], ["ppc64el"], [("deb", "ppc64el")]),
+        (["deb", "rpm"], ["sbsa", "arm64"], [("deb", "arm64"), ("rpm", "aarch64")]),
     ],
 )
 def test_arch_is_accepted_in_either_spelling_and_mapped(
     formats: list[str], arches: list[str], expected: list[tuple[str, str]]
 ) -> None:
     assert [(t.format.value, t.arch) for t in sync_lib.parse_targets(formats, arches)] == expected
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"), [("deb/sbsa", ("deb", "arm64")), ("rpm/sbsa", ("rpm", "aarch64"))]
+)
+def test_bundle_target_takes_cudas_sbsa_name_for_arm64(spec: str, expected: tuple[str, str]) -> None:
+    assert parse_target(spec) == expected
 
 
 def test_unknown_arch_or_format_is_a_usage_error() -> None:

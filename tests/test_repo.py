@@ -269,6 +269,8 @@ class TestFakeFetcher:
         ("aarch64", PackageFormat.DEB, "arm64"),
         ("ppc64le", PackageFormat.DEB, "ppc64el"),
         ("ppc64el", PackageFormat.RPM, "ppc64le"),
+        ("sbsa", PackageFormat.DEB, "arm64"),
+        ("sbsa", PackageFormat.RPM, "aarch64"),
     ],
 )
 def test_arch_spellings_are_mapped(arch: str, fmt: PackageFormat, expected: str) -> None:

@@ -68,7 +68,7 @@ _FORMAT = typer.Option("deb,rpm", "--format", help="Package formats, comma-separ
 _ARCH = typer.Option(
     ["amd64"],
     "--arch",
-    help="Architectures (amd64/x86_64, arm64/aarch64, ppc64el); repeat or comma-separate.",
+    help="Architectures (amd64/x86_64, arm64/aarch64/sbsa, ppc64el); repeat or comma-separate.",
 )
 _VERSION = typer.Option(
     None,
