@@ -6,37 +6,63 @@ new key gets a blank line pushed in front of the next table, and a table appende
 comment that introduces the next section separates that comment from its section. :func:`merge`
 is the one edit operation and handles all three, so an edited file reads as if a person had
 written it, and an untouched file renders to the very bytes it was parsed from.
+
+Size: tomlkit builds an object per line, so a config grows costly in proportion to what it
+holds, never worse. Three things keep it so (#24.17). A table split across the file (``[a.b]``,
+``[c]``, then ``  [a.b.x]``, ``  [a.b.y]``) made tomlkit indent each later part once more than
+the one before, so the rendered file grew quadratically (and changed): :func:`parse` keeps the
+parts' own indentation. Runs of whole-line comments reach tomlkit folded into one placeholder
+line each and come back verbatim in :func:`render`. And what only needs the values
+(:func:`load`) is read with the standard library's ``tomllib`` where the Python has it (3.11+).
 """
 
 from __future__ import annotations
 
+import codecs
+import contextlib
+import re
+import secrets
+import sys
 from collections.abc import Mapping
-from pathlib import Path
-from typing import Any, List, Optional, Tuple
+from dataclasses import dataclass
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import tomlkit
 from tomlkit.container import OutOfOrderTableProxy
 from tomlkit.exceptions import TOMLKitError
-from tomlkit.items import AoT, Comment, Item, Table, Whitespace
+from tomlkit.items import AoT, Comment, Item, Key, Table, Whitespace
+from tomlkit.items import item as make_item
 from tomlkit.toml_document import TOMLDocument
 
 from plumbing.errors import ConfigFormatError
 
+_fast: Any  # the standard library's reader (3.11+): values only, many times faster than tomlkit
+try:
+    import tomllib as _fast  # novermin: python 3.9 and 3.10 nodes take the ImportError branch
+except ImportError:  # there tomlkit reads the values too
+    _fast = None
+
 Container = Any  # a TOMLDocument or a Table: both behave like a MutableMapping of items
 DEFAULT_STEP = "  "  #: indentation per level when the file shows none to copy
+#: two or more consecutive lines that hold only a comment (folded before tomlkit parses)
+#: (possessive from 3.11: a plain ``+`` keeps a backtracking record per line, 3x a big file in memory)
+_COMMENT_RUN = re.compile(
+    rb"(?m)^[ \t]*#[^\n]*\n(?:[ \t]*#[^\n]*\n)" + (b"++" if sys.version_info >= (3, 11) else b"+")
+)
+_FOLDS = "_gpu_airgap_folds"  #: attribute of a parsed document: its folded comment runs (_Folds)
+_HAS_NUL = "_gpu_airgap_nul"  #: attribute of a parsed document: its bytes hold a NUL (see _dumps_linear)
 
 
-def parse(path: Path, data: bytes) -> TOMLDocument:
-    """Parse ``data`` (the bytes of ``path``) keeping every comment and format detail.
+def parse(path: object, data: bytes) -> TOMLDocument:
+    """Parse ``data`` (the bytes of ``path``) keeping every comment and format detail; :func:`render` writes it.
+
+    Comment runs are folded (module docstring), so the document must be rendered with
+    :func:`render` or :func:`render_over`, never ``tomlkit.dumps``.
 
     :raises ConfigFormatError: naming the file when it is not valid TOML or not UTF-8.
     """
-    try:
-        return tomlkit.parse(data.decode("utf-8"))
-    except UnicodeDecodeError as exc:
-        raise ConfigFormatError(path, "is not UTF-8 text, so it cannot be a TOML config") from exc
-    except TOMLKitError as exc:
-        raise ConfigFormatError(path, f"is not valid TOML ({exc}); fix it or restore it first") from exc
+    _check_utf8(path, data)
+    return _parse(data, path, "fix it or restore it first")
 
 
 def parse_text(text: str, path: object) -> TOMLDocument:
@@ -44,15 +70,157 @@ def parse_text(text: str, path: object) -> TOMLDocument:
 
     :raises ConfigFormatError: naming the file when it is not valid TOML.
     """
+    return _parse(text.encode("utf-8", "surrogateescape"), path, "fix or remove it first", fold=False)
+
+
+def load(path: object, data: bytes) -> Dict[str, Any]:
+    """Only the values of TOML ``data`` (of ``path``), read as fast as this Python can.
+
+    :raises ConfigFormatError: naming the file when it is not valid TOML or not UTF-8.
+    """
+    if _fast is None:
+        return dict(parse(path, data).unwrap())
+    _check_utf8(path, data)
+    if b'"""' not in data and b"'''" not in data:
+        data = _COMMENT_RUN.sub(b"#\n", data)  # comments hold no values: skip them in C
     try:
-        return tomlkit.parse(text)
+        values: Dict[str, Any] = _fast.loads(data.decode("utf-8"))
+        return values
+    except _fast.TOMLDecodeError as exc:
+        raise ConfigFormatError(path, f"is not valid TOML ({exc}); fix it or restore it first") from exc
+
+
+def _check_utf8(path: object, data: bytes) -> None:
+    """:raises ConfigFormatError: when ``data`` is not UTF-8 (checked in pieces: a big file is not copied)."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    try:
+        for start in range(0, len(data), 1 << 22):
+            decoder.decode(data[start : start + (1 << 22)])
+        decoder.decode(b"", final=True)
+    except UnicodeDecodeError as exc:
+        raise ConfigFormatError(path, "is not UTF-8 text, so it cannot be a TOML config") from exc
+
+
+def _parse(data: bytes, path: object, advice: str, *, fold: bool = True) -> TOMLDocument:
+    folded, folds = _fold_comments(data) if fold else (data, None)
+    try:
+        with _keeping_split_table_indent():
+            doc = tomlkit.parse(folded.decode("utf-8", "surrogateescape"))
     except TOMLKitError as exc:
-        raise ConfigFormatError(path, f"is not valid TOML ({exc}); fix or remove it first") from exc
+        raise ConfigFormatError(path, f"is not valid TOML ({exc}); {advice}") from exc
+    setattr(doc, _FOLDS, folds)
+    setattr(doc, _HAS_NUL, b"\0" in data)
+    return doc
+
+
+@dataclass(frozen=True)
+class _Folds:
+    """Where the comment runs folded out of ``data`` are: placeholder number ``n`` is ``data[spans[n]]``."""
+
+    data: bytes
+    spans: List[Tuple[int, int]]
+    placeholder: re.Pattern[bytes]  #: a placeholder line, its number in group 1
+
+
+def _fold_comments(data: bytes) -> Tuple[bytes, Optional[_Folds]]:
+    """``data`` with each run of whole-line comments as one placeholder comment, and where the runs were.
+
+    Not done when the file has a multi-line string: a line starting with ``#`` may be string text there.
+    """
+    if b'"""' in data or b"'''" in data:
+        return data, None
+    nonce = secrets.token_hex(8).encode()
+    spans: List[Tuple[int, int]] = []
+
+    def placeholder(match: re.Match[bytes]) -> bytes:
+        spans.append(match.span())
+        return b"# gpu-airgap-fold-%s-%d\n" % (nonce, len(spans) - 1)
+
+    folded = _COMMENT_RUN.sub(placeholder, data)
+    pattern = re.compile(rb"(?m)^[ \t]*# gpu-airgap-fold-" + nonce + rb"-(\d+)\n")
+    return folded, _Folds(data, spans, pattern) if spans else None
+
+
+@contextlib.contextmanager
+def _keeping_split_table_indent() -> Iterator[None]:
+    """While tomlkit parses: a table merged into an earlier part of its parent keeps its own indentation.
+
+    tomlkit's ``Table.append`` adds the parent's indentation to the child's, which is right for a
+    table a program appends but wrong for one read from the file; on a table split across the file
+    it compounds with every part.
+    """
+    original = Table.append
+
+    def append(self: Table, key: Any, value: Any) -> Table:
+        if not isinstance(value, Item):
+            value = make_item(value, _parent=self)
+        self._value.append(key, value)
+        if isinstance(key, Key):
+            key = next(iter(key)).key
+            value = self._value[key]
+        if key is not None:
+            dict.__setitem__(self, key, value)
+        return self
+
+    setattr(Table, "append", append)  # noqa: B010 - a method of tomlkit's class, put back below
+    try:
+        yield
+    finally:
+        setattr(Table, "append", original)  # noqa: B010
 
 
 def render(doc: TOMLDocument) -> bytes:
     """Serialise ``doc``; an untouched document renders to exactly the bytes it was parsed from."""
-    return tomlkit.dumps(doc).encode("utf-8")
+    text = _dumps_linear(doc).encode("utf-8", "surrogateescape")
+    folds: Optional[_Folds] = getattr(doc, _FOLDS, None)
+    if folds is None:
+        return text
+    # A placeholder line (wherever the edit moved it, with whatever indentation) becomes its run
+    # again: joined from views of the two buffers, so a big file is copied once, not per piece.
+    original, rendered = memoryview(folds.data), memoryview(text)
+    pieces: List[memoryview] = []
+    at = 0
+    for match in folds.placeholder.finditer(text):
+        start, end = folds.spans[int(match.group(1))]
+        pieces += [rendered[at : match.start()], original[start:end]]
+        at = match.end()
+    pieces.append(rendered[at:])
+    return b"".join(pieces)
+
+
+def _dumps_linear(doc: TOMLDocument) -> str:
+    """``tomlkit.dumps(doc)`` in time linear in its size.
+
+    tomlkit renders a table by appending each child to a string and calling ``strip(" ")`` on
+    that string before every child table; when the table's header is indented (as in
+    ``containerd config default``) each strip copies everything rendered so far. A NUL in front of
+    such a header (TOML allows no NUL anywhere, so none is in the file) stops the strip at once;
+    the NULs are taken out again afterwards.
+    """
+    if getattr(doc, _HAS_NUL, True):
+        return tomlkit.dumps(doc)
+    marked = [table for table in _tables(doc) if table.trivia.indent[:1] in (" ", "\t")]
+    for table in marked:
+        table.trivia.indent = "\0" + table.trivia.indent
+    try:
+        return tomlkit.dumps(doc).replace("\0", "")
+    finally:
+        for table in marked:
+            table.trivia.indent = table.trivia.indent[1:]
+
+
+def _tables(node: Any) -> Iterator[Table]:
+    """Every table below ``node`` (a document, table or array of tables), parents first."""
+    if isinstance(node, AoT):
+        items: List[Any] = list(node.body)
+    else:
+        items = [value for _key, value in (node.body if isinstance(node, TOMLDocument) else node.value.body)]
+    for item in items:
+        if isinstance(item, Table):
+            yield item
+            yield from _tables(item)
+        elif isinstance(item, AoT):
+            yield from _tables(item)
 
 
 def render_over(old: Optional[bytes], doc: TOMLDocument) -> bytes:
@@ -62,14 +230,25 @@ def render_over(old: Optional[bytes], doc: TOMLDocument) -> bytes:
     and a file whose bytes change is a changed config: the engine would be restarted for nothing
     and a re-run would never report "already registered".
     """
+    return render_with_values(old, doc)[0]
+
+
+def render_with_values(
+    old: Optional[bytes], doc: TOMLDocument, old_values: Optional[Dict[str, Any]] = None
+) -> Tuple[bytes, Optional[Dict[str, Any]]]:
+    """:func:`render_over`, and the values of the bytes it returns (None when it did not need to read them).
+
+    :param old_values: the values of ``old`` when the caller has them already (each read of a big file costs).
+    """
     new = render(doc)
     if old is None or old == new:
-        return new
+        return new, old_values
     try:
-        same = tomlkit.parse(old.decode("utf-8")).unwrap() == doc.unwrap()
-    except (UnicodeDecodeError, TOMLKitError):
-        same = False
-    return old if same else new
+        before = old_values if old_values is not None else load("", old)
+        after = load("", new)
+    except ConfigFormatError:
+        return new, None
+    return (old, before) if before == after else (new, after)
 
 
 def merge(container: Container, desired: Mapping[str, Any], *, path: object, where: str = "") -> None:
@@ -82,6 +261,35 @@ def merge(container: Container, desired: Mapping[str, Any], *, path: object, whe
     :param where: dotted path of ``container``, for error messages.
     :raises ConfigFormatError: when the file has a plain value where ``desired`` needs a table.
     """
+    if isinstance(container, OutOfOrderTableProxy):
+        _merge_proxy(container, desired, path=path, where=where)
+    else:
+        _merge_parts([container], desired, path=path, where=where)
+
+
+def _merge_parts(parts: List[Container], desired: Mapping[str, Any], *, path: object, where: str) -> None:
+    """:func:`merge` into one table written in ``parts`` (several when the file splits it: ``[a]`` ... ``[a.b]``).
+
+    Each key is looked up in the parts' own bodies: asking tomlkit for a split table builds a
+    merged copy of all its parts every time (quadratic on a big file).
+    """
+    for key, value in desired.items():
+        dotted = f"{where}.{key}" if where else key
+        holders = [part for part in parts if any(k is not None and k.key == key for k, _v in _body(part))]
+        if not isinstance(value, Mapping):
+            set_value(holders[0] if holders else parts[0], key, value)
+            continue
+        children = [item for part in holders for k, item in _body(part) if k is not None and k.key == key]
+        if not children:
+            _append_table(parts[0], key, value)
+        elif all(isinstance(child, Table) for child in children):
+            _merge_parts(children, value, path=path, where=dotted)
+        else:
+            raise ConfigFormatError(path, f"{dotted} is a value, not a table; cannot add to it")
+
+
+def _merge_proxy(container: Container, desired: Mapping[str, Any], *, path: object, where: str) -> None:
+    """:func:`merge` through tomlkit's view of a split table (a caller handed one in)."""
     for key, value in desired.items():
         dotted = f"{where}.{key}" if where else key
         if not isinstance(value, Mapping):

@@ -213,12 +213,8 @@ def read_regular(path: Path) -> Optional[bytes]:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
             raise _not_regular(path, mode)
-        chunks: List[bytes] = []
-        while True:
-            chunk = os.read(fd, 1 << 20)
-            if not chunk:
-                return b"".join(chunks)
-            chunks.append(chunk)
+        with open(fd, "rb", buffering=0, closefd=False) as handle:
+            return handle.read()  # sized from fstat: one buffer, however big the file
     except OSError as exc:
         raise ConfigFormatError(path, f"cannot read: {exc.strerror or exc}") from exc
     finally:

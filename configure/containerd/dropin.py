@@ -45,7 +45,7 @@ def drop_in_doc(
     tomledit.merge(target, {"plugins": {plugin: source}}, path=source_path)
     if not earlier or old is None:
         return target
-    previous = plugin_table(tomledit.parse(path, old).unwrap(), plugin)
+    previous = plugin_table(tomledit.load(path, old), plugin)
     containerd = (previous or {}).get("containerd")
     runtimes = containerd.get("runtimes") if isinstance(containerd, dict) else None
     if not isinstance(runtimes, dict):

@@ -37,6 +37,7 @@ Decisions (and the NVIDIA bugs they avoid, see docs/runtime-config.md):
 from __future__ import annotations
 
 import posixpath
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
@@ -69,7 +70,7 @@ CRI_PLUGIN = {1: "cri", 2: "io.containerd.grpc.v1.cri", 3: "io.containerd.cri.v1
 CRI_NAMES = frozenset({"cri", "io.containerd.grpc.v1.cri", "io.containerd.cri.v1.runtime"})
 
 
-def config_version(path: Path, doc: Optional[TOMLDocument], fresh_version: int) -> int:
+def config_version(path: Path, doc: Optional[Mapping[str, Any]], fresh_version: int) -> int:
     """The config version of a parsed root config (``fresh_version`` when it has no keys).
 
     :raises ConfigFormatError: for a version this tool does not know.
@@ -104,12 +105,12 @@ class ContainerdEngine:
         config_node = options.config or DEFAULT_CONFIG
         config_path = rooted(options.root, config_node)
         raw = read_optional(config_path)
-        doc = tomledit.parse(config_path, raw) if raw is not None else None
+        # The values only; tomlkit parses the root config further down only when we edit it.
+        data: Dict[str, Any] = tomledit.load(config_path, raw) if raw is not None else {}
         installed = self.version_probe(options.root)
-        version = config_version(config_path, doc, 3 if installed and installed[0] >= 2 else 2)
+        version = config_version(config_path, data, 3 if installed and installed[0] >= 2 else 2)
         plugin = CRI_PLUGIN[version]
         plan = ConfigPlan(engine=self.name)
-        data: Dict[str, Any] = doc.unwrap() if doc is not None else {}
         containerd2 = installed is not None and installed[0] >= 2
         drop_in = self._drop_in_path(options, config_node, version, data, containerd2)
 
@@ -147,10 +148,13 @@ class ContainerdEngine:
                     f"containerd before 2.1 would then not see the {options.runtime_name} runtime"
                 )
 
-        root_doc = doc if doc is not None else tomlkit.document()
-        if len(root_doc) == 0:  # a missing or key-less config gets a minimal valid one
-            tomledit.set_value(root_doc, "version", version)
+        root_doc: Optional[TOMLDocument] = None
+        if drop_in is None or extra_import is not None or not data:
+            root_doc = tomledit.parse(config_path, raw) if raw is not None else tomlkit.document()
+            if not data:  # a missing or key-less config gets a minimal valid one
+                tomledit.set_value(root_doc, "version", version)
         if drop_in is None or drop_path is None:
+            assert root_doc is not None  # in place: parsed above
             target = root_doc
         else:
             if foreign is not None:
@@ -169,14 +173,22 @@ class ContainerdEngine:
                 source_path,
                 earlier - {options.runtime_name},
             )
-            if extra_import is not None:
+            if extra_import is not None and root_doc is not None:
                 _add_import(root_doc, drop_in)
         desired = self._desired_cri(source, options, plan)
         tomledit.merge(target, {"plugins": {plugin: desired}}, path=source_path)
 
         if drop_path is not None:
             plan.changes.append(FileChange(drop_path, old_drop_in, tomledit.render_over(old_drop_in, target)))
-        plan.changes.append(FileChange(config_path, raw, tomledit.render_over(raw, root_doc)))
+        # Untouched (a drop-in already imported): the very bytes, which tomlkit never had to read.
+        new_root, root_values = (
+            (raw, data)
+            if root_doc is None and raw is not None
+            else tomledit.render_with_values(
+                raw, root_doc or tomlkit.document(), data if raw is not None else None
+            )
+        )
+        plan.changes.append(FileChange(config_path, raw, new_root))
 
         plan.notes.update(
             config=config_node,
@@ -187,7 +199,10 @@ class ContainerdEngine:
             set_as_default=options.set_as_default,
         )
         # Read the facts back from the rendered bytes, the way containerd would load them.
-        rendered = {c.path: tomledit.parse(c.path, c.new).unwrap() for c in plan.changes}
+        rendered = {c.path: tomledit.load(c.path, c.new) for c in plan.changes[:-1]}
+        rendered[config_path] = (
+            root_values if root_values is not None else tomledit.load(config_path, new_root)
+        )
         final = [
             ConfigFile(c.path, rendered[rooted(options.root, drop_in)] if c.ours and drop_in else c.data)
             for c in chain[1:]
@@ -203,9 +218,9 @@ class ContainerdEngine:
         raw = read_optional(path)
         if raw is None:
             raise ConfigFormatError(path, "does not exist; run `gpu-airgap configure containerd` first")
-        doc = tomledit.parse(path, raw)
-        version = config_version(path, doc, 2)
-        chain = load_chain(root, config_node, doc.unwrap())
+        data = tomledit.load(path, raw)
+        version = config_version(path, data, 2)
+        chain = load_chain(root, config_node, data)
         return describe(chain, CRI_PLUGIN[version], version, runtime_name)
 
     def _drop_in_path(

@@ -110,7 +110,7 @@ def load_chain(
                 if warnings is not None:
                     warnings.append(f"{path} is imported but does not exist; containerd will refuse to start")
                 continue
-            data = tomledit.parse(rooted(root, path), raw).unwrap()
+            data = tomledit.load(rooted(root, path), raw)
         chain.append(ConfigFile(path, data, ours=path == ours))
         imports = imports_of(data, path)
         if path == config_path and extra_import is not None:
