@@ -100,7 +100,7 @@ def test_revert_dry_run_lists_what_it_would_restore_and_delete_and_changes_nothi
     assert dry.exit_code == 0, dry.stderr
     assert f"would restore {root / 'etc/containerd/config.toml'}" in dry.stdout
     assert f"would delete {root / 'etc/cdi/nvidia.yaml'} (gpu-airgap had created it)" in dry.stdout
-    assert dry.stdout.rstrip().endswith("dry run: nothing changed")
+    assert dry.stdout.rstrip().endswith("dry run: nothing was changed")
     as_json = json.loads(run_cli("configure", "revert", "--root", str(root), "--dry-run", "--json").stdout)
     assert as_json["dry_run"] is True and as_json["deleted"] == [str(root / "etc/cdi/nvidia.yaml")]
     assert as_json["restored"] == [str(root / "etc/containerd/config.toml")] and as_json["engines"] == [
@@ -147,7 +147,7 @@ def test_uninstall_dry_run_lists_what_it_would_restore_and_remove_and_changes_no
     dry = run_cli("uninstall", "--root", str(root), "--dry-run")
     assert dry.exit_code == 0, dry.stderr
     assert f"would restore {root / 'etc/containerd/config.toml'}" in dry.stdout
-    assert "would remove nvidia-container-toolkit" in dry.stdout and "dry run: nothing changed" in dry.stdout
+    assert "would remove nvidia-container-toolkit" in dry.stdout and "dry run: nothing was changed" in dry.stdout
     data: Dict[str, object] = json.loads(
         run_cli("uninstall", "--root", str(root), "--dry-run", "--json").stdout
     )
