@@ -47,12 +47,12 @@ def apply_plan(
     return plan, result
 
 
-def render_result(result: Dict[str, Any], as_json: bool) -> None:
-    """Print ``result``: warnings on stderr; the diff or written files and the facts on stdout."""
+def render_result(result: Dict[str, Any], as_json: bool, **more: Any) -> None:
+    """Print ``result``: warnings on stderr; the diff or written files and the facts on stdout (``more``: JSON only)."""
     for message in result["warnings"]:
         warn(message)
     if as_json:
-        emit_json({**result, "facts": json_facts(result["facts"])})
+        emit_json({**result, "facts": json_facts(result["facts"]), **more})
         return
     lines: List[str] = []
     if not result["changed"]:
@@ -130,11 +130,16 @@ def runtimeclass_command(
     output: Optional[str] = _RC_OUTPUT,
     root: str = _ROOT,
     dry_run: bool = _DRY_RUN,
+    as_json: bool = _JSON,
 ) -> None:
     """Write a RuntimeClass manifest (stdout without --output) and record its handler for verify."""
     plan, result = apply_plan(
         lambda: runtimeclass.plan_runtimeclass(Path(root), name, handler, output), Path(root), dry_run=dry_run
     )
+    if as_json:  # the manifest, when it would go to stdout, is a field of the one object
+        emitted = output is None and plan.facts.get("EMIT") != "false"
+        render_result(result, True, manifest=runtimeclass.render_manifest(name, handler) if emitted else None)
+        return
     if plan.facts.get("EMIT") == "false":
         for message in plan.warnings:
             warn(message)
@@ -155,26 +160,37 @@ _UNDO = typer.Option(False, "--undo", help="Take the settings out of the profile
 
 
 def lxd_command(
-    profile: str = _PROFILE, capabilities: str = _CAPABILITIES, apply: bool = _APPLY, undo: bool = _UNDO
+    profile: str = _PROFILE,
+    capabilities: str = _CAPABILITIES,
+    apply: bool = _APPLY,
+    undo: bool = _UNDO,
+    as_json: bool = _JSON,
 ) -> None:
     """Print (or --apply, through the lxc client) the LXD profile settings for the GPUs: nvidia.runtime, a gpu device."""
-    _profile("lxd", profile, capabilities, apply, undo)
+    _profile("lxd", profile, capabilities, apply, undo, as_json)
 
 
 def incus_command(
-    profile: str = _PROFILE, capabilities: str = _CAPABILITIES, apply: bool = _APPLY, undo: bool = _UNDO
+    profile: str = _PROFILE,
+    capabilities: str = _CAPABILITIES,
+    apply: bool = _APPLY,
+    undo: bool = _UNDO,
+    as_json: bool = _JSON,
 ) -> None:
     """Print (or --apply, through the incus client) the Incus profile settings for the GPUs: nvidia.runtime, a gpu device."""
-    _profile("incus", profile, capabilities, apply, undo)
+    _profile("incus", profile, capabilities, apply, undo, as_json)
 
 
-def _profile(daemon: str, profile: str, capabilities: str, apply: bool, undo: bool) -> None:
+def _profile(daemon: str, profile: str, capabilities: str, apply: bool, undo: bool, as_json: bool) -> None:
     """The daemon's own client changes its database; we never touch it."""
     if not apply:
         commands = (
             lxd.undo_commands(daemon, profile) if undo else lxd.setup_commands(daemon, profile, capabilities)
         )
-        emit_lines(lxd.render(commands))
+        if as_json:
+            emit_json({"daemon": daemon, "profile": profile, "commands": lxd.render(commands), "ran": []})
+        else:
+            emit_lines(lxd.render(commands))
         return
     current = lxd.current_profile(daemon, profile, _client_runner)
     commands = (
@@ -183,6 +199,9 @@ def _profile(daemon: str, profile: str, capabilities: str, apply: bool, undo: bo
         else lxd.setup_commands(daemon, profile, capabilities, current)
     )
     done = lxd.apply(commands, _client_runner)
+    if as_json:
+        emit_json({"daemon": daemon, "profile": profile, "commands": lxd.render(commands), "ran": done})
+        return
     emit_lines(
         [f"ran {line}" for line in done]
         or [f"{daemon}: the profile {profile} is already {'without' if undo else 'set up for'} the GPUs"]

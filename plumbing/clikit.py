@@ -225,7 +225,7 @@ def error_fields(message: str, exit_code: int, problems: Optional[Sequence[str]]
 
 def refuse_json_to_stdout(json_output: bool, written: Path) -> None:
     """:raises UsageError: ``--json`` while ``--output`` is stdout: both would share one stream."""
-    if json_output and output_is_stdout(written):
+    if json_output and (str(written) == "-" or output_is_stdout(written)):
         raise UsageError(f"--json and --output {written} both write to stdout; write the output elsewhere")
 
 

@@ -147,7 +147,9 @@ def test_uninstall_dry_run_lists_what_it_would_restore_and_remove_and_changes_no
     dry = run_cli("uninstall", "--root", str(root), "--dry-run")
     assert dry.exit_code == 0, dry.stderr
     assert f"would restore {root / 'etc/containerd/config.toml'}" in dry.stdout
-    assert "would remove nvidia-container-toolkit" in dry.stdout and "dry run: nothing was changed" in dry.stdout
+    assert (
+        "would remove nvidia-container-toolkit" in dry.stdout and "dry run: nothing was changed" in dry.stdout
+    )
     data: Dict[str, object] = json.loads(
         run_cli("uninstall", "--root", str(root), "--dry-run", "--json").stdout
     )

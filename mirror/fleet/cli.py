@@ -20,11 +20,11 @@ from configure.distros.detection import NAMES as DISTROS
 from configure.validate import CDI_CHOICES
 from mirror.fleet import image as fleet_image
 from mirror.fleet import k8s as fleet_k8s
-from plumbing.clikit import Group, given, option_name
+from plumbing.clikit import Group, given, option_name, refuse_json_to_stdout
 from plumbing.errors import UsageError
 from plumbing.fsutil import output_is_stream, write_output
 from plumbing.gpg import check_key_file
-from plumbing.output import emit_lines, warn
+from plumbing.output import emit_json, emit_lines, warn
 from plumbing.proc import run
 from plumbing.version import VERSION
 
@@ -168,6 +168,7 @@ _DISTRO = typer.Option(
     help="The nodes' Kubernetes distribution (default: each node detects it); k3s: no RuntimeClass of k3s's own name.",
 )
 _OUTPUT = typer.Option("-", "--output", metavar="FILE|-", help="Write the manifests here (- is stdout).")
+_JSON = typer.Option(False, "--json", help="Print one JSON object.")
 
 
 def k8s_command(
@@ -198,8 +199,10 @@ def k8s_command(
     no_runtimeclass: bool = _NO_RUNTIMECLASS,
     out: str = _OUTPUT,
     distro: Optional[str] = _DISTRO,
+    json_output: bool = _JSON,
 ) -> None:
     """Write a DaemonSet (plus RuntimeClass) that installs the bundle on every GPU node: kubectl apply -f it."""
+    refuse_json_to_stdout(json_output, Path(out))
     ca_text = _read_ca(registry_ca) if registry_ca is not None else None
     ref, digest = _bundle_identity(bundle, bundle_file, bundle_sha256, registry_plain_http, registry_ca)
     options = fleet_k8s.K8sOptions(
@@ -235,8 +238,10 @@ def k8s_command(
         warn(note)
     if out == "-":
         emit_lines([text.rstrip("\n")])
-    else:
-        write_output(Path(out), text.encode())
+        return
+    write_output(Path(out), text.encode())
+    if json_output:
+        emit_json({"output": out, "bytes": len(text.encode()), "namespace": namespace, "name": name})
 
 
 def _bundle_identity(
@@ -341,6 +346,7 @@ def image_command(
     tag: str = _TAG,
     plain_http: bool = _PLAIN_HTTP,
     ca_file: Optional[str] = _CA_FILE,
+    json_output: bool = _JSON,
 ) -> None:
     """Make the DaemonSet's tools image here (no base image pulled) and write it to a file or push it to the registry."""
     if output is None and push is None:
@@ -348,6 +354,7 @@ def image_command(
     _refuse_unused_image_options(ctx, tools, output, push)
     if output is not None:
         output_is_stream(output)  # a directory is refused before the image is built
+        refuse_json_to_stdout(json_output, output)
     if tools == "host":
         data = _read_binary(busybox)
         if not fleet_image.is_static_elf(data):
@@ -360,13 +367,15 @@ def image_command(
         )
     else:
         image = fleet_image.build(fleet_image.tree_entries(rootfs), ["python3"])
-    lines = []
+    lines, report = [], {"output": None, "tag": None, "pushed": None, "digest": image.manifest.digest}
     if output is not None:
         write_output(output, fleet_image.layout_archive(image, tag))
         lines.append(f"wrote {output} ({tag}, {image.manifest.digest})")
+        report.update(output=str(output), tag=tag)
     if push is not None:
-        lines.append(f"pushed {_push_image(image, push, plain_http, ca_file)}")
-    emit_lines(lines)
+        report["pushed"] = _push_image(image, push, plain_http, ca_file)
+        lines.append(f"pushed {report['pushed']}")
+    emit_json(report) if json_output else emit_lines(lines)
 
 
 def _refuse_unused_image_options(
