@@ -399,3 +399,22 @@ def test_someone_elses_drop_in_of_another_config_version_is_refused_untouched(tm
         "write to another file (`gpu-airgap configure containerd --drop-in FILE`)"
     )
     assert drop_in.read_text().startswith("version = 3\n")
+
+
+def test_someone_elses_drop_in_that_was_not_imported_is_added_to_with_a_warning_that_it_now_loads(
+    tmp_path: Path,
+) -> None:
+    make_root(tmp_path, "config.toml.base")  # no imports: containerd does not read conf.d today
+    drop_in = tmp_path / DROP_IN
+    drop_in.parent.mkdir(parents=True)
+    drop_in.write_text(
+        '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.kata]\n  runtime_type = "k"\n'
+    )
+    result = configure_engine(engine((2, 0)), RuntimeOptions(root=tmp_path))
+    assert (
+        "containerd did not load /etc/containerd/conf.d/99-nvidia.toml until now; the import added for it "
+        "also loads everything else it holds"
+    ) in result.plan.warnings
+    written = tomllib.loads(drop_in.read_text())
+    assert runtime(written, 2, "kata") == {"runtime_type": "k"}  # kept
+    assert runtime(written, 2)["options"]["BinaryName"] == BINARY

@@ -162,6 +162,11 @@ class ContainerdEngine:
                     f"{drop_in} was not written by gpu-airgap: adding the {options.runtime_name} runtime to it "
                     "and keeping everything else in it (`configure revert` puts it back as it was)"
                 )
+                if extra_import is not None:  # containerd did not read it: now it reads all of it
+                    plan.warnings.append(
+                        f"containerd did not load {drop_in} until now; the import added for it also loads "
+                        "everything else it holds"
+                    )
                 source_path = drop_path
             target = drop_in_doc(
                 foreign,
