@@ -89,6 +89,9 @@ class PackageEntry:
     #: What the package's own header says (deb control fields, rpm name/version/release/arch/requires),
     #: read by the builder and checked against the signed index entry. None when the bundle predates this field.
     header: Optional[Tuple[Tuple[str, str], ...]] = None
+    #: rpm only: the algorithm of the file digests in the package's header (``md5``, ``sha256``:
+    #: :mod:`installer.fips`). None for a deb, or when the bundle predates this field.
+    file_digest_algo: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -213,6 +216,7 @@ def _target_dict(t: TargetEntry) -> Dict[str, Any]:
                 "origin": p.origin,
                 **({} if p.breaks is None else {"breaks": list(p.breaks)}),
                 **({} if p.header is None else {"header": [list(pair) for pair in p.header]}),
+                **({} if p.file_digest_algo is None else {"file_digest_algo": p.file_digest_algo}),
             }
             for p in sorted(t.packages, key=lambda p: p.install_order)
         ],

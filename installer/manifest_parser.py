@@ -261,6 +261,7 @@ class _Parser:
             origin=self._str(raw, "origin", where, optional=True),
             breaks=self._relations(raw, "breaks", where),
             header=self._pairs(raw, "header", where),
+            file_digest_algo=self._str(raw, "file_digest_algo", where, optional=True) or None,
         )
 
     def _pairs(self, raw: Any, key: str, where: str) -> Optional[Tuple[Tuple[str, str], ...]]:

@@ -72,6 +72,11 @@ _ALLOW_DOWNGRADE = typer.Option(
     help="Install over newer versions, or a bundle built before the installed one of the same release.",
 )
 _NO_RESTART = typer.Option(False, "--no-restart", help="Do not restart changed engines.")
+_FIPS = typer.Option(
+    False,
+    "--fips",
+    help="Check as for a node in FIPS mode (for a --root image; on / the kernel's fips_enabled says so).",
+)
 _DRY_RUN = typer.Option(False, "--dry-run", help="Print the plan and change nothing.")
 _JSON = typer.Option(False, "--json", help="Print one JSON object.")
 _KEEP_PACKAGES = typer.Option(False, "--keep-packages", help="Restore the configuration only.")
@@ -141,6 +146,7 @@ def install_command(
     fingerprint: Optional[str] = FINGERPRINT,
     allow_expired: bool = ALLOW_EXPIRED,
     systemd_cgroup: str = _SYSTEMD_CGROUP,
+    fips: bool = _FIPS,
 ) -> None:
     """Verify a bundle (a file or an oci:// artifact), check the node, install the toolkit and register the runtime."""
     # The library loads only when a command runs, so --help stays fast.
@@ -166,6 +172,7 @@ def install_command(
         fingerprint=fingerprint,
         allow_expired=allow_expired,
         systemd_cgroup=systemd_cgroup,
+        fips=fips,
     )
     with oci_cli.local_bundle(
         bundle, keyring, username, password_stdin, ca_file, plain_http, min_rate

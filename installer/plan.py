@@ -29,7 +29,7 @@ from configure.validate import (
     SYSTEMD_CGROUP_CHOICES,
     check_runtime_name,
 )
-from installer import preflight
+from installer import fips, preflight
 from installer.backends.base import PackageBackend
 from installer.backends.rpm import VERSIONLOCK
 from installer.env import NodeEnv
@@ -61,6 +61,7 @@ class InstallOptions:
     fingerprint: Optional[str] = None  #: ``--fingerprint``: the one key of ``--keyring`` to trust
     allow_expired: bool = False  #: ``--allow-expired``: accept a bundle past its signed expiry
     systemd_cgroup: str = "auto"  #: ``--systemd-cgroup``: containerd's SystemdCgroup (auto | true | false)
+    fips: bool = False  #: ``--fips``: the node runs in FIPS mode (else its ``fips_enabled`` says)
 
     def validate(self) -> None:
         """:raises UsageError: for values the command cannot use."""
@@ -260,6 +261,10 @@ def _preflight(
         )
     if options.runtime not in ("auto", "none") and options.runtime not in facts.engines:
         check.notes.append(f"{options.runtime} was not detected on the node; configuring it as asked")
+    if target.format == "rpm" and (options.fips or fips.fips_enabled(options.root)):
+        problem = fips.fips_problem(target.packages, fips.rpm_query)
+        if problem is not None:
+            check.problems.append(problem)
     check.raise_for_problems()
     return check
 

@@ -53,6 +53,7 @@ def staged_from_verified(verified: VerifiedBundle) -> StagedBundle:
                 size=pkg.size,
                 depends=pkg.depends,
                 breaks=_breaks(pkg),
+                file_digest_algo=pkg.file_digest_algo,
             )
             for pkg in target.packages
         )

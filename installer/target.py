@@ -68,6 +68,7 @@ class StagedPackage:
     size: int
     depends: Tuple[str, ...] = ()  #: names this package depends on (for the install order)
     breaks: Tuple[Requirement, ...] = ()  #: Breaks/Conflicts/Obsoletes: installed matches must go
+    file_digest_algo: Optional[str] = None  #: rpm: its file digest algorithm, as the signed manifest says
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,8 @@ matched, and refused when it disagrees:
   requires - every entry primary.xml lists must be in the header, and the header may add only what
   createrepo_c leaves out of primary (``rpmlib(...)``, file and soname requires such as
   ``/bin/sh`` or ``libc.so.6(GLIBC_2.2.5)(64bit)``, and what the package provides itself).
+  The header's file digest algorithm (FILEDIGESTALGO) is kept too: MD5/SHA-1 rpms do not install on
+  FIPS nodes (:mod:`installer.fips`).
 
 Reading a header costs well under a millisecond (``dpkg-deb -f`` and ``rpm -qp`` took 5-13 ms).
 """
@@ -31,6 +33,7 @@ from debian.arfile import ArError
 from debian.debfile import DebError, DebFile
 from rpmfile.errors import RPMError
 
+from installer.fips import digest_name
 from mirror.apt_index import parse_relations
 from mirror.errors import HeaderMismatch, UnreadablePackage
 from mirror.model import Package, Relations
@@ -56,6 +59,7 @@ class PackageHeader:
     fields: tuple[tuple[str, str], ...]
     requires: tuple[Requirement, ...] = ()  #: rpm only: every require but ``rpmlib(...)``
     provides: tuple[str, ...] = ()  #: rpm only: provided names
+    file_digest_algo: str | None = None  #: rpm only: the algorithm of its file digests (``md5``, ``sha256``)
 
     @property
     def depends(self) -> tuple[str, ...]:
@@ -84,6 +88,7 @@ class PackageHeader:
             "fields": [list(f) for f in self.fields],
             "requires": [list(r) for r in self.requires],
             "provides": list(self.provides),
+            "file_digest_algo": self.file_digest_algo,
         }
 
     @classmethod
@@ -100,6 +105,7 @@ class PackageHeader:
                 for n, o, v in raw["requires"]
             ),
             provides=tuple(str(p) for p in raw["provides"]),
+            file_digest_algo=None if raw["file_digest_algo"] is None else str(raw["file_digest_algo"]),
         )
 
 
@@ -150,7 +156,9 @@ def _read_rpm(path: Path) -> PackageHeader:
         if requirement not in requires:
             requires.append(requirement)
     provides = tuple(_text(p) for p in _list(headers.get("provides")))
-    return PackageHeader("rpm", name, evr, arch, tuple(fields), tuple(requires), provides)
+    algo = _list(headers.get("filedigestalgo"))  # tag 5011; rpm reads an rpm without it as MD5
+    digest = digest_name(int(algo[0]) if algo else None)
+    return PackageHeader("rpm", name, evr, arch, tuple(fields), tuple(requires), provides, digest)
 
 
 def check_agrees(header: PackageHeader, entry: Package, *, what: str) -> None:

@@ -193,7 +193,7 @@ def _cached_facts(fmt: str, pkg: SourcePackage, cache: Path | None, verified: bo
     return facts
 
 
-_CACHE_VERSION = 2
+_CACHE_VERSION = 3  # 3: rpm headers carry file_digest_algo
 
 
 def _read_facts(fmt: str, pkg: SourcePackage, verified: bool) -> HeaderFacts:

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+from installer.fips import build_warning
 from installer.freshness import format_time, utc_now
 from installer.manifest import (
     MANIFEST_NAME,
@@ -320,6 +321,7 @@ def _manifest(
                         origin=p.source.origin,
                         breaks=sel.breaks_of(p.source.name),
                         header=p.header.shown(),
+                        file_digest_algo=p.header.file_digest_algo,
                     )
                     for index, p in enumerate(repo.packages)
                 ),
@@ -342,3 +344,17 @@ def _manifest(
             for path, (data, role) in sorted(generated.items())
         ),
     )
+
+
+def fips_warnings(manifest: Manifest) -> dict[str, str]:
+    """Target (``rpm/x86_64``) -> why its rpms would not install on a FIPS node, for each such target."""
+    warnings = {}
+    for target in manifest.targets:
+        if target.format != "rpm":
+            continue
+        name = f"{target.format}/{target.arch}"
+        digests = [(p.name, p.file_digest_algo) for p in target.packages]
+        warning = build_warning(name, upstream_version(target.toolkit_version), digests)
+        if warning is not None:
+            warnings[name] = warning
+    return warnings

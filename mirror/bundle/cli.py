@@ -80,7 +80,7 @@ def build_command(
 ) -> None:
     """Build one signed offline bundle from a mirror."""
     from installer.freshness import RELEASE_CANDIDATE_NOTE, expiry_text, parse_duration, utc_now
-    from mirror.bundle.build import build_bundle, compression_for, parse_size
+    from mirror.bundle.build import build_bundle, compression_for, fips_warnings, parse_size
     from mirror.bundle.source import parse_target
     from mirror.lockfile import Lockfile
     from mirror.selectors import VersionSelector
@@ -118,6 +118,9 @@ def build_command(
 
     # the bundle, or the first part of a split one: a node takes the node check out of it alone
     command = node_command(result.outputs[0].name)
+    not_fips = fips_warnings(manifest)
+    for warning in not_fips.values():
+        output.warn(warning)
     if json_output:
         output.emit_json(
             {
@@ -133,6 +136,12 @@ def build_command(
                 "release_candidate": release_candidate,
                 "created": manifest.created,
                 "expires": manifest.expires,
+                # rpm targets: whether their rpms install on FIPS nodes (SHA256 file digests)
+                "fips_ready": {
+                    f"{t.format}/{t.arch}": f"{t.format}/{t.arch}" not in not_fips
+                    for t in manifest.targets
+                    if t.format == "rpm"
+                },
             }
         )
         return

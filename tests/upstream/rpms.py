@@ -4,6 +4,9 @@ Each stand-in rpm is built by the real ``rpmbuild`` from a generated spec whose 
 Conflicts / Obsoletes are the deb Depends / Breaks / Replaces in rpm syntax
 (:func:`tests.upstream.catalog.rpm_relations`). ``AutoReqProv: no`` keeps rpmbuild from adding
 ``/bin/sh`` and soname requirements, so the relations are exactly the translated ones.
+
+File digests are NVIDIA's (:func:`file_digest_algo`): MD5 up to 1.18.0, SHA256 from 1.18.1, so a
+1.17.8 stand-in fails on a FIPS node exactly as NVIDIA's 1.17.8 does.
 """
 
 from __future__ import annotations
@@ -20,6 +23,23 @@ from tests.upstream.keys import SigningKey
 
 _PAD_NAME: Final = "gpu-airgap-padding.bin"
 _RELATION_TAGS: Final = (("Depends", "Requires"), ("Breaks", "Conflicts"), ("Replaces", "Obsoletes"))
+#: rpm's FILEDIGESTALGO values (RFC 4880 hash ids): MD5 and SHA256
+MD5, SHA256 = 1, 8
+#: packages NVIDIA stopped building before the SHA256 rebuilds; every rpm of theirs carries MD5
+_LEGACY: Final = ("nvidia-container-runtime", "nvidia-docker2")
+
+
+def file_digest_algo(spec: PackageSpec) -> int:
+    """The file digest algorithm of NVIDIA's own rpm of ``spec``.
+
+    NVIDIA's rpms carried MD5 file digests (``rpm --checksig``: "Header SHA1 digest, MD5 digest") up to
+    and including 1.18.0; NVIDIA/nvidia-container-toolkit#1411 rebuilt them with SHA256 digests from
+    1.18.1 on (FIPS hosts and RPM 6 refuse MD5/SHA-1: #1476, #1307).
+    """
+    if spec.name in _LEGACY:
+        return MD5
+    release = tuple(int(part) for part in spec.upstream_version.split("~")[0].split("."))
+    return SHA256 if release >= (1, 18, 1) else MD5
 
 
 def _description(spec: PackageSpec) -> tuple[str, str]:
@@ -98,6 +118,7 @@ def build_rpm(spec: PackageSpec, out_dir: Path, work_dir: Path, *, payload_mb: f
         "use_source_date_epoch_as_buildtime": "1",
         "clamp_mtime_to_source_date_epoch": "1",
         "_buildhost": "gpu-airgap-stand-in",
+        "_binary_filedigest_algorithm": str(file_digest_algo(spec)),
         # Random padding does not compress; do not spend time trying.
         "_binary_payload": "w1.gzdio" if pad else "w9.xzdio",
     }
