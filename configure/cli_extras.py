@@ -2,7 +2,7 @@
 
 Each command builds a :class:`~configure.engine.ConfigPlan` with the library, then either prints
 its diff (``--dry-run``) or applies it through the journal, and renders the outcome (``--json``:
-one object). Errors are :class:`~plumbing.errors.ToolError` and are printed by ``installer.cli.run``.
+one object). Errors are :class:`~plumbing.errors.ToolError` and are printed by ``installer.cli.root.run``.
 ``configure/cli.py`` calls :func:`register_extras` to add these commands to the group.
 """
 

@@ -2,6 +2,6 @@
 
 import sys
 
-from installer.cli import main
+from installer.cli.root import main
 
 sys.exit(main())

@@ -161,7 +161,7 @@ def main() -> int:
         copy = extracted_copy(archive)
         if copy is not None:
             sys.path[0] = str(copy)
-    from installer.cli import main as cli_main
+    from installer.cli.root import main as cli_main
 
     return cli_main()
 

@@ -13,7 +13,7 @@ from typing import Dict, Tuple
 
 import typer
 
-from installer import cli as node_cli
+from installer.cli import root as node_cli
 from mirror.bundle import cli as bundle_cli
 
 #: name -> (module, attribute, help); the help is repeated so the root help needs no import (a test checks it).

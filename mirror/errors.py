@@ -4,7 +4,7 @@ Signature, checksum and path errors live in :mod:`plumbing.errors` because the n
 them too; these are only raised on the mirror host.
 
 Each is a :class:`~plumbing.errors.ToolError` whose ``str()`` is one sentence a user can act on;
-``installer.cli.run`` prints it and exits with the class's :class:`~plumbing.errors.ExitCode`.
+``installer.cli.root.run`` prints it and exits with the class's :class:`~plumbing.errors.ExitCode`.
 """
 
 from __future__ import annotations

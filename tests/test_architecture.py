@@ -132,10 +132,12 @@ def test_programs_that_run_alone_on_a_node_import_none_of_our_packages(script: s
 
 
 def test_the_scan_sees_the_imports_it_judges() -> None:
-    # A rule over an empty scan would pass for nothing: the lazy import in installer/cli.py and the
+    # A rule over an empty scan would pass for nothing: the lazy import in installer/cli/root.py and the
     # optional zstandard import in installer/archive.py must both be found, the latter not at module level.
     lazy = [
-        i for i in imports_of("installer/cli.py") if i.module == "installer.bundle_cli.add_bundle_commands"
+        i
+        for i in imports_of("installer/cli/root.py")
+        if i.module == "installer.cli.bundle.add_bundle_commands"
     ]
     optional = [i for i in imports_of("installer/archive.py") if i.module == "zstandard"]
     assert lazy and not lazy[0].top_level

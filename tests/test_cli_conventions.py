@@ -16,7 +16,7 @@ import click
 import pytest
 import typer
 
-from installer import cli as node_cli
+from installer.cli import root as node_cli
 from mirror.cli import make_app
 from plumbing.clikit import hoist_global_flags, repeated_option
 from plumbing.errors import ExitCode

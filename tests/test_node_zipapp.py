@@ -18,7 +18,8 @@ from types import SimpleNamespace
 import pytest
 import typer
 
-from installer import cli, zipapp_main
+from installer import zipapp_main
+from installer.cli import root as cli
 from mirror.bundle.zipapp import build_zipapp
 from tests.cli_runner import run_cli
 
@@ -36,7 +37,7 @@ HEAVY = (
 
 
 def test_root_help_imports_neither_configure_nor_its_parsers_nor_gnupg() -> None:
-    code = "import json, sys; from installer.cli import main; main(['--help']); print(json.dumps(sorted(sys.modules)))"
+    code = "import json, sys; from installer.cli.root import main; main(['--help']); print(json.dumps(sorted(sys.modules)))"
     done = subprocess.run(
         [sys.executable, "-c", code],
         capture_output=True,
@@ -87,7 +88,7 @@ def test_extracted_copy_is_private_complete_and_reused(pyz: Path, tmp_path: Path
     first = zipapp_main.extracted_copy(pyz, base)
     assert first is not None and first.parent == base
     assert (base.stat().st_mode & 0o777, first.stat().st_mode & 0o777) == (0o700, 0o700)
-    assert (first / "installer/cli.py").read_bytes() == (Path(cli.__file__)).read_bytes()
+    assert (first / "installer/cli/root.py").read_bytes() == (Path(cli.__file__)).read_bytes()
     assert (first / zipapp_main.MARKER).read_text() == hashlib.sha256(pyz.read_bytes()).hexdigest() + "\n"
     (first / "installer/__pycache__").mkdir()  # what Python writes on the first run survives reuse
     assert zipapp_main.extracted_copy(pyz, base) == first and (first / "installer/__pycache__").is_dir()
@@ -99,9 +100,11 @@ def test_damaged_copy_is_made_again_and_a_foreign_cache_is_not_used(pyz: Path, t
     first = zipapp_main.extracted_copy(pyz, base)
     assert first is not None
     (first / zipapp_main.MARKER).write_text("0" * 64 + "\n")  # e.g. a copy of another archive under this name
-    (first / "installer/cli.py").write_text("raise SystemExit('tampered')\n")
+    (first / "installer/cli/root.py").write_text("raise SystemExit('tampered')\n")
     again = zipapp_main.extracted_copy(pyz, base)
-    assert again == first and (first / "installer/cli.py").read_bytes() == Path(cli.__file__).read_bytes()
+    assert (
+        again == first and (first / "installer/cli/root.py").read_bytes() == Path(cli.__file__).read_bytes()
+    )
     open_to_all = tmp_path / "world-writable"
     open_to_all.mkdir(mode=0o777)
     open_to_all.chmod(0o777)  # others could swap files in: run from the zip instead
@@ -115,7 +118,7 @@ def _swapped(pyz: Path, tmp_path: Path) -> bytes:
         for info in src.infolist():
             data = src.read(info)
             dst.writestr(
-                info, b"raise SystemExit('swapped')\n" if info.filename == "installer/cli.py" else data
+                info, b"raise SystemExit('swapped')\n" if info.filename == "installer/cli/root.py" else data
             )
     return evil.read_bytes()
 
@@ -147,11 +150,11 @@ def test_a_zipapp_swapped_after_it_was_hashed_never_lands_in_the_cache(
     base = tmp_path / "cache"
     copy = zipapp_main.extracted_copy(exposed, base)
     assert copy is not None and exposed.read_bytes() == swapped  # the swap did happen
-    assert (copy / "installer/cli.py").read_bytes() == Path(cli.__file__).read_bytes()
+    assert (copy / "installer/cli/root.py").read_bytes() == Path(cli.__file__).read_bytes()
     monkeypatch.undo()
     exposed.write_bytes(genuine)  # a later run of the genuine zipapp reuses a genuine copy
     assert zipapp_main.extracted_copy(exposed, base) == copy
-    assert (copy / "installer/cli.py").read_bytes() == Path(cli.__file__).read_bytes()
+    assert (copy / "installer/cli/root.py").read_bytes() == Path(cli.__file__).read_bytes()
 
 
 def test_a_cache_directory_that_is_a_link_or_not_ours_is_refused_with_a_warning(
@@ -189,7 +192,7 @@ def test_zipapp_help_runs_isolated_from_the_cache_and_from_the_zip(
         assert done.returncode == 0, done.stderr
         assert "install" in done.stdout and "configure" in done.stdout
     (copy,) = (tmp_path / "cache").iterdir()
-    assert list(copy.glob("installer/__pycache__/cli.*.pyc"))
+    assert list(copy.glob("installer/cli/__pycache__/root.*.pyc"))
     open_to_all = tmp_path / "world-writable"
     open_to_all.mkdir()
     open_to_all.chmod(0o777)

@@ -287,11 +287,11 @@ def _sha256_file(path: Path) -> str:
 
 def _pin(text: str, plain_http: bool, ca_file: Optional[Path]) -> Tuple[str, str]:
     """``oci://HOST/REPO@sha256:…`` as given, or a tag resolved to its manifest digest by asking the registry."""
+    from installer.cli.oci import registry_access
     from installer.oci import is_oci_reference
     from installer.oci.client import RegistryClient
     from installer.oci.reference import parse_reference
     from installer.oci.transfer import resolve
-    from installer.oci_cli import registry_access
 
     if not is_oci_reference(text):
         raise UsageError(f"--bundle {text!r} must be an oci://HOST[:PORT]/REPO:TAG or @sha256:… reference")
@@ -405,10 +405,10 @@ def _read_binary(path: Path) -> bytes:
 
 def _push_image(image: fleet_image.Image, target: str, plain_http: bool, ca_file: Optional[str]) -> str:
     """Upload the blobs and the manifest; the pinned reference to give ``fleet k8s --image`` (without oci://)."""
+    from installer.cli.oci import registry_access
     from installer.oci import is_oci_reference
     from installer.oci.client import RegistryClient
     from installer.oci.reference import parse_reference
-    from installer.oci_cli import registry_access
 
     if not is_oci_reference(target):
         raise UsageError(f"--push {target!r} must be an oci://HOST[:PORT]/REPO:TAG reference")

@@ -2,7 +2,7 @@
 
 The options become a :class:`~installer.oci.client.RegistryAccess` here (``--password-stdin``
 reads stdin, Docker's config is consulted when no ``--username`` is given); the library does the
-rest and errors propagate to :func:`installer.cli.run`. Annotations use ``typing.Optional``
+rest and errors propagate to :func:`installer.cli.root.run`. Annotations use ``typing.Optional``
 because typer reads them at runtime on python3.9.
 """
 
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Iterator, Optional
 
 import typer
 
-from installer.bundle_cli import ALLOW_EXPIRED, FINGERPRINT, bundle_facts
+from installer.cli.bundle import ALLOW_EXPIRED, FINGERPRINT, bundle_facts
 from plumbing import fsutil, output, rate
 from plumbing.clikit import emit_report, refuse_json_to_stdout
 from plumbing.errors import UsageError

@@ -97,8 +97,8 @@ NODE_BUNDLE_HELP = "Inspect, verify, push and pull signed offline bundles."
 
 def make_bundle_app(help_text: str = NODE_BUNDLE_HELP) -> typer.Typer:
     """The ``bundle`` group with the node-side commands; ``mirror.cli`` adds ``build``."""
-    from installer.bundle_cli import add_bundle_commands
-    from installer.oci_cli import add_oci_commands
+    from installer.cli.bundle import add_bundle_commands
+    from installer.cli.oci import add_oci_commands
 
     bundle_app = typer.Typer(cls=Group, help=help_text, no_args_is_help=True)
     add_bundle_commands(bundle_app)
@@ -131,7 +131,7 @@ def make_app(
 
 
 def _add_node_commands(app: typer.Typer) -> None:
-    from installer.node_cli import add_node_commands
+    from installer.cli.node import add_node_commands
 
     add_node_commands(app)
 

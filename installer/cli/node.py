@@ -2,7 +2,7 @@
 
 Each command turns flags into options, calls the library with the real :class:`~installer.env.NodeEnv`
 and renders the result (human lines, or one JSON object with ``--json``). Errors propagate to
-:func:`installer.cli.run`, the one place that prints them. Annotations use ``typing.Optional``
+:func:`installer.cli.root.run`, the one place that prints them. Annotations use ``typing.Optional``
 because typer reads them at runtime on python3.9.
 """
 
@@ -23,8 +23,8 @@ from configure.validate import (
     SYSTEMD_CGROUP_CHOICES,
     existing_root,
 )
-from installer import oci_cli
-from installer.bundle_cli import ALLOW_EXPIRED, FINGERPRINT
+from installer.cli import oci
+from installer.cli.bundle import ALLOW_EXPIRED, FINGERPRINT
 from plumbing.errors import ExitCode
 from plumbing.output import emit_json, emit_lines, json_facts
 
@@ -136,11 +136,11 @@ def install_command(
     no_restart: bool = _NO_RESTART,
     dry_run: bool = _DRY_RUN,
     as_json: bool = _JSON,
-    username: Optional[str] = oci_cli.USERNAME,
-    password_stdin: bool = oci_cli.PASSWORD_STDIN,
-    ca_file: Optional[str] = oci_cli.CA_FILE,
-    plain_http: bool = oci_cli.PLAIN_HTTP,
-    min_rate: int = oci_cli.MIN_RATE,
+    username: Optional[str] = oci.USERNAME,
+    password_stdin: bool = oci.PASSWORD_STDIN,
+    ca_file: Optional[str] = oci.CA_FILE,
+    plain_http: bool = oci.PLAIN_HTTP,
+    min_rate: int = oci.MIN_RATE,
     distro: Optional[str] = _DISTRO,
     force: bool = _TAKE_OVER,
     fingerprint: Optional[str] = FINGERPRINT,
@@ -174,9 +174,7 @@ def install_command(
         systemd_cgroup=systemd_cgroup,
         fips=fips,
     )
-    with oci_cli.local_bundle(
-        bundle, keyring, username, password_stdin, ca_file, plain_http, min_rate
-    ) as local:
+    with oci.local_bundle(bundle, keyring, username, password_stdin, ca_file, plain_http, min_rate) as local:
         env = NodeEnv(
             log=_progress, opener=metered_opener(terminal_meter("verifying the bundle", quiet=as_json))
         )
