@@ -4,6 +4,8 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 PYTEST_WORKERS ?= 2
+# Units (a file, or the tests sharing a costly fixture) go to the workers longest first: tests/conftest.py.
+XDIST  := -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 .PHONY: test check demo lint typecheck pycompat pytest sysdeps venv bench clean debootstrapcache
 
@@ -12,7 +14,7 @@ test: venv sysdeps lint typecheck pycompat pytest
 # The fast tier for the edit-test loop (under a minute on 2 CPUs, docs/testing.md): lint, types
 # (mypy reuses .mypy_cache) and the tests not marked slow. `make test` once first installs the tools.
 check: venv lint typecheck
-	$(VENV)/bin/pytest -n $(PYTEST_WORKERS) -m "not slow" -q $(PYTEST_ARGS)
+	$(VENV)/bin/pytest $(XDIST) -m "not slow" -q $(PYTEST_ARGS)
 
 venv: $(STAMP)
 
@@ -39,10 +41,9 @@ pycompat: venv
 	$(VENV)/bin/vermin --target=3.9- --violations --no-tips --eval-annotations --feature union-types --backport typing plumbing configure installer \
 		mirror/fleet/data/k8s-node.py deploy/ansible/collections/ansible_collections/airgap/gpu_airgap/plugins/modules
 
-# Two workers, one test file each at a time, in the order tests/conftest.py gives (longest files
-# first, so both workers end together); session caches are shared and built once, under a lock.
+# Two workers; session caches are shared and built once, under a lock (docs/testing.md).
 pytest: venv sysdeps debootstrapcache
-	$(VENV)/bin/pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
+	$(VENV)/bin/pytest $(XDIST) $(PYTEST_ARGS)
 
 # The .debs debootstrap --variant=minbase needs, as a local repo for tests/test_node_debootstrap.py
 # (apt-get download with the host's apt configuration; seconds, and a no-op once cached).

@@ -10,8 +10,10 @@ import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from xdist.scheduler import LoadScopeScheduling
 
 from mirror.trust import open_keyring
 from plumbing import clock
@@ -52,39 +54,81 @@ HEAVY_MODULES = frozenset(
     )
 )
 
-#: The longest modules under ``make test``, longest first. pytest-xdist (``--dist loadfile
-#: --no-loadscope-reorder``) hands whole files to the two workers in collection order, so these
-#: start first and the short ones fill in at the end: both workers finish together.
-LONGEST_FIRST = (
-    "tests/live/test_systemd_node.py",
-    "tests/live/test_ansible_booted_node.py",
-    "tests/test_fleet_ansible.py",
-    "tests/live/test_real_packages_booted.py",
-    "tests/test_real_packages.py",
-    "tests/test_node_install.py",
-    "tests/test_mirror_sync.py",
-    "tests/test_real_packages_cdi.py",
-    "tests/test_fleet_k8s_rollout.py",
-    "tests/test_demo.py",
-    "tests/test_readme_recipes.py",
-    "tests/test_node_debootstrap.py",
-    "tests/test_nvidia_ctk_oracle.py",
-    "tests/test_fleet_ansible_transports.py",
-    "tests/test_cli_conventions.py",
-    "tests/test_distros.py",
-    "tests/test_bundle.py",
-    "tests/test_uninstall_resume.py",
-    "tests/test_install_sh.py",
-)
+#: The units pytest-xdist hands out (``make test``: ``--dist loadfile``) that are not whole files,
+#: by node id prefix: the mirror-path tests of the fleet playbook share one costly module fixture
+#: (``mirror_rollout``) and run apart from the rest of their file; the transport tests share none,
+#: so each is a unit of its own (None). A test renamed out of a prefix still passes: it only
+#: builds its fixture a second time on the other worker.
+UNITS: dict[str, str | None] = {
+    "tests/test_fleet_ansible.py::test_mirror_path_": "tests/test_fleet_ansible.py::mirror_rollout",
+    "tests/test_fleet_ansible_transports.py::": None,
+}
+
+#: Seconds each unit took in one full run (2 workers, load average 3-9: only the ratios count;
+#: a test of a None unit counts its prefix's figure). The units go to the workers in collection
+#: order (``--no-loadscope-reorder``), so the longest start first and the short ones fill in at
+#: the end: both workers finish together.
+SECONDS = {
+    "tests/test_fleet_ansible.py::mirror_rollout": 334,
+    "tests/test_fleet_ansible.py": 325,
+    "tests/test_fleet_k8s_rollout.py": 115,
+    "tests/live/test_ansible_booted_node.py": 100,
+    "tests/test_real_packages_cdi.py": 94,
+    "tests/live/test_systemd_node.py": 81,
+    "tests/test_real_packages.py": 67,
+    "tests/test_nvidia_ctk_oracle.py": 63,
+    "tests/test_fleet_ansible_transports.py::": 52,  # per test
+    "tests/test_node_install.py": 50,
+    "tests/test_mirror_sync.py": 35,
+    "tests/test_full_disk.py": 35,
+    "tests/live/test_image_uninstall.py": 31,
+    "tests/test_uninstall_resume.py": 27,
+    "tests/live/test_real_packages_booted.py": 26,
+    "tests/test_readme_recipes.py": 75,  # measured by its author, not in that run
+    "tests/test_demo.py": 25,
+    "tests/test_install_sh.py": 23,
+    "tests/test_real_packages_purge.py": 22,
+    "tests/test_bench_peers.py": 20,
+    "tests/live/test_cdi_devices.py": 18,
+    "tests/test_oci.py": 16,
+    "tests/test_fleet_k8s.py": 15,
+    "tests/test_node_debootstrap.py": 14,
+    "tests/test_fleet_podman.py": 14,
+    "tests/test_recorded_paths.py": 14,
+    "tests/live/test_podman_rootless.py": 13,
+    "tests/test_cli_conventions.py": 13,
+    "tests/test_node_install_faults.py": 13,
+}
 
 
+def unit_of(nodeid: str) -> tuple[str, str]:
+    """The unit of the test ``nodeid`` and the key of its figure in :data:`SECONDS`."""
+    for prefix, unit in UNITS.items():
+        if nodeid.startswith(prefix):
+            return (unit or nodeid, unit or prefix)
+    module = nodeid.split("::", 1)[0]
+    return (module, module)
+
+
+class _UnitScheduling(LoadScopeScheduling):
+    """``--dist loadfile``, with the units of :data:`UNITS` instead of whole files where listed."""
+
+    def _split_scope(self, nodeid: str) -> str:
+        return unit_of(nodeid)[0]
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> LoadScopeScheduling | None:
+    """Hand out :func:`unit_of` units for ``--dist loadfile`` (any other mode is pytest-xdist's own)."""
+    return _UnitScheduling(config, log) if config.getvalue("dist") == "loadfile" else None
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest's -m reads the marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark the tests of :data:`HEAVY_MODULES` slow; put :data:`LONGEST_FIRST` first (stable otherwise)."""
-    rank = {module: index for index, module in enumerate(LONGEST_FIRST)}
+    """Mark :data:`HEAVY_MODULES` slow; put the longest units first (stable: the rest keep their order)."""
     for item in items:
         if item.nodeid.split("::", 1)[0] in HEAVY_MODULES:
             item.add_marker(pytest.mark.slow)
-    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))
+    items.sort(key=lambda item: -SECONDS.get(unit_of(item.nodeid)[1], 0))
 
 
 @pytest.fixture(autouse=True)
