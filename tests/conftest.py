@@ -43,6 +43,7 @@ HEAVY_MODULES = frozenset(
         "bundle_build_safety",
         "mirror_switch",
         "node_hostile_folder",
+        "node_rotation",
         "distros_install",
         "oci",
         "fleet_image",
@@ -334,6 +335,22 @@ def deb_bundle(deb_mirror: Path, operator_key: TestKey, tmp_path_factory: pytest
         "--output",
         str(out),
     )
+    assert built.exit_code == 0, built.stderr
+    return out
+
+
+@pytest.fixture(scope="session")
+def dual_bundle(
+    deb_mirror: Path, rotation: tuple[TestKey, TestKey], tmp_path_factory: pytest.TempPathFactory
+) -> Path:
+    """The same bundle signed by the old and the new operator key (``--sign-key OLD --sign-key NEW``). Read-only."""
+    old, new = rotation
+    out = tmp_path_factory.mktemp("dual-bundle") / "nvct-1.17.8.tar.zst"
+    built = run_cli(
+        "bundle", "build", "--mirror", str(deb_mirror), "--version", "1.17.8", "--target", "deb/amd64",
+        "--sign-key", old.fingerprint, "--sign-key", new.fingerprint, "--gnupghome", str(old.home),
+        "--output", str(out),
+    )  # fmt: skip
     assert built.exit_code == 0, built.stderr
     return out
 

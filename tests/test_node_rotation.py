@@ -25,7 +25,6 @@ from plumbing.errors import ExitCode
 from tests import bundle_tamper as tamper
 from tests.gpgkeys import TestKey
 from tests.node_fixtures import node_python, node_tools_dir
-from tests.test_bundle_trust import _build
 from tests.test_node_trust import BUNDLE, Node
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -40,17 +39,6 @@ GPG_DIGESTS = {"SHA-1": "SHA1", "RIPEMD-160": "RIPEMD160", "SHA-256": "SHA256"}
 @pytest.fixture(scope="module")
 def node_bin(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return node_tools_dir(tmp_path_factory.mktemp("node-bin"))
-
-
-@pytest.fixture(scope="module")
-def dual(
-    deb_mirror: Path, rotation: tuple[TestKey, TestKey], tmp_path_factory: pytest.TempPathFactory
-) -> Path:
-    """A bundle ``bundle build --sign-key OLD --sign-key NEW`` made (read-only)."""
-    out = tmp_path_factory.mktemp("dual") / BUNDLE
-    built = _build(deb_mirror, out, *rotation)
-    assert built.exit_code == 0, built.stderr
-    return out
 
 
 def signature(key: TestKey, data: bytes, digest: str = "SHA512") -> bytes:
@@ -140,14 +128,14 @@ def _admin(tmp_path: Path, node_bin: Path, bundle: Path, key: Path, name: str = 
 @pytest.mark.parametrize("holds", ["old", "new"])
 def test_the_node_command_and_install_sh_accept_a_dual_signed_bundle_on_a_node_holding_either_key(
     holds: str,
-    dual: Path,
+    dual_bundle: Path,
     rotation: tuple[TestKey, TestKey],
     node_bin: Path,
     tmp_path: Path,
 ) -> None:
     key = dict(zip(("old", "new"), rotation))[holds]
     sums = tmp_path / NODE_SUMS
-    sums.write_bytes(_member(dual, NODE_SUMS))
+    sums.write_bytes(_member(dual_bundle, NODE_SUMS))
     plain_gpgv = subprocess.run(  # what the command ran before: gpgv refuses the unknown second signer
         [
             "gpgv",
@@ -158,12 +146,12 @@ def test_the_node_command_and_install_sh_accept_a_dual_signed_bundle_on_a_node_h
             "-",
             str(sums),
         ],
-        input=_member(dual, NODE_SUMS_SIGNATURE),
+        input=_member(dual_bundle, NODE_SUMS_SIGNATURE),
         capture_output=True,
         check=False,
     )
     assert plain_gpgv.returncode == 2 and b"No public key" in plain_gpgv.stderr  # the premise
-    admin = _admin(tmp_path, node_bin, dual, key.public)
+    admin = _admin(tmp_path, node_bin, dual_bundle, key.public)
     done = admin.command()
     assert done.returncode == 0, done.stderr
     assert "dry run: nothing was changed" in done.stdout and f"signed by {key.fingerprint}" in done.stdout
@@ -281,12 +269,12 @@ def test_a_pinned_fingerprint_refuses_a_signature_by_another_key_of_the_file(
 
 
 def test_install_sh_refuses_a_fingerprint_that_is_not_forty_hex_digits(
-    dual: Path,
+    dual_bundle: Path,
     rotation: tuple[TestKey, TestKey],
     node_bin: Path,
     tmp_path: Path,
 ) -> None:
-    admin = _admin(tmp_path, node_bin, dual, rotation[0].public)
+    admin = _admin(tmp_path, node_bin, dual_bundle, rotation[0].public)
     done = admin.install_sh("--fingerprint", rotation[0].fingerprint[-16:])
     admin.refused(done, "is not a full 40-hex-digit fingerprint", ExitCode.USAGE)
 

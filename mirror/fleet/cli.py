@@ -23,7 +23,7 @@ from mirror.fleet import k8s as fleet_k8s
 from plumbing.clikit import Group, given, option_name, refuse_json_to_stdout
 from plumbing.errors import UsageError
 from plumbing.fsutil import output_is_stream, write_output
-from plumbing.gpg import check_key_file
+from plumbing.gpg import Keyring, check_key_file
 from plumbing.output import emit_json, emit_lines, warn
 from plumbing.proc import run
 from plumbing.version import VERSION
@@ -112,6 +112,13 @@ _KEYRING = typer.Option(
     metavar="FILE",
     help="The operator's public key, embedded in a ConfigMap. " + ONE_OF_KEY,
 )
+_FINGERPRINT = typer.Option(
+    None,
+    "--fingerprint",
+    metavar="FPR",
+    help="Trust only this key of the operator key file (full 40-hex-digit fingerprint); "
+    "required when it holds several keys.",
+)
 _KEYRING_CONFIGMAP = typer.Option(
     None,
     "--keyring-configmap",
@@ -185,6 +192,7 @@ def k8s_command(
     take_over: bool = _TAKE_OVER,
     keyring: Optional[Path] = _KEYRING,
     keyring_configmap: Optional[str] = _KEYRING_CONFIGMAP,
+    fingerprint: Optional[str] = _FINGERPRINT,
     tools: str = _TOOLS,
     image: Optional[str] = _IMAGE,
     namespace: str = _NAMESPACE,
@@ -217,6 +225,7 @@ def k8s_command(
         registry_ca_text=ca_text,
         take_over=take_over,
         keyring_configmap=keyring_configmap,
+        fingerprint=fingerprint,
         image=image,
         tools=tools,
         namespace=namespace,
@@ -231,7 +240,7 @@ def k8s_command(
         runtimeclass=not no_runtimeclass,
         distro=distro,
     )
-    keyring_text = _read_key(keyring) if keyring is not None else None
+    keyring_text = _read_key(keyring, fingerprint) if keyring is not None else None
     text = fleet_k8s.render(options, pod_script(), keyring_text)
     note = fleet_k8s.runtimeclass_note(options)
     if note is not None:
@@ -432,7 +441,12 @@ def _read_ca(path: Path) -> str:
     return text
 
 
-def _read_key(path: Path) -> str:
+def _read_key(path: Path, fingerprint: Optional[str] = None) -> str:
+    """The operator key file's text, refused as the nodes would refuse it with ``fingerprint``.
+
+    A file of several keys without a pin, or a pin the file does not hold, would fail every node's
+    install (``Keyring.open_signer``): say so here, once, before the manifests go out.
+    """
     check_key_file(path)
     try:
         data = path.read_bytes()
@@ -440,6 +454,7 @@ def _read_key(path: Path) -> str:
         raise UsageError(f"cannot read the operator key {path}: {exc.strerror or exc}") from exc
     if b"-----BEGIN PGP PUBLIC KEY BLOCK-----" not in data:
         raise UsageError(f"{path} is not an armored public key (gpg --armor --export KEY > {path.name})")
+    Keyring.open_signer(path, fingerprint=fingerprint).close()
     return data.decode("ascii", errors="replace")
 
 

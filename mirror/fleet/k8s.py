@@ -44,6 +44,7 @@ from configure import runtimeclass
 from configure.distros.detection import NAMES as DISTROS
 from configure.validate import CDI_CHOICES, RUNTIME_CHOICES
 from plumbing.errors import UsageError
+from plumbing.gpg import parse_fingerprint
 from plumbing.version import VERSION
 
 APP_LABEL = "app.kubernetes.io/name"
@@ -95,6 +96,7 @@ class K8sOptions:
     )
     take_over: bool = False  #: install --force: take over from the GPU Operator
     keyring_configmap: Optional[str] = None  #: None: a ConfigMap is rendered from the key text
+    fingerprint: Optional[str] = None  #: the one key of the operator key file to trust (--fingerprint)
     image: Optional[str] = None  #: None: IMAGE_FOR_TOOLS[tools]
     tools: str = "host"
     namespace: str = "gpu-airgap"
@@ -125,6 +127,8 @@ class K8sOptions:
                 f"--bundle {self.bundle_ref!r} must be pinned to its digest (oci://HOST/REPO@sha256:…)"
             )
         parse_max_unavailable(self.max_unavailable)
+        if self.fingerprint is not None:
+            parse_fingerprint(self.fingerprint)
         if self.registry_ca_text is not None and self.bundle_ref is None:
             raise UsageError("--registry-ca applies to --bundle oci://… only")
         if self.registry_secret is not None and (
@@ -344,6 +348,8 @@ def _env(options: K8sOptions) -> List[Dict[str, str]]:
         "GPU_AIRGAP_HOLD": str(options.hold).lower(),
         "GPU_AIRGAP_TAKE_OVER": str(options.take_over).lower(),
     }
+    if options.fingerprint is not None:  # the pod's check of the node tool and the installer's --fingerprint
+        values["GPU_AIRGAP_FINGERPRINT"] = parse_fingerprint(options.fingerprint)
     if options.distro is not None:  # the same detection as on the node, overridden the same way
         values["GPU_AIRGAP_DISTRO"] = options.distro
     if on_host:

@@ -72,6 +72,15 @@ OCI_PART_LAYER = "application/vnd.gpu-airgap.bundle.part.v1"
 OCI_SUMS_LAYER = "application/vnd.gpu-airgap.bundle.sha256sums.v1"
 OCI_SUMS_SIGNATURE_LAYER = "application/vnd.gpu-airgap.bundle.sha256sums.signature.v1"
 MAX_MANIFEST = 4 << 20
+#: how the node's first check decides from gpgv's status lines, not its exit status (which is 2 when a
+#: second signature is by a key the node lacks: a bundle the old and the new operator key both signed);
+#: installer/nodecheck.py, mirrored here: refused on a bad signature or one by an expired or revoked
+#: key, good with a SHA-2 signature whose primary-key fingerprint is the pinned one (any key of the file
+#: when $GPU_AIRGAP_FINGERPRINT is empty)
+GPGV_OPTIONS = "--weak-digest SHA1 --status-fd 1"
+REFUSING_STATUS = r"^\[GNUPG:\] (BADSIG|EXPKEYSIG|REVKEYSIG) "
+GOOD_SIGNATURE = r"^\[GNUPG:\] VALIDSIG ([^ ]+ ){7}(8|9|1[0-24]) [^ ]+ "
+ANY_KEY = "[0-9A-F]{40}"
 RECHECK = 300  #: seconds between the readiness probe's full checks (``status``)
 
 
@@ -238,7 +247,7 @@ def _first_part(registry: Registry, ref: str, layers: List[Dict[str, Any]], dest
         _pull_blob(registry, ref, layers[-1], signature)
         if not _signed_by(_dearmored(key, work), signature, sums, work):
             _refuse(
-                f"the checksum list of the split bundle {ref} is not signed by the operator key {key}; refusing it"
+                f"the checksum list of the split bundle {ref} is not signed by the operator key {_operator_key(key)}; refusing it"
             )
         _pull_blob(registry, ref, layers[0], work / "part")
         title = str((layers[0].get("annotations") or {}).get("org.opencontainers.image.title", ""))
@@ -257,26 +266,29 @@ def _refuse(message: str) -> NoReturn:
 
 
 def _signed_by(keyring: Path, signature: Path, data: Path, home: Path) -> bool:
-    """A good detached signature by a key of ``keyring`` (binary): gpgv, else gpg with only that keyring."""
+    """A good detached signature by the operator key (``keyring``, binary; the pinned key of it): gpgv, else gpg."""
     if shutil.which("gpgv"):
-        argv = ["gpgv", "--homedir", str(home), "--keyring", str(keyring), str(signature), str(data)]
+        argv = ["gpgv", "--homedir", str(home), *GPGV_OPTIONS.split(), "--keyring", str(keyring)]
     else:
-        argv = [
-            "gpg",
-            "--batch",
-            "--homedir",
-            str(home),
-            "--no-default-keyring",
-            "--keyring",
-            str(keyring),
-            "--verify",
-            str(signature),
-            str(data),
-        ]
-    return (
-        subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False).returncode
-        == 0
+        argv = ["gpg", "--batch", "--homedir", str(home), *GPGV_OPTIONS.split(), "--no-default-keyring"]
+        argv += ["--keyring", str(keyring), "--verify"]
+    status = subprocess.run(
+        [*argv, str(signature), str(data)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, check=False
+    ).stdout.decode("ascii", "replace")
+    signer = re.escape(_pinned()) if _pinned() else ANY_KEY
+    return not re.search(REFUSING_STATUS, status, re.M) and bool(
+        re.search(GOOD_SIGNATURE + signer + "$", status, re.M)
     )
+
+
+def _pinned() -> str:
+    """$GPU_AIRGAP_FINGERPRINT (``fleet k8s --fingerprint``, checked there), upper case; empty: not pinned."""
+    return _env("GPU_AIRGAP_FINGERPRINT").replace(" ", "").upper()
+
+
+def _operator_key(key: Path) -> str:
+    """How refusals name the trusted key: the file, and the pinned fingerprint when there is one."""
+    return f"{_pinned()} of {key}" if _pinned() else str(key)
 
 
 def _dearmored(key: Path, work: Path) -> Path:
@@ -322,7 +334,7 @@ def node_tool(bundle: Path, dest: Path, key: Path) -> None:
             )
         if not _signed_by(_dearmored(key, work), work / NODE_SUMS_SIGNATURE, work / NODE_SUMS, work):
             _refuse(
-                f"the node tool in {bundle} is not signed by the operator key {key} ({NODE_SUMS_SIGNATURE}); refusing to run it"
+                f"the node tool in {bundle} is not signed by the operator key {_operator_key(key)} ({NODE_SUMS_SIGNATURE}); refusing to run it"
             )
         with open(work / NODE_TOOL, "rb") as tool:
             actual = hashlib.sha256(tool.read()).hexdigest()
@@ -381,6 +393,8 @@ def install_argv(tool: Path, bundle: Union[Path, str]) -> List[str]:
     ]
     if not _on_host() or _env("GPU_AIRGAP_RESTART", "systemd") == "none":
         argv.append("--no-restart")
+    if _pinned():  # the one key of the file to trust (fleet k8s --fingerprint)
+        argv += ["--fingerprint", _pinned()]
     if _env("GPU_AIRGAP_SET_AS_DEFAULT") == "true":
         argv.append("--set-as-default")
     if _env("GPU_AIRGAP_HOLD") == "true":  # the rollout is the operator's say-so to move the held nodes on

@@ -60,6 +60,11 @@ options:
   keyring:
     description: state=present - the operator's public key on the node.
     type: path
+  fingerprint:
+    description:
+      - state=present - the full 40-hex-digit fingerprint of the one key of I(keyring) to trust (install's
+        --fingerprint); required when that file holds several keys.
+    type: str
   bundle_pending:
     description: The bundle or tool is not on the node yet (a check-mode run did not copy or fetch it).
     type: bool
@@ -173,6 +178,7 @@ def main() -> None:
             "python": {"type": "str", "default": "python3"},
             "bundle": {"type": "str"},
             "keyring": {"type": "path"},
+            "fingerprint": {"type": "str"},
             "bundle_pending": {"type": "bool", "default": False},
             "root": {"type": "path", "default": "/"},
             "runtime": {
@@ -261,6 +267,8 @@ def _install_args(p: dict) -> list:
         p["cdi"],
         "--no-restart",
     ]
+    if p["fingerprint"]:
+        args += ["--fingerprint", p["fingerprint"]]
     if p["set_as_default"]:
         args.append("--set-as-default")
     if p["hold"]:  # the play names the bundle: it moves held nodes on and keeps them held
