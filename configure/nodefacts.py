@@ -29,6 +29,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from configure.changes import read_optional
 from configure.distros import detection
+from configure.systems import NodeSystem, identify
 from plumbing.arch import normalize_arch
 from plumbing.errors import ToolError
 from plumbing.fsutil import is_live_root, rooted
@@ -54,11 +55,12 @@ Runner = Callable[[Sequence[str]], Optional[str]]
 
 @dataclass(frozen=True)
 class OsRelease:
-    """The three ``/etc/os-release`` fields that choose a bundle target."""
+    """The ``/etc/os-release`` fields that choose a bundle target (ID, ID_LIKE, VERSION_ID) and NAME."""
 
     id: str = ""
     id_like: Tuple[str, ...] = ()
     version_id: str = ""
+    name: str = ""  #: NAME, to name a system the supported-systems table does not know
 
     def __str__(self) -> str:
         return f"{self.id or 'unknown'} {self.version_id}".strip()
@@ -77,9 +79,15 @@ class NodeFacts:
     driver: bool = False  #: an NVIDIA kernel driver is loaded (CDI can be generated)
     notes: Tuple[str, ...] = field(default=(), compare=False)
 
+    @property
+    def system(self) -> NodeSystem:
+        """Which system this is, its package manager and whether it is supported (:mod:`configure.systems`)."""
+        os = self.os
+        return identify(os.id, os.id_like, os.version_id, os.name, self.package_format)
+
     def describe(self) -> str:
-        """One phrase naming the node, e.g. ``ubuntu 22.04, deb, amd64``."""
-        return f"{self.os}, {self.package_format or 'no dpkg/rpm'}, {self.arch}"
+        """One phrase naming the node, e.g. ``Ubuntu 22.04 (apt), deb, amd64``."""
+        return f"{self.system.label()}, {self.package_format or 'no dpkg/rpm'}, {self.arch}"
 
 
 def parse_os_release(text: str) -> OsRelease:
@@ -103,6 +111,7 @@ def parse_os_release(text: str) -> OsRelease:
         id=values.get("ID", "").lower(),
         id_like=tuple(values.get("ID_LIKE", "").lower().split()),
         version_id=values.get("VERSION_ID", ""),
+        name=values.get("NAME", ""),
     )
 
 

@@ -12,7 +12,7 @@ so an uninstall killed at any point is finished by running it again.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
@@ -322,6 +322,7 @@ def status(
     return {
         "root": str(root),
         "node": facts.describe(),
+        "system": asdict(facts.system),
         "installed_by_gpu_airgap": state is not None,
         "bundle_id": state.bundle_id if state else None,
         "signer": state.signer if state else None,

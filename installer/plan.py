@@ -261,6 +261,9 @@ def _preflight(
         )
     if options.runtime not in ("auto", "none") and options.runtime not in facts.engines:
         check.notes.append(f"{options.runtime} was not detected on the node; configuring it as asked")
+    unsupported = facts.system.unsupported_note()
+    if unsupported is not None:
+        check.notes.append(unsupported)
     if target.format == "rpm" and (options.fips or fips.fips_enabled(options.root)):
         problem = fips.fips_problem(target.packages, fips.rpm_query)
         if problem is not None:
