@@ -45,6 +45,7 @@ from installer.manifest import (
     Manifest,
     is_plain_relative,
 )
+from installer.manifest_parser import parse_manifest
 from installer.nodecheck import MAX_SUMS_SIZE, NODE_SUMS, NODE_SUMS_SIGNATURE, has_node_check
 from installer.nodecheck import check as check_node
 from plumbing.errors import ToolError, UsageError, VerificationError
@@ -218,7 +219,7 @@ class _Scan:
                 self.fail(member, str(exc), fatal=True)
                 return  # nothing unverified is parsed
         try:
-            manifest = Manifest.from_json(data)
+            manifest = parse_manifest(data)
         except VerificationError as exc:
             self.fail(MANIFEST_NAME, str(exc), fatal=True)
             return

@@ -7,9 +7,9 @@ repository and the hashes of the signed upstream metadata (``InRelease``, ``repo
 vouched for the packages.
 
 :meth:`Manifest.to_json` is canonical (sorted keys, fixed separators, UTF-8, trailing newline), so
-the same content always renders to the same bytes. :meth:`Manifest.from_json` is strict and lists
-every problem it finds at once (:mod:`installer.manifest_parser`). Node side: python3.9-compatible,
-stdlib only.
+the same content always renders to the same bytes. Reading goes the other way, in
+:func:`installer.manifest_parser.parse_manifest`, which is strict and lists every problem it finds at
+once; it imports this module, never the reverse. Node side: python3.9-compatible, stdlib only.
 """
 
 from __future__ import annotations
@@ -167,23 +167,6 @@ class Manifest:
         """Canonical bytes: sorted keys, fixed separators, UTF-8, one trailing newline."""
         text = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
         return (text + "\n").encode("utf-8")
-
-    @classmethod
-    def from_json(cls, data: bytes) -> Manifest:
-        """Parse and validate manifest bytes (exactly the bytes a signature was checked over).
-
-        :raises ManifestError: listing every problem found.
-        """
-        try:
-            raw = json.loads(data.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError) as exc:
-            raise ManifestError([f"not UTF-8 JSON ({exc})"]) from exc
-        except RecursionError as exc:  # json recurses once per level: a hostile manifest nests thousands
-            raise ManifestError(["nested too deeply to be a manifest"]) from exc
-        # The parser builds this module's classes, so it is imported here rather than at the top.
-        from installer.manifest_parser import parse
-
-        return parse(raw)
 
 
 def _target_dict(t: TargetEntry) -> Dict[str, Any]:

@@ -1,6 +1,6 @@
 """The strict reader of ``manifest.json``: it walks the raw JSON and lists every problem at once.
 
-What :meth:`installer.manifest.Manifest.from_json` runs on the bytes a signature was checked over.
+It runs on exactly the bytes a signature was checked over (:func:`parse_manifest`).
 Every size is bounded (:data:`~installer.manifest.MAX_MEMBERS` and friends) before anything trusts it,
 every digest and fingerprint has its exact form, every member name is plain and relative, and every
 package relation is one the installer can evaluate. Node side: python3.9-compatible, stdlib only.
@@ -8,6 +8,7 @@ package relation is one the installer can evaluate. Node side: python3.9-compati
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -37,11 +38,17 @@ _FPR = re.compile(r"^[0-9A-F]{40}$")
 _TARGET_NAME = re.compile(r"^(deb|rpm)-[a-z0-9_]+$")
 
 
-def parse(raw: Any) -> Manifest:
-    """The :class:`~installer.manifest.Manifest` in ``raw`` (decoded JSON).
+def parse_manifest(data: bytes) -> Manifest:
+    """Parse and validate manifest bytes (exactly the bytes a signature was checked over).
 
     :raises ManifestError: listing every problem found.
     """
+    try:
+        raw = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise ManifestError([f"not UTF-8 JSON ({exc})"]) from exc
+    except RecursionError as exc:  # json recurses once per level: a hostile manifest nests thousands
+        raise ManifestError(["nested too deeply to be a manifest"]) from exc
     return _Parser().manifest(raw)
 
 

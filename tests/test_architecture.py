@@ -143,3 +143,69 @@ def test_the_scan_sees_the_imports_it_judges() -> None:
     assert lazy and not lazy[0].top_level
     assert optional and not optional[0].top_level
     assert any(i.module.startswith("plumbing.") for i in imports_of("mirror/sync"))
+
+
+def _module_name(path: str) -> str:
+    """``installer/cli/root.py`` -> ``installer.cli.root``; a package's ``__init__.py`` is the package."""
+    parts = path[: -len(".py")].split("/")
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _import_graph(packages: tuple[str, ...]) -> dict[str, set[str]]:
+    """Module -> the modules of ``packages`` it imports (lazily or not); ``from a.b import c`` names ``a.b``
+    unless ``a.b.c`` is itself a module."""
+    scans = {package: list(imports_of(package)) for package in packages}
+    modules = {_module_name(i.file) for found in scans.values() for i in found}
+    modules |= {
+        _module_name(p.relative_to(ROOT).as_posix()) for pkg in packages for p in (ROOT / pkg).rglob("*.py")
+    }
+    graph: dict[str, set[str]] = {module: set() for module in modules}
+    for found in scans.values():
+        for i in found:
+            target = i.module
+            while target and target not in modules:
+                target = target.rpartition(".")[0]
+            if target and target != _module_name(i.file):
+                graph[_module_name(i.file)].add(target)
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> List[List[str]]:
+    """Every strongly connected set of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: List[str] = []
+    found: List[List[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_node_side_module_imports_itself_around_a_circle() -> None:
+    # A circle (manifest -> manifest_parser -> manifest, once) is hidden by a lazy import; lazy ones count here.
+    assert _cycles(_import_graph(("plumbing", "configure", "installer"))) == []
+
+
+def test_the_circle_check_sees_a_circle() -> None:
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]

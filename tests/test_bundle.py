@@ -25,7 +25,8 @@ import pytest
 
 from installer import archive
 from installer.bundle import BundleVerificationError, extract_verified, verify
-from installer.manifest import MANIFEST_NAME, SIGNATURE_NAME, Manifest
+from installer.manifest import MANIFEST_NAME, SIGNATURE_NAME
+from installer.manifest_parser import parse_manifest
 from mirror.bundle.build import BuildResult, build_bundle
 from mirror.bundle.source import SourceError
 from mirror.bundle.split_head import head_size
@@ -372,7 +373,7 @@ def test_the_node_zipapp_ships_no_test_double(extracted: Path) -> None:
 
 def test_manifest_and_sbom_carry_everything_the_bundle_promises(plain_bundle: Path, epoch: int) -> None:
     members = _members(plain_bundle)
-    manifest = Manifest.from_json(members[MANIFEST_NAME][1])
+    manifest = parse_manifest(members[MANIFEST_NAME][1])
     assert manifest.schema == 1 and manifest.tool_version and manifest.channel == "stable"
     assert manifest.created == time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
     assert manifest.upstream_url.startswith("http://127.0.0.1") and len(manifest.upstream_fingerprint) == 40
@@ -520,7 +521,7 @@ def test_split_bundle_verifies_from_its_first_part_and_a_bad_part_is_named(
     assert all((tmp_path / n).stat().st_size == split for n in parts[:-1])
     assert verify(tmp_path / "bundle.tar.part001", operator_keyring).ok
     staged = extract_verified(tmp_path / "bundle.tar.part001", operator_keyring, tmp_path / "staging")
-    assert Manifest.from_json((staged.root / MANIFEST_NAME).read_bytes()) == staged.manifest
+    assert parse_manifest((staged.root / MANIFEST_NAME).read_bytes()) == staged.manifest
     part = tmp_path / parts[-1]
     data = bytearray(part.read_bytes())
     data[10] ^= 0x01
