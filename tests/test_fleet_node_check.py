@@ -144,6 +144,13 @@ def test_the_pod_program_accepts_a_dual_signed_bundle_with_either_key(
     monkeypatch.setenv("GPU_AIRGAP_FINGERPRINT", key.fingerprint)
     program.node_tool(dual_bundle, dest, key_file(tmp_path / "both.asc", *rotation))
     assert dest.read_bytes() == tamper.node_files(dual_bundle)[NODE_TOOL]
+    no_gpgv = tmp_path / "bin"  # a node with GnuPG but no gpgv: gpg --verify, the same decision
+    no_gpgv.mkdir()
+    for tool in ("tar", "zstd", "gpg"):
+        (no_gpgv / tool).symlink_to(f"/usr/bin/{tool}")
+    monkeypatch.setenv("PATH", str(no_gpgv))
+    program.node_tool(dual_bundle, dest, key_file(tmp_path / "both.asc", *rotation))
+    assert dest.read_bytes() == tamper.node_files(dual_bundle)[NODE_TOOL]
 
 
 @pytest.mark.parametrize("attack", ["by-another-key", "sha1", "another-key-of-the-file"])
