@@ -108,6 +108,9 @@ class Group(TyperGroup):
     ) -> Tuple[Optional[str], Optional[click.Command], List[str]]:
         """Find the subcommand, in today's spellings; a leaf command given the same single-value option twice is
         a usage error."""
+        foreign = spellings.foreign_command(args) if ctx.parent is None and args[:1] == ["runtime"] else None
+        if foreign is not None:
+            raise UsageError(foreign)
         name, command, rest = super().resolve_command(ctx, args)
         if command is not None and not isinstance(command, click.Group):
             rest, warnings = spellings.modernize(command, rest)

@@ -98,6 +98,13 @@ def _ctk_translation(args: Sequence[str]) -> str:
     return " ".join(["gpu-airgap configure", engine, *words])
 
 
+def foreign_command(args: Sequence[str]) -> Optional[str]:
+    """The sentence for nvidia-ctk's ``runtime configure ...`` typed after ``gpu-airgap``, or None."""
+    if list(args[:2]) != ["runtime", "configure"]:
+        return None
+    return f"runtime configure is nvidia-ctk's command; here it is: {_ctk_translation(args[2:])}"
+
+
 def hint(path: str, option: str, args: Sequence[str]) -> Optional[str]:
     """The sentence refusing ``option``, unknown to the command ``path`` (``mirror sync``), or None for click's.
 

@@ -300,3 +300,12 @@ def test_help_marks_options_of_which_one_is_required(argv: List[str], names: Lis
     for name in names:
         assert (_options(argv)[name].help or "").endswith(mark), name
     assert mark in " ".join(run_cli(*argv, "--help").stdout.replace("│", " ").split())
+
+
+def test_nvidia_ctks_whole_runtime_configure_line_is_translated() -> None:
+    result = run_cli("runtime", "configure", "--runtime=containerd", "--set-as-default", "--enable-cdi")
+    assert result.exit_code == 2
+    assert result.stderr == (
+        "gpu-airgap: error: runtime configure is nvidia-ctk's command; here it is: "
+        "gpu-airgap configure containerd --set-as-default --cdi on\n"
+    )
