@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
+from configure import node_repos
 from configure.cdi.refresh import detect_refresh
 from configure.cdi.spec import CDI_SPEC, check_spec
 from configure.changes import check_writable, read_optional
@@ -269,6 +270,11 @@ def _preflight(
         if problem is not None:
             check.problems.append(problem)
     check.raise_for_problems()
+    # a later upgrade from another repository could replace what we install: said, never refused
+    offers = node_repos.apt_offers(options.root, [p.name for p in target.packages])
+    check.notes.extend(
+        r.warning() for r in node_repos.competing(node_repos.node_sources(options.root), offers)
+    )
     return check
 
 

@@ -1,0 +1,143 @@
+"""Competing NVIDIA repositories on a node are named before an install (issue 26 item 5).
+
+The node roots under ``tests/data/fixtures/node-repos`` hold real shapes of the source files
+(PROVENANCE.md there): the CUDA network repository as ``cuda-keyring`` writes it, NVIDIA's
+``cuda-rhel9.repo``, a DGX OS deb822 source, Ubuntu's own libnvidia-container in universe, the
+retired nvidia-docker list, and a Debian node that offers nothing of the toolkit.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Dict, List
+
+import pytest
+
+from configure import node_repos
+from installer.install import install
+from installer.plan import InstallOptions
+from installer.target import StagedTarget
+from tests.node_fixtures import build_target, seed_containerd_node
+from tests.test_node_install import _keys, _setup  # noqa: F401 (the autouse key fixture)
+
+FIXTURES = Path(__file__).parent / "data/fixtures/node-repos"
+CUDA_LIST = "deb [signed-by=/usr/share/keyrings/cuda-archive-keyring.gpg] https://example.invalid/x /\n"
+
+
+def warnings_for(name: str) -> List[str]:
+    root = FIXTURES / name
+    offers = node_repos.apt_offers(root, ["nvidia-container-toolkit", "libnvidia-container1"])
+    return [r.warning() for r in node_repos.competing(node_repos.node_sources(root), offers)]
+
+
+def test_the_cuda_keyring_list_is_named_with_its_file_url_and_the_apt_upgrade_risk() -> None:
+    assert warnings_for("cuda-ubuntu2204") == [
+        "/etc/apt/sources.list.d/cuda-ubuntu2204-x86_64.list names NVIDIA's CUDA repository "
+        "https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2204/x86_64/; a later "
+        "`apt-get upgrade` could replace the toolkit this bundle installs with its packages: install with "
+        "--hold, or pin the internal mirror (docs/node.md)"
+    ]
+
+
+def test_nvidias_cuda_rhel9_repo_is_named_with_its_section_and_the_excludepkgs_that_stops_it() -> None:
+    assert warnings_for("rhel9-cuda") == [
+        "/etc/yum.repos.d/cuda-rhel9.repo [cuda-rhel9-x86_64] names NVIDIA's CUDA repository "
+        "https://developer.download.nvidia.com/compute/cuda/repos/rhel9/x86_64; a later `dnf upgrade` could "
+        "replace the toolkit this bundle installs with its packages: install with --hold, or add "
+        "excludepkgs=nvidia-container-toolkit* libnvidia-container* to that section"
+    ]
+
+
+def test_a_dgx_deb822_source_is_named() -> None:
+    (warning,) = warnings_for("dgx-noble")
+    assert warning.startswith(
+        "/etc/apt/sources.list.d/dgx.sources names a DGX OS repository "
+        "https://repo.download.nvidia.com/baseos/ubuntu/noble/arm64/; a later `apt-get upgrade`"
+    )
+
+
+def test_every_enabled_line_of_the_retired_nvidia_docker_list_is_named_and_commented_ones_are_not() -> None:
+    found = warnings_for("nvidia-docker-bionic")
+    assert [w.split(" names ")[1].split(";")[0] for w in found] == [
+        "NVIDIA's public toolkit repository https://nvidia.github.io/libnvidia-container/stable/ubuntu18.04/$(ARCH)",
+        "the retired nvidia-container-runtime repository "
+        "https://nvidia.github.io/nvidia-container-runtime/stable/ubuntu18.04/$(ARCH)",
+        "the retired nvidia-docker repository https://nvidia.github.io/nvidia-docker/ubuntu18.04/$(ARCH)",
+    ]
+
+
+def test_a_distribution_repo_is_named_only_when_its_apt_lists_offer_the_toolkit() -> None:
+    assert warnings_for("debian-trixie") == []
+    (warning,) = warnings_for("ubuntu-noble-universe")
+    assert warning.startswith(
+        "/etc/apt/sources.list.d/ubuntu.sources names a repository http://archive.ubuntu.com/ubuntu/ "
+        "(it offers libnvidia-container1 1.19.1-0ubuntu1); a later `apt-get upgrade`"
+    )
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        "enabled=0\n",
+        "excludepkgs=nvidia-container-toolkit* libnvidia-container*\n",
+        "exclude=nvidia-*,libnvidia-container*\n",
+        "includepkgs=cuda-toolkit-12-*\n",
+    ],
+    ids=["disabled", "excludepkgs", "exclude", "includepkgs"],
+)
+def test_a_yum_section_that_cannot_offer_the_toolkit_is_not_named(tmp_path: Path, extra: str) -> None:
+    text = (FIXTURES / "rhel9-cuda/etc/yum.repos.d/cuda-rhel9.repo").read_text().replace("enabled=1\n", "")
+    (tmp_path / "etc/yum.repos.d").mkdir(parents=True)
+    (tmp_path / "etc/yum.repos.d/cuda-rhel9.repo").write_text(text + extra)
+    assert node_repos.competing(node_repos.node_sources(tmp_path), {}) == []
+
+
+def test_deb822_enabled_no_and_deb_src_lines_are_not_sources() -> None:
+    assert (
+        node_repos.parse_deb822(
+            "Types: deb-src\nURIs: https://developer.download.nvidia.com/compute/cuda/repos/x/\n", "f"
+        )
+        == []
+    )
+    assert (
+        node_repos.parse_deb822(
+            "Enabled: no\nTypes: deb\nURIs: https://developer.download.nvidia.com/compute/cuda/repos/x/\n",
+            "f",
+        )
+        == []
+    )
+    assert (
+        node_repos.parse_one_line(
+            "deb-src https://developer.download.nvidia.com/compute/cuda/repos/x/ /\n", "f"
+        )
+        == []
+    )
+    assert [s.url for s in node_repos.parse_one_line(CUDA_LIST, "f")] == ["https://example.invalid/x"]
+
+
+def test_apt_list_file_names_decode_to_their_urls() -> None:
+    assert (
+        node_repos.list_url("developer.download.nvidia.com_compute_cuda_repos_ubuntu2204_x86%5f64_Packages")
+        == "developer.download.nvidia.com/compute/cuda/repos/ubuntu2204/x86_64"
+    )
+
+
+@pytest.fixture(scope="module")
+def release(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, StagedTarget]:
+    return {"deb": build_target(tmp_path_factory.mktemp("repos-release"), "deb", "1.17.8-1", "amd64")}
+
+
+def test_install_warns_about_the_cuda_repository_and_still_installs(
+    tmp_path: Path, release: Dict[str, StagedTarget]
+) -> None:
+    root = seed_containerd_node(tmp_path / "root")
+    shutil.copytree(FIXTURES / "cuda-ubuntu2204", root, dirs_exist_ok=True)
+    bundle, key, env, _ = _setup(tmp_path, release["deb"])
+    planned = install(bundle, key, InstallOptions(root=root, dry_run=True), env)
+    assert any(
+        m.startswith("/etc/apt/sources.list.d/cuda-ubuntu2204-x86_64.list names NVIDIA's CUDA repository")
+        for m in planned.messages
+    ), planned.messages
+    done = install(bundle, key, InstallOptions(root=root), env)
+    assert done.outcome == "installed" and any("`apt-get upgrade` could replace" in m for m in done.messages)
