@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 
 from debian import deb822  # noqa: E402
 
-from mirror.apt_index import parse_packages, parse_release  # noqa: E402
+from mirror.index.apt import parse_packages, parse_release  # noqa: E402
 from mirror.model import PackageFormat  # noqa: E402
 from mirror.selectors import VersionSelector  # noqa: E402
 from mirror.sync.resolve import resolve  # noqa: E402
@@ -110,7 +110,7 @@ CHILD = r"""
 import json, resource, sys, time
 sys.path.insert(0, sys.argv[1])
 from plumbing.gpg import Keyring
-from mirror.repo import load_apt_repo
+from mirror.index.repo import load_apt_repo
 from tests.fakes import FakeFetcher
 from mirror.sync.resolve import resolve
 from mirror.selectors import VersionSelector

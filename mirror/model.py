@@ -1,7 +1,7 @@
 """The records every part of the mirror shares: packages from signed indexes, and relations.
 
-These are plain frozen dataclasses with no I/O. ``apt_index`` and ``rpm_index`` build them from
-verified metadata, ``resolve`` chooses among them, ``sync`` downloads what they name and the
+These are plain frozen dataclasses with no I/O. :mod:`mirror.index.apt` and :mod:`mirror.index.rpm` build
+them from verified metadata, ``resolve`` chooses among them, ``sync`` downloads what they name and the
 bundle builder copies them across the air gap.
 """
 

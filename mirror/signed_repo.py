@@ -4,7 +4,7 @@ Shared by the bundle (:mod:`mirror.bundle.target_repo`, one release per target) 
 (:mod:`mirror.publish.tree`, everything a repo holds):
 
 - deb: ``Packages``, ``Packages.xz`` and a clearsigned ``InRelease`` (SHA256 and SHA512 of both
-  indexes). Stanzas come from each package's own control data (:mod:`mirror.pkgheader`), so the
+  indexes). Stanzas come from each package's own control data (:mod:`mirror.index.header`), so the
   index describes exactly the files shipped.
 - rpm: ``repodata/`` made by ``createrepo_c`` (no sqlite, gzip, fixed revision and timestamps)
   plus the armored detached ``repodata/repomd.xml.asc``.
@@ -32,8 +32,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from mirror.errors import PackageChangedError
+from mirror.index.header import PackageHeader, check_agrees, read_header
 from mirror.model import SourcePackage
-from mirror.pkgheader import PackageHeader, check_agrees, read_header
 from mirror.signing import OperatorKey
 from plumbing.errors import ToolError
 from plumbing.fsutil import atomic_write

@@ -16,7 +16,7 @@ from plumbing.errors import CommandError
 
 if TYPE_CHECKING:
     from installer.backends.base import PackageBackend
-    from mirror.repo import Fetcher
+    from mirror.index.repo import Fetcher
 
 
 class FakeBackend:

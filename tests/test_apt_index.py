@@ -1,4 +1,4 @@
-"""mirror.apt_index on NVIDIA's real Release and Packages, plus malformed inputs."""
+"""mirror.index.apt on NVIDIA's real Release and Packages, plus malformed inputs."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from collections import Counter
 
 import pytest
 
-from mirror.apt_index import iter_packages, parse_packages, parse_relations, parse_release
 from mirror.errors import MetadataError
+from mirror.index.apt import iter_packages, parse_packages, parse_relations, parse_release
 from mirror.model import PackageFormat, Relation
 from tests.gpgkeys import REAL
 

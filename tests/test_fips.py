@@ -16,7 +16,7 @@ import pytest
 
 from installer import fips
 from installer.target import StagedPackage
-from mirror.pkgheader import read_header
+from mirror.index.header import read_header
 from plumbing.errors import ExitCode
 from tests.cli_runner import run_cli
 from tests.gpgkeys import TestKey

@@ -1,4 +1,4 @@
-"""mirror.repo through FakeFetcher: verify, check, parse; provenance; failure modes."""
+"""mirror.index.repo through FakeFetcher: verify, check, parse; provenance; failure modes."""
 
 from __future__ import annotations
 
@@ -11,15 +11,15 @@ from pathlib import Path
 import pytest
 
 from mirror.errors import MetadataError
-from mirror.model import PackageFormat
-from mirror.repo import (
+from mirror.index.repo import (
     clean_relative,
     load_apt_repo,
     load_yum_repo,
     repo_path,
     repo_url,
 )
-from mirror.rpm_index import parse_repomd
+from mirror.index.rpm import parse_repomd
+from mirror.model import PackageFormat
 from mirror.selectors import VersionSelector
 from mirror.sync.resolve import resolve
 from mirror.trust import NVIDIA_FINGERPRINT

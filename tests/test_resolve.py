@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from mirror.apt_index import parse_packages, parse_relations
 from mirror.errors import UnresolvableDependency
+from mirror.index.apt import parse_packages, parse_relations
 from mirror.model import Package, PackageFormat, Relation
 from mirror.selectors import VersionSelector
 from mirror.sync.resolve import resolve

@@ -1,4 +1,4 @@
-"""mirror.rpm_index on NVIDIA's real repomd.xml and on a real createrepo_c repository."""
+"""mirror.index.rpm on NVIDIA's real repomd.xml and on a real createrepo_c repository."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import pytest
 import zstandard
 
 from mirror.errors import MetadataError
+from mirror.index.rpm import iter_primary, parse_repomd
 from mirror.model import PackageFormat, Relation
-from mirror.rpm_index import iter_primary, parse_repomd
 from tests.gpgkeys import REAL
 from tests.rpmrepo import build_yum_repo
 

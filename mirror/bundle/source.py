@@ -15,7 +15,7 @@ from pathlib import Path
 from installer.manifest import Provenance, SignedFile
 from installer.target import Requirement
 from mirror.errors import SelectorError
-from mirror.index_entries import index_entries, signed_entries
+from mirror.index.entries import index_entries, signed_entries
 from mirror.lockfile import LockedPackage, LockedTarget, Lockfile
 from mirror.model import EXPERIMENTAL, STABLE, Package, PackageFormat, SourcePackage
 from mirror.selectors import VersionSelector

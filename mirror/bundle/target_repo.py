@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Final
 
 from mirror.bundle.source import TargetSelection
+from mirror.index.header import PackageHeader
 from mirror.model import SourcePackage
-from mirror.pkgheader import PackageHeader
 from mirror.signed_repo import AptEntry, ReleaseLabels, apt_metadata, package_headers, yum_metadata
 from mirror.signing import OperatorKey
 

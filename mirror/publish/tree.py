@@ -33,6 +33,7 @@ from urllib.parse import urlsplit
 
 from mirror import store
 from mirror.errors import FetchError, MirrorStateError
+from mirror.index.repo import RepoSnapshot, check_digest, clean_relative, load_apt_repo, load_yum_repo
 from mirror.model import SourcePackage
 from mirror.publish.files import (
     DEFAULT_KEYRING_NAME,
@@ -48,7 +49,6 @@ from mirror.publish.files import (
 )
 from mirror.publish.place import Placer
 from mirror.publish.swap import MARKER, check_target, staged
-from mirror.repo import RepoSnapshot, check_digest, clean_relative, load_apt_repo, load_yum_repo
 from mirror.signed_repo import AptEntry, ReleaseLabels, apt_metadata, package_headers, yum_metadata
 from mirror.signing import OperatorKey
 from plumbing.errors import NoSpaceError, SignatureError, ToolError, UsageError, VerificationError
@@ -287,7 +287,7 @@ def _resigned(
 
 
 class _MirrorFetcher:
-    """Answers ``<mirror>/<key>/<path>`` "URLs" from the mirror's files, so :mod:`mirror.repo` re-verifies them."""
+    """Answers ``<mirror>/<key>/<path>`` "URLs" from the mirror's files, so :mod:`mirror.index.repo` re-verifies them."""
 
     def __init__(self, mirror: Path) -> None:
         self.mirror = mirror

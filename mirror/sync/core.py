@@ -22,11 +22,11 @@ from pathlib import Path
 
 from mirror import lockfile, store
 from mirror.errors import LockfileMismatch, UnresolvableDependency
-from mirror.index_entries import index_entries
+from mirror.index.entries import index_entries
+from mirror.index.header import check_agrees, read_header
+from mirror.index.repo import Fetcher, clean_relative
 from mirror.lockfile import LockedTarget, Lockfile
 from mirror.model import Package, PackageFormat
-from mirror.pkgheader import check_agrees, read_header
-from mirror.repo import Fetcher, clean_relative
 from mirror.selectors import VersionSelector
 from mirror.sync import freshness, origin
 from mirror.sync.http import Downloader, DownloadRequest

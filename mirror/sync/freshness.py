@@ -29,8 +29,8 @@ from datetime import datetime, timedelta, timezone
 from email.utils import parsedate_to_datetime
 
 from mirror import store
+from mirror.index.repo import clean_relative
 from mirror.model import Package
-from mirror.repo import clean_relative
 from mirror.sync.targets import Snapshot
 from plumbing.errors import UnsafePathError, VerificationError
 

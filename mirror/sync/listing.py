@@ -13,9 +13,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from mirror.errors import FetchError
+from mirror.index.repo import Fetcher, repo_path, repo_url
 from mirror.lockfile import Lockfile
 from mirror.model import EXPERIMENTAL, PackageFormat
-from mirror.repo import Fetcher, repo_path, repo_url
 from mirror.selectors import VersionSelector
 from mirror.store import MirrorState
 from mirror.sync.resolve import DEFAULT_ROOT

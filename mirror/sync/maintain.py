@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mirror import store, switch
-from mirror.index_entries import index_entries, signed_entries
+from mirror.index.entries import index_entries, signed_entries
+from mirror.index.repo import Fetcher
 from mirror.model import PackageFormat
-from mirror.repo import Fetcher
 from mirror.selectors import VersionSelector
 from mirror.sync import freshness
 from mirror.sync.core import RepoLoader

@@ -12,9 +12,7 @@ from datetime import datetime
 from typing import Protocol
 
 from mirror import store
-from mirror.lockfile import LockedPackage, LockedTarget, Lockfile
-from mirror.model import Package, PackageFormat
-from mirror.repo import (
+from mirror.index.repo import (
     Fetcher,
     MetadataFile,
     clean_relative,
@@ -23,6 +21,8 @@ from mirror.repo import (
     repo_path,
     repo_url,
 )
+from mirror.lockfile import LockedPackage, LockedTarget, Lockfile
+from mirror.model import Package, PackageFormat
 from mirror.sync.resolve import Resolution
 from plumbing.arch import KNOWN_ARCHES, normalize_arch
 from plumbing.errors import UsageError
@@ -32,7 +32,7 @@ DEFAULT_UPSTREAM = "https://nvidia.github.io/libnvidia-container"
 
 
 class Snapshot(Protocol):
-    """What a verified repository load gives back (``mirror.repo.RepoSnapshot``)."""
+    """What a verified repository load gives back (``mirror.index.repo.RepoSnapshot``)."""
 
     @property
     def packages(self) -> Sequence[Package]:
@@ -56,7 +56,7 @@ RepoLoader = Callable[[Fetcher, str, PackageFormat], Snapshot]
 
 
 def make_loader(keyring: Keyring) -> RepoLoader:
-    """The real loader: ``mirror.repo`` verifying against ``keyring``."""
+    """The real loader: ``mirror.index.repo`` verifying against ``keyring``."""
 
     def load(fetcher: Fetcher, base_url: str, fmt: PackageFormat) -> Snapshot:
         if fmt is PackageFormat.DEB:

@@ -34,17 +34,19 @@ from debian.debfile import DebError, DebFile
 from rpmfile.errors import RPMError
 
 from installer.fips import digest_name
-from mirror.apt_index import parse_relations
 from mirror.errors import HeaderMismatch, UnreadablePackage
+from mirror.index.apt import parse_relations
 from mirror.model import Package, Relations
 
-#: rpm's RPMSENSE_LESS | GREATER | EQUAL bits, spelled as primary.xml entries are by ``rpm_index``.
+#: rpm's RPMSENSE_LESS | GREATER | EQUAL bits, spelled as primary.xml entries are by :mod:`mirror.index.rpm`.
 _RPM_OPS: Final = {2: "<<", 4: ">>", 8: "=", 10: "<=", 12: ">="}
 #: ... and as ``rpm -qp --requires`` prints them (the manifest's ``depends``).
 _RPM_SHOWN: Final = {2: "<", 4: ">", 8: "=", 10: "<=", 12: ">="}
 _DEB_RELATIONS: Final = ("Pre-Depends", "Depends", "Breaks", "Conflicts", "Replaces", "Provides")
 
-Requirement = tuple[str, str | None, str | None]  #: (name, op, version) the way rpm_index models requires
+Requirement = tuple[
+    str, str | None, str | None
+]  #: (name, op, version) the way mirror.index.rpm models requires
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 ``mirror sync`` keeps the verified metadata of each repo (``InRelease`` + ``Packages.xz``, or
 ``repodata/repomd.xml`` + its ``.asc`` + primary) and records their size and digest in
 ``state.json``. A bundle build needs the entry each package was fetched for, to compare with
-the package's own header (:mod:`mirror.pkgheader`): the index file is checked against the digest
+the package's own header (:mod:`mirror.index.header`): the index file is checked against the digest
 the state recorded (verify), then parsed (exactly those bytes).
 """
 
@@ -13,11 +13,11 @@ import io
 import lzma
 from pathlib import Path
 
-from mirror.apt_index import iter_packages
 from mirror.errors import MetadataError, MirrorStateError, PackageChangedError
+from mirror.index.apt import iter_packages
+from mirror.index.repo import check_digest, clean_relative
+from mirror.index.rpm import iter_primary, parse_repomd
 from mirror.model import Package
-from mirror.repo import check_digest, clean_relative
-from mirror.rpm_index import iter_primary, parse_repomd
 from mirror.store import RepoProvenance, RepoRecord, StoredFile
 from plumbing.errors import ChecksumMismatch
 

@@ -25,10 +25,10 @@ from datetime import datetime
 from pathlib import PurePosixPath
 from typing import IO, Protocol, cast
 
-from mirror.apt_index import ReleaseIndex, iter_packages, parse_release
 from mirror.errors import MetadataError
+from mirror.index.apt import ReleaseIndex, iter_packages, parse_release
+from mirror.index.rpm import Repomd, iter_primary, open_decompressed, parse_repomd
 from mirror.model import CHANNELS, Package, PackageFormat
-from mirror.rpm_index import Repomd, iter_primary, open_decompressed, parse_repomd
 from plumbing.arch import known_arch, normalize_arch
 from plumbing.errors import ChecksumMismatch, ToolError, UnsafePathError, UsageError
 from plumbing.gpg import Keyring
