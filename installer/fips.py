@@ -108,3 +108,16 @@ def build_warning(target: str, release: str, digests: Digests) -> Optional[str]:
         f"{target}: the toolkit {release} rpms carry only {'/'.join(sorted({a for _, a in weak}))} file digests; "
         f"they will not install on FIPS nodes or with RPM 6 (toolkit {FIRST_FIPS_RELEASE} and later carry SHA256 digests)"
     )
+
+
+def fips_readiness(digests: Digests) -> str:
+    """``bundle inspect``'s line for an rpm target: whether its rpms install on FIPS nodes."""
+    if any(algo is None for _, algo in digests):
+        return "FIPS nodes: not recorded (built before gpu-airgap recorded file digests; the node's rpm reads them)"
+    weak = sorted({algo for _, algo in weak_packages(digests)})
+    if weak:
+        return (
+            f"FIPS nodes: no, the rpms carry {'/'.join(weak)} file digests "
+            f"(toolkit {FIRST_FIPS_RELEASE} and later carry SHA256)"
+        )
+    return f"FIPS nodes: yes, {'/'.join(sorted({str(algo) for _, algo in digests}))} file digests"

@@ -112,6 +112,15 @@ def test_bundle_build_warns_and_records_when_rpms_would_not_install_on_fips(
     assert set(_manifest_digests(bundle).values()) == {"md5"}
 
 
+def test_bundle_inspect_says_whether_the_rpms_install_on_fips(md5_bundle: Path, sha256_bundle: Path) -> None:
+    weak = run_cli("bundle", "inspect", str(md5_bundle))
+    assert (
+        "  FIPS nodes: no, the rpms carry md5 file digests (toolkit 1.18.1 and later carry SHA256)"
+        in weak.stdout.splitlines()
+    )
+    assert "  FIPS nodes: yes, sha256 file digests" in run_cli("bundle", "inspect", str(sha256_bundle)).stdout
+
+
 def test_bundle_build_of_a_sha256_release_does_not_warn(
     rpm_mirror: Path, operator_key: TestKey, tmp_path: Path
 ) -> None:

@@ -133,6 +133,10 @@ def manifest_lines(manifest: Manifest) -> List[str]:
                 )
         if target.node_requirements:
             lines.append(f"  node requirements: {', '.join(target.node_requirements)}")
+        if target.format == "rpm":
+            from installer.fips import fips_readiness
+
+            lines.append("  " + fips_readiness([(p.name, p.file_digest_algo) for p in target.packages]))
     total = sum(f.size for f in manifest.files)
     lines.append(f"other members: {len(manifest.files)} ({total} B)")
     return lines
