@@ -5,6 +5,8 @@ Commands accept either spelling; mirrors, bundles and nodes use the spelling of 
 format. NVIDIA's CUDA repositories name 64-bit Arm servers ``sbsa`` (``.../repos/ubuntu2404/sbsa/``,
 ``.../repos/rhel9/sbsa/``) while the packages inside say ``arm64``/``aarch64``, so ``sbsa`` is
 accepted as a third spelling of that one architecture and mapped to the package format's own.
+(A CUDA repository directory named ``arm64``, as ``ubuntu2004/arm64/``, holds Jetson packages; the
+directory name is not the package arch there, so a CUDA source maps directories itself.)
 """
 
 from __future__ import annotations
