@@ -17,8 +17,9 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 OURS = ("plumbing", "configure", "installer", "mirror")
 WINGS = ("sync", "bundle", "publish", "fleet")
-#: the mirror modules above the wings: the root command line and the group that joins sync and publish
-MIRROR_TOP = ("mirror/cli.py", "mirror/groups.py", "mirror/__main__.py")
+#: the mirror modules above the wings: the root command line, the group that joins sync and publish, and
+#: the snapshot commands (a delete asks the publish wing which trees serve the snapshot)
+MIRROR_TOP = ("mirror/cli.py", "mirror/groups.py", "mirror/__main__.py", "mirror/snapshot_cli.py")
 #: what only the connected host has; the node side (the zipapp) must run without them
 CONNECTED_ONLY = ("requests", "urllib3", "debian", "rpmfile", "createrepo_c", "rich")
 #: modules the node side may use when present but never needs (imported inside a function, guarded)

@@ -152,7 +152,16 @@ def test_republishing_swaps_the_whole_tree_and_works_without_rename_exchange(
     monkeypatch.setattr(publish_swap, "_renameat2", lambda: None)
     assert publish(deb_mirror, out, URL, key=operator_key).exit_code == 0
     assert f"{URL}/stable/deb" in (out / "stable/deb/nvidia-container-toolkit.list").read_text()
-    assert sorted(p.name for p in tmp_path.iterdir()) == [".out.publish-lock", "out"]
+    # the tree it replaced is kept whole (not nested in a temp dir) for --rollback, which swaps the same way
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".out.previous", ".out.publish-lock", "out"]
+    kept = tmp_path / ".out.previous/stable/deb/nvidia-container-toolkit.list"
+    assert "http://other.internal/nvct/stable/deb" in kept.read_text()
+    assert run_cli("mirror", "publish", "--rollback", "--output", str(out)).exit_code == 0
+    assert (
+        "http://other.internal/nvct/stable/deb"
+        in (out / "stable/deb/nvidia-container-toolkit.list").read_text()
+    )
+    assert f"{URL}/stable/deb" in kept.read_text()
 
 
 def test_publish_waits_for_no_sync_and_a_sync_cannot_start_under_a_publish(

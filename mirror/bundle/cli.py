@@ -56,6 +56,9 @@ _SPLIT = typer.Option(
 )
 _LOCKED = typer.Option(None, "--locked", help="Take exactly the set in this lockfile (gpu-airgap.lock).")
 _JSON_OUTPUT = typer.Option(False, "--json", help="Print one JSON object.")
+_SNAPSHOT = typer.Option(
+    None, "--snapshot", help="Build from this snapshot of the mirror (`mirror snapshot create`)."
+)
 
 
 def add_build_command(app: typer.Typer) -> None:
@@ -77,6 +80,7 @@ def build_command(
     locked: Optional[Path] = _LOCKED,
     expires: Optional[str] = _EXPIRES,
     json_output: bool = _JSON_OUTPUT,
+    snapshot: Optional[str] = _SNAPSHOT,
 ) -> None:
     """Build one signed offline bundle from a mirror."""
     from installer.freshness import RELEASE_CANDIDATE_NOTE, expiry_text, parse_duration, utc_now
@@ -96,6 +100,10 @@ def build_command(
     refuse_json_to_stdout(json_output, output_file)
     if split and output_is_stream(output_file):
         raise UsageError(f"--split writes several files; --output {output_file} is a device or a pipe")
+    if snapshot is not None:  # a snapshot is a mirror of its own (mirror.snapshot)
+        from mirror import snapshot as snapshots
+
+        mirror = snapshots.path(mirror, snapshot)
     with output_path(output_file) as writing:
         result = build_bundle(
             mirror,

@@ -12,12 +12,22 @@ from mirror.publish.files import DEFAULT_KEYRING_NAME, valid_keyring_name
 from plumbing import output
 from plumbing.errors import UsageError
 
-_MIRROR = typer.Option(..., "--mirror", help="The mirror directory (from `gpu-airgap mirror sync`).")
+_MIRROR = typer.Option(None, "--mirror", help="The mirror directory (from `gpu-airgap mirror sync`).")
 _OUTPUT = typer.Option(
     ..., "--output", help="The directory to publish into (replaced atomically; served by your web server)."
 )
 _BASE_URL = typer.Option(
-    ..., "--base-url", help="The URL nodes reach --output at, e.g. http://mirror.internal/nvct."
+    None, "--base-url", help="The URL nodes reach --output at, e.g. http://mirror.internal/nvct."
+)
+_SNAPSHOT = typer.Option(
+    None,
+    "--snapshot",
+    help="Publish this snapshot of the mirror (`mirror snapshot create`) instead of its live state.",
+)
+_ROLLBACK = typer.Option(
+    False,
+    "--rollback",
+    help="Serve the tree the last publish to --output replaced again (atomic; run it again to undo).",
 )
 _SIGN_KEY = typer.Option(
     None, "--sign-key", help="The operator's secret key (fingerprint or key id) that signs the indexes."
@@ -47,9 +57,11 @@ def add_publish_command(app: typer.Typer) -> None:
 
 
 def publish_command(
-    mirror: Path = _MIRROR,
+    mirror: Optional[Path] = _MIRROR,
     out: Path = _OUTPUT,
-    base_url: str = _BASE_URL,
+    base_url: Optional[str] = _BASE_URL,
+    snapshot: Optional[str] = _SNAPSHOT,
+    rollback: bool = _ROLLBACK,
     sign_key: Optional[str] = _SIGN_KEY,
     gnupghome: Optional[Path] = _GNUPGHOME,
     preserve_upstream: bool = _PRESERVE,
@@ -59,6 +71,19 @@ def publish_command(
     quiet: bool = _QUIET,
 ) -> None:
     """Publish the mirror as a tree nodes' own apt and dnf trust (NVIDIA's layout at --base-url)."""
+    if rollback:
+        if (
+            mirror is not None
+            or base_url is not None
+            or snapshot is not None
+            or sign_key
+            or preserve_upstream
+        ):
+            raise UsageError("--rollback takes only --output (it serves the tree kept from the last publish)")
+        _rollback(out, json_output=json_output, quiet=quiet)
+        return
+    if mirror is None or base_url is None:
+        raise UsageError("name the mirror with --mirror and where nodes reach --output with --base-url")
     from mirror.hostenv import build_epoch, package_info_cache
     from mirror.publish.swap import check_target
     from mirror.publish.tree import normalize_base_url, publish
@@ -85,6 +110,11 @@ def publish_command(
         check_key_file(keyring)
     # --output and the mirror are checked before the key is looked up, so their errors are the ones reported.
     check_target(out, mirror)
+    live = mirror
+    if snapshot is not None:
+        from mirror import snapshot as snapshots
+
+        mirror = snapshots.path(mirror, snapshot)
     state = MirrorState.load(mirror)
     epoch = build_epoch()
     meter = terminal_meter("publishing", quiet=quiet or json_output)
@@ -101,6 +131,7 @@ def publish_command(
                 upstream_keyring=ring,
                 epoch=epoch,
                 meter=meter,
+                snapshot=snapshot,
             )
         else:
             key = OperatorKey.find(str(sign_key), gnupghome)
@@ -114,11 +145,17 @@ def publish_command(
                 epoch=epoch,
                 info_cache=package_info_cache(),
                 meter=meter,
+                snapshot=snapshot,
             )
+    if snapshot is not None:
+        from mirror.publish.promote import record
+
+        record(live, out)
     if json_output:
         output.emit_json(
             {
                 "output": result.out,
+                "snapshot": snapshot,
                 "base_url": result.base_url,
                 "signer": result.signer,
                 "preserved_upstream": result.preserved_upstream,
@@ -136,7 +173,25 @@ def publish_command(
         )
         output.emit_lines(
             [
-                f"published {out} for {result.base_url}: {result.files} file(s), {result.bytes} bytes "
+                f"published {out}{f' from snapshot {snapshot}' if snapshot else ''} for {result.base_url}: {result.files} file(s), {result.bytes} bytes "
                 f"({result.linked} hard-linked); {result.seconds:.2f} s; node commands in {out / 'INSTALL.md'}"
             ]
+        )
+
+
+def _rollback(out: Path, *, json_output: bool, quiet: bool) -> None:
+    from mirror.publish.promote import describe, undo
+
+    was, now = undo(out)
+    if json_output:
+        output.emit_json(
+            {
+                "output": str(out),
+                "serving": (now or {}).get("snapshot"),
+                "replaced": (was or {}).get("snapshot"),
+            }
+        )
+    elif not quiet:
+        output.emit_lines(
+            [f"{out} serves {describe(now)} again (was {describe(was)}); --rollback again undoes this"]
         )

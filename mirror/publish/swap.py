@@ -10,6 +10,8 @@ would avoid both, but would make ``OUT`` something other than the directory peop
 
 The tree being built is ``.OUT.new-*`` next to ``OUT``; a failed publish removes it, and the next
 publish removes any a crashed one left (under ``.OUT.publish-lock``, so never one still in use).
+The tree a publish replaced is kept as ``.OUT.previous`` (hard links, so it costs little space) and
+:func:`rollback` exchanges the two the same atomic way: a rollback is its own undo.
 ``OUT/.gpu-airgap-publish.json`` marks a tree as ours: an existing non-empty ``OUT`` without it
 is refused, so nobody's directory is ever swapped away.
 """
@@ -25,6 +27,7 @@ import functools
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Final
@@ -33,6 +36,7 @@ from plumbing.errors import BusyError, ToolError, UsageError
 from plumbing.fsutil import fsync_dir
 
 MARKER: Final = ".gpu-airgap-publish.json"
+PREVIOUS: Final = ".{}.previous"
 _AT_FDCWD: Final = -100
 _RENAME_EXCHANGE: Final = 2
 
@@ -68,15 +72,14 @@ def _within(path: str, parent: str) -> bool:
     return path == parent or path.startswith(parent.rstrip(os.sep) + os.sep)
 
 
+def previous(out: Path) -> Path:
+    """Where the tree the last publish to ``out`` replaced is kept."""
+    return out.parent / PREVIOUS.format(out.name)
+
+
 @contextlib.contextmanager
-def staged(out: Path) -> Iterator[Path]:
-    """Yield an empty directory beside ``out``; when the block succeeds, swap it in as ``out``.
-
-    The previous ``out`` is served until the swap and removed after it. On any error the new
-    tree is removed and ``out`` is left exactly as it was.
-
-    :raises BusyError: when another publish to ``out`` is running.
-    """
+def _publish_lock(out: Path) -> Iterator[Path]:
+    """Hold ``.OUT.publish-lock``, remove what a crashed publish left, and yield ``out``'s parent."""
     parent = out.parent
     try:
         parent.mkdir(parents=True, exist_ok=True)
@@ -90,16 +93,75 @@ def staged(out: Path) -> Iterator[Path]:
             raise BusyError(f"another publish to {out} is running; wait for it to finish") from exc
         for stale in [*parent.glob(f".{out.name}.new-*"), *parent.glob(f".{out.name}.old-*")]:
             shutil.rmtree(stale, ignore_errors=True)  # left by a crashed publish; we hold the lock
+        yield parent
+    finally:
+        os.close(lock_fd)
+
+
+@contextlib.contextmanager
+def staged(out: Path) -> Iterator[Path]:
+    """Yield an empty directory beside ``out``; when the block succeeds, swap it in as ``out``.
+
+    The previous ``out`` is served until the swap and kept as :func:`previous` after it (the one
+    kept before is removed). On any error the new tree is removed and ``out`` is left exactly as it was.
+
+    :raises BusyError: when another publish to ``out`` is running.
+    """
+    with _publish_lock(out) as parent:
         new = Path(tempfile.mkdtemp(prefix=f".{out.name}.new-", dir=parent))
         try:
             new.chmod(0o755)  # served: mkdtemp's 0700 would hide the tree from the web server
             yield new
+            kept = previous(out)
+            if kept.exists():  # aside first: a crash below leaves no rollback target rather than a wrong one
+                kept.rename(Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=parent)) / "tree")
+            had_tree = out.exists()
             _swap_in(new, out)
+            if had_tree:
+                new.rename(kept)
             fsync_dir(parent)  # the swap survives a crash right after it
         finally:
-            shutil.rmtree(new, ignore_errors=True)  # the new tree on failure, the old one after a swap
-    finally:
-        os.close(lock_fd)
+            shutil.rmtree(new, ignore_errors=True)  # the new tree on failure
+            for old in parent.glob(f".{out.name}.old-*"):
+                shutil.rmtree(old, ignore_errors=True)
+
+
+def rollback(out: Path) -> None:
+    """Serve the tree the last publish to ``out`` replaced again, in one atomic exchange.
+
+    Afterwards :func:`previous` holds the tree that was served, so a second rollback undoes the first.
+
+    :raises PublishTargetError: when ``out`` or the kept tree is missing or not a publish's tree.
+    """
+    kept = previous(out)
+    with _publish_lock(out) as parent:
+        for tree, what in ((out, f"--output {out}"), (kept, f"the tree a publish to {out} replaced")):
+            if not (tree / MARKER).is_file():
+                raise PublishTargetError(
+                    f"cannot roll back {out}: {what} is not there (only a publish that replaced a tree keeps one)"
+                )
+        _freshen(kept, out)
+        _swap_in(kept, out)  # kept now holds the tree that was served
+        fsync_dir(parent)
+
+
+def _freshen(tree: Path, served: Path) -> None:
+    """Date the indexes of ``tree`` after those of ``served`` (the tree it replaces), before it is served again.
+
+    Its files are older than the ones clients fetched from ``served``; a web server that answers
+    If-Modified-Since with "not modified" for any file not newer (Apache, Python's http.server)
+    would keep every apt and dnf on the newer indexes. Last-Modified has whole seconds, so the new
+    time is at least a second past ``served``'s newest. Packages are left alone: nodes fetch them
+    by the name the index gives, and they are links of the mirror's files.
+    """
+    indexes = [p for p in tree.rglob("*") if p.is_file() and p.suffix not in (".deb", ".rpm")]
+    newest = max(
+        (p.stat().st_mtime for p in served.rglob("*") if p.is_file() and p.suffix not in (".deb", ".rpm")),
+        default=0.0,
+    )
+    stamp = max(time.time(), newest + 1)
+    for path in indexes:
+        os.utime(path, (stamp, stamp))
 
 
 def _swap_in(new: Path, out: Path) -> None:
@@ -125,7 +187,8 @@ def _swap_in(new: Path, out: Path) -> None:
         (aside / "tree").rename(out)  # put the previous tree back: a failed publish changes nothing
         aside.rmdir()
         raise ToolError(f"cannot replace {out}: {exc.strerror or exc}") from exc
-    aside.rename(new)  # so the caller's cleanup removes the old tree
+    (aside / "tree").rename(new)  # so ``new`` holds the previous tree, as after an exchange
+    aside.rmdir()
 
 
 @functools.cache

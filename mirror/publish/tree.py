@@ -127,9 +127,11 @@ def publish(
     epoch: int,
     info_cache: Path | None = None,
     meter: Meter | None = None,
+    snapshot: str | None = None,
 ) -> PublishResult:
     """Publish mirror ``mirror`` into ``out`` for nodes that fetch from ``base_url``.
 
+    :param snapshot: the snapshot name ``mirror`` is (:mod:`mirror.snapshot`), recorded in the tree's marker.
     :param meter: told the bytes of the packages as they are placed (the CLI's terminal meter).
     :param base_url: where nodes reach ``out`` (see :func:`normalize_base_url`).
     :param keyring_name: nodes keep the key as ``/usr/share/keyrings/<keyring_name>.gpg``.
@@ -157,7 +159,7 @@ def publish(
         try:
             with staged(out) as tree:
                 result = _fill(
-                    tree, state, mirror, out, site, key, upstream_keyring, epoch, info_cache, meter
+                    tree, state, mirror, out, site, key, upstream_keyring, epoch, info_cache, meter, snapshot
                 )
         except (OSError, ToolError) as exc:
             if NoSpaceError.matches(exc):  # staged() removed the new tree: OUT is as it was
@@ -179,6 +181,7 @@ def _fill(
     epoch: int,
     info_cache: Path | None,
     meter: Meter,
+    snapshot: str | None = None,
 ) -> PublishResult:
     """Put every repo, the key, the text files and the marker into the empty ``tree``."""
     placer = Placer(mirror, tree, meter)
@@ -213,6 +216,7 @@ def _fill(
         "tool": "gpu-airgap",
         "version": VERSION,
         "mirror": os.path.abspath(mirror),
+        "snapshot": snapshot,
         "created": datetime.fromtimestamp(epoch, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         **{k: v for k, v in dataclasses.asdict(result).items() if k not in ("out", "seconds")},
     }
