@@ -23,7 +23,7 @@ from configure.distros.detection import NAMES as DISTROS
 from configure.engine import RuntimeOptions
 from configure.engines import KNOWN, get_engine
 from configure.validate import CDI_CHOICES, existing_root
-from plumbing.clikit import Group, legacy_spellings
+from plumbing.clikit import Group
 from plumbing.errors import ProblemsFound, UsageError
 from plumbing.output import emit_json, emit_lines, json_facts, note, warn
 
@@ -80,11 +80,10 @@ _TAKE_OVER = typer.Option(
 
 def add_configure_commands(group: typer.Typer) -> None:
     """Register the engine commands, ``report``, ``verify``, ``revert`` and the extras on ``group``."""
-    # --cdi was a flag; written bare it still means on, for one release
-    legacy = legacy_spellings(bare={"--cdi": ("on", CDI_CHOICES)})
-    group.command("containerd", cls=legacy)(containerd_command)
-    group.command("docker", cls=legacy)(docker_command)
-    group.command("crio", cls=legacy)(crio_command)
+    # --cdi was a flag; written bare it still means on, for one release (plumbing.spellings)
+    group.command("containerd")(containerd_command)
+    group.command("docker")(docker_command)
+    group.command("crio")(crio_command)
     group.command("podman")(podman_command)
     group.command("lxc")(lxc_command)
     group.command("report")(report_command)

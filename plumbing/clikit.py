@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import errno
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple, Type
+from typing import Any, Dict, List, Optional, Tuple
 
 import click
 from click.core import ParameterSource
-from typer.core import TyperCommand, TyperGroup
+from typer.core import TyperGroup
 
 from plumbing import output, spellings
 from plumbing.errors import ExitCode, ToolError, UsageError
@@ -146,59 +146,6 @@ def refuse_with(ctx: click.Context, name: str, others: Sequence[str], why: str) 
     clashing = [option_name(ctx, other) for other in others if given(ctx, other)]
     if clashing:
         raise UsageError(f"{option_name(ctx, name)} cannot be combined with {', '.join(clashing)}: {why}")
-
-
-REMOVAL = spellings.REMOVAL
-
-
-def rewrite_legacy(
-    args: Sequence[str], renamed: Mapping[str, str], bare: Mapping[str, Tuple[str, Sequence[str]]]
-) -> Tuple[List[str], List[str]]:
-    """``args`` in today's spellings, and a warning for each old spelling found (before ``--``).
-
-    :param renamed: old option name -> new name (``--out`` -> ``--output``).
-    :param bare: option -> (value, its choices): the option written without a value (an old boolean flag:
-        last, or followed by another option) means ``value``; a wrong value is left for click to refuse.
-    """
-    out: List[str] = []
-    warnings: List[str] = []
-    i = 0
-    while i < len(args):
-        token = args[i]
-        if token == "--":
-            out.extend(args[i:])
-            break
-        name, eq, value = token.partition("=")
-        if name in renamed:
-            new = renamed[name]
-            warnings.append(f"{name} is deprecated here; use {new} ({REMOVAL})")
-            token = f"{new}={value}" if eq else new
-        out.append(token)
-        if token in bare:
-            meant, choices = bare[token]
-            if i + 1 >= len(args) or (args[i + 1].startswith("-") and args[i + 1] not in choices):
-                warnings.append(f"{token} without a value is deprecated; write {token} {meant} ({REMOVAL})")
-                out.append(meant)
-        i += 1
-    return out, warnings
-
-
-def legacy_spellings(
-    renamed: Optional[Mapping[str, str]] = None,
-    bare: Optional[Mapping[str, Tuple[str, Sequence[str]]]] = None,
-) -> Type[TyperCommand]:
-    """A command class that accepts the old spellings of renamed options (see :func:`rewrite_legacy`)."""
-    old_names = dict(renamed or {})
-    old_flags = dict(bare or {})
-
-    class LegacyCommand(TyperCommand):
-        def parse_args(self, ctx: click.Context, args: List[str]) -> List[str]:
-            args, warnings = rewrite_legacy(args, old_names, old_flags)
-            for message in dict.fromkeys(warnings):
-                warn(message)
-            return super().parse_args(ctx, args)
-
-    return LegacyCommand
 
 
 def unknown_option(exc: click.NoSuchOption, args: Sequence[str]) -> Exception:

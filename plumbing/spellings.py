@@ -20,6 +20,10 @@ OLD_SPELLINGS: Dict[str, str] = {
     "--engine": "--runtime",  # the container engine (restart)
 }
 
+#: an option that was a flag -> what it means written bare (no value, or another option next), wherever
+#: the command's option takes that value
+BARE: Dict[str, str] = {"--cdi": "on"}
+
 #: what every deprecation warning promises
 REMOVAL = "it will be removed in the next release"
 
@@ -53,15 +57,27 @@ MEANT: Dict[Tuple[str, str], str] = {
 }
 
 
-def _names(command: click.Command) -> set[str]:
+def _options(command: click.Command) -> Dict[str, click.Option]:
     return {
-        name for p in command.params if isinstance(p, click.Option) for name in (*p.opts, *p.secondary_opts)
+        name: p
+        for p in command.params
+        if isinstance(p, click.Option)
+        for name in (*p.opts, *p.secondary_opts)
     }
 
 
+def _bare_value(options: Dict[str, click.Option], token: str, following: Optional[str]) -> Optional[str]:
+    """What the old flag ``token`` means when ``following`` (the next word) is not its value, or None."""
+    meant = BARE.get(token)
+    choices = getattr(options[token].type, "choices", ()) if token in options else ()
+    if meant is None or meant not in choices:
+        return None
+    return meant if following is None or (following.startswith("-") and following not in choices) else None
+
+
 def modernize(command: click.Command, args: Sequence[str]) -> Tuple[List[str], List[str]]:
-    """``args`` of ``command`` with each old spelling it has a new name for replaced, and one warning per spelling."""
-    names = _names(command)
+    """``args`` of ``command`` in today's spellings (before ``--``), and one warning per old spelling found."""
+    options = _options(command)
     out: List[str] = []
     warnings: List[str] = []
     for index, token in enumerate(args):
@@ -70,10 +86,14 @@ def modernize(command: click.Command, args: Sequence[str]) -> Tuple[List[str], L
             break
         name, eq, value = token.partition("=")
         new = OLD_SPELLINGS.get(name)
-        if token.startswith("--") and new in names and name not in names:
+        if token.startswith("--") and new in options and name not in options:
             warnings.append(f"{name} is deprecated here; use {new} ({REMOVAL})")
             token = f"{new}={value}" if eq else new
         out.append(token)
+        meant = _bare_value(options, token, args[index + 1] if index + 1 < len(args) else None)
+        if meant is not None:
+            warnings.append(f"{token} without a value is deprecated; write {token} {meant} ({REMOVAL})")
+            out.append(meant)
     return out, list(dict.fromkeys(warnings))
 
 

@@ -11,7 +11,6 @@ from typing import Dict, List
 import click
 import pytest
 
-from plumbing.clikit import rewrite_legacy
 from plumbing.spellings import OLD_SPELLINGS, modernize
 from tests.cli_runner import command_at, run_cli
 from tests.gpgkeys import TestKey
@@ -67,17 +66,17 @@ def test_cdi_takes_the_same_words_in_configure_install_and_fleet() -> None:
 
 
 def test_the_rewrite_maps_old_spellings_and_leaves_values_and_the_end_of_options_alone() -> None:
-    args, warnings = rewrite_legacy(
-        ["--out=x", "--dest", "m", "--cdi", "--json", "--", "--out"],
-        {"--out": "--output", "--dest": "--mirror"},
-        {"--cdi": ("on", ("auto", "on", "off"))},
+    # fleet k8s has --output and --cdi auto|on|off
+    args, warnings = modernize(
+        command_at(["fleet", "k8s"]), ["--out=x", "--cdi", "--json", "--", "--out", "--cdi"]
     )
-    assert args == ["--output=x", "--mirror", "m", "--cdi", "on", "--json", "--", "--out"]
-    assert len(warnings) == 3 and all("deprecated" in w and "next release" in w for w in warnings)
-    assert rewrite_legacy(["--cdi", "off"], {}, {"--cdi": ("on", ("auto", "on", "off"))}) == (
-        ["--cdi", "off"],
-        [],
-    )
+    assert args == ["--output=x", "--cdi", "on", "--json", "--", "--out", "--cdi"]
+    assert warnings == [
+        "--out is deprecated here; use --output (it will be removed in the next release)",
+        "--cdi without a value is deprecated; write --cdi on (it will be removed in the next release)",
+    ]
+    assert modernize(command_at(["configure", "docker"]), ["--cdi", "off"]) == (["--cdi", "off"], [])
+    assert modernize(command_at(["install"]), ["--cdi"]) == (["--cdi", "on"], [warnings[1]])
 
 
 def test_mirror_verify_still_takes_dest_with_a_deprecation_warning(deb_mirror: Path) -> None:
