@@ -293,6 +293,12 @@ def test_help_marks_every_required_option(argv: List[str]) -> None:
             "(required: one of --keyring, --keyring-configmap)",
         ),
         (["fleet", "image"], ["--output", "--push"], "(required: --output, --push or both)"),
+        (["bundle", "build"], ["--target", "--locked"], "(required: one of --target, --locked)"),
+        (
+            ["mirror", "publish"],
+            ["--sign-key", "--preserve-upstream"],
+            "(required: one of --sign-key, --preserve-upstream)",
+        ),
     ],
 )
 def test_help_marks_options_of_which_one_is_required(argv: List[str], names: List[str], mark: str) -> None:

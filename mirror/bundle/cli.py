@@ -30,7 +30,9 @@ _CHANNEL = typer.Option(
     click_type=click.Choice(CHANNELS),
     help="stable (default, whatever was synced last) or experimental (release candidates).",
 )
-_TARGET = typer.Option([], "--target", help="deb/amd64, rpm/x86_64, …; repeat for several.")
+_TARGET = typer.Option(
+    [], "--target", help="deb/amd64, rpm/x86_64, …; repeat for several. (required: one of --target, --locked)"
+)
 _SIGN_KEY = typer.Option(
     ...,
     "--sign-key",
@@ -54,7 +56,11 @@ _COMPRESSION = typer.Option(
 _SPLIT = typer.Option(
     None, "--split", help="Write parts of at most this size (650M, 4G) plus a signed checksum list."
 )
-_LOCKED = typer.Option(None, "--locked", help="Take exactly the set in this lockfile (gpu-airgap.lock).")
+_LOCKED = typer.Option(
+    None,
+    "--locked",
+    help="Take exactly the set in this lockfile (gpu-airgap.lock). (required: one of --target, --locked)",
+)
 _JSON_OUTPUT = typer.Option(False, "--json", help="Print one JSON object.")
 _SNAPSHOT = typer.Option(
     None, "--snapshot", help="Build from this snapshot of the mirror (`mirror snapshot create`)."

@@ -30,13 +30,17 @@ _ROLLBACK = typer.Option(
     help="Serve the tree the last publish to --output replaced again (atomic; run it again to undo).",
 )
 _SIGN_KEY = typer.Option(
-    None, "--sign-key", help="The operator's secret key (fingerprint or key id) that signs the indexes."
+    None,
+    "--sign-key",
+    help="The operator's secret key (fingerprint or key id) that signs the indexes. "
+    "(required: one of --sign-key, --preserve-upstream)",
 )
 _GNUPGHOME = typer.Option(None, "--gnupghome", help="gpg home holding the secret key.")
 _PRESERVE = typer.Option(
     False,
     "--preserve-upstream",
-    help="Publish upstream's own signed indexes unchanged (needs an unfiltered mirror).",
+    help="Publish upstream's own signed indexes unchanged (needs an unfiltered mirror). "
+    "(required: one of --sign-key, --preserve-upstream)",
 )
 _KEYRING = typer.Option(
     None,
