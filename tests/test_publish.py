@@ -27,6 +27,7 @@ from plumbing.gpg import Keyring
 from tests.cli_runner import CliResult, run_cli
 from tests.clock import clock_moved_on
 from tests.gpgkeys import TestKey
+from tests.node_fixtures import build_rpm
 from tests.pkg_clients import apt, dnf_with_repo, new_apt_sandbox
 from tests.upstream import UpstreamServer
 
@@ -145,12 +146,21 @@ def test_tree_has_upstreams_layout_and_exactly_the_synced_packages(
     )
     assert (published / "stable/rpm/nvidia-container-toolkit.repo").read_text() == (
         f"[nvidia-container-toolkit]\nname=nvidia-container-toolkit\nbaseurl={base}/stable/rpm/$basearch\n"
-        f"repo_gpgcheck=1\ngpgcheck=0\nenabled=1\ngpgkey={base}/gpgkey\n"
+        f"repo_gpgcheck=1\ngpgcheck=0\nenabled=1\ngpgkey={base}/gpgkey\npriority=10\n"
+    )
+    assert (
+        (published / "stable/deb/nvidia-container-toolkit.pref")
+        .read_text()
+        .endswith(
+            "Package: nvidia-container-toolkit* libnvidia-container*\nPin: origin 127.0.0.1\n"
+            "Pin-Priority: 990\n"
+        )
     )
     install = (published / "INSTALL.md").read_text()
     assert f"curl -fsSL {base}/gpgkey | sudo gpg --batch --yes --dearmor -o {KEYRING}" in install
     assert f"{base}/stable/deb/nvidia-container-toolkit.list -o /etc/apt/sources.list.d/" in install
     assert f"{base}/stable/rpm/nvidia-container-toolkit.repo -o /etc/yum.repos.d/" in install
+    assert f"{base}/stable/deb/nvidia-container-toolkit.pref -o /etc/apt/preferences.d/" in install
     assert "sudo apt-get update" in install and "sudo dnf -y makecache" in install
 
 
@@ -221,6 +231,75 @@ def test_real_dnf_makecache_accepts_the_yum_repo_with_repo_gpgcheck(
     )
     assert query.returncode == 0, query.stderr
     assert {f"{n}-0:1.17.8-1.x86_64" for n in PINNED} <= set(query.stdout.split())
+
+
+def competing_apt_repo(root: Path, version: str) -> None:
+    """A flat repository like CUDA's (Origin NVIDIA, Label NVIDIA CUDA) offering a newer toolkit; its index only."""
+    root.mkdir(parents=True)
+    packages = (
+        f"Package: nvidia-container-toolkit\nVersion: {version}\nArchitecture: amd64\n"
+        f"Filename: ./nvidia-container-toolkit_{version}_amd64.deb\nSize: 1\n"
+        f"SHA256: {hashlib.sha256(b'x').hexdigest()}\nDescription: a competitor\n"
+    ).encode()
+    (root / "Packages").write_bytes(packages)
+    (root / "Release").write_text(
+        "Origin: NVIDIA\nLabel: NVIDIA CUDA\nArchitectures: amd64\nSHA256:\n"
+        f" {hashlib.sha256(packages).hexdigest()} {len(packages)} Packages\n"
+    )
+
+
+def test_real_apt_get_takes_the_toolkit_from_the_mirror_over_a_newer_cuda_repo_only_with_the_published_pin(
+    published: Path, site: UpstreamServer, tmp_path: Path
+) -> None:
+    # the competitor is served by the same loopback server under another host name (apt pins by host)
+    competing_apt_repo(site.root / "cuda", "1.99.0-1")
+    sandbox = apt_for(published, tmp_path)
+    with (sandbox / "sources.list").open("a") as sources:
+        sources.write(f"deb [trusted=yes] http://localhost:{site.port}/cuda/ /\n")
+    # CUDA's own pin (Package: * at 600 for Label NVIDIA CUDA), as the CUDA install guide places it
+    cuda_pin = Path(__file__).parent / "data/fixtures/node-repos/cuda-ubuntu2204/etc/apt/preferences.d"
+    shutil.copy(cuda_pin / "cuda-repository-pin-600", sandbox / "preferences.d/cuda-repository-pin-600")
+    update = apt(sandbox, "update")
+    assert update.returncode == 0, update.stdout + update.stderr
+
+    def chosen() -> str:  # the candidate apt would install or upgrade to, by the URL it would fetch
+        uris = apt(sandbox, "download", "--print-uris", "nvidia-container-toolkit")
+        assert uris.returncode == 0, uris.stdout + uris.stderr
+        return uris.stdout.split("'")[1].removeprefix(site.url).replace(f"localhost:{site.port}", "localhost")
+
+    assert chosen() == "http://localhost/cuda/./nvidia-container-toolkit_1.99.0-1_amd64.deb"  # unpinned
+    shutil.copy(published / "stable/deb/nvidia-container-toolkit.pref", sandbox / "preferences.d")
+    assert chosen() == "/nvct/stable/deb/amd64/./nvidia-container-toolkit_1.17.8-1_amd64.deb"
+
+
+def test_real_dnf_takes_the_toolkit_from_the_mirror_over_a_newer_cuda_repo_by_the_published_priority(
+    published: Path, site: UpstreamServer, tmp_path: Path
+) -> None:
+    cuda = site.root / "cuda-rpm"
+    cuda.mkdir()
+    rpm = build_rpm(tmp_path / "build", "nvidia-container-toolkit", "1.99.0-1", files=False)
+    shutil.copy(rpm, cuda / rpm.name)
+    subprocess.run(["createrepo_c", "-q", str(cuda)], check=True)
+    # NVIDIA's cuda-rhel9.repo section, pointed at the loopback server under another host name
+    competitor = (
+        f"\n[cuda-rhel9-x86_64]\nname=cuda-rhel9-x86_64\nbaseurl=http://localhost:{site.port}/cuda-rpm\n"
+    )
+    competitor += "enabled=1\ngpgcheck=0\n"
+    ours = (published / "stable/rpm/nvidia-container-toolkit.repo").read_text()
+
+    def chosen(
+        repo: str, work: str
+    ) -> str:  # what dnf would install or upgrade to, by the URL it would fetch
+        found = dnf_with_repo(
+            tmp_path / work, repo + competitor, "download", "--url", "nvidia-container-toolkit"
+        )
+        assert found.returncode == 0, found.stderr
+        return found.stdout.strip().replace(f"localhost:{site.port}", "localhost").removeprefix(site.url)
+
+    assert chosen(ours.replace("priority=10\n", ""), "unpinned") == (
+        "http://localhost/cuda-rpm/nvidia-container-toolkit-1.99.0-1.x86_64.rpm"
+    )
+    assert chosen(ours, "pinned") == "/nvct/stable/rpm/x86_64/nvidia-container-toolkit-1.17.8-1.x86_64.rpm"
 
 
 @pytest.mark.parametrize(

@@ -18,6 +18,14 @@ from typing import Final
 DEFAULT_KEYRING_NAME: Final = "nvidia-container-toolkit-keyring"
 LIST_NAME: Final = "nvidia-container-toolkit.list"
 REPO_NAME: Final = "nvidia-container-toolkit.repo"
+PREF_NAME: Final = "nvidia-container-toolkit.pref"
+#: The toolkit's packages as apt preferences and dnf's excludepkgs= name them (globs).
+TOOLKIT_GLOBS: Final = "nvidia-container-toolkit* libnvidia-container*"
+#: apt: above any repository's 500 and CUDA's pin (600), below 1000 so a newer installed version is
+#: never downgraded silently (apt_preferences(5): 990 <= P < 1000 wins unless the installed one is newer).
+APT_PIN_PRIORITY: Final = 990
+#: dnf: lower wins; the default is 99, so every repository left at it loses the toolkit to ours.
+DNF_PRIORITY: Final = 10
 KEY_NAME: Final = "gpgkey"
 _KEYRING_NAME_RE: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
 
@@ -60,10 +68,35 @@ def _repo_section(site: Site, section: str, channel: str, enabled: bool) -> str:
         "gpgcheck=0",
         f"enabled={int(enabled)}",
         f"gpgkey={site.base_url}/{KEY_NAME}",
+        # ours wins over CUDA, DGX or distribution repositories that carry the toolkit too (dnf 4 and 5)
+        f"priority={DNF_PRIORITY}",
     ]
     if site.base_url.startswith("https://"):
         lines += ["sslverify=1", "sslcacert=/etc/pki/tls/certs/ca-bundle.crt"]
     return "\n".join(lines) + "\n"
+
+
+def origin_host(base_url: str) -> str:
+    """The host apt matches ``Pin: origin`` against: the URL's host name alone (apt drops user and port)."""
+    host = base_url.split("://", 1)[-1].split("/", 1)[0].rpartition("@")[2]
+    if host.startswith("["):  # an IPv6 literal keeps its colons
+        return host.partition("]")[0] + "]"
+    return host.partition(":")[0]
+
+
+def render_pref(site: Site) -> str:
+    """``<channel>/deb/nvidia-container-toolkit.pref``: an apt_preferences(5) pin that makes this mirror's
+    toolkit win over any other repository offering it (CUDA's network repository, DGX OS, the distribution).
+
+    It pins by origin (the server's host), which holds for re-signed and upstream-signed trees alike.
+    """
+    return (
+        "Explanation: the NVIDIA Container Toolkit comes from the internal mirror, "
+        "not from CUDA, DGX or distribution repositories\n"
+        f"Package: {TOOLKIT_GLOBS}\n"
+        f"Pin: origin {origin_host(site.base_url)}\n"
+        f"Pin-Priority: {APT_PIN_PRIORITY}\n"
+    )
 
 
 def render_repo(site: Site, channel: str) -> str:
@@ -95,7 +128,11 @@ def render_install(site: Site, *, signer: str, preserved: bool) -> str:
             "\n## apt (Debian, Ubuntu)\n\n"
             f"    curl -fsSL {site.base_url}/{KEY_NAME} | sudo gpg --batch --yes --dearmor -o {site.keyring_path}\n"
             f"    sudo curl -fsSL {site.base_url}/{deb}/deb/{LIST_NAME} -o /etc/apt/sources.list.d/{LIST_NAME}\n"
+            f"    sudo curl -fsSL {site.base_url}/{deb}/deb/{PREF_NAME} -o /etc/apt/preferences.d/{PREF_NAME}\n"
             "    sudo apt-get update\n"
+            f"\nThe `.pref` file pins the toolkit to this mirror (Pin-Priority {APT_PIN_PRIORITY}), so an\n"
+            "`apt-get upgrade` does not take it from NVIDIA's CUDA or DGX repositories or the distribution\n"
+            "instead; `apt-cache policy nvidia-container-toolkit` shows the candidate and where it comes from.\n"
             "\nthen, for example:\n\n"
             "    sudo apt-get install -y nvidia-container-toolkit\n"
         )
@@ -108,6 +145,10 @@ def render_install(site: Site, *, signer: str, preserved: bool) -> str:
             "    sudo dnf -y makecache\n"
             "\nthen, for example:\n\n"
             "    sudo dnf install -y nvidia-container-toolkit\n"
+            f"\nThe `.repo` sets `priority={DNF_PRIORITY}` (lower wins; the default is 99), so dnf takes the toolkit from\n"
+            "this mirror even where NVIDIA's CUDA repository (`cuda-rhel9.repo`) offers a newer one. On yum\n"
+            "without the priorities plugin, exclude the toolkit from the other repository instead, e.g.\n"
+            f"`sudo dnf config-manager --save --setopt=cuda-rhel9-x86_64.excludepkgs='{TOOLKIT_GLOBS}'`.\n"
             "\n(With `repo_gpgcheck=1` dnf fetches the `gpgkey` URL itself and imports that key into the\n"
             "repository's own keyring; `-y` accepts it, so check the fingerprint first.)\n"
         )
@@ -138,7 +179,7 @@ def render_nginx(site: Site, root: str) -> str:
         "        autoindex on;\n"
         "    }\n"
         "    location ~ /\\. { deny all; }  # the publish marker and anything hidden\n"
-        "    types { application/vnd.debian.binary-package deb; application/x-rpm rpm; text/plain list repo md asc; }\n"
+        "    types { application/vnd.debian.binary-package deb; application/x-rpm rpm; text/plain list repo pref md asc; }\n"
         "    default_type application/octet-stream;\n"
         "}\n"
     )

@@ -39,11 +39,13 @@ from mirror.publish.files import (
     DEFAULT_KEYRING_NAME,
     KEY_NAME,
     LIST_NAME,
+    PREF_NAME,
     REPO_NAME,
     Site,
     render_install,
     render_list,
     render_nginx,
+    render_pref,
     render_repo,
     valid_keyring_name,
 )
@@ -233,6 +235,7 @@ def _channels(state: store.MirrorState, fmt: str) -> tuple[str, ...]:
 
 def _site_files(site: Site, out: Path, *, signer: str, preserved: bool) -> dict[str, bytes]:
     files = {f"{c}/deb/{LIST_NAME}": render_list(site, c) for c in site.deb_channels}
+    files.update({f"{c}/deb/{PREF_NAME}": render_pref(site) for c in site.deb_channels})
     files.update({f"{c}/rpm/{REPO_NAME}": render_repo(site, c) for c in site.rpm_channels})
     files["INSTALL.md"] = render_install(site, signer=signer, preserved=preserved)
     files["nginx.conf.example"] = render_nginx(site, os.path.abspath(out))
