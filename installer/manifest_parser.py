@@ -193,7 +193,7 @@ class _Parser:
             self.problems.append(f"the manifest lists {len(seen)} members, more than {MAX_MEMBERS}")
         if total > MAX_TOTAL_SIZE:
             self.problems.append(f"the members add up to {total} bytes, more than {MAX_TOTAL_SIZE}")
-        names = [t.name for t in manifest.targets]
+        names = [f"{t.format}/{t.arch}" for t in manifest.targets]  # as typed (--target deb/amd64)
         for name in sorted({n for n in names if names.count(n) > 1}):
             self.problems.append(f"target {name} is listed more than once")
 

@@ -442,3 +442,13 @@ def test_verify_command_lists_every_problem_and_exits_3_naming_the_first(
         and "failed verification at a: does not match its sha256" in result.stderr
     )
     assert "2 more problem(s): listed above" in result.stderr
+
+
+def test_a_target_listed_twice_is_named_as_typed() -> None:
+    import json
+
+    raw = json.loads(_full_manifest().to_json())
+    raw["targets"].append(dict(raw["targets"][0], repo_dir="targets/deb-amd64-again", packages=[]))
+    with pytest.raises(ManifestError) as caught:
+        parse_manifest(json.dumps(raw).encode())
+    assert "target deb/amd64 is listed more than once" in caught.value.problems
