@@ -21,7 +21,7 @@ from mirror import snapshot
 from mirror.publish.swap import MARKER, previous
 from tests.cli_runner import CliResult, run_cli
 from tests.gpgkeys import TestKey
-from tests.pkg_clients import apt
+from tests.pkg_clients import apt, dnf_with_repo
 from tests.test_mirror_sync import _sync as sync_cli
 from tests.test_publish import apt_for, publish, site  # noqa: F401 - site is a fixture
 from tests.upstream import UpstreamServer, UpstreamTree
@@ -29,8 +29,8 @@ from tests.upstream import UpstreamServer, UpstreamTree
 DEB = "stable/deb/amd64"
 
 
-def _sync(server: UpstreamServer, tree: UpstreamTree, dest: Path, version: str) -> None:
-    args = ("--version", version, "--format", "deb", "--arch", "amd64", "--quiet")
+def _sync(server: UpstreamServer, tree: UpstreamTree, dest: Path, version: str, formats: str = "deb") -> None:
+    args = ("--version", version, "--format", formats, "--arch", "amd64", "--quiet")
     result = sync_cli(server, tree, dest, *args)
     assert result.exit_code == 0, result.stderr
 
@@ -95,6 +95,43 @@ def test_a_snapshot_is_hard_links_that_a_later_sync_and_prune_leave_unchanged(
     assert "nvidia-container-toolkit_1.18.0-1_amd64.deb" in repo["packages_added"]
     text = _snap("diff", "test1", "current", "--mirror", str(mirror)).stdout
     assert f"{DEB}: + release 1.18.0-1" in text and f"{DEB}: - release 1.17.8-1" in text
+
+
+def test_a_repairing_sync_puts_a_new_file_in_the_mirror_and_leaves_the_snapshots_alone(
+    mirror: Path, upstream_tree: UpstreamTree, upstream_server: UpstreamServer
+) -> None:
+    frozen = snapshot.root(mirror) / "test1"
+    before = _files(frozen)
+    deb = f"{DEB}/nvidia-container-toolkit_1.17.8-1_amd64.deb"
+    (mirror / deb).unlink()  # damage that `mirror verify` reports and a sync repairs
+    _sync(upstream_server, upstream_tree, mirror, "1.17.8")
+    assert (mirror / deb).read_bytes() == before[deb][1]
+    assert (mirror / deb).stat().st_ino != before[deb][0]  # repaired as a new file ...
+    assert _files(frozen) == before  # ... beside the snapshot's untouched one
+
+
+def test_dnf_reads_a_published_snapshot_of_a_yum_repo(
+    upstream_tree: UpstreamTree,
+    upstream_server: UpstreamServer,
+    operator_key: TestKey,
+    site: UpstreamServer,  # noqa: F811 - the fixture imported above
+    tmp_path: Path,
+) -> None:
+    dest = tmp_path / "mirror"
+    _sync(upstream_server, upstream_tree, dest, "1.17.8", "rpm")
+    assert _snap("create", "rpm-test", "--mirror", str(dest)).exit_code == 0
+    _sync(upstream_server, upstream_tree, dest, "1.18.0", "rpm")
+    out = site.root / "rpm-prod"
+    published = publish(dest, out, f"{site.url}/rpm-prod", "--snapshot", "rpm-test", key=operator_key)
+    assert published.exit_code == 0, published.stderr
+    repo = (out / "stable/rpm/nvidia-container-toolkit.repo").read_text()
+    assert dnf_with_repo(tmp_path / "dnf", repo, "makecache").returncode == 0
+    query = dnf_with_repo(
+        tmp_path / "dnf", repo, "repoquery", "--available", "--repo", "nvidia-container-toolkit"
+    )
+    assert query.returncode == 0, query.stderr
+    versions = {line.rsplit(":", 1)[-1] for line in query.stdout.split()}
+    assert versions == {"1.17.8-1.x86_64"}  # the snapshot's release, not the mirror's newer one
 
 
 def test_bundle_build_from_a_snapshot_ships_its_release_and_verifies(
