@@ -1,6 +1,6 @@
 """Benchmark `gpu-airgap bundle build` and `bundle verify` against tar/zstd and sha256sum.
 
-Builds a synthetic mirror (state.json written with mirror.store) holding real .deb files with
+Builds a synthetic mirror (state.json written with mirror.disk.store) holding real .deb files with
 incompressible payloads (like real packages, which are already compressed), then in the same run:
 
 - `gpu-airgap bundle build` (zstd) vs `tar --zstd -cf` over the same package files (target <= 1.5x);
@@ -32,7 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from mirror.store import (  # noqa: E402
+from mirror.disk.store import (  # noqa: E402
     MirrorState,
     Release,
     RepoProvenance,

@@ -26,11 +26,11 @@ sys.path.insert(0, str(ROOT))
 
 from debian import deb822  # noqa: E402
 
+from mirror.disk.trust import default_keyring_path, open_keyring  # noqa: E402
 from mirror.index.apt import parse_packages, parse_release  # noqa: E402
 from mirror.model import PackageFormat  # noqa: E402
 from mirror.selectors import VersionSelector  # noqa: E402
 from mirror.sync.resolve import resolve  # noqa: E402
-from mirror.trust import default_keyring_path, open_keyring  # noqa: E402
 
 REAL = ROOT / "tests" / "data" / "real-upstream" / "stable" / "deb" / "amd64"
 RUNS = 15

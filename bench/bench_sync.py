@@ -23,10 +23,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.harness.nginx import start_nginx
+from mirror.disk.trust import open_keyring
 from mirror.model import PackageFormat
 from mirror.sync import core as sync_lib
 from mirror.sync.http import Downloader
-from mirror.trust import open_keyring
 from tests.upstream import cached_upstream
 
 TARGETS = (sync_lib.RepoTarget(PackageFormat.DEB, "amd64"), sync_lib.RepoTarget(PackageFormat.RPM, "x86_64"))

@@ -2,10 +2,11 @@
 
 Four wings, each a subpackage that owns one job: ``sync`` (upstream -> verified mirror),
 ``bundle`` (mirror -> signed artifact), ``publish`` (mirror -> served repos) and ``fleet``
-(rollout manifests). They stand on the shared modules of this root (model, versions, errors,
-the verified repo reader, the mirror store and lockfile, trust, the operator's signing key, the
-signed repo generator, the host's caches and build time), never on each other: a piece two
-wings need moves down here. ``cli`` and ``groups`` sit on top and join the wings' commands.
+(rollout manifests). They stand on the shared rooms (``index``: the verified repo reader and
+package indexes; ``disk``: the mirror on disk, its switch and trusted key) and the shared modules
+of this root (model, versions, errors, lockfile, the operator's signing key, the signed repo
+generator, the host's caches and build time), never on each other: a piece two wings need moves
+down here. ``cli`` and ``groups`` sit on top and join the wings' commands.
 
 Dependency rule: ``plumbing`` <- ``configure`` <- ``installer`` <- ``mirror``
 (tests/test_architecture.py checks it).

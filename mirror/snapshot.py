@@ -35,7 +35,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Final
 
-from mirror import store
+from mirror.disk import store
 from plumbing.errors import BusyError, NoSpaceError, ToolError, UsageError
 from plumbing.fsutil import atomic_write, fsync_dir, safe_join
 
@@ -143,7 +143,7 @@ def create(dest: Path, name: str, *, now: datetime | None = None) -> SnapshotInf
     """Freeze what mirror ``dest`` holds as snapshot ``name``: hard links of every listed file.
 
     :raises SnapshotError: for a bad or taken name.
-    :raises MirrorStateError, BusyError: as :func:`mirror.store.reading` does.
+    :raises MirrorStateError, BusyError: as :func:`mirror.disk.store.reading` does.
     """
     check_name(name)
     created = (now or datetime.now(timezone.utc)).strftime("%Y-%m-%dT%H:%M:%SZ")

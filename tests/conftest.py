@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from xdist.scheduler import LoadScopeScheduling
 
-from mirror.trust import open_keyring
+from mirror.disk.trust import open_keyring
 from plumbing import clock
 from plumbing.gpg import Keyring
 from tests.cli_runner import run_cli

@@ -56,7 +56,7 @@ def imports_of(package: str) -> Iterator[Import]:
             elif isinstance(node, ast.ImportFrom):
                 assert node.level == 0, f"{rel}:{node.lineno}: relative import; gpu-airgap imports absolutely"
                 assert node.module is not None
-                for alias in node.names:  # `from mirror import store` names mirror.store
+                for alias in node.names:  # `from mirror.disk import store` names mirror.disk.store
                     yield Import(f"{node.module}.{alias.name}", rel, node.lineno, id(node) in top)
 
 

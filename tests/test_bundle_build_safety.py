@@ -25,8 +25,8 @@ from installer.manifest import MANIFEST_NAME, SIGNATURE_NAME
 from installer.manifest_parser import parse_manifest
 from mirror.bundle.build import BuildResult, build_bundle
 from mirror.bundle.tar import _Worker
+from mirror.disk.store import MirrorState, write_state
 from mirror.errors import PackageChangedError
-from mirror.store import MirrorState, write_state
 from plumbing.errors import ExitCode
 from tests.cli_runner import run_cli
 from tests.gpgkeys import TestKey

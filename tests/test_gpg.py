@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from mirror import trust
+from mirror.disk import trust
+from mirror.disk.trust import NVIDIA_FINGERPRINT, default_keyring_path
 from mirror.errors import MetadataError
 from mirror.index.apt import parse_release
-from mirror.trust import NVIDIA_FINGERPRINT, default_keyring_path
 from plumbing.errors import ExitCode, SignatureError, UsageError
 from plumbing.gpg import Keyring, judge_status
 from tests.gpgkeys import NVIDIA_KEY, REAL, TestKey

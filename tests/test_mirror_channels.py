@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from mirror import store
+from mirror.disk import store
 from plumbing.errors import ExitCode
 from tests.cli_runner import CliResult, run_cli
 from tests.gpgkeys import TestKey

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from mirror import store
 from mirror.bundle.source import parse_target
+from mirror.disk import store
 from mirror.errors import MirrorStateError
 from mirror.index.repo import MetadataFile
 from mirror.lockfile import LockedPackage, LockedTarget, Lockfile, differences

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from mirror import store
+from mirror.disk import store
 from tests.cli_runner import CliResult, run_cli
 from tests.gpgkeys import TestKey
 from tests.upstream import UpstreamServer, UpstreamTree, copy_upstream, resign_inrelease

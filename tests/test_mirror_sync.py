@@ -20,11 +20,11 @@ from pathlib import Path
 
 import pytest
 
-from mirror import store
+from mirror.disk import store
+from mirror.disk.trust import open_keyring
 from mirror.sync import core as sync_lib
 from mirror.sync import progress
 from mirror.sync.http import Downloader
-from mirror.trust import open_keyring
 from plumbing.errors import BusyError, ExitCode
 from tests.cli_runner import CliResult, run_cli
 from tests.gpgkeys import TestKey

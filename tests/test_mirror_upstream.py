@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from mirror import store
-from mirror.trust import NVIDIA_FINGERPRINT
+from mirror.disk import store
+from mirror.disk.trust import NVIDIA_FINGERPRINT
 from plumbing.errors import ExitCode
 from tests.cli_runner import CliResult, run_cli
 from tests.gpgkeys import TestKey

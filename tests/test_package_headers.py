@@ -21,11 +21,11 @@ from typing import TypeVar
 
 import pytest
 
+from mirror.disk.store import MirrorState, StoredFile, write_state
 from mirror.index.apt import parse_packages
 from mirror.index.header import PackageHeader, check_agrees, read_header
 from mirror.index.rpm import iter_primary, parse_repomd
 from mirror.model import Package, PackageFormat, Relation
-from mirror.store import MirrorState, StoredFile, write_state
 from plumbing.errors import ExitCode
 from tests.cli_runner import CliResult, run_cli
 from tests.gpgkeys import TestKey

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from mirror import store
+from mirror.disk import store
 from mirror.publish.swap import MARKER
 from plumbing.gpg import Keyring
 from tests.cli_runner import CliResult, run_cli

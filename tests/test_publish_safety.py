@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from mirror import store
+from mirror.disk import store
+from mirror.disk.trust import default_keyring_path
 from mirror.publish import swap as publish_swap
 from mirror.publish.files import Site, render_list, render_repo
 from mirror.publish.swap import MARKER
-from mirror.trust import default_keyring_path
 from plumbing.errors import BusyError
 from tests.cli_runner import run_cli
 from tests.gpgkeys import TestKey

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from mirror.disk.trust import NVIDIA_FINGERPRINT
 from mirror.errors import MetadataError
 from mirror.index.repo import (
     clean_relative,
@@ -22,7 +23,6 @@ from mirror.index.rpm import parse_repomd
 from mirror.model import PackageFormat
 from mirror.selectors import VersionSelector
 from mirror.sync.resolve import resolve
-from mirror.trust import NVIDIA_FINGERPRINT
 from plumbing.arch import known_arch, normalize_arch
 from plumbing.errors import ChecksumMismatch, ExitCode, SignatureError, UnsafePathError, UsageError
 from plumbing.gpg import Keyring

@@ -14,7 +14,7 @@ from typing import Protocol
 
 from bench.harness.nginx import LogLine
 from bench.harness.tools import Context, Tool
-from mirror.store import file_digest
+from mirror.disk.store import file_digest
 from tests.upstream import UpstreamServer
 
 

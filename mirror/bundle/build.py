@@ -41,10 +41,10 @@ from mirror.bundle.split_head import check_first_part, head_size
 from mirror.bundle.tar import BundleWriter
 from mirror.bundle.target_repo import TargetRepo, build_target_repo
 from mirror.bundle.zipapp import ZIP_EPOCH, Wheel, build_zipapp
+from mirror.disk.store import file_digest, reading
 from mirror.hostenv import build_epoch, package_info_cache
 from mirror.lockfile import Lockfile
 from mirror.signing import SigningKeys
-from mirror.store import file_digest, reading
 from plumbing.errors import NoSpaceError, ToolError, UsageError
 from plumbing.progress import Meter, NoMeter
 from plumbing.version import VERSION

@@ -13,12 +13,12 @@ import io
 import lzma
 from pathlib import Path
 
+from mirror.disk.store import RepoProvenance, RepoRecord, StoredFile
 from mirror.errors import MetadataError, MirrorStateError, PackageChangedError
 from mirror.index.apt import iter_packages
 from mirror.index.repo import check_digest, clean_relative
 from mirror.index.rpm import iter_primary, parse_repomd
 from mirror.model import Package
-from mirror.store import RepoProvenance, RepoRecord, StoredFile
 from plumbing.errors import ChecksumMismatch
 
 

@@ -88,12 +88,12 @@ def publish_command(
         return
     if mirror is None or base_url is None:
         raise UsageError("name the mirror with --mirror and where nodes reach --output with --base-url")
+    from mirror.disk.store import MirrorState
+    from mirror.disk.trust import keyring_for
     from mirror.hostenv import build_epoch, package_info_cache
     from mirror.publish.swap import check_target
     from mirror.publish.tree import normalize_base_url, publish
     from mirror.signing import OperatorKey
-    from mirror.store import MirrorState
-    from mirror.trust import keyring_for
     from plumbing.gpg import check_key_file
     from plumbing.progress import terminal_meter
 

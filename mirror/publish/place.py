@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 from typing import Final
 
-from mirror.store import StoredFile
+from mirror.disk.store import StoredFile
 from plumbing.errors import ChecksumMismatch, ToolError
 from plumbing.fsutil import atomic_write, safe_join
 from plumbing.progress import Meter, NoMeter

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from mirror import snapshot as snapshots
-from mirror import store
+from mirror.disk import store
 from mirror.publish.swap import MARKER, previous, rollback
 from plumbing.fsutil import atomic_write
 

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Final
 from urllib.parse import urlsplit
 
-from mirror import store
+from mirror.disk import store
 from mirror.errors import FetchError, MirrorStateError
 from mirror.index.repo import RepoSnapshot, check_digest, clean_relative, load_apt_repo, load_yum_repo
 from mirror.model import SourcePackage

@@ -23,9 +23,9 @@ from plumbing.rate import DEFAULT_MIN_RATE, WINDOW
 # The mirror commands import their libraries (requests, rich progress, …) when they run, so
 # other commands (bundle build, the node side) start without them.
 if TYPE_CHECKING:
-    from mirror.store import MirrorState
+    from mirror.disk.store import MirrorState
+    from mirror.disk.trust import Chosen
     from mirror.sync import core as sync_lib
-    from mirror.trust import Chosen
 
 #: Same value as mirror.sync.core.DEFAULT_UPSTREAM (tests/test_bundle_build_safety.py checks), spelled here so
 #: building the group does not import mirror.sync.core.
@@ -216,11 +216,11 @@ def sync_command(
     min_rate: int = _MIN_RATE,
 ) -> None:
     """Download the resolved toolkit release into a local mirror, verified, all or nothing."""
+    from mirror.disk.trust import keyring_for
     from mirror.sync import core as sync_lib
     from mirror.sync import origin
     from mirror.sync import progress as progress_lib
     from mirror.sync.http import Downloader
-    from mirror.trust import keyring_for
 
     recorded = origin.recorded_state(dest)
     options, chosen = _options(ctx, upstream, channel, fmt, arch, version, locked, recorded)
@@ -302,9 +302,9 @@ def plan_command(
     locked: Optional[Path] = _LOCKED,
 ) -> None:
     """Show the resolved set (name, version, arch, size, checksum, total bytes); download no package."""
+    from mirror.disk.trust import open_keyring
     from mirror.sync import core as sync_lib
     from mirror.sync.http import Downloader
-    from mirror.trust import open_keyring
 
     options, _chosen = _options(ctx, upstream, channel, fmt, arch, version, locked)
     _warn_channel(options, quiet=False)
@@ -327,11 +327,11 @@ def status_command(
     json_output: bool = _JSON,
 ) -> None:
     """Show what the mirror holds and what is newer upstream on its channel."""
-    from mirror.store import read_state
+    from mirror.disk.store import read_state
+    from mirror.disk.trust import keyring_for
     from mirror.sync import core as sync_lib
     from mirror.sync import maintain
     from mirror.sync.http import Downloader
-    from mirror.trust import keyring_for
 
     used: Optional[dict[str, Any]] = None  # the key upstream was checked with (None: not checked)
     if offline:

@@ -7,7 +7,7 @@ code themselves. The flow of one sync::
     lock DEST -> for each target: load + verify metadata (conditional GET) -> resolve
               -> download missing/changed packages in parallel into staging (verified)
               -> commit: stage metadata, http cache and state.json beside them, then switch
-                 everything in under one journal (mirror.switch)
+                 everything in under one journal (mirror.disk.switch)
 
 Any error before the switch - a full disk included - leaves the published mirror byte-identical.
 """
@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from mirror import lockfile, store
+from mirror import lockfile
+from mirror.disk import store
 from mirror.errors import LockfileMismatch, UnresolvableDependency
 from mirror.index.entries import index_entries
 from mirror.index.header import check_agrees, read_header

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from email.utils import parsedate_to_datetime
 
-from mirror import store
+from mirror.disk import store
 from mirror.index.repo import clean_relative
 from mirror.model import Package
 from mirror.sync.targets import Snapshot

@@ -75,14 +75,14 @@ def list_command(
     json_output: bool = _JSON,
 ) -> None:
     """List the toolkit releases per channel, format and arch: upstream, in the mirror, locked, release candidates."""
+    from mirror.disk.store import read_state
+    from mirror.disk.trust import keyring_for
     from mirror.lockfile import Lockfile
     from mirror.selectors import VersionSelector
-    from mirror.store import read_state
     from mirror.sync import listing, origin
     from mirror.sync.http import Downloader
     from mirror.sync.maintain import ReadOnlyCache
     from mirror.sync.targets import make_loader
-    from mirror.trust import keyring_for
     from plumbing.errors import UsageError
 
     selector = VersionSelector.parse(version) if version is not None else None

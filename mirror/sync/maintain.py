@@ -1,6 +1,6 @@
 """Looking after an existing mirror: ``status``, ``verify`` and ``prune``.
 
-All three read :class:`~mirror.store.MirrorState`; ``prune`` is the only one that changes the
+All three read :class:`~mirror.disk.store.MirrorState`; ``prune`` is the only one that changes the
 mirror, and it holds the mirror lock, writes the smaller state first and deletes files after, so
 the state never names a file that is gone.
 """
@@ -12,7 +12,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mirror import store, switch
+from mirror.disk import store, switch
 from mirror.index.entries import index_entries, signed_entries
 from mirror.index.repo import Fetcher
 from mirror.model import PackageFormat

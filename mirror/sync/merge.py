@@ -11,7 +11,7 @@ import hashlib
 from collections.abc import Sequence
 from datetime import datetime, timezone
 
-from mirror import store
+from mirror.disk import store
 from mirror.sync.targets import PlannedTarget, ReleasePlan, SyncOptions
 from mirror.versions import sort_key
 

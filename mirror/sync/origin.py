@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from mirror.disk.store import MirrorState, state_path
+from mirror.disk.trust import DEFAULT, FLAG, LOCKFILE, RECORDED, Chosen, UpstreamKey
 from mirror.lockfile import Lockfile
-from mirror.store import MirrorState, state_path
 from mirror.sync.targets import DEFAULT_UPSTREAM
-from mirror.trust import DEFAULT, FLAG, LOCKFILE, RECORDED, Chosen, UpstreamKey
 from plumbing.errors import UsageError
 
 

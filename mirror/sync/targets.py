@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
 
-from mirror import store
+from mirror.disk import store
 from mirror.index.repo import (
     Fetcher,
     MetadataFile,

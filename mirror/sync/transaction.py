@@ -3,7 +3,7 @@
 Nothing outside ``DEST/.gpu-airgap/staging/`` changes until :meth:`Transaction.commit`, which
 writes every new file into staging first (packages are downloaded there; metadata, cache entries
 and ``state.json`` are written there at commit), fsyncs them, and then switches them all in with
-one journaled step (:mod:`mirror.switch`). A failure before the journal - a full disk included -
+one journaled step (:mod:`mirror.disk.switch`). A failure before the journal - a full disk included -
 leaves the mirror exactly as it was; a kill after it is completed by the next command.
 """
 
@@ -17,7 +17,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from mirror import store, switch
+from mirror.disk import store, switch
 from mirror.errors import MetadataError
 from plumbing.fsutil import atomic_write, safe_join
 
@@ -39,7 +39,7 @@ class Transaction:
     """One sync's staged changes to a mirror; nothing outside ``staging/`` changes until :meth:`commit`."""
 
     def __init__(self, dest: Path) -> None:
-        """Start staging in ``dest`` (the caller holds :func:`mirror.store.locked`).
+        """Start staging in ``dest`` (the caller holds :func:`mirror.disk.store.locked`).
 
         A switch a killed sync had committed is completed first, so this sync starts from its result.
         """

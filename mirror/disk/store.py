@@ -8,7 +8,7 @@ Layout of ``DEST`` (upstream's relative paths are kept, so a mirror can be serve
         state.json                        what the mirror holds (MirrorState); switched in LAST
         http-cache/<key>.json, <key>.body conditional-GET validators and bodies of metadata
         staging/                          a sync in progress; removed when it ends (kept after a crash or a full disk)
-        switch.json                       only while a sync switches its staged files in (mirror.switch)
+        switch.json                       only while a sync switches its staged files in (mirror.disk.switch)
       stable/deb/amd64/InRelease          verified metadata, exactly the bytes that verified
       stable/deb/amd64/Packages.xz
       stable/deb/amd64/<name>_<ver>_<arch>.deb
@@ -17,7 +17,7 @@ Layout of ``DEST`` (upstream's relative paths are kept, so a mirror can be serve
 
 A sync (:mod:`mirror.sync.transaction`) writes every new file below ``staging/`` - packages,
 metadata, cache entries and ``state.json`` - and then switches them in with one journaled step
-(:mod:`mirror.switch`). A sync that fails before that (a bad signature, a full disk, Ctrl-C)
+(:mod:`mirror.disk.switch`). A sync that fails before that (a bad signature, a full disk, Ctrl-C)
 leaves every byte outside ``staging/`` as it was; one that is killed during the switch leaves a
 journal that the next command completes. Either way the next sync reuses the package files it
 had verified and resumes its ``.part`` files, then removes whatever else ``staging/`` holds.
@@ -44,7 +44,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from mirror import switch
+from mirror.disk import switch
 from mirror.errors import MirrorStateError
 from plumbing.errors import BusyError, NoSpaceError, ToolError
 from plumbing.fsutil import atomic_write, safe_join

@@ -17,8 +17,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Final
 
+from mirror.disk.store import MirrorState
 from mirror.errors import MirrorStateError
-from mirror.store import MirrorState
 from plumbing.errors import ToolError
 from plumbing.gpg import Keyring
 
