@@ -281,8 +281,20 @@ def delete(dest: Path, name: str, *, published_at: list[str], force: bool = Fals
             f"snapshot {name!r} is published at {', '.join(published_at)}; publish another snapshot there "
             "first, or pass --force (the published tree keeps working)"
         )
-    with _changing(dest) as top, store.locked(where):  # no publish or build is reading it
+    with _changing(dest) as top, _unread(where, name):
         aside = Path(tempfile.mkdtemp(prefix=f".{name}.old-", dir=top))
         where.rename(aside / name)  # unlisted in one step; the bytes go after
         fsync_dir(top)
         shutil.rmtree(aside, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _unread(where: Path, name: str) -> Iterator[None]:
+    """Hold snapshot ``where`` exclusively: no publish or bundle build is reading it meanwhile."""
+    try:
+        with store.locked(where):
+            yield
+    except BusyError as exc:  # only taking the lock raises it
+        raise BusyError(
+            f"a publish or bundle build is reading snapshot {name!r}; wait for it to finish"
+        ) from exc

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from mirror import snapshot
+from mirror import snapshot, store
 from mirror.publish.swap import MARKER, previous
 from tests.cli_runner import CliResult, run_cli
 from tests.gpgkeys import TestKey
@@ -270,6 +270,14 @@ def test_rollback_without_a_kept_tree_is_refused_naming_why(tmp_path: Path) -> N
 def test_a_snapshot_name_that_is_not_plain_is_refused(mirror: Path, name: str) -> None:
     result = _snap("create", name, "--mirror", str(mirror))
     assert result.exit_code == 2 and "is not allowed" in result.stderr, result.stderr
+    assert snapshot.names(mirror) == ["test1"]
+
+
+def test_a_snapshot_being_read_is_not_deleted(mirror: Path) -> None:
+    with store.locked(snapshot.root(mirror) / "test1", shared=True):  # as a publish or a build holds it
+        result = _snap("delete", "test1", "--mirror", str(mirror))
+    assert result.exit_code == 8, result.stderr
+    assert "a publish or bundle build is reading snapshot 'test1'" in result.stderr
     assert snapshot.names(mirror) == ["test1"]
 
 
