@@ -52,6 +52,11 @@ HEAVY_MODULES = frozenset(
         "publish_safety",
         "upstream_clients",
         "mirror_upstream",
+        "snapshots",
+        "fips",
+        "node_not_root",
+        "node_hints",
+        "node_hold",
     )
 )
 
