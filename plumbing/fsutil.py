@@ -403,9 +403,8 @@ def output_is_stream(path: Path, option: str = "--output") -> bool:
         return False
     if stat.S_ISCHR(mode) or stat.S_ISFIFO(mode):
         return True
-    kind = "a directory" if stat.S_ISDIR(mode) else "a block device" if stat.S_ISBLK(mode) else "a socket"
     raise UsageError(
-        f"{option} {path} is {kind}; name a file, a character device such as /dev/null, or a pipe"
+        f"{option} {path} is {file_type(mode)}; name a file, a character device such as /dev/null, or a pipe"
     )
 
 
