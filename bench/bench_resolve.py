@@ -29,7 +29,7 @@ from debian import deb822  # noqa: E402
 from mirror.disk.trust import default_keyring_path, open_keyring  # noqa: E402
 from mirror.index.apt import parse_packages, parse_release  # noqa: E402
 from mirror.model import PackageFormat  # noqa: E402
-from mirror.selectors import VersionSelector  # noqa: E402
+from mirror.release.selectors import VersionSelector  # noqa: E402
 from mirror.sync.resolve import resolve  # noqa: E402
 
 REAL = ROOT / "tests" / "data" / "real-upstream" / "stable" / "deb" / "amd64"
@@ -113,7 +113,7 @@ from plumbing.gpg import Keyring
 from mirror.index.repo import load_apt_repo
 from tests.fakes import FakeFetcher
 from mirror.sync.resolve import resolve
-from mirror.selectors import VersionSelector
+from mirror.release.selectors import VersionSelector
 from pathlib import Path
 work = Path(sys.argv[2])
 mode = sys.argv[3]

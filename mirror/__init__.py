@@ -3,9 +3,9 @@
 Four wings, each a subpackage that owns one job: ``sync`` (upstream -> verified mirror),
 ``bundle`` (mirror -> signed artifact), ``publish`` (mirror -> served repos) and ``fleet``
 (rollout manifests). They stand on the shared rooms (``index``: the verified repo reader and
-package indexes; ``disk``: the mirror on disk, its switch and trusted key) and the shared modules
-of this root (model, versions, errors, lockfile, the operator's signing key, the signed repo
-generator, the host's caches and build time), never on each other: a piece two wings need moves
+package indexes; ``disk``: the mirror on disk, its switch and trusted key; ``release``: version
+order, the ``--version`` selector, the lockfile) and the shared modules of this root (model, errors,
+the operator's signing key, the signed repo generator, the host's caches and build time), never on each other: a piece two wings need moves
 down here. ``cli`` and ``groups`` sit on top and join the wings' commands.
 
 Dependency rule: ``plumbing`` <- ``configure`` <- ``installer`` <- ``mirror``

@@ -31,7 +31,7 @@ from mirror.bundle.build import BuildResult, build_bundle
 from mirror.bundle.source import SourceError
 from mirror.bundle.split_head import head_size
 from mirror.bundle.zipapp import Wheel, vendored_wheels
-from mirror.lockfile import Lockfile
+from mirror.release.lockfile import Lockfile
 from plumbing.gpg import Keyring
 from tests.cli_runner import run_cli
 from tests.clock import clock_moved_on

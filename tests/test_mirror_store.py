@@ -13,8 +13,8 @@ from mirror.bundle.source import parse_target
 from mirror.disk import store
 from mirror.errors import MirrorStateError
 from mirror.index.repo import MetadataFile
-from mirror.lockfile import LockedPackage, LockedTarget, Lockfile, differences
 from mirror.model import Package, PackageFormat
+from mirror.release.lockfile import LockedPackage, LockedTarget, Lockfile, differences
 from mirror.sync import core as sync_lib
 from mirror.sync import maintain
 from mirror.sync.transaction import CachedResponse, Transaction, read_cache

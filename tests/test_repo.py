@@ -21,7 +21,7 @@ from mirror.index.repo import (
 )
 from mirror.index.rpm import parse_repomd
 from mirror.model import PackageFormat
-from mirror.selectors import VersionSelector
+from mirror.release.selectors import VersionSelector
 from mirror.sync.resolve import resolve
 from plumbing.arch import known_arch, normalize_arch
 from plumbing.errors import ChecksumMismatch, ExitCode, SignatureError, UnsafePathError, UsageError

@@ -7,9 +7,9 @@ import pytest
 from mirror.errors import UnresolvableDependency
 from mirror.index.apt import parse_packages, parse_relations
 from mirror.model import Package, PackageFormat, Relation
-from mirror.selectors import VersionSelector
+from mirror.release.selectors import VersionSelector
+from mirror.release.versions import satisfies, sort_key
 from mirror.sync.resolve import resolve
-from mirror.versions import satisfies, sort_key
 from plumbing.errors import ExitCode
 from tests.gpgkeys import REAL
 

@@ -1,4 +1,4 @@
-"""mirror.selectors: the --version forms and their errors."""
+"""mirror.release.selectors: the --version forms and their errors."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 
 from mirror.errors import SelectorError
 from mirror.model import PackageFormat
-from mirror.selectors import VersionSelector
+from mirror.release.selectors import VersionSelector
 from plumbing.errors import ExitCode
 
 DEB, RPM = PackageFormat.DEB, PackageFormat.RPM

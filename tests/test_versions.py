@@ -1,4 +1,4 @@
-"""mirror.versions: dpkg order via python-debian, rpm order via our rpmvercmp port."""
+"""mirror.release.versions: dpkg order via python-debian, rpm order via our rpmvercmp port."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import subprocess
 import pytest
 
 from mirror.model import PackageFormat
-from mirror.versions import (
+from mirror.release.versions import (
     compare,
     rpm_evr_compare,
     rpmvercmp,

@@ -43,7 +43,7 @@ from mirror.bundle.target_repo import TargetRepo, build_target_repo
 from mirror.bundle.zipapp import ZIP_EPOCH, Wheel, build_zipapp
 from mirror.disk.store import file_digest, reading
 from mirror.hostenv import build_epoch, package_info_cache
-from mirror.lockfile import Lockfile
+from mirror.release.lockfile import Lockfile
 from mirror.signing import SigningKeys
 from plumbing.errors import NoSpaceError, ToolError, UsageError
 from plumbing.progress import Meter, NoMeter

@@ -92,8 +92,8 @@ def build_command(
     from installer.freshness import RELEASE_CANDIDATE_NOTE, expiry_text, parse_duration, utc_now
     from mirror.bundle.build import build_bundle, compression_for, fips_warnings, parse_size
     from mirror.bundle.source import parse_target
-    from mirror.lockfile import Lockfile
-    from mirror.selectors import VersionSelector
+    from mirror.release.lockfile import Lockfile
+    from mirror.release.selectors import VersionSelector
     from plumbing.progress import terminal_meter
 
     if compression is not None and compression not in COMPRESSIONS:

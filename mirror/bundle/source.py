@@ -17,9 +17,9 @@ from installer.target import Requirement
 from mirror.disk.store import MirrorState, Release, RepoProvenance, RepoRecord, StoredPackage
 from mirror.errors import SelectorError
 from mirror.index.entries import index_entries, signed_entries
-from mirror.lockfile import LockedPackage, LockedTarget, Lockfile
 from mirror.model import EXPERIMENTAL, STABLE, Package, PackageFormat, SourcePackage
-from mirror.selectors import VersionSelector
+from mirror.release.lockfile import LockedPackage, LockedTarget, Lockfile
+from mirror.release.selectors import VersionSelector
 from plumbing.arch import normalize_arch
 from plumbing.errors import ChecksumMismatch, ExitCode, ToolError, UsageError
 

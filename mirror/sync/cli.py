@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Any, List, Optional
 import click
 import typer
 
-from mirror.lockfile import Lockfile
 from mirror.model import CHANNELS, PackageFormat
-from mirror.versions import sort_key
+from mirror.release.lockfile import Lockfile
+from mirror.release.versions import sort_key
 from plumbing import output
 from plumbing.clikit import refuse_with
 from plumbing.errors import ProblemsFound, UsageError
@@ -114,7 +114,7 @@ def _options(
     recorded: Optional[MirrorState] = None,
 ) -> tuple[sync_lib.SyncOptions, Chosen]:
     """The sync options of the command line, and where the upstream came from (flag > lockfile > mirror > default)."""
-    from mirror.selectors import VersionSelector
+    from mirror.release.selectors import VersionSelector
     from mirror.sync import core as sync_lib
     from mirror.sync import origin
 

@@ -20,15 +20,15 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from mirror import lockfile
 from mirror.disk import store
 from mirror.errors import LockfileMismatch, UnresolvableDependency
 from mirror.index.entries import index_entries
 from mirror.index.header import check_agrees, read_header
 from mirror.index.repo import Fetcher, clean_relative
-from mirror.lockfile import LockedTarget, Lockfile
 from mirror.model import Package, PackageFormat
-from mirror.selectors import VersionSelector
+from mirror.release import lockfile
+from mirror.release.lockfile import LockedTarget, Lockfile
+from mirror.release.selectors import VersionSelector
 from mirror.sync import freshness, origin
 from mirror.sync.http import Downloader, DownloadRequest
 from mirror.sync.merge import new_state

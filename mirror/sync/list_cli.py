@@ -77,8 +77,8 @@ def list_command(
     """List the toolkit releases per channel, format and arch: upstream, in the mirror, locked, release candidates."""
     from mirror.disk.store import read_state
     from mirror.disk.trust import keyring_for
-    from mirror.lockfile import Lockfile
-    from mirror.selectors import VersionSelector
+    from mirror.release.lockfile import Lockfile
+    from mirror.release.selectors import VersionSelector
     from mirror.sync import listing, origin
     from mirror.sync.http import Downloader
     from mirror.sync.maintain import ReadOnlyCache

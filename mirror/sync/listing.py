@@ -15,12 +15,12 @@ from dataclasses import dataclass
 from mirror.disk.store import MirrorState
 from mirror.errors import FetchError
 from mirror.index.repo import Fetcher, repo_path, repo_url
-from mirror.lockfile import Lockfile
 from mirror.model import EXPERIMENTAL, PackageFormat
-from mirror.selectors import VersionSelector
+from mirror.release.lockfile import Lockfile
+from mirror.release.selectors import VersionSelector
+from mirror.release.versions import sort_key
 from mirror.sync.resolve import DEFAULT_ROOT
 from mirror.sync.targets import RepoLoader, RepoTarget
-from mirror.versions import sort_key
 from plumbing.errors import ToolError
 
 

@@ -16,7 +16,7 @@ from mirror.disk import store, switch
 from mirror.index.entries import index_entries, signed_entries
 from mirror.index.repo import Fetcher
 from mirror.model import PackageFormat
-from mirror.selectors import VersionSelector
+from mirror.release.selectors import VersionSelector
 from mirror.sync import freshness
 from mirror.sync.core import RepoLoader
 from mirror.sync.resolve import resolve

@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 
 from mirror.disk import store
+from mirror.release.versions import sort_key
 from mirror.sync.targets import PlannedTarget, ReleasePlan, SyncOptions
-from mirror.versions import sort_key
 
 
 def new_state(

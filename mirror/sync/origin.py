@@ -17,7 +17,7 @@ from pathlib import Path
 
 from mirror.disk.store import MirrorState, state_path
 from mirror.disk.trust import DEFAULT, FLAG, LOCKFILE, RECORDED, Chosen, UpstreamKey
-from mirror.lockfile import Lockfile
+from mirror.release.lockfile import Lockfile
 from mirror.sync.targets import DEFAULT_UPSTREAM
 from plumbing.errors import UsageError
 

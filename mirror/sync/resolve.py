@@ -21,8 +21,8 @@ from dataclasses import dataclass
 
 from mirror.errors import UnresolvableDependency
 from mirror.model import Package, PackageFormat, Relation
-from mirror.selectors import VersionSelector
-from mirror.versions import satisfies, sort_key, upstream_version
+from mirror.release.selectors import VersionSelector
+from mirror.release.versions import satisfies, sort_key, upstream_version
 
 DEFAULT_ROOT = "nvidia-container-toolkit"
 #: Search steps before we give up; NVIDIA's repos resolve in a few dozen.

@@ -21,8 +21,8 @@ from mirror.index.repo import (
     repo_path,
     repo_url,
 )
-from mirror.lockfile import LockedPackage, LockedTarget, Lockfile
 from mirror.model import Package, PackageFormat
+from mirror.release.lockfile import LockedPackage, LockedTarget, Lockfile
 from mirror.sync.resolve import Resolution
 from plumbing.arch import KNOWN_ARCHES, normalize_arch
 from plumbing.errors import UsageError

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from mirror.errors import SelectorError
 from mirror.model import PackageFormat
-from mirror.versions import compare, satisfies, sort_key, upstream_version
+from mirror.release.versions import compare, satisfies, sort_key, upstream_version
 
 _VERSION_RE = re.compile(r"^(?:\d+:)?[0-9][A-Za-z0-9.+~^_]*(?:-[A-Za-z0-9.+~^_]+)?$")
 _CLAUSE_RE = re.compile(r"^(==|=|>=|<=|>>|<<|>|<)(.+)$")
