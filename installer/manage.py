@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+from configure import node_repos
 from configure.cdi.node import cdi_report
 from configure.changes import read_optional
 from configure.commands import engine_for
@@ -290,6 +291,10 @@ def status(
         packages = backend.installed_versions(names)
     except ToolError as exc:
         problems.append(str(exc))
+    # which repository each package came from, when dnf's history or apt's lists know (issue 26 item 5)
+    origins = node_repos.package_origins(
+        root, packages, facts.package_format, state.packages if state else {}
+    )
     name = state.runtime_name if state else runtime_name
     chosen = _distro(distro, state)
     engines: Dict[str, Any] = {}
@@ -333,6 +338,7 @@ def status(
         "held": state.held if state else False,
         "restart_pending": state.restart_pending if state else [],
         "packages": packages,
+        "origins": origins,
         "engines": engines,
         #: who manages the runtime's registration when it is not gpu-airgap or the admin (the GPU Operator)
         "owner": next((f["OWNER"] for f in engines.values() if f.get("OWNER")), None),

@@ -73,6 +73,9 @@ def dnf_with_repo(base: Path, repo_text: str, *args: str) -> subprocess.Complete
         f"--setopt=logdir={base / 'log'}",
         "--releasever=1",
         "--forcearch=x86_64",
+        # the host's `local` plugin (dnf-plugins-core, enabled on Debian) would copy every installed
+        # package into /var/lib/dnf/plugins/local, on the host, and offer it to later runs as _dnf_local
+        "--disableplugin=local",
     ]
     try:
         return subprocess.run([*argv, *args], capture_output=True, text=True, timeout=120)

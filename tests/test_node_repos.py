@@ -9,6 +9,7 @@ retired nvidia-docker list, and a Debian node that offers nothing of the toolkit
 from __future__ import annotations
 
 import shutil
+import subprocess
 from pathlib import Path
 from typing import Dict, List
 
@@ -16,10 +17,13 @@ import pytest
 
 from configure import node_repos
 from installer.install import install
+from installer.manage import status
 from installer.plan import InstallOptions
 from installer.target import StagedTarget
-from tests.node_fixtures import build_target, seed_containerd_node
+from tests.node_fixtures import TOOLKIT, build_rpm, build_target, seed_containerd_node
+from tests.pkg_clients import dnf_with_repo
 from tests.test_node_install import _keys, _setup  # noqa: F401 (the autouse key fixture)
+from tests.upstream import UpstreamServer
 
 FIXTURES = Path(__file__).parent / "data/fixtures/node-repos"
 CUDA_LIST = "deb [signed-by=/usr/share/keyrings/cuda-archive-keyring.gpg] https://example.invalid/x /\n"
@@ -141,3 +145,49 @@ def test_install_warns_about_the_cuda_repository_and_still_installs(
     ), planned.messages
     done = install(bundle, key, InstallOptions(root=root), env)
     assert done.outcome == "installed" and any("`apt-get upgrade` could replace" in m for m in done.messages)
+
+
+def test_status_says_the_bundle_for_what_gpu_airgap_installed_and_an_apt_list_for_the_rest(
+    tmp_path: Path, release: Dict[str, StagedTarget]
+) -> None:
+    root = seed_containerd_node(tmp_path / "root")
+    shutil.copytree(FIXTURES / "ubuntu-noble-universe", root, dirs_exist_ok=True)
+    bundle, key, env, _ = _setup(tmp_path, release["deb"])
+    install(bundle, key, InstallOptions(root=root), env)
+    report = status(root, env)
+    assert report["origins"] == dict.fromkeys(TOOLKIT, "a gpu-airgap bundle")
+    # a version gpu-airgap did not install, which Ubuntu's universe list offers (dpkg records no source)
+    installed = {"libnvidia-container1": "1.19.1-0ubuntu1", "nvidia-container-toolkit": "1.17.8-1"}
+    assert node_repos.package_origins(root, installed, "deb", {}) == {
+        "libnvidia-container1": "apt lists: archive.ubuntu.com/ubuntu",
+        "nvidia-container-toolkit": None,  # no list offers it and gpu-airgap has no record of it
+    }
+
+
+def test_status_names_the_repository_dnfs_history_records_for_an_rpm(tmp_path: Path) -> None:
+    web = tmp_path / "web/cuda"
+    web.mkdir(parents=True)
+    rpm = build_rpm(tmp_path / "build", "nvidia-container-toolkit", "1.99.0-1", files=False)
+    shutil.copy(rpm, web / rpm.name)
+    subprocess.run(["createrepo_c", "-q", str(web)], check=True)
+    with UpstreamServer(tmp_path / "web") as server:
+        repo = (FIXTURES / "rhel9-cuda/etc/yum.repos.d/cuda-rhel9.repo").read_text()
+        repo = repo.replace(
+            "https://developer.download.nvidia.com/compute/cuda/repos/rhel9/x86_64", f"{server.url}/cuda"
+        )
+        repo = repo.replace("gpgcheck=1", "gpgcheck=0")
+        done = dnf_with_repo(tmp_path / "dnf", repo, "install", "nvidia-container-toolkit")
+    assert done.returncode == 0, done.stderr
+    root = tmp_path / "dnf/root"
+    (root / "etc/yum.repos.d").mkdir(parents=True, exist_ok=True)
+    (root / "etc/yum.repos.d/cuda-rhel9.repo").write_text(repo)
+    assert node_repos.dnf_history_repo(root, "nvidia-container-toolkit", "1.99.0-1") == "cuda-rhel9-x86_64"
+    assert node_repos.dnf_history_repo(root, "nvidia-container-toolkit", "1.98.0-1") is None
+    assert node_repos.package_origins(root, {"nvidia-container-toolkit": "1.99.0-1"}, "rpm", {}) == {
+        "nvidia-container-toolkit": f"cuda-rhel9-x86_64 ({server.url}/cuda)"
+    }
+    # what gpu-airgap recorded installing is the bundle's, whatever dnf saw
+    ours = {"nvidia-container-toolkit": "1.99.0-1"}
+    assert node_repos.package_origins(root, ours, "rpm", ours) == {
+        "nvidia-container-toolkit": "a gpu-airgap bundle"
+    }

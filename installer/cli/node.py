@@ -297,8 +297,11 @@ def _status_lines(report: Dict[str, Any]) -> List[str]:
     else:
         lines.append("bundle: no install recorded by gpu-airgap")
     for name, version in report["packages"].items():
+        origin = report.get("origins", {}).get(name)
         lines.append(
-            f"  {name}: {version or 'not installed'}" + (" (held)" if report["held"] and version else "")
+            f"  {name}: {version or 'not installed'}"
+            + (f" (from {origin})" if origin else "")
+            + (" (held)" if report["held"] and version else "")
         )
     for engine, facts in report["engines"].items():
         runtime = facts.get("RUNTIME") or "not registered"
