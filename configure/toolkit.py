@@ -31,23 +31,33 @@ ENGINE = "toolkit"
 
 def current_mode(text: str, path: object = TOOLKIT_CONFIG) -> Optional[str]:
     """The ``mode`` set in ``text``, or None when it is left to the runtime's default (auto)."""
-    section = tomledit.parse_text(text, path).get(SECTION)
-    value = section.get("mode") if isinstance(section, dict) else None
-    return str(value) if value is not None else None
+    return get_key(text, SECTION, "mode", path)
 
 
 def set_mode(text: str, mode: str, path: object = TOOLKIT_CONFIG) -> str:
     """Return ``text`` with ``[nvidia-container-runtime] mode = <mode>``, everything else unchanged."""
     if mode not in MODES:
         raise UsageError(f"unknown runtime mode {mode!r}; choose one of {', '.join(MODES)}")
+    return set_key(text, SECTION, "mode", mode, path)
+
+
+def get_key(text: str, section: str, key: str, path: object = TOOLKIT_CONFIG) -> Optional[str]:
+    """``[section] key`` in ``text``, or None when it is left to the runtime's default."""
+    table = tomledit.parse_text(text, path).get(section)
+    value = table.get(key) if isinstance(table, dict) else None
+    return str(value) if value is not None else None
+
+
+def set_key(text: str, section: str, key: str, value: str, path: object = TOOLKIT_CONFIG) -> str:
+    """Return ``text`` with ``[section] key = value``, every other key, comment and blank line unchanged."""
     doc = tomledit.parse_text(text, path)
-    if SECTION not in doc:
-        doc.add(SECTION, tomlkit.table())
-    section = doc[SECTION]
-    if not isinstance(section, Table):
-        raise ConfigFormatError(path, f"[{SECTION}] must be a TOML table")
-    if section.get("mode") != mode:  # assigning the same value could still reformat the line
-        section["mode"] = mode
+    if section not in doc:
+        doc.add(section, tomlkit.table())
+    table = doc[section]
+    if not isinstance(table, Table):
+        raise ConfigFormatError(path, f"[{section}] must be a TOML table")
+    if table.get(key) != value:  # assigning the same value could still reformat the line
+        table[key] = value
     return tomlkit.dumps(doc)
 
 

@@ -24,6 +24,7 @@ from typing import Any, Dict, List, Optional
 from configure.cdi.inventory import KindSpecs, driver_version, find_specs, stale_reasons
 from configure.cdi.refresh import RefreshUnits, detect_refresh
 from configure.cdi.spec import CDI_SPEC, KIND, SpecGenerator, plan_spec
+from configure.driverroot import configured_root, detect_driver_root
 from configure.engine import ConfigPlan
 from configure.nodefacts import driver_present
 from plumbing.errors import ExitCode, ToolError
@@ -50,6 +51,7 @@ class CdiReport:
     refresh: RefreshUnits
     specs: KindSpecs
     driver: Optional[str]  #: the loaded driver's version, when known
+    driver_root: str = "/ (host)"  #: where the toolkit finds the driver (:mod:`configure.driverroot`)
     stale: Dict[str, List[str]] = field(default_factory=dict)  #: spec path -> why it is stale
     problems: List[str] = field(default_factory=list)
     passed: List[str] = field(default_factory=list)
@@ -62,6 +64,7 @@ class CdiReport:
             "source": self.source,
             "summary": self.summary,
             "driver_version": self.driver,
+            "driver_root": self.driver_root,
             "refresh": self.refresh.to_dict(),
             "specs": [
                 {
@@ -83,6 +86,13 @@ def cdi_report(root: Path, kind: str = KIND) -> CdiReport:
     specs = find_specs(root, kind)
     source = SOURCE_REFRESH if refresh.active else SOURCE_STATIC if specs.in_effect else SOURCE_NONE
     report = CdiReport(kind, source, _summary(source, refresh, specs), refresh, specs, driver_version(root))
+    driver = detect_driver_root(root)
+    report.driver_root = driver.describe()
+    if driver.containerized and configured_root(root) != driver.path:
+        report.problems.append(
+            f"the NVIDIA driver comes from the {driver.source} at {driver.path}, but the toolkit's "
+            f"[nvidia-container-cli] root is {configured_root(root) or '/'}: run `gpu-airgap configure containerd`"
+        )
     report.passed.append(f"CDI: {report.summary}")
     for bad in specs.invalid:
         report.problems.extend(f"{bad.path}: {p}" for p in bad.problems)

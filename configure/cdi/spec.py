@@ -31,11 +31,12 @@ import posixpath
 import re
 import tempfile
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Protocol, Tuple
+from typing import Any, Dict, List, Optional, Protocol, Sequence, Tuple
 
 import yaml
 
 from configure.changes import FileChange, read_optional
+from configure.driverroot import HOST_DRIVER, MOUNT_OPTIONS, DriverRoot, detect_driver_root, driver_libraries
 from configure.engine import ConfigPlan
 from plumbing import proc
 from plumbing.errors import ConfigFormatError, ToolError, UsageError
@@ -84,22 +85,33 @@ class NvidiaCtkGenerator:
 
     name = "nvidia-ctk"
 
-    def __init__(self, binary: str) -> None:
+    def __init__(self, binary: str, driver: DriverRoot = HOST_DRIVER) -> None:
         self.binary = binary
+        self.driver = driver
 
     def generate(self) -> bytes:
-        """Run nvidia-ctk and return the spec it wrote."""
+        """Run nvidia-ctk and return the spec it wrote (with the driver root, as NVIDIA documents it)."""
         with tempfile.TemporaryDirectory(prefix="gpu-airgap-cdi.") as tmp:
             out = Path(tmp) / "nvidia.yaml"  # the extension selects YAML output
-            proc.run([self.binary, "cdi", "generate", f"--output={out}"], timeout=120)
+            roots = [f"--driver-root={self.driver.path}", f"--dev-root={self.driver.dev_root}"]
+            proc.run(
+                [
+                    self.binary,
+                    "cdi",
+                    "generate",
+                    f"--output={out}",
+                    *(roots if self.driver.containerized else []),
+                ],
+                timeout=120,
+            )
             return out.read_bytes()
 
 
-def find_generator(root: Path) -> Tuple[Optional[SpecGenerator], List[str]]:
+def find_generator(root: Path, driver: DriverRoot = HOST_DRIVER) -> Tuple[Optional[SpecGenerator], List[str]]:
     """nvidia-ctk for ``/`` when installed; never a binary under another root (returns a warning)."""
     if is_live_root(root):
         binary = proc.which("nvidia-ctk")
-        return (NvidiaCtkGenerator(binary) if binary else None), []
+        return (NvidiaCtkGenerator(binary, driver) if binary else None), []
     for candidate in ("/usr/bin/nvidia-ctk", "/usr/local/bin/nvidia-ctk"):
         if rooted(root, candidate).exists():
             return None, [
@@ -109,9 +121,9 @@ def find_generator(root: Path) -> Tuple[Optional[SpecGenerator], List[str]]:
     return None, []
 
 
-def find_device_nodes(root: Path) -> Tuple[List[Tuple[int, str]], List[str]]:
-    """Return ``([(index, "/dev/nvidiaN")...] sorted by index, [control node paths])`` under ``root``."""
-    dev = rooted(root, "/dev")
+def find_device_nodes(root: Path, dev_root: str = "/") -> Tuple[List[Tuple[int, str]], List[str]]:
+    """Return ``([(index, "/dev/nvidiaN")...] sorted by index, [control node paths])`` under ``root``/``dev_root``."""
+    dev = rooted(root, posixpath.join(dev_root, "dev"))
     gpus: List[Tuple[int, str]] = []
     if dev.is_dir():
         for entry in dev.iterdir():
@@ -122,11 +134,21 @@ def find_device_nodes(root: Path) -> Tuple[List[Tuple[int, str]], List[str]]:
     return sorted(gpus), control
 
 
-def build_spec(gpus: List[Tuple[int, str]], control: List[str]) -> Dict[str, Any]:
-    """The CDI spec for these device nodes: one device per GPU index plus ``all``."""
+def build_spec(
+    gpus: List[Tuple[int, str]],
+    control: List[str],
+    dev_root: str = "/",
+    libraries: Sequence[Tuple[str, str]] = (),
+) -> Dict[str, Any]:
+    """The CDI spec for these device nodes: one device per GPU index plus ``all``.
+
+    ``dev_root`` prefixes each node's host path (the container path stays ``/dev/...``), and
+    ``libraries`` (``(hostPath, containerPath)``, a containerized driver's) are mounted read-only,
+    as ``nvidia-ctk cdi generate --driver-root --dev-root`` names them.
+    """
 
     def node(path: str) -> Dict[str, str]:
-        return {"path": path, "hostPath": path}
+        return {"path": path, "hostPath": posixpath.join(dev_root, path.lstrip("/"))}
 
     devices: List[Dict[str, Any]] = [
         {"name": str(index), "containerEdits": {"deviceNodes": [node(path)]}} for index, path in gpus
@@ -137,6 +159,11 @@ def build_spec(gpus: List[Tuple[int, str]], control: List[str]) -> Dict[str, Any
     }  # keep the legacy hook from injecting too
     if control:
         edits["deviceNodes"] = [node(path) for path in control]
+    if libraries:
+        edits["mounts"] = [
+            {"hostPath": host, "containerPath": inside, "options": list(MOUNT_OPTIONS)}
+            for host, inside in libraries
+        ]
     return {"cdiVersion": SPEC_VERSION, "kind": KIND, "devices": devices, "containerEdits": edits}
 
 
@@ -278,6 +305,7 @@ def plan_spec(
     force: bool = False,
     generator: Optional[SpecGenerator] = None,
     use_installed: bool = True,
+    driver: Optional[DriverRoot] = None,
 ) -> ConfigPlan:
     """Plan the CDI spec under ``root``; never writes.
 
@@ -285,6 +313,7 @@ def plan_spec(
     :param force: replace an existing spec, valid or not.
     :param generator: where the spec comes from; default: :func:`find_generator`, else device nodes.
     :param use_installed: look for nvidia-ctk when no ``generator`` is given.
+    :param driver: the driver root; default: :func:`configure.driverroot.detect_driver_root`.
     :raises ConfigFormatError: when an existing spec is invalid and ``force`` is false.
     :raises NoGpuDevices: when a new spec is needed and there are no GPU device nodes.
     """
@@ -294,8 +323,10 @@ def plan_spec(
     path = rooted(root, output)
     plan = ConfigPlan(engine=ENGINE)
     plan.facts["CDI_SPEC"] = output
+    driver = driver or detect_driver_root(root)
+    plan.facts["DRIVER_ROOT"] = driver.describe()
     if generator is None and use_installed:
-        generator, warnings = find_generator(root)
+        generator, warnings = find_generator(root, driver)
         plan.warnings.extend(warnings)
     old = read_optional(path)
     existing_problems: List[str] = []
@@ -311,7 +342,7 @@ def plan_spec(
         if existing_problems:
             plan.warnings.append(f"replacing the invalid spec {path}: {'; '.join(existing_problems)}")
     try:
-        new, source = _generate(root, generator, plan, as_json=output.endswith(".json"))
+        new, source = _generate(root, generator, plan, driver, as_json=output.endswith(".json"))
     except NoGpuDevices as exc:
         if old is None or existing_problems or force:
             raise
@@ -323,7 +354,7 @@ def plan_spec(
         elif not force:
             plan.warnings.append(f"kept the existing valid spec {path}; use --force to replace it")
             new, source = old, "existing"
-    if source == "device-nodes" and new != old:
+    if source == "device-nodes" and new != old and not driver.containerized:
         plan.warnings.append(
             "the spec lists device nodes only; nvidia-ctk on the node also mounts the driver libraries"
         )
@@ -338,7 +369,7 @@ def plan_spec(
 
 
 def _generate(
-    root: Path, generator: Optional[SpecGenerator], plan: ConfigPlan, *, as_json: bool
+    root: Path, generator: Optional[SpecGenerator], plan: ConfigPlan, driver: DriverRoot, *, as_json: bool
 ) -> Tuple[bytes, str]:
     if generator is not None:
         try:
@@ -350,10 +381,11 @@ def _generate(
             if problems:
                 raise ToolError(f"{generator.name} produced an invalid CDI spec: {'; '.join(problems)}")
             return (render_spec(data, as_json=True) if as_json else raw), generator.name
-    gpus, control = find_device_nodes(root)
+    gpus, control = find_device_nodes(root, driver.dev_root)
     if not gpus:
-        raise NoGpuDevices(rooted(root, "/dev"))
-    return render_spec(build_spec(gpus, control), as_json=as_json), "device-nodes"
+        raise NoGpuDevices(rooted(root, posixpath.join(driver.dev_root, "dev")))
+    spec = build_spec(gpus, control, driver.dev_root, driver_libraries(root, driver))
+    return render_spec(spec, as_json=as_json), "device-nodes"
 
 
 def _same_spec(a: bytes, b: bytes) -> bool:

@@ -22,7 +22,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from configure import tomledit
+from configure import driverroot, tomledit
 from configure.changes import read_optional
 from configure.containerd.engine import CRI_PLUGIN, ContainerdEngine, config_version, describe
 from configure.containerd.imports import ConfigFile, load_chain
@@ -91,6 +91,9 @@ class DistroContainerdEngine:
         # plain containerd is just "containerd", not "the containerd of containerd"
         which = "containerd" if distro.name == PLAIN else f"the containerd of {distro.name}"
         plan.warnings[:0] = [f"using {which} ({distro.describe()})", *taken_over]
+        driverroot.plan_driver_root(
+            options.root, plan
+        )  # the Operator's driver container: the toolkit looks there
         plan.facts.update(DISTRO=distro.name, RESTART=distro.restart_hint())
         plan.notes.update(distro=distro.name, restart_units=list(distro.units))
         return plan

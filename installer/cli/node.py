@@ -321,6 +321,7 @@ def _status_lines(report: Dict[str, Any]) -> List[str]:
         f"  CDI {cdi['path']}: " + ("valid" if cdi["valid"] else "invalid" if cdi["present"] else "absent")
     )
     lines.append(f"  CDI source: {cdi['source']}: {cdi['summary']}")
+    lines.append(f"  driver root: {cdi['driver_root']}")
     if report["problems"]:
         lines += [f"problem: {p}" for p in report["problems"]]
     elif report["installed_by_gpu_airgap"]:
