@@ -164,10 +164,12 @@ def create(dest: Path, name: str, *, now: datetime | None = None) -> SnapshotInf
             atomic_write(meta / INFO_NAME, (json.dumps(info, indent=2) + "\n").encode(), mode=0o644)
             new.rename(top / name)  # the last step: the snapshot is listed complete or not at all
             fsync_dir(top)
-        except OSError as exc:
+        except (OSError, NoSpaceError) as exc:
             if NoSpaceError.matches(exc):
                 raise NoSpaceError(top, "no snapshot was made") from exc
-            raise ToolError(f"cannot create snapshot {name!r}: {exc.strerror or exc}") from exc
+            raise ToolError(
+                f"cannot create snapshot {name!r}: {getattr(exc, 'strerror', None) or exc}"
+            ) from exc
         finally:
             shutil.rmtree(new, ignore_errors=True)
     return info_of(dest, name)

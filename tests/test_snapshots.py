@@ -23,6 +23,7 @@ from mirror.publish.swap import MARKER, previous
 from tests.cli_runner import CliResult, run_cli
 from tests.gpgkeys import TestKey
 from tests.pkg_clients import apt, dnf_with_repo
+from tests.test_full_disk import SmallDisk, small_disk  # noqa: F401 - small_disk is a fixture
 from tests.test_mirror_sync import _sync as sync_cli
 from tests.test_publish import apt_for, publish, site  # noqa: F401 - site is a fixture
 from tests.upstream import UpstreamServer, UpstreamTree
@@ -308,3 +309,22 @@ def test_a_create_killed_midway_leaves_no_half_snapshot_and_can_be_run_again(
     assert again.exit_code == 0, again.stderr
     assert not list(snapshot.root(mirror).glob(".test2.new-*"))
     assert snapshot.names(mirror) == ["test1", "test2"]
+
+
+@pytest.mark.parametrize("kind", ["pages", "inodes"])
+def test_a_create_on_a_full_disk_says_so_and_leaves_no_snapshot(
+    upstream_tree: UpstreamTree,
+    upstream_server: UpstreamServer,
+    small_disk: SmallDisk,  # noqa: F811 - the fixture imported above
+    kind: str,
+) -> None:
+    dest = small_disk.root / "mirror"
+    _sync(upstream_server, upstream_tree, dest, "1.17.8")
+    assert _snap("create", "a", "--mirror", str(dest)).exit_code == 0
+    small_disk.leave_free(**{kind: 1})
+    result = _snap("create", "b", "--mirror", str(dest))
+    small_disk.unlimit()
+    assert result.exit_code == 10, result.stderr
+    assert "no snapshot was made" in result.stderr
+    assert snapshot.names(dest) == ["a"] and not list(snapshot.root(dest).glob(".b.*"))
+    assert _snap("create", "b", "--mirror", str(dest)).exit_code == 0
