@@ -30,8 +30,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 import tomlkit
 from tomlkit.container import OutOfOrderTableProxy
 from tomlkit.exceptions import TOMLKitError
-from tomlkit.items import AoT, Comment, Item, Key, Table, Whitespace
-from tomlkit.items import item as make_item
+from tomlkit.items import AoT, Comment, Item, Table, Whitespace
 from tomlkit.toml_document import TOMLDocument
 
 from plumbing.errors import ConfigFormatError
@@ -148,19 +147,24 @@ def _keeping_split_table_indent() -> Iterator[None]:
     tomlkit's ``Table.append`` adds the parent's indentation to the child's, which is right for a
     table a program appends but wrong for one read from the file; on a table split across the file
     it compounds with every part.
+
+    Why a runtime patch (the one place outside tests): the parser builds its ``Table`` objects
+    itself and reaches ``Table.append`` from ``Container.append`` when it merges the parts of a
+    split table, so there is no parameter, subclass or hook to hand it; after the parse the
+    indentation each part had in the file is gone, so it cannot be put right afterwards either.
+    The patch is as small as it can be: tomlkit's own ``append`` runs, with the parent's
+    indentation blank for the call (then there is none to add), and only while :func:`parse`
+    runs (the node tool parses on one thread). It relies on tomlkit 0.15 (pyproject.toml bounds
+    it); tests/test_tomledit_size.py fails if a tomlkit release changes what it relies on.
     """
     original = Table.append
 
     def append(self: Table, key: Any, value: Any) -> Table:
-        if not isinstance(value, Item):
-            value = make_item(value, _parent=self)
-        self._value.append(key, value)
-        if isinstance(key, Key):
-            key = next(iter(key)).key
-            value = self._value[key]
-        if key is not None:
-            dict.__setitem__(self, key, value)
-        return self
+        indent, self.trivia.indent = self.trivia.indent, ""
+        try:
+            return original(self, key, value)
+        finally:
+            self.trivia.indent = indent
 
     setattr(Table, "append", append)  # noqa: B010 - a method of tomlkit's class, put back below
     try:
