@@ -66,19 +66,23 @@ class CompetingRepo:
     what: str  #: e.g. "NVIDIA's CUDA repository"
     offers: Tuple[str, ...] = ()  #: "name version" the node's apt lists show it offering
 
-    def warning(self) -> str:
-        """One sentence: the file, the URL and what a later upgrade could do."""
+    def warning(self, held: bool = False) -> str:
+        """One sentence: the file, the URL and what a later upgrade could do (``held``: what stops it)."""
         upgrade = "apt-get upgrade" if self.source.kind == "apt" else "dnf upgrade"
         where = f"{self.source.file} [{self.source.section}]" if self.source.section else self.source.file
-        offered = f" (it offers {', '.join(self.offers)})" if self.offers else ""
+        named = f"{where} names {self.what} {self.source.url}"
+        if self.offers:
+            named += f" (it offers {', '.join(self.offers)})"
+        if held:
+            return f"{named}; the hold on the toolkit keeps a later `{upgrade}` from replacing it with its packages"
         advice = (
-            "install with --hold, or pin the internal mirror (docs/node.md)"
+            f"give {' '.join(TOOLKIT_GLOBS)} Pin-Priority -1 from it in /etc/apt/preferences.d"
             if self.source.kind == "apt"
-            else f"install with --hold, or add excludepkgs={' '.join(TOOLKIT_GLOBS)} to that section"
+            else f"add excludepkgs={' '.join(TOOLKIT_GLOBS)} to that section"
         )
         return (
-            f"{where} names {self.what} {self.source.url}{offered}; a later `{upgrade}` could replace "
-            f"the toolkit this bundle installs with its packages: {advice}"
+            f"{named}; a later `{upgrade}` could replace the toolkit this bundle installs with its packages: "
+            f"install with --hold, or {advice} (docs/node.md)"
         )
 
 

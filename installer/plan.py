@@ -273,7 +273,8 @@ def _preflight(
     # a later upgrade from another repository could replace what we install: said, never refused
     offers = node_repos.apt_offers(options.root, [p.name for p in target.packages])
     check.notes.extend(
-        r.warning() for r in node_repos.competing(node_repos.node_sources(options.root), offers)
+        r.warning(held=options.hold or (bool(held) and not options.unhold))
+        for r in node_repos.competing(node_repos.node_sources(options.root), offers)
     )
     return check
 

@@ -40,7 +40,8 @@ def test_the_cuda_keyring_list_is_named_with_its_file_url_and_the_apt_upgrade_ri
         "/etc/apt/sources.list.d/cuda-ubuntu2204-x86_64.list names NVIDIA's CUDA repository "
         "https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2204/x86_64/; a later "
         "`apt-get upgrade` could replace the toolkit this bundle installs with its packages: install with "
-        "--hold, or pin the internal mirror (docs/node.md)"
+        "--hold, or give nvidia-container-toolkit* libnvidia-container* Pin-Priority -1 from it in "
+        "/etc/apt/preferences.d (docs/node.md)"
     ]
 
 
@@ -49,7 +50,7 @@ def test_nvidias_cuda_rhel9_repo_is_named_with_its_section_and_the_excludepkgs_t
         "/etc/yum.repos.d/cuda-rhel9.repo [cuda-rhel9-x86_64] names NVIDIA's CUDA repository "
         "https://developer.download.nvidia.com/compute/cuda/repos/rhel9/x86_64; a later `dnf upgrade` could "
         "replace the toolkit this bundle installs with its packages: install with --hold, or add "
-        "excludepkgs=nvidia-container-toolkit* libnvidia-container* to that section"
+        "excludepkgs=nvidia-container-toolkit* libnvidia-container* to that section (docs/node.md)"
     ]
 
 
@@ -145,6 +146,14 @@ def test_install_warns_about_the_cuda_repository_and_still_installs(
     ), planned.messages
     done = install(bundle, key, InstallOptions(root=root), env)
     assert done.outcome == "installed" and any("`apt-get upgrade` could replace" in m for m in done.messages)
+    # with the hold the install sets, the warning says what protects the toolkit instead of advising it
+    again = install(bundle, key, InstallOptions(root=root, hold=True, dry_run=True), env)
+    assert any(
+        m.endswith(
+            "the hold on the toolkit keeps a later `apt-get upgrade` from replacing it with its packages"
+        )
+        for m in again.messages
+    ), again.messages
 
 
 def test_status_says_the_bundle_for_what_gpu_airgap_installed_and_an_apt_list_for_the_rest(
