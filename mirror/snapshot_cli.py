@@ -29,7 +29,7 @@ snapshot_app = typer.Typer(
 @snapshot_app.command("create")
 def create_command(name: str = _NAME, mirror: Path = _MIRROR, json_output: bool = _JSON) -> None:
     """Freeze what the mirror holds now as snapshot NAME (hard links: no bytes are copied)."""
-    from mirror import snapshot
+    from mirror.disk import snapshot
 
     info = snapshot.create(mirror, name)
     if json_output:
@@ -41,7 +41,7 @@ def create_command(name: str = _NAME, mirror: Path = _MIRROR, json_output: bool 
 @snapshot_app.command("list")
 def list_command(mirror: Path = _MIRROR, json_output: bool = _JSON) -> None:
     """The mirror's snapshots: created, releases per repo, bytes shared with the mirror and unique."""
-    from mirror import snapshot
+    from mirror.disk import snapshot
 
     infos = snapshot.listing(mirror)
     if json_output:
@@ -66,7 +66,7 @@ def diff_command(
     json_output: bool = _JSON,
 ) -> None:
     """Releases and packages added and removed from A to B."""
-    from mirror import snapshot
+    from mirror.disk import snapshot
 
     changes = snapshot.diff(mirror, a, b)
     if json_output:
@@ -89,7 +89,7 @@ def delete_command(
     name: str = _NAME, mirror: Path = _MIRROR, force: bool = _FORCE, json_output: bool = _JSON
 ) -> None:
     """Delete snapshot NAME (refused while a publish serves it, unless --force)."""
-    from mirror import snapshot
+    from mirror.disk import snapshot
     from mirror.publish.promote import published_at
 
     serving = published_at(mirror, name)

@@ -17,8 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from mirror import snapshot
-from mirror.disk import store
+from mirror.disk import snapshot, store
 from mirror.publish.swap import MARKER, previous
 from tests.cli_runner import CliResult, run_cli
 from tests.gpgkeys import TestKey

@@ -106,8 +106,8 @@ def build_command(
     refuse_json_to_stdout(json_output, output_file)
     if split and output_is_stream(output_file):
         raise UsageError(f"--split writes several files; --output {output_file} is a device or a pipe")
-    if snapshot is not None:  # a snapshot is a mirror of its own (mirror.snapshot)
-        from mirror import snapshot as snapshots
+    if snapshot is not None:  # a snapshot is a mirror of its own (mirror.disk.snapshot)
+        from mirror.disk import snapshot as snapshots
 
         mirror = snapshots.path(mirror, snapshot)
     with output_path(output_file) as writing:

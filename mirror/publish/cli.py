@@ -116,7 +116,7 @@ def publish_command(
     check_target(out, mirror)
     live = mirror
     if snapshot is not None:
-        from mirror import snapshot as snapshots
+        from mirror.disk import snapshot as snapshots
 
         mirror = snapshots.path(mirror, snapshot)
     state = MirrorState.load(mirror)

@@ -17,7 +17,7 @@ import os
 from pathlib import Path
 from typing import Any, Final
 
-from mirror import snapshot as snapshots
+from mirror.disk import snapshot as snapshots
 from mirror.disk import store
 from mirror.publish.swap import MARKER, previous, rollback
 from plumbing.fsutil import atomic_write

@@ -133,7 +133,7 @@ def publish(
 ) -> PublishResult:
     """Publish mirror ``mirror`` into ``out`` for nodes that fetch from ``base_url``.
 
-    :param snapshot: the snapshot name ``mirror`` is (:mod:`mirror.snapshot`), recorded in the tree's marker.
+    :param snapshot: the snapshot name ``mirror`` is (:mod:`mirror.disk.snapshot`), recorded in the tree's marker.
     :param meter: told the bytes of the packages as they are placed (the CLI's terminal meter).
     :param base_url: where nodes reach ``out`` (see :func:`normalize_base_url`).
     :param keyring_name: nodes keep the key as ``/usr/share/keyrings/<keyring_name>.gpg``.
