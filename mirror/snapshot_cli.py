@@ -12,7 +12,7 @@ from plumbing import output
 from plumbing.clikit import Group
 
 if TYPE_CHECKING:
-    from mirror.snapshot import SnapshotInfo
+    from mirror.disk.snapshot import SnapshotInfo
 
 _MIRROR = typer.Option(..., "--mirror", help="The mirror directory (from `gpu-airgap mirror sync`).")
 _NAME = typer.Argument(..., help="The snapshot's name: letters, digits, '.', '_' and '-'.")
