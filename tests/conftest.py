@@ -132,6 +132,7 @@ class _UnitScheduling(LoadScopeScheduling):
         return unit_of(nodeid)[0]
 
 
+@pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook: pytest -p no:xdist still runs
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> LoadScopeScheduling | None:
     """Hand out :func:`unit_of` units for ``--dist loadfile`` (any other mode is pytest-xdist's own)."""
     return _UnitScheduling(config, log) if config.getvalue("dist") == "loadfile" else None
