@@ -10,6 +10,7 @@ import typer
 
 from mirror.publish.cli import add_publish_command
 from mirror.snapshot_cli import snapshot_app
+from mirror.sync.archive_cli import add_import_command
 from mirror.sync.cli import add_sync_commands
 from mirror.sync.list_cli import add_list_command
 from plumbing.clikit import Group
@@ -19,5 +20,6 @@ mirror_app = typer.Typer(
 )
 add_sync_commands(mirror_app)
 add_list_command(mirror_app)
+add_import_command(mirror_app)
 add_publish_command(mirror_app)
 mirror_app.add_typer(snapshot_app, name="snapshot")

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 
 from mirror.disk import store
+from mirror.model import Package
 from mirror.release.versions import sort_key
 from mirror.sync.targets import PlannedTarget, ReleasePlan, SyncOptions
 
@@ -33,16 +34,7 @@ def new_state(
         packages = {p.path: p for p in old.packages} if old else {}
         for pkg in item.held:
             path = item.path(pkg)
-            packages[path] = store.StoredPackage(
-                path=path,
-                size=pkg.size,
-                sha256=pkg.sha256,
-                sha512=pkg.sha512,
-                name=pkg.name,
-                version=pkg.version,
-                arch=pkg.arch,
-                url=item.url(pkg),
-            )
+            packages[path] = stored_package(path, pkg, item.url(pkg))
         offered = (
             ReleasePlan(item.toolkit_version, item.packages, item.node_requirements, item.breaks),
             *item.other_releases,
@@ -86,6 +78,20 @@ def new_state(
         selector=options.selector if options.locked is None else "locked",
         key_fingerprints=keep.key_fingerprints if keep else options.key_fingerprints,
         key=keep.key if keep else options.key,
+    )
+
+
+def stored_package(path: str, pkg: Package, url: str) -> store.StoredPackage:
+    """The state's record of ``pkg``, held at ``path`` under the mirror and fetched from ``url``."""
+    return store.StoredPackage(
+        path=path,
+        size=pkg.size,
+        sha256=pkg.sha256,
+        sha512=pkg.sha512,
+        name=pkg.name,
+        version=pkg.version,
+        arch=pkg.arch,
+        url=url,
     )
 
 
