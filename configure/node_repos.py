@@ -201,16 +201,17 @@ def nvidia_repo(url: str) -> Optional[str]:
 
 
 def competing(
-    sources: Sequence[RepoSource], offers: Dict[str, List[Tuple[str, str]]], internal: str = ""
+    sources: Sequence[RepoSource], offers: Dict[str, List[Tuple[str, str]]], pinned_away: Sequence[str] = ()
 ) -> List[CompetingRepo]:
     """The sources that could replace the toolkit: NVIDIA's repositories, and any other whose apt lists offer it.
 
     :param offers: apt list URL (see :func:`apt_offers`) -> (name, version) it offers.
-    :param internal: the internal mirror's URL, which is ours, not a competitor.
+    :param pinned_away: origin patterns apt preferences forbid the toolkit from (:func:`apt_pinned_away`).
     """
     result: List[CompetingRepo] = []
     for source in sources:
-        if internal and source.url.rstrip("/").startswith(internal.rstrip("/")):
+        host = bare_url(source.url).split("/", 1)[0].rpartition("@")[2].partition(":")[0]
+        if source.kind == "apt" and any(fnmatch.fnmatchcase(host, p) for p in pinned_away):
             continue
         offered = tuple(
             sorted(
@@ -223,6 +224,43 @@ def competing(
         if what is not None:
             result.append(CompetingRepo(source, what, offered))
     return result
+
+
+#: apt reads preferences.d files with no extension or ``.pref``, named from these characters (apt_preferences(5)).
+_PREF_FILE = re.compile(r"^[A-Za-z0-9_.-]+$")
+
+
+def apt_pinned_away(root: Path) -> List[str]:
+    """Origins (host patterns) from which apt preferences never take the toolkit: ``Pin: origin HOST`` with a
+    negative ``Pin-Priority`` for a ``Package:`` that covers ``nvidia-container-toolkit``.
+    """
+    texts: List[str] = []
+    main = rooted_or_none(root, "/etc/apt/preferences")
+    if main is not None and main.is_file():
+        texts.append(_read(main))
+    for name, path in _files(root, "/etc/apt/preferences.d", ""):
+        base = Path(name).name
+        if _PREF_FILE.match(base) and ("." not in base or base.endswith(".pref")):
+            texts.append(_read(path))
+    hosts: List[str] = []
+    for text in texts:
+        for stanza in re.split(r"\n[ \t]*\n", text):
+            fields = {
+                k.lower(): v.strip()
+                for k, v in re.findall(r"^([A-Za-z-]+):[ \t]*(.*)$", stanza, re.MULTILINE)
+            }
+            pin, _, value = fields.get("pin", "").partition(" ")
+            try:
+                negative = int(fields.get("pin-priority", "0")) < 0
+            except ValueError:
+                continue
+            if (
+                pin == "origin"
+                and negative
+                and _covers(fields.get("package", ""), ["nvidia-container-toolkit"])
+            ):
+                hosts.append(value.strip().strip('"'))
+    return hosts
 
 
 def _same_repo(list_url: str, source_url: str) -> bool:

@@ -274,7 +274,9 @@ def _preflight(
     offers = node_repos.apt_offers(options.root, [p.name for p in target.packages])
     check.notes.extend(
         r.warning(held=options.hold or (bool(held) and not options.unhold))
-        for r in node_repos.competing(node_repos.node_sources(options.root), offers)
+        for r in node_repos.competing(
+            node_repos.node_sources(options.root), offers, node_repos.apt_pinned_away(options.root)
+        )
     )
     return check
 

@@ -29,10 +29,11 @@ FIXTURES = Path(__file__).parent / "data/fixtures/node-repos"
 CUDA_LIST = "deb [signed-by=/usr/share/keyrings/cuda-archive-keyring.gpg] https://example.invalid/x /\n"
 
 
-def warnings_for(name: str) -> List[str]:
-    root = FIXTURES / name
-    offers = node_repos.apt_offers(root, ["nvidia-container-toolkit", "libnvidia-container1"])
-    return [r.warning() for r in node_repos.competing(node_repos.node_sources(root), offers)]
+def warnings_for(name: str, root: Path = FIXTURES) -> List[str]:
+    node = root / name
+    offers = node_repos.apt_offers(node, ["nvidia-container-toolkit", "libnvidia-container1"])
+    sources = node_repos.node_sources(node)
+    return [r.warning() for r in node_repos.competing(sources, offers, node_repos.apt_pinned_away(node))]
 
 
 def test_the_cuda_keyring_list_is_named_with_its_file_url_and_the_apt_upgrade_risk() -> None:
@@ -52,6 +53,41 @@ def test_nvidias_cuda_rhel9_repo_is_named_with_its_section_and_the_excludepkgs_t
         "replace the toolkit this bundle installs with its packages: install with --hold, or add "
         "excludepkgs=nvidia-container-toolkit* libnvidia-container* to that section (docs/node.md)"
     ]
+
+
+#: what docs/node.md tells the admin to write to keep the CUDA repository but never take the toolkit from it
+NO_TOOLKIT_FROM_CUDA = (
+    "Package: nvidia-container-toolkit* libnvidia-container*\n"
+    "Pin: origin developer.download.nvidia.com\nPin-Priority: -1\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("file", "text", "named"),
+    [
+        ("no-toolkit-from-cuda", NO_TOOLKIT_FROM_CUDA, False),
+        (
+            "no-toolkit-from-cuda.pref",
+            NO_TOOLKIT_FROM_CUDA.replace(
+                "origin developer.download.nvidia.com", 'origin "developer.download.nvidia.com"'
+            ),
+            False,
+        ),
+        ("no-toolkit-from-cuda.disabled", NO_TOOLKIT_FROM_CUDA, True),  # apt ignores that file name
+        ("all-from-cuda", NO_TOOLKIT_FROM_CUDA.replace("-1", "600"), True),
+        (
+            "nsight-only",
+            NO_TOOLKIT_FROM_CUDA.replace("nvidia-container-toolkit* libnvidia-container*", "nsight-*"),
+            True,
+        ),
+    ],
+)
+def test_the_apt_pin_docs_advise_silences_the_warning_and_nothing_less_does(
+    tmp_path: Path, file: str, text: str, named: bool
+) -> None:
+    shutil.copytree(FIXTURES / "cuda-ubuntu2204", tmp_path / "node")
+    (tmp_path / "node/etc/apt/preferences.d" / file).write_text(text)
+    assert bool(warnings_for("node", tmp_path)) is named
 
 
 def test_a_dgx_deb822_source_is_named() -> None:

@@ -270,6 +270,13 @@ def test_real_apt_get_takes_the_toolkit_from_the_mirror_over_a_newer_cuda_repo_o
     assert chosen() == "http://localhost/cuda/./nvidia-container-toolkit_1.99.0-1_amd64.deb"  # unpinned
     shutil.copy(published / "stable/deb/nvidia-container-toolkit.pref", sandbox / "preferences.d")
     assert chosen() == "/nvct/stable/deb/amd64/./nvidia-container-toolkit_1.17.8-1_amd64.deb"
+    # what docs/node.md advises where there is no pin of ours: never the toolkit from that origin
+    (sandbox / "preferences.d/nvidia-container-toolkit.pref").unlink()
+    assert chosen().startswith("http://localhost/cuda/")
+    (sandbox / "preferences.d/no-toolkit-from-cuda").write_text(
+        "Package: nvidia-container-toolkit* libnvidia-container*\nPin: origin localhost\nPin-Priority: -1\n"
+    )
+    assert chosen() == "/nvct/stable/deb/amd64/./nvidia-container-toolkit_1.17.8-1_amd64.deb"
 
 
 def test_real_dnf_takes_the_toolkit_from_the_mirror_over_a_newer_cuda_repo_by_the_published_priority(
