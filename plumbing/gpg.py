@@ -93,8 +93,9 @@ def check_key_file(path: Union[str, os.PathLike[str]]) -> None:
         raise UsageError(f"the key file {path} is empty, not a public key (gpg --export KEY > FILE)")
 
 
-#: where a gpg keybox (``pubring.kbx``) says what it is: its first blob's magic, at byte 8
-_KEYBOX_MAGIC = (8, b"KBXf")
+def _is_keybox(head: bytes) -> bool:
+    """True when ``head`` begins a gpg keybox (``pubring.kbx``): its first blob's magic, at byte 8."""
+    return head[8:12] == b"KBXf"
 
 
 #: what an armored OpenPGP file says it is, by its first line
@@ -116,8 +117,7 @@ def openpgp_kind(head: bytes) -> Optional[str]:
     for armor, kind in _ARMOR_KINDS:
         if text.startswith(armor):
             return kind
-    at, magic = _KEYBOX_MAGIC
-    if head[at : at + len(magic)] == magic:
+    if _is_keybox(head):
         return "a gpg keybox (pubring.kbx)"
     first = head[0] if head else 0
     old_format_key = first & 0xC0 == 0x80 and (first >> 2) & 0x0F == 6
@@ -129,8 +129,7 @@ def openpgp_kind(head: bytes) -> Optional[str]:
 
 def not_a_key(path: Union[str, os.PathLike[str]], data: bytes) -> UsageError:
     """The refusal of a ``--keyring`` file gpg found no key in; a gpg keybox is named, with the export that helps."""
-    at, magic = _KEYBOX_MAGIC
-    if data[at : at + len(magic)] == magic:
+    if _is_keybox(data):
         return UsageError(
             f"the key file {path} is a gpg keybox (pubring.kbx), not a public key file; export the key from it: "
             f"gpg --no-default-keyring --keyring {path} --export KEY > operator.gpg"
