@@ -12,7 +12,7 @@ LF and trailing spaces/tabs are dropped (RFC 4880 §7.1 ignores them, so keeping
 attacker change bytes without breaking the signature). Anything outside the one signed block is
 rejected before gpg runs, so junk or a second signed message cannot smuggle text in.
 
-Signing happens only on the connected host, with the operator's key (:mod:`mirror.signing`).
+Signing happens only on the connected host, with the operator's key (:mod:`mirror.signing.key`).
 
 Node side: python3.9-compatible, stdlib + python-gnupg only.
 """

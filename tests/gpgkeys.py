@@ -10,7 +10,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from mirror.signing import OperatorKey
+from mirror.signing.key import OperatorKey
 
 REAL = Path(__file__).parent / "data" / "real-upstream"
 NVIDIA_KEY = REAL / "gpgkey"

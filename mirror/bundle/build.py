@@ -44,7 +44,7 @@ from mirror.bundle.zipapp import ZIP_EPOCH, Wheel, build_zipapp
 from mirror.disk.store import file_digest, reading
 from mirror.hostenv import build_epoch, package_info_cache
 from mirror.release.lockfile import Lockfile
-from mirror.signing import SigningKeys
+from mirror.signing.key import SigningKeys
 from plumbing.errors import NoSpaceError, ToolError, UsageError
 from plumbing.progress import Meter, NoMeter
 from plumbing.version import VERSION

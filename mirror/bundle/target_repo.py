@@ -6,7 +6,7 @@
 - rpm: a yum repo — the ``.rpm`` files plus ``repodata/`` made by ``createrepo_c`` and
   ``repodata/repomd.xml.asc``.
 
-The metadata itself is made by :mod:`mirror.signed_repo` (shared with ``mirror publish``); this
+The metadata itself is made by :mod:`mirror.signing.repos` (shared with ``mirror publish``); this
 module adds what the bundle manifest needs per package. Only small metadata is produced in memory;
 package files are streamed into the archive later by the builder.
 """
@@ -20,8 +20,8 @@ from typing import Final
 from mirror.bundle.source import TargetSelection
 from mirror.index.header import PackageHeader
 from mirror.model import SourcePackage
-from mirror.signed_repo import AptEntry, ReleaseLabels, apt_metadata, package_headers, yum_metadata
-from mirror.signing import OperatorKey
+from mirror.signing.key import OperatorKey
+from mirror.signing.repos import AptEntry, ReleaseLabels, apt_metadata, package_headers, yum_metadata
 
 __all__ = ["BUNDLE_LABELS", "RepoPackage", "TargetRepo", "build_target_repo"]
 

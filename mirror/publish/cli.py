@@ -93,7 +93,7 @@ def publish_command(
     from mirror.hostenv import build_epoch, package_info_cache
     from mirror.publish.swap import check_target
     from mirror.publish.tree import normalize_base_url, publish
-    from mirror.signing import OperatorKey
+    from mirror.signing.key import OperatorKey
     from plumbing.gpg import check_key_file
     from plumbing.progress import terminal_meter
 

@@ -5,7 +5,7 @@ exactly what the mirror's ``state.json`` lists, checked against the recorded dig
 is placed (:mod:`mirror.publish.place`). Two ways to make the indexes trusted:
 
 - re-signed (default): fresh ``Packages``/``Packages.xz``/``InRelease`` and createrepo_c
-  ``repodata/`` over the held packages (:mod:`mirror.signed_repo`), signed by the operator key;
+  ``repodata/`` over the held packages (:mod:`mirror.signing.repos`), signed by the operator key;
   ``gpgkey`` is the operator's public key.
 - ``--preserve-upstream``: upstream's own ``InRelease`` / ``repomd.xml(.asc)`` and indexes,
   unchanged, so nodes keep trusting NVIDIA's key; ``gpgkey`` is that key as the mirror verified
@@ -51,8 +51,8 @@ from mirror.publish.files import (
 )
 from mirror.publish.place import Placer
 from mirror.publish.swap import MARKER, check_target, staged
-from mirror.signed_repo import AptEntry, ReleaseLabels, apt_metadata, package_headers, yum_metadata
-from mirror.signing import OperatorKey
+from mirror.signing.key import OperatorKey
+from mirror.signing.repos import AptEntry, ReleaseLabels, apt_metadata, package_headers, yum_metadata
 from plumbing.errors import NoSpaceError, SignatureError, ToolError, UsageError, VerificationError
 from plumbing.fsutil import safe_join
 from plumbing.gpg import Keyring

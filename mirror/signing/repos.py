@@ -34,7 +34,7 @@ from pathlib import Path
 from mirror.errors import PackageChangedError
 from mirror.index.header import PackageHeader, check_agrees, read_header
 from mirror.model import SourcePackage
-from mirror.signing import OperatorKey
+from mirror.signing.key import OperatorKey
 from plumbing.errors import ToolError
 from plumbing.fsutil import atomic_write
 from plumbing.proc import run
