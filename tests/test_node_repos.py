@@ -16,6 +16,7 @@ from typing import Dict, List
 import pytest
 
 from configure import node_repos
+from installer.cli.node import _status_lines
 from installer.install import install
 from installer.manage import status
 from installer.plan import InstallOptions
@@ -201,6 +202,7 @@ def test_status_says_the_bundle_for_what_gpu_airgap_installed_and_an_apt_list_fo
     install(bundle, key, InstallOptions(root=root), env)
     report = status(root, env)
     assert report["origins"] == dict.fromkeys(TOOLKIT, "a gpu-airgap bundle")
+    assert "  nvidia-container-toolkit: 1.17.8-1 (from a gpu-airgap bundle)" in _status_lines(report)
     # a version gpu-airgap did not install, which Ubuntu's universe list offers (dpkg records no source)
     installed = {"libnvidia-container1": "1.19.1-0ubuntu1", "nvidia-container-toolkit": "1.17.8-1"}
     assert node_repos.package_origins(root, installed, "deb", {}) == {
