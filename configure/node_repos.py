@@ -284,13 +284,17 @@ def list_url(file_name: str) -> str:
 
 
 def packages_offered(text: str, names: Iterable[str]) -> List[Tuple[str, str]]:
-    """(name, version) of every stanza of a ``Packages`` file whose package is one of ``names``."""
-    wanted = set(names)
+    """(name, version) of every stanza of a ``Packages`` file whose package is one of ``names``.
+
+    Only the wanted stanzas are looked at: a distribution's list runs to tens of megabytes.
+    """
+    wanted = "|".join(re.escape(n) for n in sorted(set(names)))
+    if not wanted:
+        return []
     found: List[Tuple[str, str]] = []
-    for stanza in re.split(r"\n\s*\n", text):
-        match = re.search(r"^Package:[ \t]*(\S+)", stanza, flags=re.MULTILINE)
-        if match is None or match.group(1) not in wanted:
-            continue
+    for match in re.finditer(rf"^Package:[ \t]*({wanted})[ \t]*$", text, flags=re.MULTILINE):
+        end = text.find("\n\n", match.end())
+        stanza = text[match.end() : end if end >= 0 else len(text)]
         version = re.search(r"^Version:[ \t]*(\S+)", stanza, flags=re.MULTILINE)
         if version is not None:
             found.append((match.group(1), version.group(1)))
@@ -334,7 +338,9 @@ def dnf_history_repo(root: Path, name: str, version: str) -> Optional[str]:
         return None
     evr = version.split(":", 1)[-1]
     try:
-        with contextlib.closing(sqlite3.connect(f"{path.as_uri()}?mode=ro&immutable=1", uri=True)) as db:
+        with contextlib.closing(
+            sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro&immutable=1", uri=True)
+        ) as db:
             row = db.execute(
                 "SELECT repo.repoid FROM trans_item JOIN rpm ON trans_item.item_id = rpm.item_id "
                 "JOIN repo ON trans_item.repo_id = repo.id "

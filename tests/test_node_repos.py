@@ -238,3 +238,15 @@ def test_status_names_the_repository_dnfs_history_records_for_an_rpm(tmp_path: P
     assert node_repos.package_origins(root, ours, "rpm", ours) == {
         "nvidia-container-toolkit": "a gpu-airgap bundle"
     }
+
+
+def test_only_the_named_packages_stanzas_count_not_their_namesakes_with_a_suffix() -> None:
+    text = (
+        "Package: libnvidia-container1-dbg\nVersion: 9.9.9-1\n\n"
+        "Package: libnvidia-container1\nArchitecture: amd64\nVersion: 1.19.1-0ubuntu1\n\n"
+        "Package: nvidia-container-toolkit\nVersion: 1.17.8-1"  # the last stanza, no blank line after it
+    )
+    assert node_repos.packages_offered(text, ["libnvidia-container1", "nvidia-container-toolkit"]) == [
+        ("libnvidia-container1", "1.19.1-0ubuntu1"),
+        ("nvidia-container-toolkit", "1.17.8-1"),
+    ]
