@@ -1,6 +1,10 @@
 """The dependency rule, checked on the source: who may import whom (docs/architecture.md).
 
-    plumbing  <-  configure  <-  installer  <-  mirror (root  <-  wings sync, bundle, publish, fleet)
+    plumbing  <-  configure  <-  installer  <-  mirror
+
+and inside mirror/: the shared rooms (index, disk, release, signing) and root modules  <-  the wings
+(sync, bundle, publish, fleet)  <-  the command line on top. On the node side the command line has one
+room too (installer/cli/), and no node-side module imports itself around a circle.
 
 A small AST scan of every module's imports (function-level ones included, so lazy imports count too).
 """
@@ -17,6 +21,10 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 OURS = ("plumbing", "configure", "installer", "mirror")
 WINGS = ("sync", "bundle", "publish", "fleet")
+#: the mirror's shared rooms: what two or more wings need, below every wing
+ROOMS = ("index", "disk", "release", "signing")
+#: where the node side's command line lives; no other installer module imports typer or click
+NODE_CLI_ROOM = "installer/cli/"
 #: the mirror modules above the wings: the root command line, the group that joins sync and publish, and
 #: the snapshot commands (a delete asks the publish wing which trees serve the snapshot)
 MIRROR_TOP = ("mirror/cli.py", "mirror/groups.py", "mirror/__main__.py", "mirror/snapshot_cli.py")
@@ -110,6 +118,29 @@ def test_the_mirror_root_imports_no_wing_except_the_command_line_on_top() -> Non
         and (_wing(i.module) or i.module.startswith("mirror.groups"))
     ]
     assert found == [], "shared mirror modules sit below the wings"
+
+
+def test_every_mirror_subpackage_is_a_wing_or_a_shared_room() -> None:
+    found = sorted(p.parent.name for p in (ROOT / "mirror").glob("*/__init__.py"))
+    assert found == sorted((*WINGS, *ROOMS)), (
+        "name a new mirror subpackage in WINGS or ROOMS (and docs/architecture.md)"
+    )
+
+
+@pytest.mark.parametrize("room", ROOMS)
+def test_a_shared_room_imports_no_wing_and_nothing_above_it(room: str) -> None:
+    top = tuple(path[: -len(".py")].replace("/", ".") for path in MIRROR_TOP)
+    found = _violations(f"mirror/{room}", lambda i: bool(_wing(i.module)) or i.module.startswith(top))
+    assert found == [], "a shared room sits below the wings"
+
+
+def test_only_the_node_command_line_room_imports_typer_or_click() -> None:
+    found = [
+        str(i)
+        for i in imports_of("installer")
+        if _top(i.module) in ("typer", "click") and not i.file.startswith(NODE_CLI_ROOM)
+    ]
+    assert found == [], f"the node side's command line lives in {NODE_CLI_ROOM}"
 
 
 @pytest.mark.parametrize("package", ["plumbing", "configure", "installer"])
