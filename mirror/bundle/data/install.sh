@@ -28,7 +28,7 @@ if ! python3 -I -S -c 'import sys; sys.exit(0 if sys.version_info >= (3, 9) else
 fi
 # Debian's python3-minimal alone lacks most of the standard library (shutil, tarfile, email, ...): the
 # node tool would die on its first import with a traceback, so name what is missing and the package.
-stdlib="base64 binascii collections contextlib copy dataclasses datetime difflib email enum errno fcntl fnmatch functools glob gzip hashlib http importlib io ipaddress json logging lzma os pathlib platform posixpath pwd re shlex shutil socket ssl stat struct subprocess sys tarfile tempfile threading time traceback types typing urllib zipfile zlib"
+stdlib="base64 binascii codecs collections configparser contextlib copy dataclasses datetime difflib email enum errno fcntl fnmatch functools glob gzip hashlib http importlib io ipaddress json logging lzma os pathlib platform posixpath pwd re secrets shlex shutil socket ssl stat struct subprocess sys tarfile tempfile threading time traceback types typing urllib zipfile zlib"
 missing=$(python3 -I -S -c 'import sys
 from importlib.util import find_spec
 print(" ".join(name for name in sys.argv[1].split() if find_spec(name) is None))' "$stdlib" 2>/dev/null) || missing="importlib"
