@@ -27,7 +27,8 @@ from configure.changes import STATE_DIR, FileChange, read_optional
 from configure.distros import detection
 from configure.engine import ConfigPlan
 from plumbing.errors import ConfigFormatError, UsageError
-from plumbing.fsutil import is_live_root, output_is_stream, rooted
+from plumbing.fsutil import is_live_root, rooted
+from plumbing.output_target import output_is_stream
 
 ENGINE = "runtimeclass"
 RECORD = STATE_DIR + "/runtimeclass.json"

@@ -20,8 +20,8 @@ from typer.core import TyperGroup
 
 from plumbing import output, spellings
 from plumbing.errors import ExitCode, ToolError, UsageError
-from plumbing.fsutil import output_is_stdout
 from plumbing.output import warn
+from plumbing.output_target import output_is_stdout
 
 HELP_OPTIONS = ["-h", "--help"]
 #: flags of the root that may be written after the subcommand too

@@ -17,13 +17,11 @@ import fcntl
 import os
 import platform
 import posixpath
-import shutil
 import stat
 import struct
-import sys
 import tempfile
 from pathlib import Path, PurePosixPath
-from typing import BinaryIO, Iterator, List, Optional, Union
+from typing import List, Optional, Union
 
 from plumbing.errors import (
     ConfigFormatError,
@@ -31,7 +29,6 @@ from plumbing.errors import (
     NoSpaceError,
     NotRoot,
     UnsafePathError,
-    UsageError,
 )
 
 #: a path with more links than this is refused, as the kernel does (ELOOP after 40)
@@ -332,7 +329,7 @@ def atomic_write(path: Path, data: bytes, *, mode: Optional[int] = None) -> None
         old = path.stat() if path.exists() else None
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     except OSError as exc:
-        raise _write_error(path, exc) from exc
+        raise write_error(path, exc) from exc
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
@@ -350,13 +347,14 @@ def atomic_write(path: Path, data: bytes, *, mode: Optional[int] = None) -> None
         fsync_dir(path.parent)
     except OSError as exc:
         _unlink_quietly(Path(tmp))
-        raise _write_error(path, exc) from exc
+        raise write_error(path, exc) from exc
     except BaseException:
         _unlink_quietly(Path(tmp))
         raise
 
 
-def _write_error(path: Path, exc: OSError) -> Union[FileWriteError, NoSpaceError, NotRoot]:
+def write_error(path: Path, exc: OSError) -> Union[FileWriteError, NoSpaceError, NotRoot]:
+    """The error to raise for ``exc``, a failed write of ``path``: no space, not root, or the reason."""
     if NoSpaceError.matches(exc):
         return NoSpaceError(path)
     if exc.errno in (errno.EACCES, errno.EPERM) and os.geteuid() != 0:
@@ -376,92 +374,3 @@ def fsync_dir(directory: Path) -> None:
 def _unlink_quietly(path: Path) -> None:
     with contextlib.suppress(FileNotFoundError):
         path.unlink()
-
-
-# -- --output targets ----------------------------------------------------------------------------
-
-
-def output_is_stream(path: Path, option: str = "--output") -> bool:
-    """Whether ``--output`` names a stream to write through rather than a file to replace atomically.
-
-    A character device (``/dev/null``) or a pipe (``/dev/stdout`` when it is piped, a FIFO, bash's
-    ``>(…)``), or a symbolic link to one, is a stream: replacing it with a regular file would break
-    the device or the pipe, so the bytes are written into it. A regular file, a link to one, or a
-    name that does not exist yet is a file. Anything else has no sensible meaning as an output.
-
-    :raises UsageError: a directory, a block device or a socket, naming what it is.
-    """
-    try:
-        mode = Path(path).stat().st_mode
-    except FileNotFoundError:
-        return False  # a new file, or a dangling link (replaced like a file)
-    except OSError as exc:
-        if exc.errno == errno.ENAMETOOLONG:
-            raise  # the command line's handler says it in one sentence, for every option
-        raise UsageError(f"{option} {path} cannot be used: {exc.strerror or exc}") from exc
-    if stat.S_ISREG(mode):
-        return False
-    if stat.S_ISCHR(mode) or stat.S_ISFIFO(mode):
-        return True
-    raise UsageError(
-        f"{option} {path} is {file_type(mode)}; name a file, a character device such as /dev/null, or a pipe"
-    )
-
-
-def output_is_stdout(path: Path) -> bool:
-    """True when ``path`` is this process's stdout (``/dev/stdout``, or the file or pipe it points at)."""
-    try:
-        target, ours = Path(path).stat(), os.fstat(1)
-    except OSError:
-        return False
-    return (target.st_dev, target.st_ino) == (ours.st_dev, ours.st_ino)
-
-
-def write_output(path: Path, data: bytes, option: str = "--output") -> None:
-    """Write an ``--output`` of a command: through a stream (see :func:`output_is_stream`), else atomically.
-
-    :raises UsageError: a target that is neither a file nor a stream.
-    :raises FileWriteError | NoSpaceError: the write failed.
-    """
-    if not output_is_stream(path, option):
-        atomic_write(path, data)
-        return
-    try:
-        with _open_stream(path) as stream:
-            stream.write(data)
-    except OSError as exc:
-        raise _write_error(path, exc) from exc
-
-
-def _open_stream(path: Path) -> BinaryIO:
-    """``path`` opened for writing; our own stdout through its descriptor (reopening a pipe by name may be denied)."""
-    if output_is_stdout(path):
-        sys.stdout.flush()
-        return os.fdopen(os.dup(1), "wb")
-    return open(path, "wb")
-
-
-@contextlib.contextmanager
-def output_path(path: Path, option: str = "--output") -> Iterator[Path]:
-    """Where a writer that renames its files into place (a bundle, a pull) should write ``--output``.
-
-    For a file that is ``path`` itself. For a stream it is a file of the same name in a private
-    temporary directory, copied into the stream once the block succeeds (so a failed build sends
-    nothing) and removed either way.
-
-    :raises UsageError: a target that is neither a file nor a stream.
-    """
-    if not output_is_stream(path, option):
-        yield path
-        return
-    work = Path(tempfile.mkdtemp(prefix=".gpu-airgap-output-"))
-    try:
-        staged = work / path.name
-        yield staged
-        try:
-            with open(staged, "rb") as source, _open_stream(path) as stream:
-                shutil.copyfileobj(source, stream, 1 << 20)
-        except OSError as exc:
-            raise _write_error(path, exc) from exc
-    finally:
-        shutil.rmtree(work, ignore_errors=True)

@@ -1,7 +1,7 @@
 """Issue 24.9: ``--output`` writes through a character device, a pipe or a link to one, and refuses a directory.
 
 Replacing ``/dev/null`` (or the link ``/dev/stdout``) with a regular file breaks the machine; the
-bytes are streamed into such a target instead. :func:`plumbing.fsutil.output_is_stream` decides
+bytes are streamed into such a target instead. :func:`plumbing.output_target.output_is_stream` decides
 for every ``--output`` writer (``bundle build``, ``bundle pull``, ``fleet k8s``, ``fleet image``).
 """
 
@@ -19,7 +19,7 @@ from typing import List
 import pytest
 
 from plumbing.errors import ExitCode, UsageError
-from plumbing.fsutil import output_is_stream, write_output
+from plumbing.output_target import output_is_stream, write_output
 from tests.cli_runner import run_cli
 from tests.gpgkeys import TestKey
 

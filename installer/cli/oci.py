@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Iterator, Optional
 import typer
 
 from installer.cli.bundle import ALLOW_EXPIRED, FINGERPRINT, bundle_facts
-from plumbing import fsutil, output, rate
+from plumbing import output, output_target, rate
 from plumbing.clikit import emit_report, refuse_json_to_stdout
 from plumbing.errors import UsageError
 
@@ -202,7 +202,7 @@ def pull_command(
             ref, output_path, keyring, access, _progress, fingerprint=fingerprint, policy=policy
         )
     else:  # a file, or a device or pipe the verified bundle is streamed into
-        with fsutil.output_path(output_path) as target:
+        with output_target.output_path(output_path) as target:
             result = pull_verified(
                 ref, target, keyring, access, _progress, fingerprint=fingerprint, policy=policy
             )

@@ -15,7 +15,7 @@ from mirror.model import CHANNELS, COMPRESSIONS
 from plumbing import output
 from plumbing.clikit import emit_report, refuse_json_to_stdout, refuse_with
 from plumbing.errors import UsageError
-from plumbing.fsutil import output_is_stream, output_path
+from plumbing.output_target import output_is_stream, output_path
 
 _MIRROR = typer.Option(..., "--mirror", help="The mirror directory (from `gpu-airgap mirror sync`).")
 _VERSION = typer.Option(
