@@ -28,7 +28,7 @@ _CHANNEL = typer.Option(
     None,
     "--channel",
     click_type=click.Choice(CHANNELS),
-    help="stable (default, whatever was synced last) or experimental (release candidates).",
+    help="stable (the default, whatever channel was synced last) or experimental (release candidates).",
 )
 _TARGET = typer.Option(
     [], "--target", help="deb/amd64, rpm/x86_64, …; repeat for several. (required: one of --target, --locked)"
