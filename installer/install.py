@@ -30,7 +30,7 @@ from installer.plan import InstallOptions, InstallPlan, plan_install, runtime_op
 from installer.rollback import RunLog, record
 from installer.state import save_state
 from installer.target import install_order
-from installer.workspace import node_lock, staging
+from installer.workspace import locked_state_dir, staging
 from plumbing.errors import CommandError, ExitCode, ToolError
 from plumbing.fsutil import is_live_root, rooted
 from plumbing.gpg import check_key_file
@@ -104,7 +104,7 @@ def install(bundle: Path, keyring: Path, options: InstallOptions, env: NodeEnv) 
     require_bundle(bundle)
     check_key_file(keyring)
     existing_root(root)
-    with node_lock(root) as state_dir, staging(state_dir) as stage:
+    with locked_state_dir(root) as state_dir, staging(state_dir) as stage:
         _say(env, f"verifying {bundle.name} with {keyring}")
         policy = Policy(allow_expired=options.allow_expired, now=env.clock())
         staged = env.opener(bundle, keyring, stage, fingerprint=options.fingerprint, policy=policy)

@@ -38,7 +38,7 @@ from installer.state import (
     state_path,
 )
 from installer.target import TOOLKIT_ORDER
-from installer.workspace import node_lock
+from installer.workspace import locked_state_dir
 from plumbing.errors import ProblemsFound, ToolError, UsageError
 from plumbing.fsutil import is_live_root, rooted
 
@@ -142,7 +142,7 @@ def uninstall(
     if purge and keep_packages:
         raise UsageError("--purge and --keep-packages contradict each other; pass one of them")
     result = UninstallResult(dry_run=dry_run)
-    with node_lock(root):
+    with locked_state_dir(root):
         state = _load(root) if purge else _require_state(root)
         if state is None:
             return _purge_leftovers(root, env, result)
@@ -239,7 +239,7 @@ def restart_pending(
         raise UsageError(
             f"engines are restarted only on the running system; {root} is another root, restart them there"
         )
-    with node_lock(root):
+    with locked_state_dir(root):
         state = load_state(root)
         result = InstallResult(
             outcome="restarted",

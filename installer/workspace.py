@@ -24,7 +24,7 @@ STAGING_PREFIX = "staging-"
 
 
 @contextlib.contextmanager
-def node_lock(root: Path) -> Iterator[Path]:
+def locked_state_dir(root: Path) -> Iterator[Path]:
     """Hold the node lock of ``root`` (:func:`plumbing.nodelock.node_lock`); yield the state directory.
 
     Stale staging directories go; the directories created for the state directory are removed
