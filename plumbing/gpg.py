@@ -34,6 +34,7 @@ from typing import Optional, Union
 import gnupg
 
 from plumbing.errors import SignatureError, ToolError, UsageError
+from plumbing.fsutil import file_type
 
 _BEGIN_SIGNED = b"-----BEGIN PGP SIGNED MESSAGE-----"
 _BEGIN_SIG = b"-----BEGIN PGP SIGNATURE-----"
@@ -63,15 +64,6 @@ class VerifiedText:
     signed_at: Optional[datetime]
 
 
-_FILE_KINDS = (
-    (stat.S_ISDIR, "a directory"),
-    (stat.S_ISCHR, "a character device"),
-    (stat.S_ISBLK, "a block device"),
-    (stat.S_ISFIFO, "a named pipe"),
-    (stat.S_ISSOCK, "a socket"),
-)
-
-
 def check_key_file(path: Union[str, os.PathLike[str]]) -> None:
     """Refuse a ``--keyring`` that is not a key file, saying what it is (every command taking a key calls this).
 
@@ -84,11 +76,10 @@ def check_key_file(path: Union[str, os.PathLike[str]]) -> None:
         raise UsageError(f"the key file {path} does not exist") from None
     except OSError as exc:
         raise UsageError(f"cannot read the key file {path}: {exc.strerror or exc}") from exc
-    for test, kind in _FILE_KINDS:
-        if test(info.st_mode):
-            raise UsageError(
-                f"the key file {path} is {kind}, not a public key file (gpg --export KEY > FILE)"
-            )
+    if not stat.S_ISREG(info.st_mode):
+        raise UsageError(
+            f"the key file {path} is {file_type(info.st_mode)}, not a public key file (gpg --export KEY > FILE)"
+        )
     if info.st_size == 0:
         raise UsageError(f"the key file {path} is empty, not a public key (gpg --export KEY > FILE)")
 
