@@ -39,7 +39,7 @@ from __future__ import annotations
 import posixpath
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import tomlkit
 from tomlkit.toml_document import TOMLDocument
@@ -183,16 +183,19 @@ class ContainerdEngine:
         desired = self._desired_cri(source, options, plan)
         tomledit.merge(target, {"plugins": {plugin: desired}}, path=source_path)
 
+        # The values of each file as written, the way containerd will load them (read once per file).
+        rendered: Dict[Path, Dict[str, Any]] = {}
         if drop_path is not None:
-            plan.changes.append(FileChange(drop_path, old_drop_in, tomledit.render_over(old_drop_in, target)))
-        # Untouched (a drop-in already imported): the very bytes, which tomlkit never had to read.
-        new_root, root_values = (
-            (raw, data)
-            if root_doc is None and raw is not None
-            else tomledit.render_with_values(
-                raw, root_doc or tomlkit.document(), data if raw is not None else None
+            new_drop_in, rendered[drop_path] = _rendered(drop_path, old_drop_in, target)
+            plan.changes.append(FileChange(drop_path, old_drop_in, new_drop_in))
+        if (
+            root_doc is None and raw is not None
+        ):  # untouched (a drop-in already imported): tomlkit never read it
+            new_root, rendered[config_path] = raw, data
+        else:
+            new_root, rendered[config_path] = _rendered(
+                config_path, raw, root_doc or tomlkit.document(), data if raw is not None else None
             )
-        )
         plan.changes.append(FileChange(config_path, raw, new_root))
 
         plan.notes.update(
@@ -204,10 +207,6 @@ class ContainerdEngine:
             set_as_default=options.set_as_default,
         )
         # Read the facts back from the rendered bytes, the way containerd would load them.
-        rendered = {c.path: tomledit.load(c.path, c.new) for c in plan.changes[:-1]}
-        rendered[config_path] = (
-            root_values if root_values is not None else tomledit.load(config_path, new_root)
-        )
         final = [
             ConfigFile(c.path, rendered[rooted(options.root, drop_in)] if c.ours and drop_in else c.data)
             for c in chain[1:]
@@ -367,6 +366,14 @@ def _add_import(doc: TOMLDocument, path: str) -> None:
         doc["imports"].append(path)
     else:
         tomledit.set_value(doc, "imports", [path])
+
+
+def _rendered(
+    path: Path, old: Optional[bytes], doc: TOMLDocument, old_values: Optional[Dict[str, Any]] = None
+) -> Tuple[bytes, Dict[str, Any]]:
+    """``doc`` rendered over ``old`` (:func:`configure.tomledit.render_over`) and the values of those bytes."""
+    new, values = tomledit.render_with_values(old, doc, old_values)
+    return new, values if values is not None else tomledit.load(path, new)
 
 
 def _refuse_disabled_cri(root: Path, chain: List[ConfigFile]) -> None:
