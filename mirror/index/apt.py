@@ -140,15 +140,36 @@ def parse_packages(text: str) -> list[Package]:
     return list(iter_packages(_iter_lines(text)))
 
 
-def iter_packages(lines: Iterable[str]) -> Iterator[Package]:
+def iter_packages(lines: Iterable[str], *, names: frozenset[str] | None = None) -> Iterator[Package]:
     """Stream packages from the lines of a Packages index (bounded memory for huge indexes).
 
     :param lines: the lines of the file, with or without line endings (a text file object works).
+    :param names: parse only the paragraphs of these packages; the others are skipped by their
+        ``Package:`` line alone (a CUDA repository lists thousands the toolkit never needs).
     :raises MetadataError: on a paragraph missing a required field or with a malformed size or digest.
     """
     shared = _Shared()
-    for paragraph in deb822.Packages.iter_paragraphs(iter(lines), use_apt_pkg=False):
+    source = iter(lines) if names is None else _paragraphs_named(lines, names)
+    for paragraph in deb822.Packages.iter_paragraphs(source, use_apt_pkg=False):
         yield shared.package(paragraph)
+
+
+def _paragraphs_named(lines: Iterable[str], names: frozenset[str]) -> Iterator[str]:
+    """The lines of the paragraphs whose ``Package`` field is one of ``names`` (each followed by a blank line)."""
+    paragraph: list[str] = []
+    wanted = False
+    for line in lines:
+        if line.strip():
+            paragraph.append(line)
+            if line[:8].lower() == "package:":
+                wanted = line[8:].strip() in names
+            continue
+        if paragraph and wanted:
+            yield from paragraph
+            yield "\n"
+        paragraph, wanted = [], False
+    if paragraph and wanted:
+        yield from paragraph
 
 
 def parse_relations(value: str) -> Relations:

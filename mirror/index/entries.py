@@ -22,11 +22,12 @@ from mirror.model import Package
 from plumbing.errors import ChecksumMismatch
 
 
-def signed_entries(mirror: Path, repo: RepoRecord) -> dict[str, Package]:
+def signed_entries(mirror: Path, repo: RepoRecord, *, every: bool = False) -> dict[str, Package]:
     """Path under the mirror (``stable/deb/amd64/x.deb``) -> the signed index entry that names it.
 
     The current index wins; indexes retained by a sync with ``--allow-older-index`` add the
-    entries of the held releases it no longer lists.
+    entries of the held releases it no longer lists. Only the entries of package names the repo
+    holds are read (a CUDA repository's index lists thousands of others), unless ``every``.
 
     :raises MirrorStateError: when the state records no index for the repo.
     :raises PackageChangedError: when an index file no longer matches its recorded digest.
@@ -34,12 +35,16 @@ def signed_entries(mirror: Path, repo: RepoRecord) -> dict[str, Package]:
     """
     entries: dict[str, Package] = {}
     for index in reversed(repo.indexes):
-        entries.update(index_entries(mirror, repo, index))
+        entries.update(index_entries(mirror, repo, index, every=every))
     return entries
 
 
-def index_entries(mirror: Path, repo: RepoRecord, index: RepoProvenance) -> dict[str, Package]:
-    """The entries of one recorded signed index of ``repo`` (its current one, or a retained one)."""
+def index_entries(
+    mirror: Path, repo: RepoRecord, index: RepoProvenance, *, every: bool = False
+) -> dict[str, Package]:
+    """The entries of one recorded signed index of ``repo`` (its current one, or a retained one):
+    those of the package names the repo holds, or, with ``every``, all of them."""
+    names = None if every else frozenset(p.name for p in repo.packages)
     recorded = {f.path: f for f in index.signed_files}
     top = index.directory or repo.key
     if repo.format == "deb":
@@ -51,7 +56,7 @@ def index_entries(mirror: Path, repo: RepoRecord, index: RepoProvenance) -> dict
             text = (lzma.decompress(data) if name.endswith(".xz") else data).decode("utf-8")
         except (lzma.LZMAError, UnicodeDecodeError) as exc:
             raise MetadataError(f"{mirror}/{name}", f"cannot be decoded ({exc})") from exc
-        packages = list(iter_packages(io.StringIO(text)))
+        packages = list(iter_packages(io.StringIO(text), names=names))
     else:
         repomd_path = f"{top}/repodata/repomd.xml"
         if repomd_path not in recorded:
@@ -60,7 +65,8 @@ def index_entries(mirror: Path, repo: RepoRecord, index: RepoProvenance) -> dict
         path = f"{top}/{clean_relative(primary.href, top)}" if primary is not None else ""
         if path not in recorded:
             raise MirrorStateError(mirror, f"it records no primary index for {repo.key}; sync it again")
-        packages = list(iter_primary(io.BytesIO(_verified(mirror, recorded[path]))))
+        primaries = iter_primary(io.BytesIO(_verified(mirror, recorded[path])))
+        packages = [p for p in primaries if names is None or p.name in names]
     return {f"{repo.key}/{clean_relative(p.filename, repo.key)}": p for p in packages}
 
 

@@ -74,12 +74,15 @@ class RepoSnapshot:
         return f"{self.base_url}/{clean_relative(package.filename, self.base_url)}"
 
 
-def load_apt_repo(fetcher: Fetcher, base_url: str, keyring: Keyring) -> RepoSnapshot:
+def load_apt_repo(
+    fetcher: Fetcher, base_url: str, keyring: Keyring, *, names: frozenset[str] | None = None
+) -> RepoSnapshot:
     """Fetch, verify and parse a flat apt repository (``<base>/InRelease``, ``<base>/Packages.xz``).
 
     :param fetcher: where bytes come from.
     :param base_url: the repository base, e.g. ``https://nvidia.github.io/libnvidia-container/stable/deb/amd64``.
     :param keyring: the keys trusted to sign InRelease.
+    :param names: read only the packages of these names (a CUDA repository's thousands of others are skipped).
     :raises SignatureError: when InRelease is not validly signed by the keyring.
     :raises MetadataError: when the signed Release is empty or names no index.
     :raises ChecksumMismatch: when the Packages index does not match the signed checksum or size.
@@ -92,7 +95,7 @@ def load_apt_repo(fetcher: Fetcher, base_url: str, keyring: Keyring) -> RepoSnap
     check_digest(
         f"{base}/{name}", index_bytes, "sha512", release.files[name].sha512, release.files[name].size
     )
-    packages = tuple(_parse_apt_index(index_bytes, name, release, base))
+    packages = tuple(_parse_apt_index(index_bytes, name, release, base, names))
     return RepoSnapshot(
         format=PackageFormat.DEB,
         base_url=base,
@@ -104,7 +107,9 @@ def load_apt_repo(fetcher: Fetcher, base_url: str, keyring: Keyring) -> RepoSnap
     )
 
 
-def load_yum_repo(fetcher: Fetcher, base_url: str, keyring: Keyring) -> RepoSnapshot:
+def load_yum_repo(
+    fetcher: Fetcher, base_url: str, keyring: Keyring, *, names: frozenset[str] | None = None
+) -> RepoSnapshot:
     """Fetch, verify and parse a yum repository (``<base>/repodata/repomd.xml`` and its ``.asc``).
 
     :raises SignatureError: when repomd.xml is not validly signed by the keyring.
@@ -123,7 +128,11 @@ def load_yum_repo(fetcher: Fetcher, base_url: str, keyring: Keyring) -> RepoSnap
     primary_bytes = fetcher.get(f"{base}/{href}")
     check_digest(f"{base}/{href}", primary_bytes, primary.checksum_type, primary.checksum, primary.size)
     hasher = _HashingReader(open_decompressed(io.BytesIO(primary_bytes)), primary.open_checksum_type)
-    packages = tuple(iter_primary(hasher))  # type: ignore[arg-type]
+    packages = tuple(
+        p
+        for p in iter_primary(hasher)  # type: ignore[arg-type]
+        if names is None or p.name in names
+    )
     if primary.open_checksum and hasher.hexdigest() not in (None, primary.open_checksum):
         raise ChecksumMismatch(
             f"{base}/{href} (uncompressed)", primary.open_checksum, hasher.hexdigest() or ""
@@ -200,7 +209,9 @@ def _fetch_packages_index(fetcher: Fetcher, base: str, release: ReleaseIndex) ->
     return fetcher.get(f"{base}/{names[-1]}"), names[-1]
 
 
-def _parse_apt_index(data: bytes, name: str, release: ReleaseIndex, base: str) -> Iterator[Package]:
+def _parse_apt_index(
+    data: bytes, name: str, release: ReleaseIndex, base: str, names: frozenset[str] | None = None
+) -> Iterator[Package]:
     """Decompress and parse as a stream; also check the uncompressed Packages if Release lists it."""
     raw: IO[bytes] = io.BytesIO(data)
     if name.endswith(".xz"):
@@ -209,7 +220,7 @@ def _parse_apt_index(data: bytes, name: str, release: ReleaseIndex, base: str) -
     hasher = _HashingReader(raw, "sha512" if expected else None)
     text = io.TextIOWrapper(hasher, encoding="utf-8")  # type: ignore[type-var]
     try:
-        yield from iter_packages(text)
+        yield from iter_packages(text, names=names)
     except (lzma.LZMAError, EOFError, UnicodeDecodeError) as exc:
         raise MetadataError(f"{base}/{name}", f"cannot be decoded ({exc})") from exc
     if expected is not None:

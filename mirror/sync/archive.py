@@ -136,7 +136,7 @@ def _import_locked(
             f"verified; sync that repository first (`gpu-airgap mirror sync --format {name.format.value} "
             f"--arch {name.arch}`)"
         )
-    entries = signed_entries(mirror, repo)
+    entries = signed_entries(mirror, repo, every=True)  # the release's packages the mirror lacks too
     by_file = {PurePosixPath(path).name: (path, entry) for path, entry in entries.items()}
     imported = _take_members(archive, name, by_file, txn)
     for path, entry in imported.items():  # digests matched: now the headers may be read

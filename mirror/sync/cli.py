@@ -218,12 +218,15 @@ def sync_command(
     """Download the resolved toolkit release into a local mirror, verified, all or nothing."""
     from mirror.disk.trust import keyring_for
     from mirror.sync import core as sync_lib
-    from mirror.sync import origin
+    from mirror.sync import cuda, origin
     from mirror.sync import progress as progress_lib
     from mirror.sync.http import Downloader
 
     recorded = origin.recorded_state(dest)
     options, chosen = _options(ctx, upstream, channel, fmt, arch, version, locked, recorded)
+    cuda.check_sync(
+        options.upstream, len(options.targets), has_key=keyring is not None or bool(recorded and recorded.key)
+    )
     _warn_channel(options, quiet)  # on stderr, so --json still prints one object on stdout
     progress = progress_lib.choose(quiet=quiet, json_output=json_output)
     try:
@@ -241,12 +244,14 @@ def sync_command(
             )
             if not quiet and not json_output:
                 output.note(f"upstream {chosen.said('--upstream')}, key {key.chosen.said('--keyring')}")
+            if warning := cuda.key_warning(options.upstream, key.fingerprints):
+                output.warn(warning)
             try:
                 result = sync_lib.sync(
                     options,
                     dest,
                     downloader=downloader,
-                    loader=sync_lib.make_loader(key.ring),
+                    loader=sync_lib.make_loader(key.ring, names=cuda.names_for(options.upstream)),
                     progress=progress,
                 )
             finally:

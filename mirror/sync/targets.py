@@ -23,6 +23,7 @@ from mirror.index.repo import (
 )
 from mirror.model import Package, PackageFormat
 from mirror.release.lockfile import LockedPackage, LockedTarget, Lockfile
+from mirror.sync import cuda
 from mirror.sync.resolve import Resolution
 from plumbing.arch import KNOWN_ARCHES, normalize_arch
 from plumbing.errors import UsageError
@@ -55,13 +56,13 @@ class Snapshot(Protocol):
 RepoLoader = Callable[[Fetcher, str, PackageFormat], Snapshot]
 
 
-def make_loader(keyring: Keyring) -> RepoLoader:
-    """The real loader: ``mirror.index.repo`` verifying against ``keyring``."""
+def make_loader(keyring: Keyring, *, names: frozenset[str] | None = None) -> RepoLoader:
+    """The real loader: ``mirror.index.repo`` verifying against ``keyring``; with ``names``, only those packages are read."""
 
     def load(fetcher: Fetcher, base_url: str, fmt: PackageFormat) -> Snapshot:
         if fmt is PackageFormat.DEB:
-            return load_apt_repo(fetcher, base_url, keyring)
-        return load_yum_repo(fetcher, base_url, keyring)
+            return load_apt_repo(fetcher, base_url, keyring, names=names)
+        return load_yum_repo(fetcher, base_url, keyring, names=names)
 
     return load
 
@@ -124,7 +125,9 @@ class SyncOptions:
     allow_older_index: bool = False
 
     def base_url(self, target: RepoTarget) -> str:
-        """Upstream URL of ``target``'s flat repo."""
+        """Upstream URL of ``target``'s flat repo (a CUDA repository is one repo: its own URL)."""
+        if cuda.is_cuda(self.upstream):
+            return cuda.base_url(self.upstream)
         return repo_url(self.upstream, self.channel, target.format, target.arch)
 
 

@@ -1,0 +1,138 @@
+"""``mirror sync --upstream cuda:…``: the toolkit's chain out of a CUDA download repository.
+
+The repository is tests/upstream/cuda.py's: NVIDIA's flat apt layout with the loopback upstream's
+toolkit packages among 3,000 synthetic CUDA packages, signed with a CUDA test key of its own.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from mirror.disk.store import MirrorState
+from mirror.index.apt import iter_packages
+from mirror.sync import cuda
+from tests.cli_runner import run_cli
+from tests.gpgkeys import TestKey
+from tests.upstream import UpstreamServer, UpstreamTree, stop_agent
+from tests.upstream.cuda import build_cuda_repo
+from tests.upstream.keys import SigningKey, generate_key
+
+REPO = "compute/cuda/repos/ubuntu2204/x86_64"
+
+
+@pytest.fixture(scope="module")
+def cuda_key(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SigningKey]:
+    home = tmp_path_factory.mktemp("cuda-gnupg") / "gnupg"
+    key = generate_key(home, name="gpu-airgap test CUDA repository (throwaway)")
+    yield key
+    stop_agent(home)
+
+
+@pytest.fixture(scope="module")
+def cuda_site(
+    upstream_tree: UpstreamTree, cuda_key: SigningKey, tmp_path_factory: pytest.TempPathFactory
+) -> Path:
+    site = tmp_path_factory.mktemp("cuda-site")
+    build_cuda_repo(upstream_tree, site, cuda_key)
+    return site
+
+
+@pytest.fixture(scope="module")
+def cuda_server(cuda_site: Path) -> Iterator[UpstreamServer]:
+    with UpstreamServer(cuda_site) as server:
+        yield server
+
+
+def _key_file(key: SigningKey, tmp_path: Path) -> Path:
+    path = tmp_path / "cuda.asc"
+    path.write_bytes(key.public_key_armored())
+    return path
+
+
+def test_a_sync_from_a_cuda_repository_takes_only_the_toolkit_chain_and_builds(
+    cuda_server: UpstreamServer, cuda_key: SigningKey, operator_key: TestKey, tmp_path: Path
+) -> None:
+    dest = tmp_path / "mirror"
+    upstream = f"cuda:{cuda_server.url}/{REPO}"
+    result = run_cli(
+        "mirror", "sync", "--dest", str(dest), "--upstream", upstream, "--keyring", str(_key_file(cuda_key, tmp_path)),
+        "--format", "deb", "--arch", "amd64", "--version", "1.17.8", "--json",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    assert "is none of NVIDIA's CUDA keys" in result.stderr  # a test key, not 3bf863cc
+    state = MirrorState.load(dest)
+    repo = state.repo("stable/deb/amd64")
+    assert repo is not None and state.upstream == upstream
+    assert repo.base_url == f"{cuda_server.url}/{REPO}"
+    assert [r.toolkit_version for r in repo.releases] == ["1.17.8-1"]
+    assert sorted(p.name for p in repo.packages) == sorted(
+        [
+            "libnvidia-container1",
+            "libnvidia-container-tools",
+            "nvidia-container-toolkit-base",
+            "nvidia-container-toolkit",
+        ]
+    )
+    fetched = {r.path.rsplit("/", 1)[-1] for r in cuda_server.log}
+    assert not any(name.startswith(("cuda-", "libcublas", "nvidia-driver")) for name in fetched)
+    assert repo.provenance.fingerprint == cuda_key.fingerprint
+    assert json.loads(result.stdout)["ok"]
+    built = run_cli(
+        "bundle", "build", "--mirror", str(dest), "--version", "1.17.8", "--target", "deb/amd64",
+        "--sign-key", operator_key.fingerprint, "--gnupghome", str(operator_key.home),
+        "--output", str(tmp_path / "b.tar.zst"),
+    )  # fmt: skip
+    assert built.exit_code == 0, built.stderr
+
+
+def test_a_cuda_repository_without_a_key_is_refused_naming_the_cuda_key(tmp_path: Path) -> None:
+    result = run_cli(
+        "mirror", "sync", "--dest", str(tmp_path / "m"), "--upstream", "cuda:ubuntu2204/x86_64",
+        "--format", "deb", "--arch", "amd64",
+    )  # fmt: skip
+    assert result.exit_code == 2
+    assert "is signed with NVIDIA's CUDA key, not the toolkit's: pass it with --keyring" in result.stderr
+    assert not (tmp_path / "m").exists()
+
+
+def test_a_cuda_repository_is_one_target(tmp_path: Path, cuda_key: SigningKey) -> None:
+    result = run_cli(
+        "mirror", "sync", "--dest", str(tmp_path / "m"), "--upstream", "cuda:ubuntu2204/x86_64",
+        "--keyring", str(_key_file(cuda_key, tmp_path)), "--format", "deb,rpm", "--arch", "amd64",
+    )  # fmt: skip
+    assert result.exit_code == 2
+    assert "is one repository (one format and arch)" in result.stderr
+
+
+def test_a_cuda_repository_signed_by_another_key_is_refused(
+    cuda_server: UpstreamServer, upstream_tree: UpstreamTree, tmp_path: Path
+) -> None:
+    result = run_cli(
+        "mirror", "sync", "--dest", str(tmp_path / "m"), "--upstream", f"cuda:{cuda_server.url}/{REPO}",
+        "--keyring", str(upstream_tree.public_key), "--format", "deb", "--arch", "amd64", "--version", "1.17.8",
+    )  # fmt: skip
+    assert result.exit_code == 3, result.stderr
+
+
+def test_cuda_shorthand_names_nvidias_download_repository() -> None:
+    assert cuda.base_url("cuda:ubuntu2204/sbsa") == (
+        "https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2204/sbsa"
+    )
+    assert cuda.base_url("cuda:http://proxy.internal/cuda/ubuntu2204/x86_64/") == (
+        "http://proxy.internal/cuda/ubuntu2204/x86_64"
+    )
+
+
+def test_a_cuda_sized_packages_index_is_read_fast_for_the_toolkit_chain(cuda_site: Path) -> None:
+    text = (cuda_site / REPO / "Packages").read_text()
+    assert text.count("\nPackage: ") + 1 >= 3000
+    started = time.perf_counter()
+    found = list(iter_packages(text.splitlines(keepends=True), names=cuda.TOOLKIT_CHAIN))
+    seconds = time.perf_counter() - started
+    assert {p.name for p in found} <= cuda.TOOLKIT_CHAIN and len(found) >= 12
+    assert seconds < 2.0, f"{seconds:.2f} s to read the toolkit chain out of a CUDA-sized index"
