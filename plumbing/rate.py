@@ -10,10 +10,11 @@ download that failed). The clock is passed in, so tests drive it without waiting
 from __future__ import annotations
 
 import contextlib
+import http.client
 import socket
 import threading
 import time
-from typing import Callable, Optional, Protocol, TypeVar
+from typing import Any, Callable, Optional, Protocol, Type, TypeVar, cast
 
 from plumbing.errors import ExitCode, ToolError
 
@@ -23,6 +24,7 @@ class _Closable(Protocol):
 
 
 _R = TypeVar("_R", bound=_Closable)
+_C = TypeVar("_C", bound=http.client.HTTPConnection)
 
 #: bytes per second a download must keep up, averaged over :data:`WINDOW` (``--min-rate``; 0: no floor)
 DEFAULT_MIN_RATE = 1024
@@ -113,3 +115,16 @@ def headers_within(
         response.close()
         raise TimeoutError(late)
     return response
+
+
+def with_header_deadline(base: Type[_C], seconds: float) -> Type[_C]:
+    """A subclass of the connection class ``base`` whose ``getresponse`` is held to ``seconds`` (:func:`headers_within`).
+
+    ``base`` is ``http.client``'s connection (the registry client's urllib) or urllib3's, which
+    derives from it (the mirror's requests).
+    """
+
+    def getresponse(self: Any) -> Any:
+        return headers_within(seconds, lambda: self.sock, lambda: base.getresponse(self))
+
+    return cast(Type[_C], type(f"Deadline{base.__name__}", (base,), {"getresponse": getresponse}))

@@ -3,19 +3,18 @@
 ``requests``' timeout is per read, and the ``--min-rate`` floor watches bodies; a server (or a
 middlebox) dripping its headers a byte at a time would hold a download forever. This adapter
 gives urllib3 connection classes whose ``getresponse`` is held to ``header_deadline`` seconds by
-:func:`plumbing.rate.headers_within`; the cut is a timeout, which the Downloader retries like any.
+:func:`plumbing.rate.with_header_deadline`; the cut is a timeout, which the Downloader retries like any.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import urllib3
 from requests.adapters import HTTPAdapter
 from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
-from plumbing.rate import headers_within
+from plumbing.rate import with_header_deadline
 
 
 class DeadlineAdapter(HTTPAdapter):
@@ -29,16 +28,9 @@ class DeadlineAdapter(HTTPAdapter):
         super().init_poolmanager(*args, **kwargs)
         seconds = self.header_deadline
         self.poolmanager.pool_classes_by_scheme = {
-            "http": _pool(HTTPConnectionPool, _connection(HTTPConnection, seconds)),
-            "https": _pool(HTTPSConnectionPool, _connection(HTTPSConnection, seconds)),
+            "http": _pool(HTTPConnectionPool, with_header_deadline(HTTPConnection, seconds)),
+            "https": _pool(HTTPSConnectionPool, with_header_deadline(HTTPSConnection, seconds)),
         }
-
-
-def _connection(base: type[HTTPConnection], seconds: float) -> type[HTTPConnection]:
-    def getresponse(self: HTTPConnection) -> urllib3.BaseHTTPResponse:
-        return headers_within(seconds, lambda: self.sock, lambda: base.getresponse(self))
-
-    return type(f"Deadline{base.__name__}", (base,), {"getresponse": getresponse})
 
 
 def _pool(base: type[HTTPConnectionPool], connection: type[HTTPConnection]) -> type[HTTPConnectionPool]:
