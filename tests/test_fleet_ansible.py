@@ -26,7 +26,7 @@ from typing import Dict, List, Set
 import pytest
 
 from installer.nodecheck import NODE_SUMS, NODE_SUMS_SIGNATURE, NODE_TOOL
-from mirror.publish.files import Site, render_list, render_repo
+from mirror.publish.files import Site, render_list, render_pref, render_repo
 from tests import bundle_tamper as tamper
 from tests.ansible_play import Play, run_playbook
 from tests.cli_runner import run_cli
@@ -436,6 +436,7 @@ def mirror_rollout(
     with UpstreamServer(site) as server:
         published = Site(server.url, KEYRING_NAME, ("stable",), ("stable",))
         (site / "stable/deb/nvidia-container-toolkit.list").write_text(render_list(published, "stable"))
+        (site / "stable/deb/nvidia-container-toolkit.pref").write_text(render_pref(published))
         (site / "stable/rpm/nvidia-container-toolkit.repo").write_text(render_repo(published, "stable"))
         subprocess.run(["tar", "-xf", str(bundle), "-C", str(tmp), "gpu-airgap-node.pyz"], check=True)
         fleet = Fleet(tmp / "fleet", bundle, operator_key.public)
@@ -466,6 +467,8 @@ def mirror_rollout(
         second = fleet.play("site.yml", *extra)
         rotated_key = make_key(tmp / "rotated-gpg", "rotated mirror key <mirror@example.invalid>")
         (site / "gpgkey").write_bytes(rotated_key.public.read_bytes())
+        # a tree published before mirror publish wrote the apt pin answers 404 for it: the role goes on
+        (site / "stable/deb/nvidia-container-toolkit.pref").unlink()
         before_rotation = fleet.digests()
         check_rotated = fleet.play("site.yml", "--check", *extra)
         after_check_rotated = fleet.digests()
@@ -537,6 +540,9 @@ def test_mirror_path_installs_the_key_and_source_and_registers_the_runtime_then_
         assert _content(tree, "etc/apt/sources.list.d/nvidia-container-toolkit.list") == _sha256(listing), (
             host
         )
+        pin = render_pref(Site("http://127.0.0.1", KEYRING_NAME, ("stable",), ())).encode()  # by host only
+        assert b"Pin: origin 127.0.0.1\nPin-Priority: 990\n" in pin  # the mirror's toolkit wins (issue 26.5)
+        assert _content(tree, "etc/apt/preferences.d/nvidia-container-toolkit.pref") == _sha256(pin), host
         assert "etc/yum.repos.d" not in tree, host
         assert (
             first.task(host, "Install the pinned packages with apt")["status"] == "skipped"
@@ -581,6 +587,7 @@ def test_mirror_path_on_an_rpm_node_trusts_the_given_key_through_a_file_url(
     expected = re.sub(r"(?m)^gpgkey=.*$", f"gpgkey=file://{key}", published)
     assert _content(tree, "etc/yum.repos.d/nvidia-container-toolkit.repo") == _sha256(expected.encode())
     assert "usr/share/keyrings" not in tree and "etc/apt/sources.list.d" not in tree
+    assert "etc/apt/preferences.d/nvidia-container-toolkit.pref" not in tree
     assert mirror_rollout.first.task(RPM_HOST, "Install the pinned packages with dnf")["status"] == "skipped"
 
 
