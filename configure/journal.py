@@ -270,12 +270,12 @@ class Restore:
     """One file a revert puts back, decided before anything changes."""
 
     engine: str
+    node: str  #: the node path the journal records
     path: Path  #: where the file is under the root
     data: Optional[bytes]  #: the bytes before gpu-airgap's first write; None: it did not exist, delete it
     mode: Optional[int]  #: its permission bits then
     created: Tuple[str, ...]  #: directories gpu-airgap created for it, removed again when empty
     edited: Optional[bytes] = None  #: the current bytes, when someone changed them after our last write
-    node: str = ""  #: the node path the journal records
     done: bool = False  #: a revert put it back already (it was killed before it finished)
 
     @property
@@ -314,7 +314,7 @@ def restores_of(
             if data is None and not done:
                 raise ToolError(f"the backup {backup} of {path} is missing; cannot restore it")
         if done:  # put back by a revert that did not finish: whatever is there now is not ours
-            restores.append(Restore(entry.engine, path, data, entry.mode, created, node=node, done=True))
+            restores.append(Restore(entry.engine, node, path, data, entry.mode, created, done=True))
             continue
         current = read_optional(path)
         edited = (
@@ -333,7 +333,7 @@ def restores_of(
                 ),
                 None,
             )
-        restores.append(Restore(entry.engine, path, data, entry.mode, created, edited, node))
+        restores.append(Restore(entry.engine, node, path, data, entry.mode, created, edited))
     return restores
 
 
