@@ -38,6 +38,7 @@ APT_LISTS = "/var/lib/apt/lists"
 #: (URL fragment, what it is): NVIDIA's repositories that carry the toolkit or its predecessors.
 NVIDIA_REPOS: Tuple[Tuple[str, str], ...] = (
     ("developer.download.nvidia.com/compute/cuda/repos/", "NVIDIA's CUDA repository"),
+    ("developer.download.nvidia.cn/compute/cuda/repos/", "NVIDIA's CUDA repository"),  # its China mirror
     ("repo.download.nvidia.com/baseos/", "a DGX OS repository"),
     ("repo.download.nvidia.com/dgx/", "a DGX OS repository"),
     ("international.download.nvidia.com/dgx/", "a DGX OS repository"),

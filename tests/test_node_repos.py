@@ -11,7 +11,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 import pytest
 
@@ -250,3 +250,26 @@ def test_only_the_named_packages_stanzas_count_not_their_namesakes_with_a_suffix
         ("libnvidia-container1", "1.19.1-0ubuntu1"),
         ("nvidia-container-toolkit", "1.17.8-1"),
     ]
+
+
+@pytest.mark.parametrize(
+    ("url", "what"),
+    [
+        (
+            "https://developer.download.nvidia.cn/compute/cuda/repos/ubuntu2404/sbsa/",
+            "NVIDIA's CUDA repository",
+        ),
+        ("http://repo.download.nvidia.com/baseos/ubuntu/jammy/x86_64/", "a DGX OS repository"),
+        (
+            "https://nvidia.github.io/libnvidia-container/stable/deb/$(ARCH)",
+            "NVIDIA's public toolkit repository",
+        ),
+        ("https://download.docker.com/linux/ubuntu", None),
+        (
+            "https://developer.download.nvidia.com/hpc-sdk/ubuntu/arm64",
+            None,
+        ),  # NVIDIA's, but no toolkit there
+    ],
+)
+def test_nvidia_repositories_are_told_apart_by_url(url: str, what: Optional[str]) -> None:
+    assert node_repos.nvidia_repo(url) == what
