@@ -8,6 +8,7 @@ one object). Errors are :class:`~plumbing.errors.ToolError` and are printed by `
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -16,7 +17,7 @@ import typer
 
 from configure import commands, runtimeclass, toolkit
 from configure.cdi import spec as cdi_spec
-from configure.cdi.node import plan_static_spec
+from configure.cdi.node import plan_refresh, plan_static_spec
 from configure.changes import read_optional, unified_diff
 from configure.engine import ConfigPlan
 from configure.lxc import lxd
@@ -76,6 +77,9 @@ _DRY_RUN = typer.Option(False, "--dry-run", help="Print the diff instead of writ
 _JSON = typer.Option(False, "--json", help="Print one JSON object.")
 _CDI_OUTPUT = typer.Option(cdi_spec.CDI_SPEC, "--output", help="Node path of the CDI spec.")
 _FORCE = typer.Option(False, "--force", help="Replace an existing spec, valid or not.")
+_REFRESH = typer.Option(
+    False, "--refresh", help="Regenerate the existing spec (one older than the driver: see status)."
+)
 _RC_NAME = typer.Option("nvidia", "--name", help="metadata.name of the RuntimeClass.")
 _RC_HANDLER = typer.Option("nvidia", "--handler", help="The CRI runtime handler (the runtime's name).")
 _RC_OUTPUT = typer.Option(None, "--output", metavar="FILE", help="Write here instead of stdout.")
@@ -111,6 +115,7 @@ def cdi_command(
     root: str = _ROOT,
     output: str = _CDI_OUTPUT,
     force: bool = _FORCE,
+    refresh: bool = _REFRESH,
     dry_run: bool = _DRY_RUN,
     as_json: bool = _JSON,
 ) -> None:
@@ -118,9 +123,8 @@ def cdi_command(
 
     Refused (exit 5) when nvidia-cdi-refresh is enabled or another spec defines nvidia.com/gpu: one spec per kind.
     """
-    _plan, result = apply_plan(
-        lambda: plan_static_spec(Path(root), output, force=force), Path(root), dry_run=dry_run
-    )
+    plan = plan_refresh if refresh else partial(plan_static_spec, force=force)
+    _plan, result = apply_plan(lambda: plan(Path(root), output), Path(root), dry_run=dry_run)
     render_result(result, as_json)
 
 

@@ -24,6 +24,8 @@ REFRESH_UNITS = (REFRESH_PATH_UNIT, REFRESH_SERVICE_UNIT)
 REFRESH_OUTPUT = "/var/run/cdi/nvidia.yaml"
 #: where the service reads overrides of that output (a conffile of -base)
 REFRESH_ENV_FILE = "/etc/nvidia-container-toolkit/nvidia-cdi-refresh.env"
+#: the udev rule -base ships from 1.20.1 on: it starts nvidia-cdi-refresh.service when the driver loads
+REFRESH_UDEV_RULE = "99-nvidia-cdi-refresh.rules"
 
 Version = Tuple[int, int, int]
 
@@ -41,6 +43,8 @@ class ToolkitRelease:
     containerd_drop_in: Optional[str]  #: where ``nvidia-ctk runtime configure --runtime=containerd`` writes
     notes: Tuple[str, ...]  #: the facts a user meets on this release, one sentence each
     source: str  #: where each fact of the row comes from
+    #: the directories -base ships :data:`REFRESH_UDEV_RULE` in (deb, rpm); none: no rule
+    refresh_udev_rule_dirs: Tuple[str, ...] = ()
 
     @property
     def has_refresh_units(self) -> bool:
@@ -111,7 +115,7 @@ RELEASES: Tuple[ToolkitRelease, ...] = (
     ),
     ToolkitRelease(
         first=(1, 20, 0),
-        last=None,
+        last=(1, 20, 0),
         exact_dependencies=True,
         refresh_unit_dirs=("/lib/systemd/system", "/usr/lib/systemd/system"),
         refresh_preset="/usr/lib/systemd/system-preset/90-nvidia-container-toolkit.preset",
@@ -126,6 +130,28 @@ RELEASES: Tuple[ToolkitRelease, ...] = (
         source="NVIDIA/nvidia-container-toolkit PR #1827 'Fix nvidia-cdi-refresh systemd packaging'; the real "
         "1.20.0-1 packages in tests/data/nvidia-from-source (deb: lib/systemd/system/, DEBIAN/postinst; rpm: "
         "usr/lib/systemd/system/, usr/lib/systemd/system-preset/90-nvidia-container-toolkit.preset, %post, %posttrans)",
+    ),
+    ToolkitRelease(
+        first=(1, 20, 1),
+        last=None,
+        exact_dependencies=True,
+        refresh_unit_dirs=("/lib/systemd/system", "/usr/lib/systemd/system"),
+        refresh_preset="/usr/lib/systemd/system-preset/90-nvidia-container-toolkit.preset",
+        enabled_by="deb: deb-systemd-helper enable in postinst (no preset file); "
+        "rpm: the preset file and systemctl preset in %post",
+        containerd_drop_in="/etc/containerd/conf.d/99-nvidia.toml",
+        notes=(
+            "-base also ships the udev rule 99-nvidia-cdi-refresh.rules (deb: /lib/udev/rules.d, rpm: "
+            "/usr/lib/udev/rules.d): loading the nvidia (or Debian's nvidia_current) module starts "
+            "nvidia-cdi-refresh.service, which first creates the control device nodes, so the spec is "
+            "refreshed when the driver loads even where the units are not enabled.",
+        ),
+        source="NVIDIA/nvidia-container-toolkit commit 8269969f67c6e59e01982d2d586ae10483cb61e2 'Create NVIDIA "
+        "control device nodes in nvidia-cdi-refresh.service' (deployments/udev/99-nvidia-cdi-refresh.rules; "
+        "packaging/debian/nvidia-container-toolkit-base.install and the rpm spec's %{_udevrulesdir}), after "
+        "the v1.20.0 tag (not in it) and in the tree at d34b3046758cb1a5db606b2a39519c731bbf9f56, so first in the "
+        "release after 1.20.0, 1.20.1; the units as in 1.20.0",
+        refresh_udev_rule_dirs=("/lib/udev/rules.d", "/usr/lib/udev/rules.d"),
     ),
 )
 

@@ -55,6 +55,18 @@ def deb_root(tmp_path: Path) -> Path:
     checked_build()  # in the repository: missing or changed fails here, it never skips
     root = tmp_path / "deb-root"
     subprocess.run(["dpkg-deb", "-x", str(BASE_DEB), str(root)], check=True)
+    return without_udev_rule(root)
+
+
+def without_udev_rule(root: Path) -> Path:
+    """The units alone, as NVIDIA's 1.20.0 release shipped them.
+
+    Our build of NVIDIA's later tree also carries the udev rule that starts the service whether or not
+    it is enabled (the 1.20.1 row of configure.releases; tests/test_cdi_lifecycle.py): these tests are
+    about the units' own states.
+    """
+    for directory in ("lib/udev/rules.d", "usr/lib/udev/rules.d"):
+        (root / directory / "99-nvidia-cdi-refresh.rules").unlink(missing_ok=True)
     return root
 
 
@@ -80,7 +92,7 @@ def rpm_root(tmp_path: Path) -> Path:
         check=True,
         capture_output=True,
     )
-    return root
+    return without_udev_rule(root)
 
 
 def test_a_root_without_the_toolkit_has_no_refresh_units(tmp_path: Path) -> None:

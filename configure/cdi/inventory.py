@@ -15,21 +15,21 @@ A spec is **stale** (:func:`stale_reasons`) when it no longer describes the node
 
 1. a host path it names does not exist under the root (a device node, a mount's ``hostPath``, a
    hook's ``path``): the runtime fails every container that asks for the device;
-2. the NVIDIA driver's version is known (``/proc/driver/nvidia/version``) and the spec mounts
-   driver libraries (``libcuda.so.X``, ``libnvidia-*.so.X``) of no version but another: it was
-   generated for a driver that is no longer loaded;
+2. it is older than the driver it describes (:mod:`configure.cdi.lifecycle`): it mounts driver
+   libraries of another version than the loaded (else installed) driver's, or, naming none, its
+   file is older than the driver's ``libnvidia-ml.so.<version>``;
 3. a device node names ``major``/``minor`` numbers and the node's character device has others.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from configure.cdi.lifecycle import generated_for, installed_driver, older_than_driver
 from configure.cdi.spec import KIND, check_spec, missing_host_paths
 from configure.changes import read_optional
 from plumbing.errors import ConfigFormatError, ToolError
@@ -37,9 +37,6 @@ from plumbing.fsutil import rooted, rooted_or_none
 
 #: the CDI library's DefaultSpecDirs, lowest priority first
 SPEC_DIRS = ("/etc/cdi", "/var/run/cdi")
-DRIVER_VERSION_FILE = "/proc/driver/nvidia/version"
-_DRIVER_VERSION = re.compile(r"Kernel Module(?:\s+for\s+\S+)?\s+(\d+(?:\.\d+)+)")
-_DRIVER_LIB = re.compile(r"^lib(?:cuda|nvidia-[A-Za-z0-9_-]+)\.so\.(\d+\.\d+(?:\.\d+)?)$")
 
 
 @dataclass(frozen=True)
@@ -52,6 +49,8 @@ class SpecFile:
     devices: Tuple[str, ...] = ()
     problems: Tuple[str, ...] = ()  #: why a registry would reject it (empty: it loads)
     data: Any = field(default=None, compare=False, repr=False)
+    mtime: Optional[float] = field(default=None, compare=False)  #: the file's modification time
+    made_for: Optional[str] = None  #: the driver version our generator wrote in its first line
 
 
 @dataclass(frozen=True)
@@ -133,26 +132,14 @@ def spec_paths_for_kind(root: Path, kind: str = KIND) -> List[str]:
     return [spec.path for spec in find_specs(root, kind).files]
 
 
-def driver_version(root: Path) -> Optional[str]:
-    """The loaded NVIDIA kernel driver's version under ``root`` (``550.54.14``); None when unknown."""
-    try:
-        raw = read_optional(rooted(root, DRIVER_VERSION_FILE))
-    except ToolError:
-        return None
-    match = _DRIVER_VERSION.search((raw or b"").decode("utf-8", "replace"))
-    return match.group(1) if match else None
-
-
 def stale_reasons(root: Path, spec: SpecFile, driver: Optional[str]) -> List[str]:
     """Why ``spec`` no longer describes the node under ``root`` (module docstring); empty when current."""
     data = spec.data if isinstance(spec.data, dict) else {}
     reasons = missing_host_paths(root, data)
     reasons.extend(_missing_hooks(root, data))
-    versions = sorted(
-        {m.group(1) for m in (_DRIVER_LIB.match(PurePosixPath(p).name) for p in _mount_paths(data)) if m}
+    reasons.extend(
+        older_than_driver(_mount_paths(data), spec.mtime, driver, installed_driver(root), spec.made_for)
     )
-    if driver and versions and driver not in versions:
-        reasons.append(f"it mounts libraries of driver {', '.join(versions)}, but driver {driver} is loaded")
     reasons.extend(_device_number_mismatches(root, data))
     return reasons
 
@@ -182,7 +169,18 @@ def _load_dir(root: Path, directory: str, priority: int) -> List[SpecFile]:
         # check_spec judges NVIDIA specs; another vendor's spec is only judged on the rest.
         if kind is not None and kind != KIND and not entry.name.startswith("nvidia"):
             problems = [p for p in problems if not p.startswith("kind is ")]
-        specs.append(SpecFile(node_path, priority, kind, devices, tuple(problems), data))
+        specs.append(
+            SpecFile(
+                node_path,
+                priority,
+                kind,
+                devices,
+                tuple(problems),
+                data,
+                resolved.stat().st_mtime,
+                generated_for(raw),
+            )
+        )
     return specs
 
 

@@ -21,13 +21,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from configure.cdi.inventory import KindSpecs, driver_version, find_specs, stale_reasons
+from configure.cdi.inventory import KindSpecs, find_specs, stale_reasons
+from configure.cdi.lifecycle import driver_version
 from configure.cdi.refresh import RefreshUnits, detect_refresh
 from configure.cdi.spec import CDI_SPEC, KIND, SpecGenerator, plan_spec
 from configure.driverroot import configured_root, detect_driver_root
 from configure.engine import ConfigPlan
 from configure.nodefacts import driver_present
-from plumbing.errors import ExitCode, ToolError
+from configure.releases import REFRESH_SERVICE_UNIT
+from plumbing.errors import ExitCode, ToolError, UsageError
 from plumbing.fsutil import is_live_root
 
 SOURCE_REFRESH = "nvidia-cdi-refresh"
@@ -160,6 +162,42 @@ def plan_static_spec(
     if conflict is not None:
         raise SpecConflict(conflict)
     return plan_spec(root, output, force=force, generator=generator, use_installed=use_installed)
+
+
+def plan_refresh(
+    root: Path,
+    output: str = CDI_SPEC,
+    *,
+    generator: Optional[SpecGenerator] = None,
+    use_installed: bool = True,
+) -> ConfigPlan:
+    """Regenerate the static spec at ``output`` (``configure cdi --refresh``), stale or not; never writes.
+
+    The new spec comes from our generator (:func:`configure.cdi.spec.plan_spec`: ``nvidia-ctk cdi
+    generate`` on ``/`` when installed, with the driver root; else the device nodes), replacing the
+    old one as ``--force`` would. Where nvidia-cdi-refresh owns the node's spec, its service is the
+    one to run, so that is refused with the command that does it.
+
+    :raises SpecConflict: when the refresh units or udev rule own the spec, or another spec defines the kind.
+    :raises UsageError: when there is no spec at ``output`` to refresh.
+    """
+    report = cdi_report(root)
+    if report.refresh.active:
+        raise SpecConflict(
+            f"nvidia-cdi-refresh owns the CDI spec here ({report.refresh.describe()}); "
+            f"regenerate {report.refresh.output} with `systemctl restart {REFRESH_SERVICE_UNIT}`"
+        )
+    if not any(f.path == output for f in (*report.specs.files, *report.specs.invalid)):
+        raise UsageError(
+            f"there is no CDI spec at {output} to refresh; write one with `gpu-airgap configure cdi`"
+        )
+    plan = plan_static_spec(root, output, force=True, generator=generator, use_installed=use_installed)
+    reasons = report.stale.get(output) or [
+        p for f in report.specs.invalid if f.path == output for p in f.problems
+    ]
+    plan.warnings.insert(0, f"refreshing {output}: " + ("; ".join(reasons) if reasons else "it was current"))
+    plan.notes["refreshed"] = output
+    return plan
 
 
 def _summary(source: str, refresh: RefreshUnits, specs: KindSpecs) -> str:

@@ -18,6 +18,15 @@ systemd now). The rules we follow, from systemd.unit(5), systemctl(1) and system
 - the preset (what ``systemctl preset`` would do) is the first matching ``enable``/``disable``
   line across the preset files sorted by file name, a file in ``/etc`` hiding a same-named one in
   the vendor directories; no matching line means enable.
+
+From 1.20.1 on -base also ships the udev rule ``99-nvidia-cdi-refresh.rules`` (NVIDIA/nvidia-container-toolkit
+``deployments/udev/``, read at commit 8269969f67c6e59e01982d2d586ae10483cb61e2, which added it):
+``ACTION=="add", SUBSYSTEM=="module", KERNEL=="nvidia|nvidia_current"`` with
+``ENV{SYSTEMD_WANTS}+="nvidia-cdi-refresh.service"``. udev starts a wanted unit whether or not it is
+enabled (only a mask stops it), so with the rule in effect the service refreshes the spec whenever
+the driver loads: a CDI source of its own beside the units. The rule in effect is the first file
+of that name on udev's rules path (udev(7): ``/etc`` before ``/run`` before the vendor directories;
+one linked to ``/dev/null`` or empty disables it), and it counts only if it still wants the service.
 """
 
 from __future__ import annotations
@@ -34,6 +43,7 @@ from configure.releases import (
     REFRESH_ENV_FILE,
     REFRESH_OUTPUT,
     REFRESH_SERVICE_UNIT,
+    REFRESH_UDEV_RULE,
     REFRESH_UNITS,
 )
 from plumbing.fsutil import is_live_root, rooted, rooted_or_none, safe_join
@@ -56,6 +66,14 @@ PRESET_DIRS = (
     "/usr/lib/systemd/system-preset",
 )
 OUTPUT_VARIABLE = "NVIDIA_CTK_CDI_OUTPUT_FILE_PATH"
+#: udev's rules path, highest priority first (udev(7); /lib on systems without the merged /usr)
+UDEV_RULE_DIRS = (
+    "/etc/udev/rules.d",
+    "/run/udev/rules.d",
+    "/usr/local/lib/udev/rules.d",
+    "/usr/lib/udev/rules.d",
+    "/lib/udev/rules.d",
+)
 
 
 @dataclass(frozen=True)
@@ -87,6 +105,7 @@ class RefreshUnits:
     units: Tuple[UnitState, ...]
     output: str = REFRESH_OUTPUT  #: node path of the spec the service writes
     output_from: str = "the unit's default"  #: where ``output`` was set
+    udev_rule: Optional[str] = None  #: node path of the udev rule in effect that starts the service
     notes: Tuple[str, ...] = field(default=(), compare=False)
 
     def unit(self, name: str) -> UnitState:
@@ -100,15 +119,15 @@ class RefreshUnits:
 
     @property
     def active(self) -> bool:
-        """The units will write the spec: both present, neither masked, and one of them enabled.
+        """The units will write the spec: both present, the service not masked, and one unit enabled or the udev rule.
 
-        The service enabled runs at boot; the path unit enabled starts it on driver changes (and
-        NVIDIA's udev rule starts it when the module loads). A masked service never runs.
+        The service enabled runs at boot; the path unit enabled starts it on driver changes; the
+        udev rule (1.20.1+) starts it when the module loads, enabled or not. A masked service never runs.
         """
         service = self.unit(REFRESH_SERVICE_UNIT)
         if not self.present or service.state == "masked":
             return False
-        return any(u.state == "enabled" for u in self.units)
+        return self.udev_rule is not None or any(u.state == "enabled" for u in self.units)
 
     def describe(self) -> str:
         """One phrase: what the units will do on this node."""
@@ -116,8 +135,11 @@ class RefreshUnits:
             missing = [u.name for u in self.units if u.state == "not-found"]
             return f"no CDI refresh units ({', '.join(missing)} not found)"
         states = ", ".join(f"{u.name} {u.state}" for u in self.units)
+        if self.active and not any(u.state == "enabled" for u in self.units):
+            return f"nvidia-cdi-refresh writes {self.output} when the driver loads (udev rule {self.udev_rule}; {states})"
         if self.active:
-            return f"nvidia-cdi-refresh writes {self.output} at boot and when the driver changes ({states})"
+            rule = f", udev rule {self.udev_rule}" if self.udev_rule else ""
+            return f"nvidia-cdi-refresh writes {self.output} at boot and when the driver changes ({states}{rule})"
         preset = (
             " (the vendor preset would enable them)" if all(u.preset == "enable" for u in self.units) else ""
         )
@@ -130,6 +152,7 @@ class RefreshUnits:
             "active": self.active,
             "output": self.output,
             "output_from": self.output_from,
+            "udev_rule": self.udev_rule,
             "units": {u.name: u.to_dict() for u in self.units},
         }
 
@@ -142,7 +165,29 @@ def detect_refresh(root: Path) -> RefreshUnits:
     output, output_from = (
         _service_output(root, service.path) if service.path else (REFRESH_OUTPUT, "the unit's default")
     )
-    return RefreshUnits(units=units, output=output, output_from=output_from)
+    return RefreshUnits(units=units, output=output, output_from=output_from, udev_rule=udev_rule(root))
+
+
+def udev_rule(root: Path) -> Optional[str]:
+    """Node path of NVIDIA's refresh rule in effect under ``root`` when it starts the service; else None."""
+    for directory in UDEV_RULE_DIRS:
+        candidate = f"{directory}/{REFRESH_UDEV_RULE}"
+        link = _node(root, candidate)
+        if not os.path.lexists(link):
+            continue
+        if link.is_symlink() and str(link.readlink()) == "/dev/null":
+            return None  # the admin disabled it (udev(7))
+        real = rooted_or_none(root, candidate)
+        if real is None or not real.is_file():
+            continue
+        text = (read_optional(real) or b"").decode("utf-8", "replace")
+        wants = [
+            line
+            for line in text.splitlines()
+            if not line.lstrip().startswith("#") and "SYSTEMD_WANTS" in line and REFRESH_SERVICE_UNIT in line
+        ]
+        return candidate if wants else None  # the first file of the name hides the others, wanted or not
+    return None
 
 
 def _node(root: Path, node_path: str) -> Path:

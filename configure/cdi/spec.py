@@ -35,6 +35,7 @@ from typing import Any, Dict, List, Optional, Protocol, Sequence, Tuple
 
 import yaml
 
+from configure.cdi.lifecycle import current_driver, driver_version, generated_for, with_header
 from configure.changes import FileChange, read_optional
 from configure.driverroot import HOST_DRIVER, MOUNT_OPTIONS, DriverRoot, detect_driver_root, driver_libraries
 from configure.engine import ConfigPlan
@@ -349,7 +350,7 @@ def plan_spec(
         plan.warnings.append(f"{exc.dev} has no GPU device nodes; kept the existing valid spec {path}")
         new, source = old, "existing"
     if old is not None and new != old:
-        if _same_spec(old, new):
+        if _same_spec(old, new) and generated_for(old) == generated_for(new):
             new = old  # same content, other formatting: nothing to write
         elif not force:
             plan.warnings.append(f"kept the existing valid spec {path}; use --force to replace it")
@@ -380,12 +381,15 @@ def _generate(
             data, problems = check_spec(raw)
             if problems:
                 raise ToolError(f"{generator.name} produced an invalid CDI spec: {'; '.join(problems)}")
-            return (render_spec(data, as_json=True) if as_json else raw), generator.name
+            version = current_driver(root, driver_version(root))
+            return (render_spec(data, as_json=True) if as_json else with_header(raw, version)), generator.name
     gpus, control = find_device_nodes(root, driver.dev_root)
     if not gpus:
         raise NoGpuDevices(rooted(root, posixpath.join(driver.dev_root, "dev")))
     spec = build_spec(gpus, control, driver.dev_root, driver_libraries(root, driver))
-    return render_spec(spec, as_json=as_json), "device-nodes"
+    if as_json:
+        return render_spec(spec, as_json=True), "device-nodes"
+    return with_header(render_spec(spec), current_driver(root, driver_version(root))), "device-nodes"
 
 
 def _same_spec(a: bytes, b: bytes) -> bool:

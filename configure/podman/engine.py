@@ -25,7 +25,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from configure import tomledit
 from configure.cdi import spec as cdi_spec
-from configure.cdi.inventory import driver_version, find_specs, stale_reasons
+from configure.cdi.inventory import find_specs, stale_reasons
+from configure.cdi.lifecycle import driver_version
 from configure.cdi.node import plan_static_spec
 from configure.cdi.refresh import detect_refresh
 from configure.changes import json_change, read_optional
