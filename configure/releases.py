@@ -13,7 +13,7 @@ requests and issues of NVIDIA/nvidia-container-toolkit named in each row.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional, Tuple
 
 #: the two units -base ships from 1.18.0 on; the path unit starts the service on driver changes
@@ -59,6 +59,26 @@ class ToolkitRelease:
         last = ".".join(map(str, self.last))
         return first if last == first else f"{first}-{last}"
 
+
+#: 1.20.0; 1.20.1 differs only by the udev rule
+_R1200 = ToolkitRelease(
+    first=(1, 20, 0),
+    last=(1, 20, 0),
+    exact_dependencies=True,
+    refresh_unit_dirs=("/lib/systemd/system", "/usr/lib/systemd/system"),
+    refresh_preset="/usr/lib/systemd/system-preset/90-nvidia-container-toolkit.preset",
+    enabled_by="deb: deb-systemd-helper enable in postinst (no preset file); "
+    "rpm: the preset file and systemctl preset in %post",
+    containerd_drop_in="/etc/containerd/conf.d/99-nvidia.toml",
+    notes=(
+        "The units move to the vendor unit directory; deb removes the old /etc/systemd/system copies "
+        "(dpkg-maintscript-helper rm_conffile, 1.20.0-1~) and rpm's %posttrans re-enables units whose "
+        "enablement links pointed at them.",
+    ),
+    source="NVIDIA/nvidia-container-toolkit PR #1827 'Fix nvidia-cdi-refresh systemd packaging'; the real "
+    "1.20.0-1 packages in tests/data/nvidia-from-source (deb: lib/systemd/system/, DEBIAN/postinst; rpm: "
+    "usr/lib/systemd/system/, usr/lib/systemd/system-preset/90-nvidia-container-toolkit.preset, %post, %posttrans)",
+)
 
 RELEASES: Tuple[ToolkitRelease, ...] = (
     ToolkitRelease(
@@ -113,33 +133,11 @@ RELEASES: Tuple[ToolkitRelease, ...] = (
         "release notes 1.18.2 (compressed kernels, restart logic); NVIDIA/cloud-native-docs PR #419 and "
         "NVIDIA/nvidia-container-toolkit issue #1860 (1.19.1 known issue: CDI spec v0.7.0)",
     ),
-    ToolkitRelease(
-        first=(1, 20, 0),
-        last=(1, 20, 0),
-        exact_dependencies=True,
-        refresh_unit_dirs=("/lib/systemd/system", "/usr/lib/systemd/system"),
-        refresh_preset="/usr/lib/systemd/system-preset/90-nvidia-container-toolkit.preset",
-        enabled_by="deb: deb-systemd-helper enable in postinst (no preset file); "
-        "rpm: the preset file and systemctl preset in %post",
-        containerd_drop_in="/etc/containerd/conf.d/99-nvidia.toml",
-        notes=(
-            "The units move to the vendor unit directory; deb removes the old /etc/systemd/system copies "
-            "(dpkg-maintscript-helper rm_conffile, 1.20.0-1~) and rpm's %posttrans re-enables units whose "
-            "enablement links pointed at them.",
-        ),
-        source="NVIDIA/nvidia-container-toolkit PR #1827 'Fix nvidia-cdi-refresh systemd packaging'; the real "
-        "1.20.0-1 packages in tests/data/nvidia-from-source (deb: lib/systemd/system/, DEBIAN/postinst; rpm: "
-        "usr/lib/systemd/system/, usr/lib/systemd/system-preset/90-nvidia-container-toolkit.preset, %post, %posttrans)",
-    ),
-    ToolkitRelease(
+    _R1200,
+    replace(
+        _R1200,
         first=(1, 20, 1),
         last=None,
-        exact_dependencies=True,
-        refresh_unit_dirs=("/lib/systemd/system", "/usr/lib/systemd/system"),
-        refresh_preset="/usr/lib/systemd/system-preset/90-nvidia-container-toolkit.preset",
-        enabled_by="deb: deb-systemd-helper enable in postinst (no preset file); "
-        "rpm: the preset file and systemctl preset in %post",
-        containerd_drop_in="/etc/containerd/conf.d/99-nvidia.toml",
         notes=(
             "-base also ships the udev rule 99-nvidia-cdi-refresh.rules (deb: /lib/udev/rules.d, rpm: "
             "/usr/lib/udev/rules.d): loading the nvidia (or Debian's nvidia_current) module starts "
@@ -150,7 +148,8 @@ RELEASES: Tuple[ToolkitRelease, ...] = (
         "control device nodes in nvidia-cdi-refresh.service' (deployments/udev/99-nvidia-cdi-refresh.rules; "
         "packaging/debian/nvidia-container-toolkit-base.install and the rpm spec's %{_udevrulesdir}), after "
         "the v1.20.0 tag (not in it) and in the tree at d34b3046758cb1a5db606b2a39519c731bbf9f56, so first in the "
-        "release after 1.20.0, 1.20.1; the units as in 1.20.0",
+        "release after 1.20.0, 1.20.1 (our from-source 1.20.0-1 build of that tree in tests/data/nvidia-from-source "
+        "carries it too); the units as in 1.20.0",
         refresh_udev_rule_dirs=("/lib/udev/rules.d", "/usr/lib/udev/rules.d"),
     ),
 )

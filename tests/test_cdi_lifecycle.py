@@ -7,7 +7,6 @@ NVIDIA's tree after v1.20.0, which carries it: the 1.20.1 row of configure.relea
 from __future__ import annotations
 
 import os
-import subprocess
 from pathlib import Path
 
 import yaml
@@ -15,8 +14,7 @@ import yaml
 from configure.cdi.refresh import detect_refresh
 from configure.releases import REFRESH_SERVICE_UNIT, release_for
 from tests.cli_runner import run_cli
-from tests.test_cdi_refresh import BASE_DEB, BASE_RPM, needs_systemctl, systemctl
-from tests.upstream import checked_build
+from tests.test_cdi_refresh import BASE_DEB, BASE_RPM, needs_systemctl, systemctl, unpack
 
 RULE = "99-nvidia-cdi-refresh.rules"
 LIBS = "usr/lib/x86_64-linux-gnu"
@@ -24,29 +22,7 @@ SPEC = "etc/cdi/nvidia.yaml"
 
 
 def extracted(tmp_path: Path, package: Path) -> Path:
-    checked_build()
-    root = tmp_path / "root"
-    tmp_path.mkdir(parents=True, exist_ok=True)
-    if package.suffix == ".deb":
-        subprocess.run(["dpkg-deb", "-x", str(package), str(root)], check=True)
-    else:
-        root.mkdir()
-        subprocess.run(
-            [
-                "rpm",
-                "--root",
-                str(root),
-                "--dbpath",
-                "/var/lib/rpm",
-                "-i",
-                "--nodeps",
-                "--noscripts",
-                str(package),
-            ],
-            check=True,
-            capture_output=True,
-        )
-    return root
+    return unpack(package, tmp_path / "root")
 
 
 def gpu_node(root: Path, version: str = "550.54.15") -> Path:

@@ -50,12 +50,23 @@ def we_say(root: Path) -> Dict[str, str]:
     return {u.name: u.state for u in refresh.units}
 
 
+def unpack(package: Path, root: Path) -> Path:
+    """The files of one of NVIDIA's -base packages under ``root`` (no maintainer script runs)."""
+    checked_build()  # in the repository: missing or changed fails here, it never skips
+    root.mkdir(parents=True)
+    if package.suffix == ".deb":
+        subprocess.run(["dpkg-deb", "-x", str(package), str(root)], check=True)
+        return root
+    if shutil.which("rpm") is None:
+        pytest.skip("rpm is not installed (make sysdeps installs it)")
+    rpm = ["rpm", "--root", str(root), "--dbpath", "/var/lib/rpm", "-i", "--nodeps", "--noscripts"]
+    subprocess.run([*rpm, str(package)], check=True, capture_output=True)
+    return root
+
+
 @pytest.fixture
 def deb_root(tmp_path: Path) -> Path:
-    checked_build()  # in the repository: missing or changed fails here, it never skips
-    root = tmp_path / "deb-root"
-    subprocess.run(["dpkg-deb", "-x", str(BASE_DEB), str(root)], check=True)
-    return without_udev_rule(root)
+    return without_udev_rule(unpack(BASE_DEB, tmp_path / "deb-root"))
 
 
 def without_udev_rule(root: Path) -> Path:
@@ -72,27 +83,7 @@ def without_udev_rule(root: Path) -> Path:
 
 @pytest.fixture
 def rpm_root(tmp_path: Path) -> Path:
-    checked_build()
-    if shutil.which("rpm") is None:
-        pytest.skip("rpm is not installed (make sysdeps installs it)")
-    root = tmp_path / "rpm-root"
-    root.mkdir()
-    subprocess.run(
-        [
-            "rpm",
-            "--root",
-            str(root),
-            "--dbpath",
-            "/var/lib/rpm",
-            "-i",
-            "--nodeps",
-            "--noscripts",
-            str(BASE_RPM),
-        ],
-        check=True,
-        capture_output=True,
-    )
-    return without_udev_rule(root)
+    return without_udev_rule(unpack(BASE_RPM, tmp_path / "rpm-root"))
 
 
 def test_a_root_without_the_toolkit_has_no_refresh_units(tmp_path: Path) -> None:

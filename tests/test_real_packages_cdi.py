@@ -210,10 +210,16 @@ def test_on_an_rpm_node_the_units_wait_for_the_preset_and_then_own_the_spec(
         name: (f"/usr/lib/systemd/system/{name}", "disabled", "enable", preset) for name in UNITS
     }
     assert is_enabled(rpm_root) == dict.fromkeys(UNITS, "disabled")
-    assert result["cdi_source"] == "none"
-    assert result["cdi"].startswith(
-        "skipped: the packages ship nvidia-cdi-refresh but it will not run under "
-    )
+    # the build of NVIDIA's tree after 1.20.0 ships the udev rule (the 1.20.1 row): it starts the service
+    # when the driver loads, enabled or not, so the spec is the service's already
+    assert result["cdi_report"]["refresh"]["udev_rule"] == "/usr/lib/udev/rules.d/99-nvidia-cdi-refresh.rules"
+    assert result["cdi_source"] == "nvidia-cdi-refresh"
+    # without the rule (the 1.20.0 release) the units wait for the preset
+    (rpm_root / "usr/lib/udev/rules.d/99-nvidia-cdi-refresh.rules").unlink()
+    monkeypatch.chdir(rpm_root.parent)
+    before = json.loads(run_cli("status", "--root", rpm_root.name, "--json").stdout)
+    assert before["cdi"]["source"] == "none"
+    assert "the refresh units are installed but will not run" in before["cdi"]["summary"]
 
     # what NVIDIA's %post asks for, done by systemd's own systemctl on the root
     subprocess.run(
@@ -222,7 +228,6 @@ def test_on_an_rpm_node_the_units_wait_for_the_preset_and_then_own_the_spec(
         capture_output=True,
     )
     assert is_enabled(rpm_root) == dict.fromkeys(UNITS, "enabled")
-    monkeypatch.chdir(rpm_root.parent)
     status = json.loads(run_cli("status", "--root", rpm_root.name, "--json").stdout)
     assert status["cdi"]["source"] == "nvidia-cdi-refresh" and status["problems"] == []
 

@@ -170,23 +170,34 @@ def detect_refresh(root: Path) -> RefreshUnits:
 
 def udev_rule(root: Path) -> Optional[str]:
     """Node path of NVIDIA's refresh rule in effect under ``root`` when it starts the service; else None."""
-    for directory in UDEV_RULE_DIRS:
-        candidate = f"{directory}/{REFRESH_UDEV_RULE}"
+    found = _in_effect(root, UDEV_RULE_DIRS, REFRESH_UDEV_RULE)
+    if found is None or found[1] is None:
+        return None  # none, or the admin disabled it (udev(7))
+    text = (read_optional(found[1]) or b"").decode("utf-8", "replace")
+    wants = [
+        line
+        for line in text.splitlines()
+        if not line.lstrip().startswith("#") and "SYSTEMD_WANTS" in line and REFRESH_SERVICE_UNIT in line
+    ]
+    return found[0] if wants else None  # the first file of the name hides the others, wanted or not
+
+
+def _in_effect(root: Path, directories: Tuple[str, ...], name: str) -> Optional[Tuple[str, Optional[Path]]]:
+    """The first ``name`` on a search path: ``(node path, file)``; the file is None when masked (``/dev/null``, empty).
+
+    A dangling link is skipped; None when no directory holds the name.
+    """
+    for directory in directories:
+        candidate = f"{directory}/{name}"
         link = _node(root, candidate)
         if not os.path.lexists(link):
             continue
         if link.is_symlink() and str(link.readlink()) == "/dev/null":
-            return None  # the admin disabled it (udev(7))
+            return candidate, None
         real = rooted_or_none(root, candidate)
         if real is None or not real.is_file():
             continue
-        text = (read_optional(real) or b"").decode("utf-8", "replace")
-        wants = [
-            line
-            for line in text.splitlines()
-            if not line.lstrip().startswith("#") and "SYSTEMD_WANTS" in line and REFRESH_SERVICE_UNIT in line
-        ]
-        return candidate if wants else None  # the first file of the name hides the others, wanted or not
+        return candidate, (None if real.stat().st_size == 0 else real)
     return None
 
 
@@ -197,21 +208,13 @@ def _node(root: Path, node_path: str) -> Path:
 
 def _unit_state(root: Path, name: str, presets: List[Tuple[str, str, str]]) -> UnitState:
     preset, preset_file = _preset_for(name, presets)
-    for directory in UNIT_DIRS:
-        candidate = f"{directory}/{name}"
-        link = _node(root, candidate)
-        if not os.path.lexists(link):
-            continue
-        if link.is_symlink() and str(link.readlink()) == "/dev/null":
-            return UnitState(name, candidate, "masked", preset, preset_file)
-        real = rooted_or_none(root, candidate)
-        if real is None or not real.is_file():
-            continue  # a dangling link is no unit file
-        if real.stat().st_size == 0:
-            return UnitState(name, candidate, "masked", preset, preset_file)
-        links = _enable_links(root, name)
-        return UnitState(name, candidate, "enabled" if links else "disabled", preset, preset_file, links)
-    return UnitState(name, None, "not-found", preset, preset_file)
+    found = _in_effect(root, UNIT_DIRS, name)
+    if found is None:
+        return UnitState(name, None, "not-found", preset, preset_file)
+    if found[1] is None:
+        return UnitState(name, found[0], "masked", preset, preset_file)
+    links = _enable_links(root, name)
+    return UnitState(name, found[0], "enabled" if links else "disabled", preset, preset_file, links)
 
 
 def _enable_links(root: Path, name: str) -> Tuple[str, ...]:
