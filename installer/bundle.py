@@ -50,6 +50,7 @@ from installer.nodecheck import MAX_SUMS_SIZE, NODE_SUMS, NODE_SUMS_SIGNATURE, h
 from installer.nodecheck import check as check_node
 from plumbing.errors import ToolError, UsageError, VerificationError
 from plumbing.fsutil import safe_join
+from plumbing.keyfile import openpgp_kind
 from plumbing.progress import Meter, NoMeter
 
 #: End-of-archive padding we accept after the last member; more than this is refused.
@@ -334,8 +335,6 @@ def require_bundle(path: PathLike) -> None:
         raise UsageError(f"the bundle {path} is a link to {named.readlink()}, which does not exist")
     if named.is_dir():
         raise UsageError(f"the bundle {path} is a directory; name the bundle file")
-    from plumbing.gpg import openpgp_kind  # here: inspect needs no gpg otherwise
-
     try:
         with open(named, "rb") as handle:
             kind = openpgp_kind(handle.read(64))

@@ -33,7 +33,7 @@ from installer.target import install_order
 from installer.workspace import locked_state_dir, staging
 from plumbing.errors import CommandError, ExitCode, ToolError
 from plumbing.fsutil import is_live_root, rooted
-from plumbing.gpg import check_key_file
+from plumbing.keyfile import check_key_file
 
 
 @dataclass

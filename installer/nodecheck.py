@@ -28,7 +28,7 @@ from typing import Dict, List, Optional, Tuple
 from installer.archive import SignatureCheck
 from installer.manifest import Manifest
 from plumbing.errors import VerificationError
-from plumbing.gpg import parse_fingerprint
+from plumbing.keyfile import parse_fingerprint
 
 NODE_SUMS = "NODE-SHA256SUMS"
 NODE_SUMS_SIGNATURE = "NODE-SHA256SUMS.asc"

@@ -39,7 +39,7 @@ from installer.state import NodeState, load_state, state_path
 from installer.target import StagedBundle, StagedTarget, pick_target
 from plumbing.errors import ConfigFormatError, UsageError
 from plumbing.fsutil import rooted
-from plumbing.gpg import parse_fingerprint
+from plumbing.keyfile import parse_fingerprint
 
 
 @dataclass(frozen=True)

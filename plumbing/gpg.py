@@ -20,9 +20,7 @@ Node side: python3.9-compatible, stdlib + python-gnupg only.
 from __future__ import annotations
 
 import os
-import re
 import shutil
-import stat
 import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -34,12 +32,11 @@ from typing import Optional, Union
 import gnupg
 
 from plumbing.errors import SignatureError, ToolError, UsageError
-from plumbing.fsutil import file_type
+from plumbing.keyfile import FINGERPRINT_RE, check_key_file, not_a_key, parse_fingerprint
 
 _BEGIN_SIGNED = b"-----BEGIN PGP SIGNED MESSAGE-----"
 _BEGIN_SIG = b"-----BEGIN PGP SIGNATURE-----"
 _END_SIG = b"-----END PGP SIGNATURE-----"
-_FPR_RE = re.compile(r"^[0-9A-F]{40}$")
 #: Status keywords that make a verification fail even if another signature is good.
 _FATAL_STATUS = ("BADSIG", "REVKEYSIG", "EXPKEYSIG")
 #: OpenPGP hash algorithm ids (RFC 4880 9.4) too weak to trust a signature made with them, whatever
@@ -62,70 +59,6 @@ class VerifiedText:
     text: str
     fingerprint: str
     signed_at: Optional[datetime]
-
-
-def check_key_file(path: Union[str, os.PathLike[str]]) -> None:
-    """Refuse a ``--keyring`` that is not a key file, saying what it is (every command taking a key calls this).
-
-    :raises UsageError: when ``path`` is missing, a directory, a device such as ``/dev/null``, a pipe or
-        socket, or an empty file.
-    """
-    try:
-        info = Path(path).stat()
-    except FileNotFoundError:
-        raise UsageError(f"the key file {path} does not exist") from None
-    except OSError as exc:
-        raise UsageError(f"cannot read the key file {path}: {exc.strerror or exc}") from exc
-    if not stat.S_ISREG(info.st_mode):
-        raise UsageError(
-            f"the key file {path} is {file_type(info.st_mode)}, not a public key file (gpg --export KEY > FILE)"
-        )
-    if info.st_size == 0:
-        raise UsageError(f"the key file {path} is empty, not a public key (gpg --export KEY > FILE)")
-
-
-def _is_keybox(head: bytes) -> bool:
-    """True when ``head`` begins a gpg keybox (``pubring.kbx``): its first blob's magic, at byte 8."""
-    return head[8:12] == b"KBXf"
-
-
-#: what an armored OpenPGP file says it is, by its first line
-_ARMOR_KINDS = (
-    (b"-----BEGIN PGP PUBLIC KEY BLOCK-----", "an OpenPGP key"),
-    (b"-----BEGIN PGP PRIVATE KEY BLOCK-----", "an OpenPGP secret key"),
-    (b"-----BEGIN PGP SIGNATURE-----", "an OpenPGP signature"),
-    (b"-----BEGIN PGP SIGNED MESSAGE-----", "an OpenPGP signed message"),
-)
-
-
-def openpgp_kind(head: bytes) -> Optional[str]:
-    """What OpenPGP file the first bytes ``head`` (64 are enough) begin, as a phrase, or None.
-
-    For a file given where a bundle is expected (``bundle inspect operator.asc``): armor, a binary
-    public key (packet tag 6, old or new format) or a gpg keybox.
-    """
-    text = head.lstrip()
-    for armor, kind in _ARMOR_KINDS:
-        if text.startswith(armor):
-            return kind
-    if _is_keybox(head):
-        return "a gpg keybox (pubring.kbx)"
-    first = head[0] if head else 0
-    old_format_key = first & 0xC0 == 0x80 and (first >> 2) & 0x0F == 6
-    new_format_key = first == 0xC6
-    if (old_format_key or new_format_key) and len(head) > 3 and 4 in head[1:4]:  # a version-4 key packet
-        return "an OpenPGP key"
-    return None
-
-
-def not_a_key(path: Union[str, os.PathLike[str]], data: bytes) -> UsageError:
-    """The refusal of a ``--keyring`` file gpg found no key in; a gpg keybox is named, with the export that helps."""
-    if _is_keybox(data):
-        return UsageError(
-            f"the key file {path} is a gpg keybox (pubring.kbx), not a public key file; export the key from it: "
-            f"gpg --no-default-keyring --keyring {path} --export KEY > operator.gpg"
-        )
-    return UsageError(f"the key file {path} holds no OpenPGP public key (gpg --export KEY > FILE)")
 
 
 class Keyring:
@@ -320,7 +253,7 @@ def judge_status(status: Iterable[tuple[str, list[str]]], trusted: frozenset[str
             algo = WEAK_DIGESTS.get(args[2]) if len(args) > 5 and args[5] != "9" else None
             # field 7 is the issuer's full fingerprint when the signature carries it (gpg >= 2.2.7): shown
             # as everywhere else, rather than the 16-hex key id of field 1
-            signer = args[6].upper() if len(args) > 6 and _FPR_RE.match(args[6].upper()) else args[0]
+            signer = args[6].upper() if len(args) > 6 and FINGERPRINT_RE.match(args[6].upper()) else args[0]
             if algo:
                 weak.append((algo, signer))
             else:
@@ -413,21 +346,6 @@ def _parse_sig_time(value: str) -> Optional[datetime]:
 
 def _normalise_fpr(value: str) -> str:
     fpr = value.replace(" ", "").upper()
-    if not _FPR_RE.match(fpr):
+    if not FINGERPRINT_RE.match(fpr):
         raise SignatureError(f"{value!r} is not a 40-hex-digit OpenPGP fingerprint")
     return fpr
-
-
-def parse_fingerprint(value: str) -> str:
-    """A ``--fingerprint`` value as 40 upper-case hex digits (spaces and a ``0x`` prefix allowed).
-
-    :raises UsageError: for anything else, a short or long key id included (ids can collide; a fingerprint cannot).
-    """
-    text = value.replace(" ", "").upper()
-    text = text[2:] if text.startswith("0X") else text
-    if not _FPR_RE.match(text):
-        raise UsageError(
-            f"--fingerprint {value!r} is not a full 40-hex-digit fingerprint (a key id can be forged); "
-            "`gpg --show-keys --with-fingerprint KEYFILE` shows it"
-        )
-    return text

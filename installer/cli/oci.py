@@ -115,7 +115,7 @@ def local_bundle(
         return
     from installer.oci.reference import parse_reference
     from installer.oci.transfer import fetched
-    from plumbing.gpg import check_key_file
+    from plumbing.keyfile import check_key_file
 
     ref = parse_reference(bundle)
     check_key_file(keyring)  # before the download, not after it
@@ -148,7 +148,7 @@ def push_command(
     from installer.oci.client import RegistryClient
     from installer.oci.reference import parse_reference
     from installer.oci.transfer import push_bundle
-    from plumbing.gpg import check_key_file
+    from plumbing.keyfile import check_key_file
 
     ref = parse_reference(reference)
     require_bundle(file)
@@ -188,7 +188,7 @@ def pull_command(
     from installer.freshness import Policy
     from installer.oci.reference import parse_reference
     from installer.oci.transfer import pull_verified
-    from plumbing.gpg import check_key_file
+    from plumbing.keyfile import check_key_file
 
     ref = parse_reference(reference)
     check_key_file(keyring)

@@ -22,7 +22,8 @@ from mirror.fleet import image as fleet_image
 from mirror.fleet import k8s as fleet_k8s
 from plumbing.clikit import Group, given, option_name, refuse_json_to_stdout
 from plumbing.errors import UsageError
-from plumbing.gpg import Keyring, check_key_file
+from plumbing.gpg import Keyring
+from plumbing.keyfile import check_key_file
 from plumbing.output import emit_json, emit_lines, warn
 from plumbing.output_target import output_is_stream, write_output
 from plumbing.proc import run

@@ -44,7 +44,7 @@ from configure import runtimeclass
 from configure.distros.detection import NAMES as DISTROS
 from configure.validate import CDI_CHOICES, RUNTIME_CHOICES
 from plumbing.errors import UsageError
-from plumbing.gpg import parse_fingerprint
+from plumbing.keyfile import parse_fingerprint
 from plumbing.version import VERSION
 
 APP_LABEL = "app.kubernetes.io/name"

@@ -94,7 +94,7 @@ def publish_command(
     from mirror.publish.swap import check_target
     from mirror.publish.tree import normalize_base_url, publish
     from mirror.signing.key import OperatorKey
-    from plumbing.gpg import check_key_file
+    from plumbing.keyfile import check_key_file
     from plumbing.progress import terminal_meter
 
     url = normalize_base_url(base_url)
