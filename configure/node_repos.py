@@ -15,19 +15,18 @@ about them and ``status`` says which repository an installed package is offered 
 * A distribution repository competes only when apt's downloaded lists show it offering one of the
   toolkit's packages (every Debian node names deb.debian.org; few of them ever see the toolkit there).
 
-The parsers are pure functions of text; :func:`node_sources` and :func:`apt_offers` are the readers.
+The parsers are pure functions of text; :func:`node_sources` and :func:`apt_offers` are the readers; :mod:`configure.package_origins` uses them for ``status``.
 """
 
 from __future__ import annotations
 
 import configparser
-import contextlib
 import fnmatch
 import re
 import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from plumbing.fsutil import rooted_or_none
 
@@ -227,6 +226,17 @@ def competing(
     return result
 
 
+def competing_notes(root: Path, package_format: str, names: Sequence[str], held: bool) -> List[str]:
+    """The warnings for the repositories of the node's own package manager (``deb``: apt, ``rpm``: yum/dnf)
+    that could replace ``names``; ``held``: the toolkit is held after the install.
+    """
+    kind = "apt" if package_format == "deb" else "yum"
+    sources = [s for s in node_sources(root) if s.kind == kind]
+    offers = apt_offers(root, names) if kind == "apt" else {}
+    pinned_away = apt_pinned_away(root) if kind == "apt" else []
+    return [r.warning(held=held) for r in competing(sources, offers, pinned_away)]
+
+
 #: apt reads preferences.d files with no extension or ``.pref``, named from these characters (apt_preferences(5)).
 _PREF_FILE = re.compile(r"^[A-Za-z0-9_.-]+$")
 
@@ -314,75 +324,3 @@ def apt_offers(root: Path, names: Iterable[str]) -> Dict[str, List[Tuple[str, st
         if found:
             offers[list_url(Path(name).name)] = found
     return offers
-
-
-# -- where an installed package came from --------------------------------------------------------
-
-#: dnf 4's transaction history (dnf 5 keeps its own elsewhere and is not read).
-DNF_HISTORY = "/var/lib/dnf/history.sqlite"
-BUNDLE_ORIGIN = "a gpu-airgap bundle"
-
-
-def dnf_history_repo(root: Path, name: str, version: str) -> Optional[str]:
-    """The repository id dnf's history records for the latest transaction of ``name`` at ``version``.
-
-    ``version`` is ``[EPOCH:]VERSION-RELEASE``; only the actions that put it there count (install,
-    downgrade, obsoleting, upgrade, reinstall: libdnf's codes 1, 2, 4, 6, 9). The database is opened read-only and immutable, so
-    a running dnf is neither blocked nor disturbed. None when dnf has no record (an ``rpm -i``).
-    """
-    try:
-        import sqlite3  # here: only rpm nodes with dnf history need it, and a minimal python may lack it
-    except ImportError:
-        return None
-    path = rooted_or_none(root, DNF_HISTORY)
-    if path is None or not path.is_file():
-        return None
-    evr = version.split(":", 1)[-1]
-    try:
-        with contextlib.closing(
-            sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro&immutable=1", uri=True)
-        ) as db:
-            row = db.execute(
-                "SELECT repo.repoid FROM trans_item JOIN rpm ON trans_item.item_id = rpm.item_id "
-                "JOIN repo ON trans_item.repo_id = repo.id "
-                "WHERE rpm.name = ? AND rpm.version || '-' || rpm.release = ? AND trans_item.action IN (1, 2, 4, 6, 9) "
-                "ORDER BY trans_item.id DESC LIMIT 1",
-                (name, evr),
-            ).fetchone()
-    except sqlite3.Error:
-        return None  # another dnf's schema, or a damaged file: unknown, not an error of ours
-    return str(row[0]) if row and row[0] not in ("@System", "@commandline") else None
-
-
-def package_origins(
-    root: Path,
-    installed: Mapping[str, Optional[str]],
-    package_format: Optional[str],
-    ours: Mapping[str, str],
-) -> Dict[str, Optional[str]]:
-    """Where each installed package came from, as far as the node knows; None when it does not.
-
-    * the version gpu-airgap recorded installing (``ours``): ``a gpu-airgap bundle``;
-    * rpm: the repository dnf's history names, with its URL from the node's ``.repo`` files;
-    * deb: dpkg records no source, so the repositories whose downloaded apt lists offer exactly
-      the installed version are named (``apt lists: URL``).
-    """
-    present = {name: version for name, version in installed.items() if version}
-    origins: Dict[str, Optional[str]] = dict.fromkeys(installed)
-    offers = apt_offers(root, list(present)) if package_format == "deb" else {}
-    urls = {s.section: s.url for s in node_sources(root) if s.kind == "yum"}
-    for name, version in present.items():
-        if ours.get(name) == version:
-            origins[name] = BUNDLE_ORIGIN
-        elif package_format == "rpm":
-            repo = dnf_history_repo(root, name, version)
-            origins[name] = f"{repo} ({urls[repo]})" if repo in urls else repo
-        else:
-            repos = [_repo_base(url) for url, found in offers.items() if (name, version) in found]
-            origins[name] = f"apt lists: {', '.join(repos)}" if repos else None
-    return origins
-
-
-def _repo_base(list_url: str) -> str:
-    """``archive.ubuntu.com/ubuntu`` for ``archive.ubuntu.com/ubuntu/dists/noble/universe/binary-amd64``."""
-    return list_url.split("/dists/", 1)[0]

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from configure import node_repos
+from configure import package_origins
 from configure.cdi.node import cdi_report
 from configure.changes import read_optional
 from configure.commands import engine_for
@@ -292,7 +292,7 @@ def status(
     except ToolError as exc:
         problems.append(str(exc))
     # which repository each package came from, when dnf's history or apt's lists know (issue 26 item 5)
-    origins = node_repos.package_origins(
+    origins = package_origins.package_origins(
         root, packages, facts.package_format, state.packages if state else {}
     )
     name = state.runtime_name if state else runtime_name

@@ -271,12 +271,9 @@ def _preflight(
             check.problems.append(problem)
     check.raise_for_problems()
     # a later upgrade from another repository could replace what we install: said, never refused
-    offers = node_repos.apt_offers(options.root, [p.name for p in target.packages])
+    holding = options.hold or (bool(held) and not options.unhold)
     check.notes.extend(
-        r.warning(held=options.hold or (bool(held) and not options.unhold))
-        for r in node_repos.competing(
-            node_repos.node_sources(options.root), offers, node_repos.apt_pinned_away(options.root)
-        )
+        node_repos.competing_notes(options.root, target.format, [p.name for p in target.packages], holding)
     )
     return check
 

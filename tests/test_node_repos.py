@@ -15,7 +15,7 @@ from typing import Dict, List, Optional
 
 import pytest
 
-from configure import node_repos
+from configure import node_repos, package_origins
 from installer.cli.node import _status_lines
 from installer.install import install
 from installer.manage import status
@@ -205,7 +205,7 @@ def test_status_says_the_bundle_for_what_gpu_airgap_installed_and_an_apt_list_fo
     assert "  nvidia-container-toolkit: 1.17.8-1 (from a gpu-airgap bundle)" in _status_lines(report)
     # a version gpu-airgap did not install, which Ubuntu's universe list offers (dpkg records no source)
     installed = {"libnvidia-container1": "1.19.1-0ubuntu1", "nvidia-container-toolkit": "1.17.8-1"}
-    assert node_repos.package_origins(root, installed, "deb", {}) == {
+    assert package_origins.package_origins(root, installed, "deb", {}) == {
         "libnvidia-container1": "apt lists: archive.ubuntu.com/ubuntu",
         "nvidia-container-toolkit": None,  # no list offers it and gpu-airgap has no record of it
     }
@@ -228,14 +228,16 @@ def test_status_names_the_repository_dnfs_history_records_for_an_rpm(tmp_path: P
     root = tmp_path / "dnf/root"
     (root / "etc/yum.repos.d").mkdir(parents=True, exist_ok=True)
     (root / "etc/yum.repos.d/cuda-rhel9.repo").write_text(repo)
-    assert node_repos.dnf_history_repo(root, "nvidia-container-toolkit", "1.99.0-1") == "cuda-rhel9-x86_64"
-    assert node_repos.dnf_history_repo(root, "nvidia-container-toolkit", "1.98.0-1") is None
-    assert node_repos.package_origins(root, {"nvidia-container-toolkit": "1.99.0-1"}, "rpm", {}) == {
+    assert (
+        package_origins.dnf_history_repo(root, "nvidia-container-toolkit", "1.99.0-1") == "cuda-rhel9-x86_64"
+    )
+    assert package_origins.dnf_history_repo(root, "nvidia-container-toolkit", "1.98.0-1") is None
+    assert package_origins.package_origins(root, {"nvidia-container-toolkit": "1.99.0-1"}, "rpm", {}) == {
         "nvidia-container-toolkit": f"cuda-rhel9-x86_64 ({server.url}/cuda)"
     }
     # what gpu-airgap recorded installing is the bundle's, whatever dnf saw
     ours = {"nvidia-container-toolkit": "1.99.0-1"}
-    assert node_repos.package_origins(root, ours, "rpm", ours) == {
+    assert package_origins.package_origins(root, ours, "rpm", ours) == {
         "nvidia-container-toolkit": "a gpu-airgap bundle"
     }
 
@@ -273,3 +275,14 @@ def test_only_the_named_packages_stanzas_count_not_their_namesakes_with_a_suffix
 )
 def test_nvidia_repositories_are_told_apart_by_url(url: str, what: Optional[str]) -> None:
     assert node_repos.nvidia_repo(url) == what
+
+
+def test_only_the_package_manager_of_the_bundles_target_is_asked(tmp_path: Path) -> None:
+    # a Debian host with dnf installed may carry /etc/yum.repos.d; its apt never reads it
+    shutil.copytree(FIXTURES / "rhel9-cuda", tmp_path, dirs_exist_ok=True)
+    shutil.copytree(FIXTURES / "cuda-ubuntu2204", tmp_path, dirs_exist_ok=True)
+    names = ["nvidia-container-toolkit"]
+    deb = node_repos.competing_notes(tmp_path, "deb", names, held=False)
+    rpm = node_repos.competing_notes(tmp_path, "rpm", names, held=False)
+    assert [n.split(" names ")[0] for n in deb] == ["/etc/apt/sources.list.d/cuda-ubuntu2204-x86_64.list"]
+    assert [n.split(" names ")[0] for n in rpm] == ["/etc/yum.repos.d/cuda-rhel9.repo [cuda-rhel9-x86_64]"]
