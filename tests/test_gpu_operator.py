@@ -8,10 +8,13 @@ provides the driver, the toolkit is the host's).
 
 from __future__ import annotations
 
+import os
 import shutil
+import stat
 import subprocess
 from pathlib import Path
 
+import pytest
 import yaml
 
 from configure.cdi.node import cdi_report
@@ -136,3 +139,53 @@ def test_status_names_the_driver_root_and_a_toolkit_that_does_not_look_there(tmp
     assert "[nvidia-container-cli] root is" not in run_cli("status", "--root", str(root)).stdout
     host = node(tmp_path / "host", "gpu-operator-toolkit-disabled")
     assert "driver root: / (host)" in run_cli("status", "--root", str(host)).stdout
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mknod of the stand-in device nodes needs root")
+def test_our_spec_names_the_driver_roots_paths_as_nvidias_nvidia_ctk_does(tmp_path: Path) -> None:
+    root = node(tmp_path, "gpu-operator-driver-container")
+    dev = root / "run/nvidia/driver/dev"
+    for name, (major, minor) in {
+        "nvidia0": (195, 0),
+        "nvidia1": (195, 1),
+        "nvidiactl": (195, 255),
+        "nvidia-uvm": (511, 0),
+        "nvidia-uvm-tools": (511, 1),
+    }.items():
+        (dev / name).unlink()
+        os.mknod(dev / name, 0o600 | stat.S_IFCHR, os.makedev(major, minor))  # nvidia-ctk wants char devices
+    assert run_cli("configure", "cdi", "--root", str(root)).exit_code == 0
+    ours = yaml.safe_load((root / "etc/cdi/nvidia.yaml").read_text())
+    driver = f"{root}{DRIVER_ROOT}"
+    out = tmp_path / "nvidia-ctk.yaml"
+    subprocess.run(
+        [
+            str(nvidia_ctk()),
+            "cdi",
+            "generate",
+            "--mode=management",
+            f"--driver-root={driver}",
+            f"--dev-root={driver}",
+            f"--output={out}",
+        ],
+        capture_output=True,
+        check=True,
+    )  # management mode: NVML discovery needs a real GPU
+    theirs = yaml.safe_load(
+        out.read_text().replace(str(root), "")
+    )  # as nvidia-ctk on the node would name them
+
+    def mounts(spec: dict) -> dict:  # type: ignore[type-arg]
+        edits = [spec.get("containerEdits") or {}] + [d["containerEdits"] for d in spec["devices"]]
+        return {
+            m["containerPath"]: (m["hostPath"], m.get("options"))
+            for e in edits
+            for m in e.get("mounts") or []
+        }
+
+    def nodes(spec: dict) -> dict:  # type: ignore[type-arg]
+        edits = [spec.get("containerEdits") or {}] + [d["containerEdits"] for d in spec["devices"]]
+        return {n["path"]: n["hostPath"] for e in edits for n in e.get("deviceNodes") or []}
+
+    assert mounts(ours) and mounts(ours).items() <= mounts(theirs).items()
+    assert nodes(ours) and nodes(ours).items() <= nodes(theirs).items()
