@@ -21,6 +21,9 @@ from typing import Any, Dict, List, Optional, Tuple
 from plumbing.errors import VerificationError
 
 SCHEMA_VERSION = 1
+#: the upstream "fingerprint" of packages no signed index listed, taken on the operator's word
+#: (``mirror import-archive --trust-archive``): the operator's signature over the bundle is their only trust
+VOUCHED_UPSTREAM = "operator-vouched"
 MANIFEST_NAME = "manifest.json"
 SIGNATURE_NAME = "manifest.json.asc"
 #: Upper bounds a reader enforces before trusting any size (decompression bombs, runaway lists).

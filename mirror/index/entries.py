@@ -15,6 +15,7 @@ from pathlib import Path
 
 from mirror.disk.store import RepoProvenance, RepoRecord, StoredFile
 from mirror.errors import MetadataError, MirrorStateError, PackageChangedError
+from mirror.index import vouched
 from mirror.index.apt import iter_packages
 from mirror.index.repo import check_digest, clean_relative
 from mirror.index.rpm import iter_primary, parse_repomd
@@ -47,7 +48,9 @@ def index_entries(
     names = None if every else frozenset(p.name for p in repo.packages)
     recorded = {f.path: f for f in index.signed_files}
     top = index.directory or repo.key
-    if repo.format == "deb":
+    if index.fingerprint == vouched.VOUCHED:
+        packages = _vouched(mirror, index)
+    elif repo.format == "deb":
         name = next((f"{top}/{n}" for n in ("Packages.xz", "Packages") if f"{top}/{n}" in recorded), None)
         if name is None:
             raise MirrorStateError(mirror, f"it records no Packages index for {repo.key}; sync it again")
@@ -68,6 +71,17 @@ def index_entries(
         primaries = iter_primary(io.BytesIO(_verified(mirror, recorded[path])))
         packages = [p for p in primaries if names is None or p.name in names]
     return {f"{repo.key}/{clean_relative(p.filename, repo.key)}": p for p in packages}
+
+
+def _vouched(mirror: Path, index: RepoProvenance) -> list[Package]:
+    """The entries of an index the operator vouched for (``import-archive --trust-archive``)."""
+    packages: list[Package] = []
+    for stored in index.signed_files:
+        try:
+            packages += vouched.parse(_verified(mirror, stored))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise MetadataError(f"{mirror}/{stored.path}", f"is not a vouched index ({exc})") from exc
+    return packages
 
 
 def _verified(mirror: Path, stored: StoredFile) -> bytes:

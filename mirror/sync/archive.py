@@ -25,6 +25,7 @@ from pathlib import Path, PurePosixPath
 from typing import IO, Final
 
 from mirror.disk import store
+from mirror.index import vouched
 from mirror.index.entries import signed_entries
 from mirror.index.header import check_agrees, read_header
 from mirror.index.repo import clean_relative
@@ -100,14 +101,19 @@ class ImportResult:
     toolkit_version: str
     imported: tuple[str, ...]  #: paths under the mirror of the packages taken from the archive
     already_held: tuple[str, ...]  #: the release's packages the mirror held already, unchanged
+    vouched: tuple[
+        str, ...
+    ] = ()  #: of ``imported``, those taken on the operator's word (``--trust-archive``)
 
 
-def import_archive(archive: Path, mirror: Path) -> ImportResult:
+def import_archive(archive: Path, mirror: Path, *, trust: bool = False) -> ImportResult:
     """Take the packages of NVIDIA's release ``archive`` into ``mirror``, each checked against its signed index.
 
     :raises UsageError: when the file is missing or not named like NVIDIA's archives.
     :raises MirrorStateError: when ``mirror`` holds no mirror.
-    :raises UnverifiableArchive: when a package is not listed by the signed index the mirror holds.
+    :param trust: the operator vouches for packages no signed index lists (``--trust-archive``): they are
+        taken with a vouched index (:mod:`mirror.index.vouched`) as their provenance.
+    :raises UnverifiableArchive: when a package is not listed by the signed index the mirror holds (without ``trust``).
     :raises ChecksumMismatch: when a package differs from its signed index entry.
     :raises UnsafePathError | VerificationError: for a member that is not a contained regular file.
     :raises BusyError: when another sync or import holds the mirror.
@@ -116,10 +122,13 @@ def import_archive(archive: Path, mirror: Path) -> ImportResult:
         raise UsageError(f"the archive {archive} does not exist or is not a file")
     name = ArchiveName.parse(archive)
     with store.locked(mirror):
-        state = store.MirrorState.load(mirror)
+        if trust and not store.state_path(mirror).exists():
+            state = store.MirrorState(upstream=f"archive:{archive.name}", channel=name.channel)
+        else:
+            state = store.MirrorState.load(mirror)
         txn = Transaction(mirror)
         try:
-            result = _import_locked(archive, name, mirror, state, txn)
+            result = _import_locked(archive, name, mirror, state, txn, trust)
         except BaseException:
             txn.abort()
             raise
@@ -127,20 +136,35 @@ def import_archive(archive: Path, mirror: Path) -> ImportResult:
 
 
 def _import_locked(
-    archive: Path, name: ArchiveName, mirror: Path, state: store.MirrorState, txn: Transaction
+    archive: Path, name: ArchiveName, mirror: Path, state: store.MirrorState, txn: Transaction, trust: bool
 ) -> ImportResult:
     repo = state.repo(name.repo_key)
-    if repo is None:
+    if repo is None and not trust:
         raise UnverifiableArchive(
             f"{archive.name}: the mirror holds no signed index for {name.repo_key}, so its packages cannot be "
             f"verified; sync that repository first (`gpu-airgap mirror sync --format {name.format.value} "
-            f"--arch {name.arch}`)"
+            f"--arch {name.arch}`), or pass --trust-archive to vouch for the archive yourself"
         )
-    entries = signed_entries(mirror, repo, every=True)  # the release's packages the mirror lacks too
+    entries = signed_entries(mirror, repo, every=True) if repo is not None else {}  # the release's others too
     by_file = {PurePosixPath(path).name: (path, entry) for path, entry in entries.items()}
-    imported = _take_members(archive, name, by_file, txn)
+    imported, unlisted = _take_members(archive, name, by_file, txn, trust)
     for path, entry in imported.items():  # digests matched: now the headers may be read
         check_agrees(read_header(txn.staging_path(path), entry.format.value, what=path), entry, what=path)
+    if repo is None:
+        repo = store.RepoRecord(
+            key=name.repo_key,
+            format=name.format.value,
+            arch=name.arch,
+            channel=name.channel,
+            base_url=f"archive:{archive.name}",
+            provenance=store.RepoProvenance(vouched.VOUCHED, None, ()),
+            packages=(),
+            releases=(),
+        )
+    if unlisted:
+        repo, taken = _vouch(archive, repo, unlisted, txn)
+        entries.update(taken)
+        imported.update(taken)
     release = _release(archive, name, entries, imported, repo)
     state = _with_release(state, repo, release, imported, entries)
     txn.commit(state)
@@ -151,7 +175,33 @@ def _import_locked(
         toolkit_version=release.toolkit_version,
         imported=tuple(sorted(imported)),
         already_held=held,
+        vouched=tuple(sorted(unlisted)),
     )
+
+
+def _vouch(
+    archive: Path, repo: store.RepoRecord, unlisted: dict[str, _Copied], txn: Transaction
+) -> tuple[store.RepoRecord, dict[str, Package]]:
+    """Take the packages no signed index lists on the operator's word: their headers make a vouched index."""
+    taken: dict[str, Package] = {}
+    listed = []
+    for path, copied in sorted(unlisted.items()):
+        header = read_header(txn.staging_path(path), repo.format, what=path)  # vouched for: it may be read
+        file_name = PurePosixPath(path).name
+        taken[path] = vouched.entry_of(header, file_name, copied.size, copied.sha256, copied.sha512)
+        listed.append((header, file_name, copied.size, copied.sha256, copied.sha512))
+    data = vouched.render(archive.name, store.file_digest(archive, "sha256"), listed)
+    index_path = f"{repo.key}/{vouched.DIRECTORY}/{archive.name}.json"
+    txn.stage_metadata(index_path, data)
+    index = store.RepoProvenance(
+        vouched.VOUCHED,
+        None,
+        (store.StoredFile(index_path, len(data), sha512=hashlib.sha512(data).hexdigest()),),
+    )
+    if not repo.provenance.signed_files:  # a repo only this archive made: the vouched index is its index
+        return replace(repo, provenance=index), taken
+    others = tuple(r for r in repo.retained if r.signed_files[:1] != index.signed_files[:1])
+    return replace(repo, retained=(index, *others)), taken
 
 
 def entries_path(entries: dict[str, Package], pkg: Package) -> str:
@@ -159,12 +209,22 @@ def entries_path(entries: dict[str, Package], pkg: Package) -> str:
     return next(path for path, entry in entries.items() if entry is pkg)
 
 
+@dataclass(frozen=True)
+class _Copied:
+    """A package member copied into staging, with the size and digests of its bytes."""
+
+    size: int
+    sha256: str
+    sha512: str
+
+
 def _take_members(
-    archive: Path, name: ArchiveName, by_file: dict[str, tuple[str, Package]], txn: Transaction
-) -> dict[str, Package]:
-    """Copy each package member into staging, hashing it; path under the mirror -> its signed entry."""
+    archive: Path, name: ArchiveName, by_file: dict[str, tuple[str, Package]], txn: Transaction, trust: bool
+) -> tuple[dict[str, Package], dict[str, _Copied]]:
+    """Copy each package member into staging, hashing it: path -> its signed entry, and (``trust``) path ->
+    what was copied of the packages no signed index lists."""
     imported: dict[str, Package] = {}
-    unlisted: list[str] = []
+    unlisted: dict[str, _Copied] = {}
     try:
         with tarfile.open(archive, "r:gz") as tar:
             for info in tar:
@@ -172,27 +232,32 @@ def _take_members(
                 file_name = PurePosixPath(member).name
                 if info.isdir() or not file_name.endswith(f".{name.format.value}"):
                     continue
-                found = by_file.get(file_name)
-                if found is None:
-                    unlisted.append(file_name)
-                    continue
-                path, entry = found
-                if path in imported:
+                path, entry = by_file.get(file_name, (f"{name.repo_key}/{file_name}", None))
+                if path in imported or path in unlisted:
                     raise VerificationError(f"{archive.name} holds {file_name} twice")
+                if entry is None and not trust:
+                    unlisted[path] = _Copied(info.size, "", "")  # refused below, after every name is known
+                    continue
                 source = tar.extractfile(info)
                 assert source is not None  # a regular file (checked by _contained)
-                _copy_checked(source, info.size, entry, txn.package_target(path), f"{archive.name}:{member}")
-                imported[path] = entry
+                copied = _copy(source, txn.package_target(path))
+                if entry is None:
+                    unlisted[path] = copied
+                else:
+                    _check(copied, entry, f"{archive.name}:{member}")
+                    imported[path] = entry
     except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile) as exc:
         raise VerificationError(f"{archive.name} is not a readable gzipped tar archive ({exc})") from exc
-    if unlisted:
+    if unlisted and not trust:
+        files = ", ".join(sorted(PurePosixPath(p).name for p in unlisted))
         raise UnverifiableArchive(
-            f"{archive.name}: the mirror's signed {name.repo_key} index does not list {', '.join(sorted(unlisted))}, "
-            "so the archive cannot be verified; sync the mirror from an upstream whose index lists it"
+            f"{archive.name}: the mirror's signed {name.repo_key} index does not list {files}, so the archive "
+            "cannot be verified; sync the mirror from an upstream whose index lists it, or pass --trust-archive "
+            "to vouch for the archive yourself"
         )
-    if not imported:
+    if not imported and not unlisted:
         raise VerificationError(f"{archive.name} holds no {name.format.value} packages")
-    return imported
+    return imported, unlisted
 
 
 def _contained(info: tarfile.TarInfo, archive: Path) -> str:
@@ -205,20 +270,29 @@ def _contained(info: tarfile.TarInfo, archive: Path) -> str:
     return member
 
 
-def _copy_checked(source: IO[bytes], size: int, entry: Package, target: Path, what: str) -> None:
-    """Copy ``size`` bytes to ``target``; they must have the size and digest of the signed ``entry``."""
-    algo, expected = ("sha512", entry.sha512) if entry.sha512 else ("sha256", entry.sha256 or "")
-    if size != entry.size:
-        raise ChecksumMismatch(f"{what} ({size} bytes, its signed index entry {entry.size})", expected, "")
-    hasher = hashlib.new(algo)
+def _copy(source: IO[bytes], target: Path) -> _Copied:
+    """Copy a member to ``target``, hashing its bytes on the way."""
+    sha256, sha512, size = hashlib.sha256(), hashlib.sha512(), 0
     target.parent.mkdir(parents=True, exist_ok=True)
     with open(target, "wb") as out:
         while block := source.read(CHUNK):
-            hasher.update(block)
+            sha256.update(block)
+            sha512.update(block)
+            size += len(block)
             out.write(block)
-    if hasher.hexdigest() != expected.lower():
-        target.unlink()
-        raise ChecksumMismatch(what, expected, hasher.hexdigest())
+    return _Copied(size, sha256.hexdigest(), sha512.hexdigest())
+
+
+def _check(copied: _Copied, entry: Package, what: str) -> None:
+    """The copied bytes must have the size and digest of their signed ``entry``."""
+    algo, expected = ("sha512", entry.sha512) if entry.sha512 else ("sha256", entry.sha256 or "")
+    actual = copied.sha512 if algo == "sha512" else copied.sha256
+    if copied.size != entry.size:
+        raise ChecksumMismatch(
+            f"{what} ({copied.size} bytes, its signed index entry {entry.size})", expected, actual
+        )
+    if actual != expected.lower():
+        raise ChecksumMismatch(what, expected, actual)
 
 
 def _release(
@@ -271,4 +345,5 @@ def _with_release(
     updated = replace(
         repo, packages=tuple(sorted(packages.values(), key=lambda p: p.path)), releases=tuple(releases)
     )
-    return replace(state, repos=tuple(updated if r.key == repo.key else r for r in state.repos))
+    others = tuple(r for r in state.repos if r.key != repo.key)
+    return replace(state, repos=tuple(sorted((*others, updated), key=lambda r: r.key)))

@@ -335,7 +335,7 @@ def status_command(
     from mirror.disk.store import read_state
     from mirror.disk.trust import keyring_for
     from mirror.sync import core as sync_lib
-    from mirror.sync import maintain
+    from mirror.sync import cuda, maintain
     from mirror.sync.http import Downloader
 
     used: Optional[dict[str, Any]] = None  # the key upstream was checked with (None: not checked)
@@ -347,7 +347,10 @@ def status_command(
             if not json_output:
                 output.note(f"checking upstream with key {key.chosen.said('--keyring')}")
             fetcher = downloader.fetcher(maintain.ReadOnlyCache(mirror))
-            repos = maintain.status(mirror, fetcher=fetcher, loader=sync_lib.make_loader(key.ring))
+            names = cuda.names_for(read_state(mirror).upstream)
+            repos = maintain.status(
+                mirror, fetcher=fetcher, loader=sync_lib.make_loader(key.ring, names=names)
+            )
             used = {"fingerprints": list(key.fingerprints), "source": key.source}
     if json_output:
         output.emit_json(
@@ -360,6 +363,8 @@ def status_command(
         return
     for r in repos:
         line = f"{r.key}: {', '.join(r.releases)} ({r.packages} files, {r.bytes} bytes, synced {r.synced_at})"
+        if r.vouched:
+            line += f"; vouched for by the operator: {', '.join(r.vouched)}"
         if r.error:
             line += f"; upstream not checked: {r.error}"
         elif r.newer_upstream:

@@ -15,6 +15,7 @@ from pathlib import Path
 from mirror.disk import store, switch
 from mirror.index.entries import index_entries, signed_entries
 from mirror.index.repo import Fetcher
+from mirror.index.vouched import VOUCHED
 from mirror.model import PackageFormat
 from mirror.release.selectors import VersionSelector
 from mirror.sync import freshness
@@ -171,6 +172,8 @@ class RepoStatus:
     synced_at: str
     signed_by: str
     upstream_latest: str | None = None  #: newest toolkit on the channel upstream (None: not checked)
+    #: the vouched indexes of packages taken on the operator's word (``import-archive --trust-archive``)
+    vouched: tuple[str, ...] = ()
     error: str | None = None  #: why upstream could not be checked
 
     @property
@@ -214,6 +217,9 @@ def status(dest: Path, *, fetcher: Fetcher | None, loader: RepoLoader | None) ->
                 signed_by=repo.provenance.fingerprint,
                 upstream_latest=latest,
                 error=error,
+                vouched=tuple(
+                    f.path for i in repo.indexes if i.fingerprint == VOUCHED for f in i.signed_files
+                ),
             )
         )
     return result
