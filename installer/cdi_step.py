@@ -34,7 +34,7 @@ def write_or_skip(
     refresh = detect_refresh(options.root)
     if options.cdi == "off":
         still = (
-            f"; nvidia-cdi-refresh still writes {refresh.output} (disable its units to stop it)"
+            f"; nvidia-cdi-refresh still writes {refresh.output} ({refresh.stop_hint})"
             if refresh.active
             else ""
         )
@@ -42,7 +42,7 @@ def write_or_skip(
     if refresh.active:
         return (
             True,
-            f"from nvidia-cdi-refresh, which writes {refresh.output} at boot and when the driver changes; gpu-airgap writes no static spec",
+            f"from nvidia-cdi-refresh, which writes {refresh.output} {refresh.when}; gpu-airgap writes no static spec",
         )
     if plan.cdi_refresh:
         return False, (

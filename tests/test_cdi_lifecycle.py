@@ -63,7 +63,9 @@ def test_the_udev_rule_makes_the_refresh_service_the_spec_source_with_the_units_
     assert refresh.to_dict()["udev_rule"] == f"/lib/udev/rules.d/{RULE}"
     gpu_node(root)
     refused = run_cli("configure", "cdi", "--root", str(root))
-    assert refused.exit_code == 5 and "nvidia-cdi-refresh is enabled" in refused.stderr
+    assert refused.exit_code == 5
+    assert "nvidia-cdi-refresh is started by its udev rule under" in refused.stderr
+    assert "mask the service first (systemctl mask nvidia-cdi-refresh.service" in refused.stderr
     assert not (root / SPEC).exists()
 
 

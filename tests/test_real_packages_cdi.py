@@ -275,7 +275,7 @@ def test_a_dry_run_foresees_the_refresh_units_and_cdi_off_still_names_them(
     assert off.exit_code == 0, off.stderr
     result = json.loads(off.stdout)
     assert result["cdi"] == (
-        f"skipped: disabled with --cdi off; nvidia-cdi-refresh still writes {REFRESH_SPEC} (disable its units to stop it)"
+        f"skipped: disabled with --cdi off; nvidia-cdi-refresh still writes {REFRESH_SPEC} (mask nvidia-cdi-refresh.service to stop it)"
     )
     assert result["cdi_source"] == "nvidia-cdi-refresh"  # what the node will really do
     assert ContainerdEngine().report(debian_root, "nvidia")["CDI"] == "false"

@@ -128,10 +128,16 @@ def static_spec_conflict(root: Path, output: str, kind: str = KIND) -> Optional[
     """
     refresh = detect_refresh(root)
     if refresh.active:
+        enabled = any(u.state == "enabled" for u in refresh.units)
+        stop = (
+            f"mask the service first (systemctl mask {REFRESH_SERVICE_UNIT}: its udev rule starts it, enabled or not)"
+            if refresh.udev_rule
+            else "disable them first (systemctl disable nvidia-cdi-refresh.path nvidia-cdi-refresh.service)"
+        )
         return (
-            f"nvidia-cdi-refresh is enabled under {root} and writes {refresh.output} for {kind} at boot and when the "
-            f"driver changes, so a spec at {output} would be a second one for the same devices; use the refresh "
-            "units' spec, or disable them first (systemctl disable nvidia-cdi-refresh.path nvidia-cdi-refresh.service)"
+            f"nvidia-cdi-refresh {'is enabled' if enabled else 'is started by its udev rule'} under {root} and "
+            f"writes {refresh.output} for {kind} {refresh.when}, so a spec at {output} would be a second one for "
+            f"the same devices; use the refresh units' spec, or {stop}"
         )
     others = [
         f.path for f in (*find_specs(root, kind).files, *find_specs(root, kind).invalid) if f.path != output

@@ -129,17 +129,29 @@ class RefreshUnits:
             return False
         return self.udev_rule is not None or any(u.state == "enabled" for u in self.units)
 
+    @property
+    def when(self) -> str:
+        """When the service writes the spec: ``at boot and when the driver changes``, or, by the udev rule alone, on load."""
+        if any(u.state == "enabled" for u in self.units):
+            return "at boot and when the driver changes"
+        return f"when the driver loads (udev rule {self.udev_rule})"
+
+    @property
+    def stop_hint(self) -> str:
+        """How to stop it writing: the units enabled are disabled; the udev rule needs the service masked."""
+        if self.udev_rule:
+            return f"mask {REFRESH_SERVICE_UNIT} to stop it"
+        return "disable its units to stop it"
+
     def describe(self) -> str:
         """One phrase: what the units will do on this node."""
         if not self.present:
             missing = [u.name for u in self.units if u.state == "not-found"]
             return f"no CDI refresh units ({', '.join(missing)} not found)"
         states = ", ".join(f"{u.name} {u.state}" for u in self.units)
-        if self.active and not any(u.state == "enabled" for u in self.units):
-            return f"nvidia-cdi-refresh writes {self.output} when the driver loads (udev rule {self.udev_rule}; {states})"
         if self.active:
-            rule = f", udev rule {self.udev_rule}" if self.udev_rule else ""
-            return f"nvidia-cdi-refresh writes {self.output} at boot and when the driver changes ({states}{rule})"
+            rule = f", udev rule {self.udev_rule}" if self.udev_rule and "udev" not in self.when else ""
+            return f"nvidia-cdi-refresh writes {self.output} {self.when} ({states}{rule})"
         preset = (
             " (the vendor preset would enable them)" if all(u.preset == "enable" for u in self.units) else ""
         )
