@@ -136,3 +136,21 @@ def test_a_cuda_sized_packages_index_is_read_fast_for_the_toolkit_chain(cuda_sit
     seconds = time.perf_counter() - started
     assert {p.name for p in found} <= cuda.TOOLKIT_CHAIN and len(found) >= 12
     assert seconds < 2.0, f"{seconds:.2f} s to read the toolkit chain out of a CUDA-sized index"
+
+
+def test_plan_and_list_read_a_cuda_repository_for_the_toolkit_chain(
+    cuda_server: UpstreamServer, cuda_key: SigningKey, tmp_path: Path
+) -> None:
+    upstream, key = f"cuda:{cuda_server.url}/{REPO}", str(_key_file(cuda_key, tmp_path))
+    planned = run_cli(
+        "mirror", "plan", "--upstream", upstream, "--keyring", key, "--format", "deb", "--arch", "amd64",
+        "--version", "1.18.0", "--json",
+    )  # fmt: skip
+    assert planned.exit_code == 0, planned.stderr
+    assert "nvidia-container-toolkit_1.18.0-1_amd64.deb" in planned.stdout
+    listed = run_cli(
+        "mirror", "list", "--upstream", upstream, "--keyring", key, "--format", "deb", "--arch", "amd64",
+        "--channel", "stable", "--json",
+    )  # fmt: skip
+    assert listed.exit_code == 0, listed.stderr
+    assert "1.20.1-1" in listed.stdout and "1.17.8-1" in listed.stdout

@@ -309,12 +309,15 @@ def plan_command(
     """Show the resolved set (name, version, arch, size, checksum, total bytes); download no package."""
     from mirror.disk.trust import open_keyring
     from mirror.sync import core as sync_lib
+    from mirror.sync import cuda
     from mirror.sync.http import Downloader
 
     options, _chosen = _options(ctx, upstream, channel, fmt, arch, version, locked)
+    cuda.check_sync(options.upstream, len(options.targets), has_key=keyring is not None)
     _warn_channel(options, quiet=False)
     with open_keyring([keyring] if keyring else None) as ring, Downloader() as downloader:
-        planned = sync_lib.plan(options, fetcher=downloader.fetcher(), loader=sync_lib.make_loader(ring))
+        loader = sync_lib.make_loader(ring, names=cuda.names_for(options.upstream))
+        planned = sync_lib.plan(options, fetcher=downloader.fetcher(), loader=loader)
     total = sum(t.total_bytes for t in planned)
     if json_output:
         output.emit_json(

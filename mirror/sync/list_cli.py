@@ -79,7 +79,7 @@ def list_command(
     from mirror.disk.trust import keyring_for
     from mirror.release.lockfile import Lockfile
     from mirror.release.selectors import VersionSelector
-    from mirror.sync import listing, origin
+    from mirror.sync import cuda, listing, origin
     from mirror.sync.http import Downloader
     from mirror.sync.maintain import ReadOnlyCache
     from mirror.sync.targets import make_loader
@@ -114,7 +114,7 @@ def list_command(
             fetcher = downloader.fetcher(ReadOnlyCache(mirror) if mirror is not None else None)
             repos, unreachable = listing.list_releases(
                 channels, targets, upstream=chosen.value, state=state, lock=lock, selector=selector,
-                fetcher=fetcher, loader=make_loader(key.ring),
+                fetcher=fetcher, loader=make_loader(key.ring, names=cuda.names_for(chosen.value)),
             )  # fmt: skip
         report["upstream"] = {"url": chosen.value, "source": chosen.source, "reachable": unreachable is None}
         report["key"] = {"fingerprints": list(key.fingerprints), "source": key.source}

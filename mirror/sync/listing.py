@@ -19,6 +19,7 @@ from mirror.model import EXPERIMENTAL, PackageFormat
 from mirror.release.lockfile import Lockfile
 from mirror.release.selectors import VersionSelector
 from mirror.release.versions import sort_key
+from mirror.sync import cuda
 from mirror.sync.resolve import DEFAULT_ROOT
 from mirror.sync.targets import RepoLoader, RepoTarget
 from plumbing.errors import ToolError
@@ -145,7 +146,12 @@ def list_releases(
 def _upstream_versions(
     fetcher: Fetcher, loader: RepoLoader, upstream: str, channel: str, target: RepoTarget
 ) -> list[str]:
-    snapshot = loader(fetcher, repo_url(upstream, channel, target.format, target.arch), target.format)
+    url = (
+        cuda.base_url(upstream)
+        if cuda.is_cuda(upstream)
+        else repo_url(upstream, channel, target.format, target.arch)
+    )
+    snapshot = loader(fetcher, url, target.format)
     return sorted(
         {p.version for p in snapshot.packages if p.name == DEFAULT_ROOT}, key=sort_key(target.format)
     )
