@@ -19,7 +19,7 @@ from mirror.sync import cuda
 from tests.cli_runner import run_cli
 from tests.gpgkeys import TestKey
 from tests.upstream import UpstreamServer, UpstreamTree, stop_agent
-from tests.upstream.cuda import build_cuda_repo
+from tests.upstream.cuda import build_cuda_repo, build_cuda_yum_repo
 from tests.upstream.keys import SigningKey, generate_key
 
 REPO = "compute/cuda/repos/ubuntu2204/x86_64"
@@ -39,6 +39,7 @@ def cuda_site(
 ) -> Path:
     site = tmp_path_factory.mktemp("cuda-site")
     build_cuda_repo(upstream_tree, site, cuda_key)
+    build_cuda_yum_repo(upstream_tree, site, cuda_key)
     return site
 
 
@@ -88,6 +89,9 @@ def test_a_sync_from_a_cuda_repository_takes_only_the_toolkit_chain_and_builds(
         "--output", str(tmp_path / "b.tar.zst"),
     )  # fmt: skip
     assert built.exit_code == 0, built.stderr
+    status = run_cli("mirror", "status", "--mirror", str(dest))  # upstream checked with the recorded CUDA key
+    assert status.exit_code == 0, status.stderr
+    assert "stable/deb/amd64: 1.17.8-1" in status.stdout and "newer upstream: 1.20.1-1" in status.stdout
 
 
 def test_a_cuda_repository_without_a_key_is_refused_naming_the_cuda_key(tmp_path: Path) -> None:
@@ -154,3 +158,17 @@ def test_plan_and_list_read_a_cuda_repository_for_the_toolkit_chain(
     )  # fmt: skip
     assert listed.exit_code == 0, listed.stderr
     assert "1.20.1-1" in listed.stdout and "1.17.8-1" in listed.stdout
+
+
+def test_a_sync_from_a_cuda_yum_repository_takes_the_toolkit_chain(
+    cuda_server: UpstreamServer, cuda_key: SigningKey, tmp_path: Path
+) -> None:
+    dest = tmp_path / "mirror"
+    result = run_cli(
+        "mirror", "sync", "--dest", str(dest), "--upstream", f"cuda:{cuda_server.url}/compute/cuda/repos/rhel9/x86_64",
+        "--keyring", str(_key_file(cuda_key, tmp_path)), "--format", "rpm", "--arch", "x86_64", "--version", "1.18.0",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    repo = MirrorState.load(dest).repo("stable/rpm/x86_64")
+    assert repo is not None and [r.toolkit_version for r in repo.releases] == ["1.18.0-1"]
+    assert repo.provenance.fingerprint == cuda_key.fingerprint

@@ -88,6 +88,21 @@ def build_cuda_repo(
     return repo
 
 
+def build_cuda_yum_repo(tree: UpstreamTree, site: Path, key: SigningKey, *, distro: str = "rhel9") -> Path:
+    """Write ``site/compute/cuda/repos/<distro>/x86_64/``: the tree's stable x86_64 yum repo re-signed with the
+    CUDA key (``repodata/repomd.xml`` + ``.asc`` + ``.key``, as NVIDIA/cuda-repo-management lists them).
+
+    Unlike the apt flavour it holds only the toolkit's packages: what is checked here is the layout and the
+    key, the size is :func:`build_cuda_repo`'s.
+    """
+    repo = site / "compute" / "cuda" / "repos" / distro / "x86_64"
+    shutil.copytree(tree.rpm_repo("stable", "x86_64"), repo)
+    repomd = repo / "repodata" / "repomd.xml"
+    (repo / "repodata" / "repomd.xml.asc").write_bytes(key.sign_detached(repomd.read_bytes()))
+    (repo / "repodata" / "repomd.xml.key").write_bytes(key.public_key_armored())
+    return repo
+
+
 def release_body(files: dict[str, bytes], *, arch: str) -> bytes:
     """A Release as apt-ftparchive writes one for a flat repository: MD5Sum, SHA1, SHA256 and SHA512 lists."""
     lines = [
