@@ -19,7 +19,7 @@ import pytest
 from mirror.disk.store import MirrorState
 from tests.cli_runner import CliResult, run_cli
 from tests.gpgkeys import TestKey
-from tests.node_fixtures import dpkg_versions, seed_containerd_node
+from tests.node_fixtures import build_target, dpkg_versions, seed_containerd_node
 from tests.upstream import UpstreamTree
 
 VERSION = "1.18.0"  # the tree's stable release the deb_mirror (synced at 1.17.8) does not hold
@@ -41,9 +41,9 @@ def _release_debs(tree: UpstreamTree, version: str = VERSION) -> list[Path]:
     return sorted(tree.deb_repo("stable", "amd64").glob(f"*_{version}-1_amd64.deb"))
 
 
-def _build(mirror: Path, target: str, key: TestKey, bundle: Path) -> CliResult:
+def _build(mirror: Path, target: str, key: TestKey, bundle: Path, *, version: str = VERSION) -> CliResult:
     return run_cli(
-        "bundle", "build", "--mirror", str(mirror), "--version", VERSION, "--target", target,
+        "bundle", "build", "--mirror", str(mirror), "--version", version, "--target", target,
         "--sign-key", key.fingerprint, "--gnupghome", str(key.home), "--output", str(bundle),
     )  # fmt: skip
 
@@ -235,3 +235,30 @@ def test_a_vouched_package_changed_in_the_mirror_is_caught(
     verified = run_cli("mirror", "verify", "--mirror", str(mirror))
     assert verified.exit_code == 9
     assert rpms[0].name in verified.stderr + verified.stdout
+
+
+def test_a_release_no_signed_index_lists_is_vouched_for_beside_the_index_and_installs(
+    mirror: Path, operator_key: TestKey, tmp_path: Path
+) -> None:
+    staged = build_target(tmp_path / "debs", "deb", "1.99.0-1", "amd64")
+    archive = _archive(tmp_path, [p.path for p in staged.packages], version="1.99.0")
+    refused = run_cli("mirror", "import-archive", str(archive), "--mirror", str(mirror))
+    assert (
+        refused.exit_code == 3 and "pass --trust-archive to vouch for the archive yourself" in refused.stderr
+    )
+    taken = run_cli("mirror", "import-archive", str(archive), "--mirror", str(mirror), "--trust-archive")
+    assert taken.exit_code == 0, taken.stderr
+    assert "4 taken on your word (--trust-archive)" in taken.stdout
+    repo = MirrorState.load(mirror).repo("stable/deb/amd64")
+    assert repo is not None and repo.provenance.fingerprint != "operator-vouched"  # the signed index stays
+    assert [i.fingerprint for i in repo.retained] == ["operator-vouched"]
+    assert [r.toolkit_version for r in repo.releases] == ["1.17.8-1", "1.99.0-1"]
+
+    bundle = tmp_path / "b.tar.zst"
+    built = _build(mirror, "deb/amd64", operator_key, bundle, version="1.99.0")
+    assert built.exit_code == 0, built.stderr
+    root = tmp_path / "root"
+    seed_containerd_node(root)
+    installed = run_cli("install", str(bundle), "--keyring", str(operator_key.public), "--root", str(root))
+    assert installed.exit_code == 0, installed.stderr
+    assert dpkg_versions(root)["nvidia-container-toolkit"] == "1.99.0-1"
