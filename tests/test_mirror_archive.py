@@ -143,6 +143,8 @@ def test_an_archive_for_a_repository_the_mirror_holds_no_index_of_is_refused_as_
         ("../escape.deb", "refusing path '../escape.deb'"),
         ("/abs/escape.deb", "refusing path '/abs/escape.deb'"),
         ("link.deb", "a link or special file"),
+        ("hardlink.deb", "a link or special file"),
+        ("device.deb", "a link or special file"),
     ],
 )
 def test_a_hostile_archive_is_refused_before_anything_is_written(
@@ -151,8 +153,9 @@ def test_a_hostile_archive_is_refused_before_anything_is_written(
     archive = tmp_path / f"nvidia-container-toolkit_{VERSION}_deb_amd64.tar.gz"
     with tarfile.open(archive, "w:gz") as tar:
         info = tarfile.TarInfo(member)
-        if member == "link.deb":
-            info.type, info.linkname = tarfile.SYMTYPE, "/etc/shadow"
+        kinds = {"link.deb": tarfile.SYMTYPE, "hardlink.deb": tarfile.LNKTYPE, "device.deb": tarfile.CHRTYPE}
+        if member in kinds:
+            info.type, info.linkname = kinds[member], "/etc/shadow"
             tar.addfile(info)
         else:
             info.size = 4
@@ -262,3 +265,11 @@ def test_a_release_no_signed_index_lists_is_vouched_for_beside_the_index_and_ins
     installed = run_cli("install", str(bundle), "--keyring", str(operator_key.public), "--root", str(root))
     assert installed.exit_code == 0, installed.stderr
     assert dpkg_versions(root)["nvidia-container-toolkit"] == "1.99.0-1"
+
+
+def test_a_file_that_is_not_a_gzipped_tar_is_refused_in_one_sentence(mirror: Path, tmp_path: Path) -> None:
+    archive = tmp_path / f"nvidia-container-toolkit_{VERSION}_deb_amd64.tar.gz"
+    archive.write_bytes(b"<html>404 Not Found</html>\n")
+    result = run_cli("mirror", "import-archive", str(archive), "--mirror", str(mirror))
+    assert result.exit_code == 3
+    assert "is not a readable gzipped tar archive" in result.stderr and "Traceback" not in result.stderr
