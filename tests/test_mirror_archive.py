@@ -273,3 +273,20 @@ def test_a_file_that_is_not_a_gzipped_tar_is_refused_in_one_sentence(mirror: Pat
     result = run_cli("mirror", "import-archive", str(archive), "--mirror", str(mirror))
     assert result.exit_code == 3
     assert "is not a readable gzipped tar archive" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_prune_keeps_a_vouched_index_a_kept_release_needs(mirror: Path, tmp_path: Path) -> None:
+    staged = build_target(tmp_path / "debs", "deb", "1.99.0-1", "amd64")
+    archive = _archive(tmp_path, [p.path for p in staged.packages], version="1.99.0")
+    assert (
+        run_cli(
+            "mirror", "import-archive", str(archive), "--mirror", str(mirror), "--trust-archive"
+        ).exit_code
+        == 0
+    )
+    vouched_index = mirror / "stable/deb/amd64/.vouched" / f"{archive.name}.json"
+    assert run_cli("mirror", "prune", "--mirror", str(mirror), "--keep", "1").exit_code == 0
+    repo = MirrorState.load(mirror).repo("stable/deb/amd64")
+    assert repo is not None and [r.toolkit_version for r in repo.releases] == ["1.99.0-1"]
+    assert [i.fingerprint for i in repo.retained] == ["operator-vouched"] and vouched_index.is_file()
+    assert run_cli("mirror", "verify", "--mirror", str(mirror)).exit_code == 0

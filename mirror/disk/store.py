@@ -101,6 +101,8 @@ class RepoProvenance:
             for root in ("/InRelease", "/repodata/repomd.xml"):
                 if f.path.endswith(root):
                     return f.path[: -len(root)]
+            if "/.vouched/" in f.path:  # an index the operator vouched for (mirror.index.vouched)
+                return f.path.rsplit("/", 1)[0]
         return ""
 
 

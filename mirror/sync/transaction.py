@@ -19,6 +19,7 @@ from pathlib import Path
 
 from mirror.disk import store, switch
 from mirror.errors import MetadataError
+from mirror.index.vouched import DIRECTORY as VOUCHED_DIR
 from plumbing.fsutil import atomic_write, safe_join
 
 CACHE_DIR = f"{store.META_DIR}/http-cache"
@@ -84,6 +85,8 @@ class Transaction:
         recorded before it is copied.
         """
         top = index.directory or key
+        if top.endswith(f"/{VOUCHED_DIR}"):
+            return index  # a vouched index has a directory of its own already
         root = next(
             f for f in index.signed_files if f.path in (f"{top}/InRelease", f"{top}/repodata/repomd.xml")
         )
