@@ -256,6 +256,13 @@ def test_a_release_no_signed_index_lists_is_vouched_for_beside_the_index_and_ins
     assert repo is not None and repo.provenance.fingerprint != "operator-vouched"  # the signed index stays
     assert [i.fingerprint for i in repo.retained] == ["operator-vouched"]
     assert [r.toolkit_version for r in repo.releases] == ["1.17.8-1", "1.99.0-1"]
+    toolkit = next(
+        p for p in repo.packages if p.version == "1.99.0-1" and p.name == "nvidia-container-toolkit"
+    )
+    assert toolkit.url == (
+        "https://github.com/NVIDIA/nvidia-container-toolkit/releases/download/v1.99.0/"
+        "nvidia-container-toolkit_1.99.0_deb_amd64.tar.gz#nvidia-container-toolkit_1.99.0-1_amd64.deb"
+    )
 
     bundle = tmp_path / "b.tar.zst"
     built = _build(mirror, "deb/amd64", operator_key, bundle, version="1.99.0")

@@ -52,6 +52,9 @@ ARCHIVE_NAME: Final = re.compile(
 )
 
 
+RELEASES: Final = "https://github.com/NVIDIA/nvidia-container-toolkit/releases/download"
+
+
 class UnverifiableArchive(VerificationError):
     """The archive holds a package no signed index the mirror holds lists."""
 
@@ -79,6 +82,12 @@ class ArchiveName:
     def repo_key(self) -> str:
         """The mirror's directory for this archive's packages: ``stable/deb/amd64``."""
         return f"{self.channel}/{self.format.value}/{self.arch}"
+
+    @property
+    def release_url(self) -> str:
+        """Where NVIDIA publishes this archive: an asset of the toolkit's GitHub release ``v<version>``."""
+        file = f"nvidia-container-toolkit_{self.version}_{self.format.value}_{self.arch}.tar.gz"
+        return f"{RELEASES}/v{self.version}/{file}"
 
     @classmethod
     def parse(cls, path: Path) -> ArchiveName:
@@ -156,7 +165,7 @@ def _import_locked(
             format=name.format.value,
             arch=name.arch,
             channel=name.channel,
-            base_url=f"archive:{archive.name}",
+            base_url=name.release_url,
             provenance=store.RepoProvenance(vouched.VOUCHED, None, ()),
             packages=(),
             releases=(),
@@ -166,7 +175,9 @@ def _import_locked(
         entries.update(taken)
         imported.update(taken)
     release = _release(archive, name, entries, imported, repo)
-    state = _with_release(state, repo, release, imported, entries)
+    # a vouched package's origin is the archive it came in (the SBOM's downloadLocation), not an index's URL
+    origins = {path: f"{name.release_url}#{PurePosixPath(path).name}" for path in unlisted}
+    state = _with_release(state, repo, release, imported, entries, origins)
     txn.commit(state)
     held = tuple(p for p in (entries_path(entries, p) for p in release.packages) if p not in imported)
     return ImportResult(
@@ -328,11 +339,12 @@ def _with_release(
     release: ReleasePlan,
     imported: dict[str, Package],
     entries: dict[str, Package],
+    origins: dict[str, str],
 ) -> store.MirrorState:
-    """``state`` with the imported packages and the release recorded in ``repo``."""
+    """``state`` with the imported packages (from ``origins``, else the index's URL) and the release recorded in ``repo``."""
     packages = {p.path: p for p in repo.packages}
     for path, entry in imported.items():
-        url = f"{repo.base_url}/{clean_relative(entry.filename, repo.base_url)}"
+        url = origins.get(path) or f"{repo.base_url}/{clean_relative(entry.filename, repo.base_url)}"
         packages[path] = stored_package(path, entry, url)
     record = store.Release(
         toolkit_version=release.toolkit_version,
