@@ -89,6 +89,13 @@ def test_a_sync_from_a_cuda_repository_takes_only_the_toolkit_chain_and_builds(
         "--output", str(tmp_path / "b.tar.zst"),
     )  # fmt: skip
     assert built.exit_code == 0, built.stderr
+    published = run_cli(
+        "mirror", "publish", "--mirror", str(dest), "--output", str(tmp_path / "site"), "--base-url",
+        "http://mirror.internal/nvct", "--sign-key", operator_key.fingerprint, "--gnupghome", str(operator_key.home),
+    )  # fmt: skip
+    assert published.exit_code == 0, published.stderr
+    served = (tmp_path / "site/stable/deb/amd64/Packages").read_text()
+    assert served.count("Package: ") == 4 and "cuda-" not in served
     status = run_cli("mirror", "status", "--mirror", str(dest))  # upstream checked with the recorded CUDA key
     assert status.exit_code == 0, status.stderr
     assert "stable/deb/amd64: 1.17.8-1" in status.stdout and "newer upstream: 1.20.1-1" in status.stdout
