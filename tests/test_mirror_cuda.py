@@ -80,6 +80,8 @@ def test_a_sync_from_a_cuda_repository_takes_only_the_toolkit_chain_and_builds(
         ]
     )
     fetched = {r.path.rsplit("/", 1)[-1] for r in cuda_server.log}
+    assert "Packages.gz" in fetched and "Packages" not in fetched  # the compressed index, as apt takes it
+    assert (dest / "stable/deb/amd64/Packages.gz").is_file()
     assert not any(name.startswith(("cuda-", "libcublas", "nvidia-driver")) for name in fetched)
     assert repo.provenance.fingerprint == cuda_key.fingerprint
     assert json.loads(result.stdout)["ok"]

@@ -9,15 +9,17 @@ the state recorded (verify), then parsed (exactly those bytes).
 
 from __future__ import annotations
 
+import gzip
 import io
 import lzma
+import zlib
 from pathlib import Path
 
 from mirror.disk.store import RepoProvenance, RepoRecord, StoredFile
 from mirror.errors import MetadataError, MirrorStateError, PackageChangedError
 from mirror.index import vouched
 from mirror.index.apt import iter_packages
-from mirror.index.repo import check_digest, clean_relative
+from mirror.index.repo import PACKAGES_INDEXES, check_digest, clean_relative, decompressing
 from mirror.index.rpm import iter_primary, parse_repomd
 from mirror.model import Package
 from plumbing.errors import ChecksumMismatch
@@ -51,13 +53,13 @@ def index_entries(
     if index.fingerprint == vouched.VOUCHED:
         packages = _vouched(mirror, index)
     elif repo.format == "deb":
-        name = next((f"{top}/{n}" for n in ("Packages.xz", "Packages") if f"{top}/{n}" in recorded), None)
+        name = next((f"{top}/{n}" for n in PACKAGES_INDEXES if f"{top}/{n}" in recorded), None)
         if name is None:
             raise MirrorStateError(mirror, f"it records no Packages index for {repo.key}; sync it again")
         data = _verified(mirror, recorded[name])
         try:
-            text = (lzma.decompress(data) if name.endswith(".xz") else data).decode("utf-8")
-        except (lzma.LZMAError, UnicodeDecodeError) as exc:
+            text = decompressing(io.BytesIO(data), name).read().decode("utf-8")
+        except (lzma.LZMAError, EOFError, UnicodeDecodeError, zlib.error, gzip.BadGzipFile) as exc:
             raise MetadataError(f"{mirror}/{name}", f"cannot be decoded ({exc})") from exc
         packages = list(iter_packages(io.StringIO(text), names=names))
     else:

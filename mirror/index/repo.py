@@ -16,9 +16,11 @@ checks from :class:`plumbing.gpg.Keyring`.
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import io
 import lzma
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -196,10 +198,24 @@ def clean_relative(path: str, root: str) -> str:
     return "/".join(parts)
 
 
+#: the names of an apt Packages index, preferred first
+PACKAGES_INDEXES = ("Packages.xz", "Packages.gz", "Packages")
+
+
+def decompressing(raw: IO[bytes], name: str) -> IO[bytes]:
+    """A stream of the uncompressed ``Packages`` inside ``raw``, an index called ``name``."""
+    if name.endswith(".xz"):
+        return cast(IO[bytes], lzma.LZMAFile(raw))
+    if name.endswith(".gz"):
+        return cast(IO[bytes], gzip.GzipFile(fileobj=raw))
+    return raw
+
+
 def _fetch_packages_index(fetcher: Fetcher, base: str, release: ReleaseIndex) -> tuple[bytes, str]:
-    names = [name for name in ("Packages.xz", "Packages") if name in release.files]
+    # NVIDIA's toolkit repositories list Packages.xz, its CUDA repositories Packages.gz
+    names = [name for name in PACKAGES_INDEXES if name in release.files]
     if not names:
-        raise MetadataError(f"{base}/InRelease", "lists neither Packages.xz nor Packages")
+        raise MetadataError(f"{base}/InRelease", "lists neither Packages.xz, Packages.gz nor Packages")
     for name in names[:-1]:
         try:
             return fetcher.get(f"{base}/{name}"), name
@@ -213,15 +229,13 @@ def _parse_apt_index(
     data: bytes, name: str, release: ReleaseIndex, base: str, names: frozenset[str] | None = None
 ) -> Iterator[Package]:
     """Decompress and parse as a stream; also check the uncompressed Packages if Release lists it."""
-    raw: IO[bytes] = io.BytesIO(data)
-    if name.endswith(".xz"):
-        raw = cast(IO[bytes], lzma.LZMAFile(raw))  # noqa: SIM115 -- in-memory, closed with the generator
-    expected = release.files.get("Packages") if name.endswith(".xz") else None
+    raw = decompressing(io.BytesIO(data), name)
+    expected = release.files.get("Packages") if name != "Packages" else None
     hasher = _HashingReader(raw, "sha512" if expected else None)
     text = io.TextIOWrapper(hasher, encoding="utf-8")  # type: ignore[type-var]
     try:
         yield from iter_packages(text, names=names)
-    except (lzma.LZMAError, EOFError, UnicodeDecodeError) as exc:
+    except (lzma.LZMAError, EOFError, UnicodeDecodeError, zlib.error, gzip.BadGzipFile) as exc:
         raise MetadataError(f"{base}/{name}", f"cannot be decoded ({exc})") from exc
     if expected is not None:
         check = hasher.hexdigest() or ""
