@@ -38,7 +38,7 @@ import installer.install as install_mod
 import installer.plan as plan_mod
 import plumbing.proc as proc
 from installer.env import NodeEnv
-from tests.cli_runner import run_cli
+from tests.cli_runner import run_bundle_build, run_cli
 from tests.gpgkeys import TestKey, make_key
 from tests.test_node_debootstrap import _missing_prerequisite, cached_debian_tarball
 from tests.upstream import NVIDIA_BUILD, Prebuilt, UpstreamServer, real_upstream, stop_agent
@@ -79,22 +79,7 @@ def prepare(work: Path) -> Dict[str, Any]:
         )
     assert done.exit_code == 0, done.stderr
     bundle = work / "bundle.tar.zst"
-    done = run_cli(
-        "bundle",
-        "build",
-        "--mirror",
-        str(work / "mirror"),
-        "--version",
-        "1.20.0",
-        "--target",
-        "deb/amd64",
-        "--sign-key",
-        key.fingerprint,
-        "--gnupghome",
-        str(key.home),
-        "--output",
-        str(bundle),
-    )
+    done = run_bundle_build(work / "mirror", key, bundle, version="1.20.0")
     assert done.exit_code == 0, done.stderr
     stop_agent(tree.gnupghome)
     debs = [next((work / "mirror").rglob(f"{name}_1.20.0-1_amd64.deb")) for name in TOOLKIT]

@@ -5,12 +5,14 @@ from __future__ import annotations
 import contextlib
 import io
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Sequence
 
 import click
 import typer
 
 from mirror.cli import main, make_app
+from tests.gpgkeys import TestKey
 
 
 @dataclass(frozen=True)
@@ -26,6 +28,35 @@ def run_cli(*argv: str) -> CliResult:
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code = main(list(argv))
     return CliResult(code, out.getvalue(), err.getvalue())
+
+
+def bundle_build_argv(
+    mirror: Path,
+    key: TestKey,
+    out: Path,
+    *extra: str,
+    version: str | None = "1.17.8",
+    target: str | None = "deb/amd64",
+) -> list[str]:
+    """``bundle build`` of ``mirror`` into ``out``, signed by ``key``; ``None`` leaves --version/--target out."""
+    chosen = [
+        *(["--version", version] if version is not None else []),
+        *(["--target", target] if target is not None else []),
+    ]
+    signed = ["--sign-key", key.fingerprint, "--gnupghome", str(key.home)]
+    return ["bundle", "build", "--mirror", str(mirror), *chosen, *signed, "--output", str(out), *extra]
+
+
+def run_bundle_build(
+    mirror: Path,
+    key: TestKey,
+    out: Path,
+    *extra: str,
+    version: str | None = "1.17.8",
+    target: str | None = "deb/amd64",
+) -> CliResult:
+    """Run :func:`bundle_build_argv` in-process."""
+    return run_cli(*bundle_build_argv(mirror, key, out, *extra, version=version, target=target))
 
 
 def command_at(argv: Sequence[str]) -> click.Command:

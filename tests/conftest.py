@@ -18,7 +18,7 @@ from xdist.scheduler import LoadScopeScheduling
 from mirror.disk.trust import open_keyring
 from plumbing import clock
 from plumbing.gpg import Keyring
-from tests.cli_runner import run_cli
+from tests.cli_runner import run_bundle_build, run_cli
 from tests.gpgkeys import TestKey, make_key
 from tests.upstream import UpstreamServer, UpstreamTree, cached_upstream, stop_agent
 
@@ -334,22 +334,7 @@ def _node_zipapp_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Non
 def deb_bundle(deb_mirror: Path, operator_key: TestKey, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A signed zstd deb/amd64 bundle of 1.17.8, built by ``bundle build`` from a real ``mirror sync``. Read-only."""
     out = tmp_path_factory.mktemp("deb-bundle") / "nvct-1.17.8.tar.zst"
-    built = run_cli(
-        "bundle",
-        "build",
-        "--mirror",
-        str(deb_mirror),
-        "--version",
-        "1.17.8",
-        "--target",
-        "deb/amd64",
-        "--sign-key",
-        operator_key.fingerprint,
-        "--gnupghome",
-        str(operator_key.home),
-        "--output",
-        str(out),
-    )
+    built = run_bundle_build(deb_mirror, operator_key, out)
     assert built.exit_code == 0, built.stderr
     return out
 
@@ -361,11 +346,7 @@ def dual_bundle(
     """The same bundle signed by the old and the new operator key (``--sign-key OLD --sign-key NEW``). Read-only."""
     old, new = rotation
     out = tmp_path_factory.mktemp("dual-bundle") / "nvct-1.17.8.tar.zst"
-    built = run_cli(
-        "bundle", "build", "--mirror", str(deb_mirror), "--version", "1.17.8", "--target", "deb/amd64",
-        "--sign-key", old.fingerprint, "--sign-key", new.fingerprint, "--gnupghome", str(old.home),
-        "--output", str(out),
-    )  # fmt: skip
+    built = run_bundle_build(deb_mirror, old, out, "--sign-key", new.fingerprint)
     assert built.exit_code == 0, built.stderr
     return out
 
@@ -403,24 +384,7 @@ def split_bundle(
         )
     assert synced.exit_code == 0, synced.stderr
     (work / "out").mkdir()
-    built = run_cli(
-        "bundle",
-        "build",
-        "--mirror",
-        str(work / "mirror"),
-        "--version",
-        "1.17.8",
-        "--target",
-        "deb/amd64",
-        "--sign-key",
-        operator_key.fingerprint,
-        "--gnupghome",
-        str(operator_key.home),
-        "--output",
-        str(work / "out" / "nvct.tar.zst"),
-        "--split",
-        "1M",
-    )
+    built = run_bundle_build(work / "mirror", operator_key, work / "out" / "nvct.tar.zst", "--split", "1M")
     assert built.exit_code == 0, built.stderr
     assert len(list((work / "out").glob("nvct.tar.zst.part*"))) >= 4
     return work / "out"

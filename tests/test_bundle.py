@@ -33,7 +33,7 @@ from mirror.bundle.split_head import head_size
 from mirror.bundle.zipapp import Wheel, vendored_wheels
 from mirror.release.lockfile import Lockfile
 from plumbing.gpg import Keyring
-from tests.cli_runner import run_cli
+from tests.cli_runner import run_bundle_build, run_cli
 from tests.clock import clock_moved_on
 from tests.gpgkeys import TestKey
 from tests.test_upstream_clients import apt, dnf
@@ -103,25 +103,7 @@ def test_cli_builds_from_a_synced_mirror_and_inspect_and_verify_pass(
     synced_mirror: Path, operator_key: TestKey, tmp_path: Path
 ) -> None:
     out = tmp_path / "bundle.tar.zst"
-    built = run_cli(
-        "bundle",
-        "build",
-        "--mirror",
-        str(synced_mirror),
-        "--version",
-        "1.17.8",
-        "--target",
-        "deb/amd64",
-        "--target",
-        "rpm/x86_64",
-        "--sign-key",
-        operator_key.fingerprint,
-        "--gnupghome",
-        str(operator_key.home),
-        "--output",
-        str(out),
-        "--json",
-    )
+    built = run_bundle_build(synced_mirror, operator_key, out, "--target", "rpm/x86_64", "--json")
     assert built.exit_code == 0, built.stderr
     assert json.loads(built.stdout)["targets"] == ["deb/amd64", "rpm/x86_64"]
     assert archive.detect_compression(out.read_bytes()[:8]) == "zstd"

@@ -28,7 +28,7 @@ from mirror.bundle.tar import _Worker
 from mirror.disk.store import MirrorState, write_state
 from mirror.errors import PackageChangedError
 from plumbing.errors import ExitCode
-from tests.cli_runner import run_cli
+from tests.cli_runner import run_bundle_build, run_cli
 from tests.gpgkeys import TestKey
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -92,22 +92,7 @@ def test_cli_build_of_a_package_that_grew_after_sync_exits_non_zero_naming_it(
         fh.write(b"\0")
     out_dir = tmp_path / "out"
     out_dir.mkdir()
-    result = run_cli(
-        "bundle",
-        "build",
-        "--mirror",
-        str(mirror),
-        "--version",
-        "1.17.8",
-        "--target",
-        "deb/amd64",
-        "--sign-key",
-        operator_key.fingerprint,
-        "--gnupghome",
-        str(operator_key.home),
-        "--output",
-        str(out_dir / "bundle.tar.zst"),
-    )
+    result = run_bundle_build(mirror, operator_key, out_dir / "bundle.tar.zst")
     assert result.exit_code != 0
     assert str(victim) in result.stderr
     assert list(out_dir.iterdir()) == []

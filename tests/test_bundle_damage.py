@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli_runner import CliResult, run_cli
+from tests.cli_runner import CliResult, run_bundle_build, run_cli
 from tests.gpgkeys import TestKey
 
 PY39 = Path("/root/.pyenv/versions/3.9.18/bin/python3.9")
@@ -143,24 +143,7 @@ def plain_members(
 ) -> list[tuple[tarfile.TarInfo, bytes]]:
     """The members of an uncompressed deb bundle built by ``bundle build``, in order."""
     out = tmp_path_factory.mktemp("plain-bundle") / "b.tar"
-    built = run_cli(
-        "bundle",
-        "build",
-        "--mirror",
-        str(deb_mirror),
-        "--version",
-        "1.17.8",
-        "--target",
-        "deb/amd64",
-        "--sign-key",
-        operator_key.fingerprint,
-        "--gnupghome",
-        str(operator_key.home),
-        "--output",
-        str(out),
-        "--compression",
-        "none",
-    )
+    built = run_bundle_build(deb_mirror, operator_key, out, "--compression", "none")
     assert built.exit_code == 0, built.stderr
     with tarfile.open(out) as tar:
         return [(m, tar.extractfile(m).read()) for m in tar.getmembers()]  # type: ignore[union-attr]

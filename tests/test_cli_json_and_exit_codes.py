@@ -18,7 +18,7 @@ from typing import Any, List
 import pytest
 
 from plumbing.errors import ExitCode
-from tests.cli_runner import CliResult, run_cli
+from tests.cli_runner import CliResult, run_bundle_build, run_cli
 from tests.gpgkeys import TestKey
 from tests.test_configure_commands import make_root
 
@@ -201,23 +201,7 @@ def test_an_unknown_sign_key_is_a_usage_error(
 def test_a_release_the_mirror_lacks_is_unresolvable_as_in_sync(
     deb_mirror: Path, operator_key: TestKey, tmp_path: Path
 ) -> None:
-    built = run_cli(
-        "bundle",
-        "build",
-        "--mirror",
-        str(deb_mirror),
-        "--target",
-        "deb/amd64",
-        "--version",
-        "9.9.9",
-        "--sign-key",
-        operator_key.fingerprint,
-        "--gnupghome",
-        str(operator_key.home),
-        "--output",
-        str(tmp_path / "b.tar.zst"),
-        "--json",
-    )
+    built = run_bundle_build(deb_mirror, operator_key, tmp_path / "b.tar.zst", "--json", version="9.9.9")
     data = _error(built, ExitCode.UNRESOLVABLE)
     assert "has no toolkit 9.9.9 (it has 1.17.8-1)" in data["error"]["message"]
 

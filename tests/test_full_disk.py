@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from plumbing.errors import ExitCode
-from tests.cli_runner import CliResult, run_cli
+from tests.cli_runner import CliResult, run_bundle_build, run_cli
 from tests.gpgkeys import TestKey
 from tests.upstream import UpstreamServer, UpstreamTree, copy_upstream, resign_inrelease
 
@@ -263,23 +263,7 @@ def test_bundle_build_on_a_full_disk_says_so_and_leaves_no_file(
     out.mkdir()
     small_disk.leave_free(pages=8)
     for split in ([], ["--split", "1M"]):
-        result = run_cli(
-            "bundle",
-            "build",
-            "--mirror",
-            str(deb_mirror),
-            "--version",
-            "1.17.8",
-            "--target",
-            "deb/amd64",
-            "--sign-key",
-            operator_key.fingerprint,
-            "--gnupghome",
-            str(operator_key.home),
-            "--output",
-            str(out / "nvct.tar.zst"),
-            *split,
-        )
+        result = run_bundle_build(deb_mirror, operator_key, out / "nvct.tar.zst", *split)
         assert result.exit_code == NO_SPACE, result.stderr
         assert "no bundle was written" in _one_sentence(result)
         assert list(out.iterdir()) == []

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from mirror.disk import store
-from tests.cli_runner import CliResult, run_cli
+from tests.cli_runner import CliResult, run_bundle_build, run_cli
 from tests.gpgkeys import TestKey
 from tests.upstream import UpstreamServer, UpstreamTree, copy_upstream, resign_inrelease
 
@@ -84,22 +84,7 @@ def _status(dest: Path, **_: object) -> CliResult:
 
 
 def _bundle(dest: Path, *, key: TestKey, out: Path, **_: object) -> CliResult:
-    return run_cli(
-        "bundle",
-        "build",
-        "--mirror",
-        str(dest),
-        "--version",
-        "1.18.0",
-        "--target",
-        "deb/amd64",
-        "--sign-key",
-        key.fingerprint,
-        "--gnupghome",
-        str(key.home),
-        "--output",
-        str(out / "b.tar.zst"),
-    )
+    return run_bundle_build(dest, key, out / "b.tar.zst", version="1.18.0")
 
 
 @pytest.mark.parametrize("reader", [_verify, _status, _bundle], ids=["verify", "status", "bundle-build"])

@@ -26,7 +26,7 @@ from mirror.sync import core as sync_lib
 from mirror.sync import progress
 from mirror.sync.http import Downloader
 from plumbing.errors import BusyError, ExitCode
-from tests.cli_runner import CliResult, run_cli
+from tests.cli_runner import CliResult, run_bundle_build, run_cli
 from tests.gpgkeys import TestKey
 from tests.upstream import (
     Fault,
@@ -220,20 +220,8 @@ def test_a_bundle_from_a_full_mirror_carries_only_the_chosen_releases_four_packa
     dest, lock = tmp_path / "mirror", tmp_path / "all.lock"
     assert _sync(server, tree, dest, "--version", "all", "--write-lock", str(lock), "--quiet").exit_code == 0
     args = (*selection, str(lock)) if selection == ("--locked",) else selection
-    built = run_cli(
-        "bundle",
-        "build",
-        "--mirror",
-        str(dest),
-        *args,
-        "--sign-key",
-        operator_key.fingerprint,
-        "--gnupghome",
-        str(operator_key.home),
-        "--output",
-        str(tmp_path / "b.tar"),
-        "--compression",
-        "none",
+    built = run_bundle_build(
+        dest, operator_key, tmp_path / "b.tar", *args, "--compression", "none", version=None, target=None
     )
     assert built.exit_code == 0, built.stderr
     inspected = json.loads(run_cli("bundle", "inspect", str(tmp_path / "b.tar"), "--json").stdout)

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli_runner import run_cli
+from tests.cli_runner import run_bundle_build, run_cli
 from tests.gpgkeys import TestKey, make_key
 from tests.live.cache import locked
 from tests.node_fixtures import TOOLKIT
@@ -194,22 +194,7 @@ def signed_bundle(
     assert synced.exit_code == 0, synced.stderr
     key: TestKey = make_key(work / "operator-gpg", "bundle operator <operator@example.invalid>")
     bundle = work / "bundle.tar.zst"
-    built = run_cli(
-        "bundle",
-        "build",
-        "--mirror",
-        str(work / "mirror"),
-        "--version",
-        VERSION,
-        "--target",
-        "deb/amd64",
-        "--sign-key",
-        key.fingerprint,
-        "--gnupghome",
-        str(key.home),
-        "--output",
-        str(bundle),
-    )
+    built = run_bundle_build(work / "mirror", key, bundle, version=VERSION)
     assert built.exit_code == 0, built.stderr
     yield bundle, key.public
     stop_agent(key.home)

@@ -21,7 +21,7 @@ import pytest
 
 from installer.nodecheck import HEAD, INSTALL_SH, NODE_SUMS, NODE_SUMS_SIGNATURE, NODE_TOOL, node_command
 from tests import bundle_tamper as tamper
-from tests.cli_runner import run_cli
+from tests.cli_runner import run_bundle_build, run_cli
 from tests.gpgkeys import TestKey
 from tests.node_fixtures import node_tools_dir, seed_containerd_node
 
@@ -187,26 +187,8 @@ def test_the_documented_command_works_on_the_first_part_of_a_split_bundle(
     split = "nvct-1.17.8.tar"  # uncompressed, so it makes several 1M parts; a .tar.zst name would contradict --compression none
     out = tmp_path / "built" / split
     out.parent.mkdir()
-    built = run_cli(
-        "bundle",
-        "build",
-        "--mirror",
-        str(deb_mirror),
-        "--version",
-        "1.17.8",
-        "--target",
-        "deb/amd64",
-        "--sign-key",
-        operator_key.fingerprint,
-        "--gnupghome",
-        str(operator_key.home),
-        "--output",
-        str(out),
-        "--compression",
-        "none",
-        "--split",
-        "1M",
-        "--json",
+    built = run_bundle_build(
+        deb_mirror, operator_key, out, "--compression", "none", "--split", "1M", "--json"
     )
     assert built.exit_code == 0, built.stderr
     result = json.loads(built.stdout)
@@ -226,22 +208,7 @@ def test_bundle_build_prints_the_node_command_and_readme_shows_the_same(
     deb_mirror: Path, operator_key: TestKey, tmp_path: Path
 ) -> None:
     out = tmp_path / BUNDLE
-    built = run_cli(
-        "bundle",
-        "build",
-        "--mirror",
-        str(deb_mirror),
-        "--version",
-        "1.17.8",
-        "--target",
-        "deb/amd64",
-        "--sign-key",
-        operator_key.fingerprint,
-        "--gnupghome",
-        str(operator_key.home),
-        "--output",
-        str(out),
-    )
+    built = run_bundle_build(deb_mirror, operator_key, out)
     assert built.exit_code == 0, built.stderr
     assert f"  {node_command(BUNDLE)}\n" in built.stdout
     readme = " ".join(README.read_text().replace("\\\n", " ").split())

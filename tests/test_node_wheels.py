@@ -22,6 +22,7 @@ from installer.bundle import verify
 from mirror.bundle.zipapp import LOCK, WHEELS, pinned_wheels, vendored_wheels
 from plumbing.errors import ExitCode, VerificationError
 from plumbing.gpg import Keyring
+from tests.cli_runner import bundle_build_argv
 from tests.gpgkeys import TestKey
 from tests.test_packaging import source_copy
 
@@ -115,20 +116,7 @@ def _build(
             sys.executable,
             "-c",
             "from mirror.cli import console; console()",
-            "bundle",
-            "build",
-            "--mirror",
-            str(mirror),
-            "--version",
-            "1.17.8",
-            "--target",
-            "deb/amd64",
-            "--sign-key",
-            key.fingerprint,
-            "--gnupghome",
-            str(key.home),
-            "--output",
-            str(out),
+            *bundle_build_argv(mirror, key, out),
         ],
         env={**env, "PYTHONPATH": str(site)},
         cwd=out.parent,  # not the checkout: "-c" puts the working directory first on sys.path

@@ -27,7 +27,7 @@ from mirror.index.header import PackageHeader, check_agrees, read_header
 from mirror.index.rpm import iter_primary, parse_repomd
 from mirror.model import Package, PackageFormat, Relation
 from plumbing.errors import ExitCode
-from tests.cli_runner import CliResult, run_cli
+from tests.cli_runner import CliResult, run_bundle_build, run_cli
 from tests.gpgkeys import TestKey
 from tests.upstream import UpstreamServer, UpstreamTree, copy_upstream
 from tests.upstream.tamper import swap_package
@@ -248,21 +248,8 @@ def test_bundle_build_refuses_a_mirror_package_whose_own_header_disagrees_with_i
     _forge_older_sync(mirror, tree, repo, victim)
     out = tmp_path / "out"
     out.mkdir()
-    result = run_cli(
-        "bundle",
-        "build",
-        "--mirror",
-        str(mirror),
-        "--version",
-        "1.17.8",
-        "--target",
-        f"{fmt}/{repo.rsplit('/', 1)[1]}",
-        "--sign-key",
-        operator_key.fingerprint,
-        "--gnupghome",
-        str(operator_key.home),
-        "--output",
-        str(out / "b.tar.zst"),
+    result = run_bundle_build(
+        mirror, operator_key, out / "b.tar.zst", target=f"{fmt}/{repo.rsplit('/', 1)[1]}"
     )
     assert result.exit_code == ExitCode.VERIFICATION_FAILED, result.stderr
     assert result.stderr.strip().splitlines() == [
@@ -275,24 +262,7 @@ def test_bundle_inspect_shows_each_package_s_own_header(
     synced_mirror: Path, operator_key: TestKey, tmp_path: Path
 ) -> None:
     out = tmp_path / "b.tar.zst"
-    built = run_cli(
-        "bundle",
-        "build",
-        "--mirror",
-        str(synced_mirror),
-        "--version",
-        "1.17.8",
-        "--target",
-        "deb/amd64",
-        "--target",
-        "rpm/x86_64",
-        "--sign-key",
-        operator_key.fingerprint,
-        "--gnupghome",
-        str(operator_key.home),
-        "--output",
-        str(out),
-    )
+    built = run_bundle_build(synced_mirror, operator_key, out, "--target", "rpm/x86_64")
     assert built.exit_code == 0, built.stderr
     lines = run_cli("bundle", "inspect", str(out)).stdout.splitlines()
     shown = [

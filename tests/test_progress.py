@@ -18,7 +18,7 @@ from typing import List, Tuple
 import pytest
 
 from plumbing.progress import NoMeter, TerminalMeter, terminal_meter
-from tests.cli_runner import run_cli
+from tests.cli_runner import bundle_build_argv, run_cli
 from tests.gpgkeys import TestKey
 from tests.node_fixtures import seed_dpkg_root
 from tests.upstream import Fault, UpstreamServer, UpstreamTree
@@ -102,20 +102,7 @@ def test_bundle_build_shows_progress_on_a_terminal_only(
 ) -> None:
     def build(name: str, terminal: bool) -> Tuple[int, str]:
         return _run(
-            [
-                "bundle",
-                "build",
-                "--mirror",
-                str(deb_mirror),
-                "--target",
-                "deb/amd64",
-                "--sign-key",
-                operator_key.fingerprint,
-                "--gnupghome",
-                str(operator_key.home),
-                "--output",
-                str(tmp_path / name),
-            ],
+            bundle_build_argv(deb_mirror, operator_key, tmp_path / name, version=None),
             terminal=terminal,
         )
 

@@ -31,7 +31,7 @@ from typing import Dict
 
 import pytest
 
-from tests.cli_runner import CliResult, run_cli
+from tests.cli_runner import CliResult, run_bundle_build, run_cli
 from tests.gpgkeys import TestKey
 from tests.node_fixtures import TOOLKIT
 from tests.rpm_world import DBPATH, rpm_world_missing, rpm_world_tarball, unpack
@@ -100,22 +100,7 @@ def sync_and_bundle(tree: UpstreamTree, work: Path, key: TestKey, fmt: str) -> P
         )
     assert synced.exit_code == 0, synced.stderr
     bundle = work / f"bundle-{fmt}.tar.zst"
-    built = run_cli(
-        "bundle",
-        "build",
-        "--mirror",
-        str(work / "mirror"),
-        "--version",
-        VERSION,
-        "--target",
-        target,
-        "--sign-key",
-        key.fingerprint,
-        "--gnupghome",
-        str(key.home),
-        "--output",
-        str(bundle),
-    )
+    built = run_bundle_build(work / "mirror", key, bundle, version=VERSION, target=target)
     assert built.exit_code == 0, built.stderr
     return bundle
 
