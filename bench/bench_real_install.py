@@ -38,7 +38,7 @@ import installer.install as install_mod
 import installer.plan as plan_mod
 import plumbing.proc as proc
 from installer.env import NodeEnv
-from tests.cli_runner import run_bundle_build, run_cli
+from tests.cli_runner import run_bundle_build, run_mirror_sync
 from tests.gpgkeys import TestKey, make_key
 from tests.test_node_debootstrap import _missing_prerequisite, cached_debian_tarball
 from tests.upstream import NVIDIA_BUILD, Prebuilt, UpstreamServer, real_upstream, stop_agent
@@ -60,23 +60,7 @@ def prepare(work: Path) -> Dict[str, Any]:
     tree = real_upstream()
     key = make_key(work / "gpg", "bench operator <bench@example.invalid>")
     with UpstreamServer(tree.root) as server:
-        done = run_cli(
-            "mirror",
-            "sync",
-            "--dest",
-            str(work / "mirror"),
-            "--upstream",
-            server.url,
-            "--keyring",
-            str(tree.public_key),
-            "--version",
-            "1.20.0",
-            "--format",
-            "deb",
-            "--arch",
-            "amd64",
-            "--quiet",
-        )
+        done = run_mirror_sync(work / "mirror", server.url, tree.public_key, "--quiet", version="1.20.0")
     assert done.exit_code == 0, done.stderr
     bundle = work / "bundle.tar.zst"
     done = run_bundle_build(work / "mirror", key, bundle, version="1.20.0")

@@ -30,6 +30,35 @@ def run_cli(*argv: str) -> CliResult:
     return CliResult(code, out.getvalue(), err.getvalue())
 
 
+def run_mirror_sync(
+    dest: Path,
+    upstream: str,
+    keyring: Path,
+    *extra: str,
+    version: str | None = "1.17.8",
+    fmt: str | None = "deb",
+    arch: str | None = "amd64",
+) -> CliResult:
+    """``mirror sync`` from ``upstream`` (verified with ``keyring``) into ``dest``; ``None`` leaves that option out."""
+    chosen = [
+        *(["--version", version] if version is not None else []),
+        *(["--format", fmt] if fmt is not None else []),
+        *(["--arch", arch] if arch is not None else []),
+    ]
+    return run_cli(
+        "mirror",
+        "sync",
+        "--dest",
+        str(dest),
+        "--upstream",
+        upstream,
+        "--keyring",
+        str(keyring),
+        *chosen,
+        *extra,
+    )
+
+
 def bundle_build_argv(
     mirror: Path,
     key: TestKey,

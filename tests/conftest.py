@@ -18,7 +18,7 @@ from xdist.scheduler import LoadScopeScheduling
 from mirror.disk.trust import open_keyring
 from plumbing import clock
 from plumbing.gpg import Keyring
-from tests.cli_runner import run_bundle_build, run_cli
+from tests.cli_runner import run_bundle_build, run_mirror_sync
 from tests.gpgkeys import TestKey, make_key
 from tests.upstream import UpstreamServer, UpstreamTree, cached_upstream, stop_agent
 
@@ -201,24 +201,7 @@ def upstream_server(_upstream_session_server: UpstreamServer) -> Iterator[Upstre
 
 
 def _sync(tree: UpstreamTree, server: UpstreamServer, dest: Path, formats: str, *extra: str) -> Path:
-    result = run_cli(
-        "mirror",
-        "sync",
-        "--dest",
-        str(dest),
-        "--upstream",
-        server.url,
-        "--keyring",
-        str(tree.public_key),
-        "--version",
-        "1.17.8",
-        "--format",
-        formats,
-        "--arch",
-        "amd64",
-        "--quiet",
-        *extra,
-    )
+    result = run_mirror_sync(dest, server.url, tree.public_key, "--quiet", *extra, fmt=formats)
     assert result.exit_code == 0, result.stderr
     return dest
 
@@ -365,23 +348,7 @@ def split_bundle(
     )
     work = tmp_path_factory.mktemp("split-bundle")
     with UpstreamServer(tree.root) as server:
-        synced = run_cli(
-            "mirror",
-            "sync",
-            "--dest",
-            str(work / "mirror"),
-            "--upstream",
-            server.url,
-            "--keyring",
-            str(tree.public_key),
-            "--version",
-            "1.17.8",
-            "--format",
-            "deb",
-            "--arch",
-            "amd64",
-            "--quiet",
-        )
+        synced = run_mirror_sync(work / "mirror", server.url, tree.public_key, "--quiet")
     assert synced.exit_code == 0, synced.stderr
     (work / "out").mkdir()
     built = run_bundle_build(work / "mirror", operator_key, work / "out" / "nvct.tar.zst", "--split", "1M")

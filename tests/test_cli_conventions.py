@@ -20,7 +20,7 @@ from installer.cli import root as node_cli
 from mirror.cli import make_app
 from plumbing.clikit import hoist_global_flags, repeated_option
 from plumbing.errors import ExitCode
-from tests.cli_runner import command_at, run_cli
+from tests.cli_runner import command_at, run_cli, run_mirror_sync
 from tests.gpgkeys import TestKey
 from tests.node_fixtures import seed_containerd_node
 
@@ -209,22 +209,8 @@ def all_releases_mirror(
     tmp_path_factory: pytest.TempPathFactory,  # type: ignore[no-untyped-def]
 ) -> Path:
     dest = tmp_path_factory.mktemp("all-mirror")
-    result = run_cli(
-        "mirror",
-        "sync",
-        "--dest",
-        str(dest),
-        "--upstream",
-        _upstream_session_server.url,
-        "--keyring",
-        str(upstream_tree.public_key),
-        "--version",
-        "all",
-        "--format",
-        "deb",
-        "--arch",
-        "amd64",
-        "--quiet",
+    result = run_mirror_sync(
+        dest, _upstream_session_server.url, upstream_tree.public_key, "--quiet", version="all"
     )
     assert result.exit_code == 0, result.stderr
     return dest

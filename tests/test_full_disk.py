@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from plumbing.errors import ExitCode
-from tests.cli_runner import CliResult, run_bundle_build, run_cli
+from tests.cli_runner import CliResult, run_bundle_build, run_cli, run_mirror_sync
 from tests.gpgkeys import TestKey
 from tests.upstream import UpstreamServer, UpstreamTree, copy_upstream, resign_inrelease
 
@@ -87,26 +87,16 @@ def changed_upstream(
 
 
 def _sync(tree: UpstreamTree, server: UpstreamServer, dest: Path, version: str) -> CliResult:
-    return run_cli(
-        "mirror",
-        "sync",
-        "--dest",
-        str(dest),
-        "--upstream",
+    return run_mirror_sync(
+        dest,
         server.url,
-        "--keyring",
-        str(tree.public_key),
-        "--version",
-        version,
-        "--format",
-        "deb",
-        "--arch",
-        "amd64",
+        tree.public_key,
         "--json",
         "--jobs",
         "2",
         # the republished copy is served at another port: tell the mirror its upstream moved
         "--replace-upstream",
+        version=version,
     )
 
 

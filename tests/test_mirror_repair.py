@@ -6,7 +6,7 @@ import json
 import shutil
 from pathlib import Path
 
-from tests.cli_runner import run_cli
+from tests.cli_runner import run_cli, run_mirror_sync
 from tests.upstream import UpstreamServer, UpstreamTree
 
 
@@ -30,23 +30,7 @@ def test_resync_downloads_again_the_files_that_no_longer_match_their_recorded_di
     assert damaged.exit_code == 9
     assert len(json.loads(damaged.stdout)["problems"]) == 3
 
-    synced = run_cli(
-        "mirror",
-        "sync",
-        "--dest",
-        str(dest),
-        "--upstream",
-        upstream_server.url,
-        "--keyring",
-        str(upstream_tree.public_key),
-        "--version",
-        "1.17.8",
-        "--format",
-        "deb,rpm",
-        "--arch",
-        "amd64",
-        "--json",
-    )
+    synced = run_mirror_sync(dest, upstream_server.url, upstream_tree.public_key, "--json", fmt="deb,rpm")
     assert synced.exit_code == 0, synced.stderr
     files = [r.path.rsplit("/", 1)[-1] for r in upstream_server.log]
     fetched = sorted(f for f in files if f.endswith((".deb", ".rpm", "-filelists.xml.gz", "-other.xml.gz")))

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from mirror.disk import store
-from tests.cli_runner import CliResult, run_bundle_build, run_cli
+from tests.cli_runner import CliResult, run_bundle_build, run_cli, run_mirror_sync
 from tests.gpgkeys import TestKey
 from tests.upstream import UpstreamServer, UpstreamTree, copy_upstream, resign_inrelease
 
@@ -35,24 +35,14 @@ def republished(upstream_tree: UpstreamTree, tmp_path: Path) -> Iterator[tuple[U
 
 
 def _sync(tree: UpstreamTree, server: UpstreamServer, dest: Path, version: str) -> CliResult:
-    return run_cli(
-        "mirror",
-        "sync",
-        "--dest",
-        str(dest),
-        "--upstream",
+    return run_mirror_sync(
+        dest,
         server.url,
-        "--keyring",
-        str(tree.public_key),
-        "--version",
-        version,
-        "--format",
-        "deb",
-        "--arch",
-        "amd64",
+        tree.public_key,
         "--quiet",
         # the republished copy is served at another port: tell the mirror its upstream moved
         "--replace-upstream",
+        version=version,
     )
 
 
@@ -143,23 +133,8 @@ def test_a_switch_stopped_halfway_is_completed_by_the_next_sync_which_then_downl
         _sync(tree, server, dest, "1.18.0")
     monkeypatch.undo()
     server.reset()
-    again = run_cli(
-        "mirror",
-        "sync",
-        "--dest",
-        str(dest),
-        "--upstream",
-        server.url,
-        "--keyring",
-        str(tree.public_key),
-        "--version",
-        "1.18.0",
-        "--format",
-        "deb",
-        "--arch",
-        "amd64",
-        "--json",
-        "--replace-upstream",
+    again = run_mirror_sync(
+        dest, server.url, tree.public_key, "--json", "--replace-upstream", version="1.18.0"
     )
     assert again.exit_code == 0, again.stderr
     assert json.loads(again.stdout)["downloaded_files"] == 0

@@ -20,31 +20,14 @@ import pytest
 from mirror.errors import FetchError
 from mirror.sync.http import Downloader
 from plumbing.errors import ExitCode
-from tests.cli_runner import CliResult, run_cli
+from tests.cli_runner import CliResult, run_cli, run_mirror_sync
 from tests.upstream import Fault, UpstreamServer, UpstreamTree
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def _sync(tree: UpstreamTree, upstream: str, dest: Path, *extra: str) -> CliResult:
-    return run_cli(
-        "mirror",
-        "sync",
-        "--dest",
-        str(dest),
-        "--upstream",
-        upstream,
-        "--keyring",
-        str(tree.public_key),
-        "--version",
-        "1.17.8",
-        "--format",
-        "deb",
-        "--arch",
-        "amd64",
-        "--quiet",
-        *extra,
-    )
+    return run_mirror_sync(dest, upstream, tree.public_key, "--quiet", *extra)
 
 
 def _clean_sentence(stderr: str) -> str:

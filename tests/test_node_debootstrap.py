@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli_runner import run_bundle_build, run_cli
+from tests.cli_runner import run_bundle_build, run_cli, run_mirror_sync
 from tests.gpgkeys import TestKey, make_key
 from tests.live.cache import locked
 from tests.node_fixtures import TOOLKIT
@@ -174,22 +174,8 @@ def signed_bundle(
     if _missing_prerequisite():
         pytest.skip(_missing_prerequisite())
     work = tmp_path_factory.mktemp("debootstrap-bundle")
-    synced = run_cli(
-        "mirror",
-        "sync",
-        "--dest",
-        str(work / "mirror"),
-        "--upstream",
-        _upstream_session_server.url,
-        "--keyring",
-        str(upstream_tree.public_key),
-        "--version",
-        VERSION,
-        "--format",
-        "deb",
-        "--arch",
-        "amd64",
-        "--quiet",
+    synced = run_mirror_sync(
+        work / "mirror", _upstream_session_server.url, upstream_tree.public_key, "--quiet", version=VERSION
     )
     assert synced.exit_code == 0, synced.stderr
     key: TestKey = make_key(work / "operator-gpg", "bundle operator <operator@example.invalid>")

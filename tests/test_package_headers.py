@@ -27,7 +27,7 @@ from mirror.index.header import PackageHeader, check_agrees, read_header
 from mirror.index.rpm import iter_primary, parse_repomd
 from mirror.model import Package, PackageFormat, Relation
 from plumbing.errors import ExitCode
-from tests.cli_runner import CliResult, run_bundle_build, run_cli
+from tests.cli_runner import CliResult, run_bundle_build, run_cli, run_mirror_sync
 from tests.gpgkeys import TestKey
 from tests.upstream import UpstreamServer, UpstreamTree, copy_upstream
 from tests.upstream.tamper import swap_package
@@ -86,23 +86,7 @@ def tampered(
 
 
 def _sync(tree: UpstreamTree, url: str, dest: Path, fmt: str) -> CliResult:
-    return run_cli(
-        "mirror",
-        "sync",
-        "--dest",
-        str(dest),
-        "--upstream",
-        url,
-        "--keyring",
-        str(tree.public_key),
-        "--version",
-        "1.17.8",
-        "--format",
-        fmt,
-        "--arch",
-        "amd64",
-        "--quiet",
-    )
+    return run_mirror_sync(dest, url, tree.public_key, "--quiet", fmt=fmt)
 
 
 def test_sync_refuses_a_package_whose_own_header_disagrees_with_its_re_signed_index_entry(

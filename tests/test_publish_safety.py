@@ -22,7 +22,7 @@ from mirror.publish import swap as publish_swap
 from mirror.publish.files import Site, render_list, render_repo
 from mirror.publish.swap import MARKER
 from plumbing.errors import BusyError
-from tests.cli_runner import run_cli
+from tests.cli_runner import run_cli, run_mirror_sync
 from tests.gpgkeys import TestKey
 from tests.pkg_clients import apt, dnf_with_repo, new_apt_sandbox
 from tests.test_publish import KEYRING, download_pinned, publish, tree_digest
@@ -255,18 +255,8 @@ def full_mirror(
 ) -> Path:
     """Every package of upstream's stable deb/amd64 and rpm/x86_64, by a real ``mirror sync --version all``."""
     server, dest = _upstream_session_server, tmp_path_factory.mktemp("full") / "mirror"
-    result = run_cli(
-        "mirror",
-        "sync",
-        "--dest",
-        str(dest),
-        "--upstream",
-        server.url,
-        "--keyring",
-        str(upstream_tree.public_key),
-        "--version",
-        "all",
-        "--quiet",
+    result = run_mirror_sync(
+        dest, server.url, upstream_tree.public_key, "--quiet", version="all", fmt=None, arch=None
     )
     assert result.exit_code == 0, result.stderr
     return dest
@@ -360,20 +350,15 @@ def test_a_mirror_holding_both_channels_publishes_both_with_nvidias_list_files(
     operator_key: TestKey,
     tmp_path: Path,
 ) -> None:
-    synced = run_cli(
-        "mirror",
-        "sync",
-        "--dest",
-        str(deb_copy),
-        "--upstream",
+    synced = run_mirror_sync(
+        deb_copy,
         upstream_server.url,
-        "--keyring",
-        str(upstream_tree.public_key),
+        upstream_tree.public_key,
         "--channel",
         "experimental",
-        "--format",
-        "deb",
         "--quiet",
+        version=None,
+        arch=None,
     )
     assert synced.exit_code == 0, synced.stderr
     out = tmp_path / "out"

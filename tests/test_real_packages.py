@@ -31,7 +31,7 @@ from typing import Dict
 
 import pytest
 
-from tests.cli_runner import CliResult, run_bundle_build, run_cli
+from tests.cli_runner import CliResult, run_bundle_build, run_cli, run_mirror_sync
 from tests.gpgkeys import TestKey
 from tests.node_fixtures import TOOLKIT
 from tests.rpm_world import DBPATH, rpm_world_missing, rpm_world_tarball, unpack
@@ -81,22 +81,8 @@ def sync_and_bundle(tree: UpstreamTree, work: Path, key: TestKey, fmt: str) -> P
     """``mirror sync`` 1.20.0 of ``fmt`` from ``tree`` served on 127.0.0.1, then ``bundle build`` signed by ``key``."""
     arch, target = ("amd64", "deb/amd64") if fmt == "deb" else ("amd64", "rpm/x86_64")
     with UpstreamServer(tree.root) as server:
-        synced = run_cli(
-            "mirror",
-            "sync",
-            "--dest",
-            str(work / "mirror"),
-            "--upstream",
-            server.url,
-            "--keyring",
-            str(tree.public_key),
-            "--version",
-            VERSION,
-            "--format",
-            fmt,
-            "--arch",
-            arch,
-            "--quiet",
+        synced = run_mirror_sync(
+            work / "mirror", server.url, tree.public_key, "--quiet", version=VERSION, fmt=fmt, arch=arch
         )
     assert synced.exit_code == 0, synced.stderr
     bundle = work / f"bundle-{fmt}.tar.zst"
