@@ -26,7 +26,7 @@ from mirror.sync import core as sync_lib
 from mirror.sync import progress
 from mirror.sync.http import Downloader
 from plumbing.errors import BusyError, ExitCode
-from tests.cli_runner import CliResult, run_bundle_build, run_cli
+from tests.cli_runner import CliResult, run_bundle_build, run_cli, run_mirror_sync
 from tests.gpgkeys import TestKey
 from tests.upstream import (
     Fault,
@@ -65,17 +65,7 @@ def tampered_site(
 
 
 def _sync(server: UpstreamServer, tree: UpstreamTree, dest: Path, *args: str) -> CliResult:
-    return run_cli(
-        "mirror",
-        "sync",
-        "--dest",
-        str(dest),
-        "--upstream",
-        server.url,
-        "--keyring",
-        str(tree.public_key),
-        *args,
-    )
+    return run_mirror_sync(dest, server.url, tree.public_key, *args, version=None, fmt=None, arch=None)
 
 
 def _tree_hash(root: Path) -> str:
