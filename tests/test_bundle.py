@@ -50,16 +50,15 @@ def epoch(operator_key: TestKey) -> int:
 
 
 def _build(mirror: Path, key: TestKey, output: Path, epoch: int, **kwargs: object) -> BuildResult:
+    """``build_bundle`` of 1.17.8 for TARGETS, signed by ``key``; ``kwargs`` add to or override that."""
+    chosen = {"version": "1.17.8", "channel": None, "targets": list(TARGETS), **kwargs}
     return build_bundle(
         mirror,
-        version="1.17.8",
-        channel=None,
-        targets=list(TARGETS),
         sign_key=key.fingerprint,
         gnupghome=key.home,
         output=output,
         epoch=epoch,
-        **kwargs,  # type: ignore[arg-type]
+        **chosen,  # type: ignore[arg-type]
     )
 
 
@@ -135,18 +134,12 @@ def test_locked_build_takes_exactly_the_lockfile_set_and_refuses_a_set_the_mirro
     synced_mirror: Path, operator_key: TestKey, epoch: int, tmp_path: Path
 ) -> None:
     lock = Lockfile.load(synced_mirror / "gpu-airgap.lock")
-    result = build_bundle(
-        synced_mirror,
-        version="latest",
-        channel=None,
-        targets=[],
-        sign_key=operator_key.fingerprint,
-        gnupghome=operator_key.home,
-        output=tmp_path / "b.tar",
-        compression="none",
-        locked=lock,
-        epoch=epoch,
-    )
+
+    def locked_build(name: str, locked: Lockfile) -> BuildResult:
+        options = {"version": "latest", "targets": [], "compression": "none", "locked": locked}
+        return _build(synced_mirror, operator_key, tmp_path / name, epoch, **options)
+
+    result = locked_build("b.tar", lock)
     for locked, target in zip(lock.targets, result.manifest.targets):
         assert [(p.name, p.version, p.size) for p in locked.packages] == [
             (p.name, p.version, p.size) for p in target.packages
@@ -154,18 +147,7 @@ def test_locked_build_takes_exactly_the_lockfile_set_and_refuses_a_set_the_mirro
     changed = dataclasses.replace(lock.targets[0].packages[0], size=lock.targets[0].packages[0].size + 1)
     bad_target = dataclasses.replace(lock.targets[0], packages=(changed, *lock.targets[0].packages[1:]))
     with pytest.raises(SourceError, match="does not hold the locked set"):
-        build_bundle(
-            synced_mirror,
-            version="latest",
-            channel=None,
-            targets=[],
-            sign_key=operator_key.fingerprint,
-            gnupghome=operator_key.home,
-            output=tmp_path / "c.tar",
-            compression="none",
-            epoch=epoch,
-            locked=dataclasses.replace(lock, targets=(bad_target,)),
-        )
+        locked_build("c.tar", dataclasses.replace(lock, targets=(bad_target,)))
     assert not (tmp_path / "c.tar").exists()
 
 
