@@ -20,7 +20,7 @@ from installer.cli import root as node_cli
 from mirror.cli import make_app
 from plumbing.clikit import hoist_global_flags, repeated_option
 from plumbing.errors import ExitCode
-from tests.cli_runner import command_at, run_cli, run_mirror_sync
+from tests.cli_runner import command_at, run_bundle_build, run_cli, run_mirror_sync
 from tests.gpgkeys import TestKey
 from tests.node_fixtures import seed_containerd_node
 
@@ -223,22 +223,8 @@ def all_releases_mirror(
 def test_bundle_build_takes_version_ranges_like_sync(
     all_releases_mirror: Path, operator_key: TestKey, tmp_path: Path, selector: str, chosen: str
 ) -> None:
-    built = run_cli(
-        "bundle",
-        "build",
-        "--mirror",
-        str(all_releases_mirror),
-        "--version",
-        selector,
-        "--sign-key",
-        operator_key.fingerprint,
-        "--gnupghome",
-        str(operator_key.home),
-        "--output",
-        str(tmp_path / "b.tar"),
-        "--target",
-        "deb/amd64",
-        "--json",
+    built = run_bundle_build(
+        all_releases_mirror, operator_key, tmp_path / "b.tar", "--json", version=selector
     )
     assert built.exit_code == 0, built.stderr
     assert '"toolkit_version": "' + chosen + '"' in built.stdout
@@ -248,22 +234,7 @@ def test_bundle_build_takes_version_ranges_like_sync(
 def test_bundle_build_names_the_range_it_cannot_meet_and_what_the_mirror_has(
     all_releases_mirror: Path, operator_key: TestKey, tmp_path: Path
 ) -> None:
-    built = run_cli(
-        "bundle",
-        "build",
-        "--mirror",
-        str(all_releases_mirror),
-        "--version",
-        ">=1.21",
-        "--sign-key",
-        operator_key.fingerprint,
-        "--gnupghome",
-        str(operator_key.home),
-        "--output",
-        str(tmp_path / "b.tar"),
-        "--target",
-        "deb/amd64",
-    )
+    built = run_bundle_build(all_releases_mirror, operator_key, tmp_path / "b.tar", version=">=1.21")
     assert built.exit_code != 0
     assert "has no toolkit >=1.21 (it has 1.17.8-1, 1.18.0-1, 1.20.1-1)" in built.stderr
     assert not list(tmp_path.iterdir())
