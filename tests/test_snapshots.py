@@ -19,7 +19,7 @@ import pytest
 
 from mirror.disk import snapshot, store
 from mirror.publish.swap import MARKER, previous
-from tests.cli_runner import CliResult, run_cli
+from tests.cli_runner import CliResult, run_bundle_build, run_cli
 from tests.gpgkeys import TestKey
 from tests.pkg_clients import apt, dnf_with_repo
 from tests.test_full_disk import SmallDisk, small_disk  # noqa: F401 - small_disk is a fixture
@@ -144,41 +144,12 @@ def test_bundle_build_from_a_snapshot_ships_its_release_and_verifies(
 ) -> None:
     _sync(upstream_server, upstream_tree, mirror, "1.18.0")
     out = tmp_path / "b.tar"
-    common = [
-        "--target",
-        "deb/amd64",
-        "--sign-key",
-        operator_key.fingerprint,
-        "--gnupghome",
-        str(operator_key.home),
-    ]
-    built = run_cli(
-        "bundle",
-        "build",
-        "--mirror",
-        str(mirror),
-        "--snapshot",
-        "test1",
-        *common,
-        "--output",
-        str(out),
-        "--json",
-    )
+    built = run_bundle_build(mirror, operator_key, out, "--snapshot", "test1", "--json", version=None)
     assert built.exit_code == 0, built.stderr
     assert json.loads(built.stdout)["toolkit_version"] == "1.17.8"  # the live mirror's latest is 1.18.0
     verified = run_cli("bundle", "verify", str(out), "--keyring", str(operator_key.public))
     assert verified.exit_code == 0, verified.stdout + verified.stderr
-    missing = run_cli(
-        "bundle",
-        "build",
-        "--mirror",
-        str(mirror),
-        "--snapshot",
-        "nope",
-        *common,
-        "--output",
-        str(tmp_path / "c"),
-    )
+    missing = run_bundle_build(mirror, operator_key, tmp_path / "c", "--snapshot", "nope", version=None)
     assert missing.exit_code == 2 and "has no snapshot 'nope' (it has: test1)" in missing.stderr
 
 
