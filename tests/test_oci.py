@@ -111,6 +111,10 @@ def _push(bundle: Path, ref: str, key: TestKey, *extra: str) -> Dict[str, object
     return data
 
 
+def _pull(ref: str, out: Path, key: TestKey, *extra: str) -> CliResult:
+    return run_cli("bundle", "pull", ref, "--output", str(out), "--keyring", str(key.public), *extra)
+
+
 def _stdin(monkeypatch: pytest.MonkeyPatch, text: str) -> None:
     monkeypatch.setattr("sys.stdin", io.StringIO(text))
 
@@ -163,16 +167,7 @@ def test_pull_by_digest_writes_exactly_the_pushed_bytes_after_verifying_them(
     assert manifest["annotations"]["vnd.gpu-airgap.bundle.manifest.digest"] == f"sha256:{pushed['bundle_id']}"
     assert manifest["annotations"]["vnd.gpu-airgap.bundle.signer"] == test_key.fingerprint
     out = tmp_path / "pulled.tar.gz"
-    result = run_cli(
-        "bundle",
-        "pull",
-        str(pushed["pinned"]),
-        "--output",
-        str(out),
-        "--keyring",
-        str(test_key.public),
-        "--json",
-    )
+    result = _pull(str(pushed["pinned"]), out, test_key, "--json")
     assert result.exit_code == 0, result.stderr
     report = json.loads(result.stdout)
     assert report["ok"] and report["signer"] == test_key.fingerprint and report["digest"] == pushed["digest"]
@@ -193,15 +188,7 @@ def test_pull_streams_the_verified_bundle_into_a_pipe_and_through_a_link_to_dev_
     reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()), daemon=True)
     reader.start()
     for target in (fifo, link):
-        result = run_cli(
-            "bundle",
-            "pull",
-            str(pushed["pinned"]),
-            "--output",
-            str(target),
-            "--keyring",
-            str(test_key.public),
-        )
+        result = _pull(str(pushed["pinned"]), target, test_key)
         assert result.exit_code == 0, result.stderr
         assert f"wrote {target}" in result.stdout
     reader.join(timeout=30)
@@ -220,15 +207,7 @@ def test_split_bundle_travels_as_its_parts_and_verifies_from_its_first_part(
     assert titles == [p.name for p in originals] and len(titles) >= 4
     out = tmp_path / "out"
     out.mkdir()
-    pulled = run_cli(
-        "bundle",
-        "pull",
-        registry.ref("team/nvct:split"),
-        "--output",
-        str(out),
-        "--keyring",
-        str(test_key.public),
-    )
+    pulled = _pull(registry.ref("team/nvct:split"), out, test_key)
     assert pulled.exit_code == 0, pulled.stderr
     assert {p.name: p.read_bytes() for p in out.iterdir()} == {p.name: p.read_bytes() for p in originals}
     verified = run_cli("bundle", "verify", str(out / first.name), "--keyring", str(test_key.public))
@@ -239,26 +218,10 @@ def test_split_bundle_travels_as_its_parts_and_verifies_from_its_first_part(
         again / f"{first.name[: -len('.part001')]}.part{len(titles) - 1:03d}"
     )  # from an older, longer split
     stale.write_bytes(b"stale")
-    by_name = run_cli(
-        "bundle",
-        "pull",
-        registry.ref("team/nvct:split"),
-        "--output",
-        str(again / "nvct.tar.gz"),
-        "--keyring",
-        str(test_key.public),
-    )
+    by_name = _pull(registry.ref("team/nvct:split"), again / "nvct.tar.gz", test_key)
     assert by_name.exit_code == 0, by_name.stderr
     assert not stale.exists() and sorted(p.name for p in again.iterdir()) == sorted(titles)
-    renamed = run_cli(
-        "bundle",
-        "pull",
-        registry.ref("team/nvct:split"),
-        "--output",
-        str(out / "other-name.tar.gz"),
-        "--keyring",
-        str(test_key.public),
-    )
+    renamed = _pull(registry.ref("team/nvct:split"), out / "other-name.tar.gz", test_key)
     assert renamed.exit_code == 2 and "names its parts nvct.tar.gz.partNNN" in _one_sentence(renamed)
 
 
@@ -286,15 +249,7 @@ def test_a_tampered_blob_is_refused_and_nothing_is_installed_or_written(
     assert "does not match its digest" in _one_sentence(installed)
     assert tree_digest(root) == before and list(_isolated.iterdir()) == []
     out = tmp_path / "pulled"
-    pulled = run_cli(
-        "bundle",
-        "pull",
-        registry.ref("team/tamper:1"),
-        "--output",
-        str(out),
-        "--keyring",
-        str(test_key.public),
-    )
+    pulled = _pull(registry.ref("team/tamper:1"), out, test_key)
     assert (
         pulled.exit_code == 3
         and not out.exists()
@@ -343,15 +298,7 @@ def test_push_refuses_a_bundle_the_key_does_not_verify_and_stores_nothing(
         str(test_key.public),
     )
     assert result.exit_code == 3 and "failed verification" in _one_sentence(result)
-    missing = run_cli(
-        "bundle",
-        "pull",
-        registry.ref("team/refused:1"),
-        "--output",
-        str(tmp_path / "x"),
-        "--keyring",
-        str(test_key.public),
-    )
+    missing = _pull(registry.ref("team/refused:1"), tmp_path / "x", test_key)
     assert missing.exit_code == 1
     assert _one_sentence(missing).endswith(
         "does not exist in the registry (no such repository, tag or digest)"
@@ -376,15 +323,7 @@ def test_registry_options_on_a_file_install_are_a_usage_error(
 def test_an_unreachable_registry_is_a_network_error(
     test_key: TestKey, tmp_path: Path, backoff: list[float]
 ) -> None:
-    result = run_cli(
-        "bundle",
-        "pull",
-        f"oci://127.0.0.1:{free_port()}/team/nvct:1",
-        "--output",
-        str(tmp_path / "x"),
-        "--keyring",
-        str(test_key.public),
-    )
+    result = _pull(f"oci://127.0.0.1:{free_port()}/team/nvct:1", tmp_path / "x", test_key)
     assert result.exit_code == 4 and "cannot reach the registry" in _one_sentence(result)
     assert backoff == [0.5, 1.0]  # three attempts (the waits recorded, not slept)
 
@@ -414,17 +353,7 @@ def test_https_registry_with_basic_auth_from_flags_and_from_docker_config(
     config = DockerConfig.write(tmp_path / "docker", f"https://{reg.host}", basic_entry("ops", "s3cret"))
     monkeypatch.setenv("DOCKER_CONFIG", str(config.directory))
     out = tmp_path / "pulled.tar.gz"
-    pulled = run_cli(
-        "bundle",
-        "pull",
-        reg.ref("team/nvct:1"),
-        "--output",
-        str(out),
-        "--keyring",
-        str(test_key.public),
-        "--ca-file",
-        str(ca),
-    )
+    pulled = _pull(reg.ref("team/nvct:1"), out, test_key, "--ca-file", str(ca))
     assert pulled.exit_code == 0, pulled.stderr
     assert out.read_bytes() == bundles["whole"].read_bytes() and pushed["digest"] in pulled.stdout
 
@@ -457,15 +386,7 @@ def test_https_certificate_from_an_unknown_ca_is_refused_without_falling_back_to
     tls_registry: Tuple[Registry, Path], test_key: TestKey, tmp_path: Path
 ) -> None:
     reg, _ = tls_registry
-    result = run_cli(
-        "bundle",
-        "pull",
-        reg.ref("team/nvct:1"),
-        "--output",
-        str(tmp_path / "x"),
-        "--keyring",
-        str(test_key.public),
-    )
+    result = _pull(reg.ref("team/nvct:1"), tmp_path / "x", test_key)
     assert result.exit_code == 4
     assert f"the TLS certificate of {reg.host} is not trusted" in _one_sentence(result)
 
