@@ -272,6 +272,12 @@ def seed_rpm_root(root: Path, packages_dir: Path, libraries: Dict[str, str] = RP
     (root / "etc/os-release").write_text('ID="rhel"\nID_LIKE="fedora"\nVERSION_ID="9.4"\n')
 
 
+def rpm_query(root: Path) -> List[str]:
+    """``rpm -q`` on the database under ``root``: a ``NAME VERSION-RELEASE`` line per package named after it."""
+    database = ["--root", str(root), "--dbpath", "/var/lib/rpm"]
+    return ["rpm", *database, "-q", "--qf", "%{NAME} %{VERSION}-%{RELEASE}\n"]
+
+
 def dpkg_versions(root: Path, names: Sequence[str] = TOOLKIT) -> Dict[str, str]:
     """``{package: version}`` of ``names`` installed in the dpkg database under ``root`` (others left out)."""
     out = subprocess.run(

@@ -23,10 +23,15 @@ from installer.target import StagedTarget
 from mirror.fleet.cli import pod_script
 from plumbing.errors import ExitCode
 from tests.cli_runner import command_at, run_cli
-from tests.node_fixtures import TOOLKIT, build_target, dpkg_versions, seed_containerd_node, seed_rpm_root
+from tests.node_fixtures import (
+    TOOLKIT,
+    build_target,
+    dpkg_versions,
+    rpm_query,
+    seed_containerd_node,
+    seed_rpm_root,
+)
 from tests.test_node_install import _keys, _setup  # noqa: F401 (the autouse key fixture)
-
-RPM = ["rpm", "--dbpath", "/var/lib/rpm", "-q", "--qf", "%{NAME} %{VERSION}-%{RELEASE}\n"]
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +52,7 @@ def dpkg_selections(root: Path) -> List[str]:
 
 
 def rpm_versions(root: Path) -> List[str]:
-    out = subprocess.run([*RPM[:1], "--root", str(root), *RPM[1:], *TOOLKIT], capture_output=True, text=True)
+    out = subprocess.run([*rpm_query(root), *TOOLKIT], capture_output=True, text=True)
     return out.stdout.splitlines()
 
 

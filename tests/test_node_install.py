@@ -31,6 +31,7 @@ from tests.node_fixtures import (
     TOOLKIT,
     build_target,
     dpkg_versions,
+    rpm_query,
     seed_containerd_node,
     seed_dpkg_root,
     seed_rpm_root,
@@ -606,16 +607,7 @@ class TestRpmRoot:
         bundle, key, env, _ = _setup(tmp_path, targets["deb-1.17.8"], targets["rpm-1.17.8"])
         result = install(bundle, key, InstallOptions(root=root, hold=True), env)
         assert result.target == "rpm/x86_64"
-        rpm = [
-            "rpm",
-            "--root",
-            str(root),
-            "--dbpath",
-            "/var/lib/rpm",
-            "-q",
-            "--qf",
-            "%{NAME} %{VERSION}-%{RELEASE}\n",
-        ]
+        rpm = rpm_query(root)
         assert subprocess.run([*rpm, *TOOLKIT], capture_output=True, text=True).stdout.split("\n")[:4] == [
             f"{n} 1.17.8-1" for n in TOOLKIT
         ]

@@ -21,7 +21,14 @@ import pytest
 
 from mirror.bundle.zipapp import build_zipapp
 from plumbing.errors import ExitCode
-from tests.node_fixtures import TOOLKIT, build_target, dpkg_versions, seed_containerd_node, seed_rpm_root
+from tests.node_fixtures import (
+    TOOLKIT,
+    build_target,
+    dpkg_versions,
+    rpm_query,
+    seed_containerd_node,
+    seed_rpm_root,
+)
 from tests.test_node_install import _keys, _setup  # noqa: F401 (the autouse key fixture)
 
 PYTHON = Path("/usr/bin/python3")  # the host's: the test runner's own lives under /root, closed to others
@@ -135,15 +142,5 @@ def test_under_a_root_the_user_owns_install_status_and_uninstall_run_without_roo
 def installed_versions(root: Path, fmt: str) -> List[str]:
     if fmt == "deb":
         return sorted(f"{name} {version}" for name, version in dpkg_versions(root).items())
-    query = [
-        "rpm",
-        "--root",
-        str(root),
-        "--dbpath",
-        "/var/lib/rpm",
-        "-q",
-        "--qf",
-        "%{NAME} %{VERSION}-%{RELEASE}\n",
-    ]
-    done = subprocess.run([*query, *TOOLKIT], capture_output=True, text=True)
+    done = subprocess.run([*rpm_query(root), *TOOLKIT], capture_output=True, text=True)
     return sorted(line for line in done.stdout.splitlines() if "not installed" not in line)
