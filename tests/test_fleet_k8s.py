@@ -38,6 +38,9 @@ from tests.node_fixtures import TOOLKIT, node_python, seed_containerd_node, seed
 
 K8S_VERSIONS = ("1.29", "1.32", "1.37")
 SHA = "ab" * 32  #: a bundle's sha256 (--bundle-sha256)
+#: a bundle by URL or by ConfigMap, with its digest and the key's ConfigMap: each refusal below adds one bad option
+BY_URL = ["--bundle-url", "http://x/b", "--bundle-sha256", SHA, "--keyring-configmap", "k"]
+BY_CONFIGMAP = ["--bundle-configmap", "b", "--bundle-sha256", SHA, "--keyring-configmap", "k"]
 
 
 def _render(*args: str) -> List[Dict[str, Any]]:
@@ -277,29 +280,11 @@ def test_out_writes_the_same_manifests_to_a_file(operator_key: TestKey, tmp_path
         ),
         (["--bundle", "https://r.internal/nvct", "--keyring-configmap", "k"], "must be an oci://"),
         (
-            [
-                "--bundle-configmap",
-                "b",
-                "--bundle-sha256",
-                SHA,
-                "--keyring-configmap",
-                "k",
-                "--max-unavailable",
-                "0",
-            ],
+            [*BY_CONFIGMAP, "--max-unavailable", "0"],
             "must be a number of nodes",
         ),
         (
-            [
-                "--bundle-configmap",
-                "b",
-                "--bundle-sha256",
-                SHA,
-                "--keyring-configmap",
-                "k",
-                "--max-unavailable",
-                "150%",
-            ],
+            [*BY_CONFIGMAP, "--max-unavailable", "150%"],
             "or a percentage",
         ),
         (
@@ -307,55 +292,19 @@ def test_out_writes_the_same_manifests_to_a_file(operator_key: TestKey, tmp_path
             "must be an http:// or https:// URL",
         ),
         (
-            [
-                "--bundle-url",
-                "http://x/b",
-                "--bundle-sha256",
-                SHA,
-                "--keyring-configmap",
-                "k",
-                "--node-selector",
-                "gpu",
-            ],
+            [*BY_URL, "--node-selector", "gpu"],
             "must be LABEL=VALUE",
         ),
         (
-            [
-                "--bundle-url",
-                "http://x/b",
-                "--bundle-sha256",
-                SHA,
-                "--keyring-configmap",
-                "k",
-                "--toleration",
-                "gpu:Sometimes",
-            ],
+            [*BY_URL, "--toleration", "gpu:Sometimes"],
             "must be KEY[=VALUE][:EFFECT]",
         ),
         (
-            [
-                "--bundle-url",
-                "http://x/b",
-                "--bundle-sha256",
-                SHA,
-                "--keyring-configmap",
-                "k",
-                "--namespace",
-                "GPU",
-            ],
+            [*BY_URL, "--namespace", "GPU"],
             "must be a lowercase DNS label",
         ),
         (
-            [
-                "--bundle-url",
-                "http://x/b",
-                "--bundle-sha256",
-                SHA,
-                "--keyring-configmap",
-                "k",
-                "--runtime-name",
-                "Nvidia",
-            ],
+            [*BY_URL, "--runtime-name", "Nvidia"],
             "must be a lowercase DNS",
         ),
     ],
