@@ -107,6 +107,8 @@ def _distro_cases() -> List[Case]:
         node_path = "/" + "/".join(parts[depth:])
         if node_path.startswith("/etc/k0s/containerd.d/"):
             continue  # imported by k0s's containerd.toml, laid out with it
+        if "/nvidia-container-runtime/" in node_path:
+            continue  # the toolkit's own config.toml (GPU Operator nodes), not an engine's
         cases.append(
             Case(
                 f"distros/{'/'.join(parts[:depth])}{node_path}",
@@ -187,7 +189,15 @@ NVIDIA = {
     "runtime.BinaryName": "/usr/bin/nvidia-container-runtime",
 }
 _V1 = "inline/containerd-version-1"
-_NO_RUNTIMES_TABLE = ("inline/containerd-missing", "inline/containerd-empty", _V1, "inline/node-fixtures")
+_NO_RUNTIMES_TABLE = (
+    "inline/containerd-missing",
+    "inline/containerd-empty",
+    _V1,
+    "inline/node-fixtures",
+    # the GPU Operator's nodes with its toolkit switched off: the config its RemoveRuntime left empty
+    "gpu-operator-toolkit-disabled/etc/containerd/config.toml",
+    "gpu-operator-driver-container/etc/containerd/config.toml",
+)
 
 INTENDED: List[Intended] = [
     Intended(
