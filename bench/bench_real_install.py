@@ -38,7 +38,7 @@ import installer.install as install_mod
 import installer.plan as plan_mod
 import plumbing.proc as proc
 from installer.env import NodeEnv
-from tests.cli_runner import run_bundle_build, run_mirror_sync
+from tests.cli_runner import install_argv, run_bundle_build, run_mirror_sync
 from tests.gpgkeys import TestKey, make_key
 from tests.test_node_debootstrap import _missing_prerequisite, cached_debian_tarball
 from tests.upstream import NVIDIA_BUILD, Prebuilt, UpstreamServer, real_upstream, stop_agent
@@ -128,12 +128,7 @@ def run_zipapp(inputs: Dict[str, Any], root: Path) -> float:
             "-I",
             "-S",
             str(inputs["pyz"]),
-            "install",
-            str(inputs["bundle"]),
-            "--keyring",
-            str(key.public),
-            "--root",
-            str(root),
+            *install_argv(inputs["bundle"], key, root),
             "--runtime",
             "containerd",
         ],
@@ -147,12 +142,7 @@ def run_console(inputs: Dict[str, Any], root: Path) -> float:
     return timed(
         [
             script,
-            "install",
-            str(inputs["bundle"]),
-            "--keyring",
-            str(key.public),
-            "--root",
-            str(root),
+            *install_argv(inputs["bundle"], key, root),
             "--runtime",
             "containerd",
         ],

@@ -30,6 +30,11 @@ def run_cli(*argv: str) -> CliResult:
     return CliResult(code, out.getvalue(), err.getvalue())
 
 
+def install_argv(bundle: Path, key: TestKey, root: Path, *extra: str) -> list[str]:
+    """``install BUNDLE --keyring KEY --root ROOT EXTRA...`` (after ``gpu-airgap``, the zipapp or ``run_cli``)."""
+    return ["install", str(bundle), "--keyring", str(key.public), "--root", str(root), *extra]
+
+
 def run_mirror_sync(
     dest: Path,
     upstream: str,

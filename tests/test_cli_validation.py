@@ -13,7 +13,7 @@ from typing import List
 import pytest
 
 from plumbing.errors import ExitCode
-from tests.cli_runner import run_cli
+from tests.cli_runner import install_argv, run_cli
 from tests.gpgkeys import TestKey
 from tests.node_fixtures import seed_containerd_node
 
@@ -51,12 +51,7 @@ def test_configure_refuses_a_runtime_name_as_install_does(
     bundle.write_bytes(b"never read")
     configured = run_cli("configure", engine, "--root", str(root), "--runtime-name", "x y")
     installed = run_cli(
-        "install",
-        str(bundle),
-        "--keyring",
-        str(test_key.public),
-        "--root",
-        str(root),
+        *install_argv(bundle, test_key, root),
         "--runtime-name",
         "x y",
     )

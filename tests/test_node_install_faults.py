@@ -29,7 +29,7 @@ from installer.plan import InstallOptions
 from installer.state import load_state
 from installer.target import StagedTarget
 from plumbing.errors import ExitCode, ToolError
-from tests.cli_runner import run_cli
+from tests.cli_runner import install_argv, run_cli
 from tests.fs_faults import (
     GPU_AIRGAP,
     WITHOUT_DAC_OVERRIDE,
@@ -92,12 +92,8 @@ class Services:
         raise AssertionError(unit)
 
 
-def _install_argv(bundle: Path, key: TestKey, root: Path, *extra: str) -> List[str]:
-    return ["install", str(bundle), "--keyring", str(key.public), "--root", str(root), *extra]
-
-
 def _cli_install(bundle: Path, key: TestKey, root: Path, *extra: str) -> Tuple[int, List[str]]:
-    result = run_cli(*_install_argv(bundle, key, root, *extra))
+    result = run_cli(*install_argv(bundle, key, root, *extra))
     return result.exit_code, [
         line for line in result.stderr.splitlines() if line.startswith("gpu-airgap: error:")
     ]
@@ -202,7 +198,7 @@ def test_containerd_config_in_a_read_only_directory_stops_install_before_any_pac
     directory.chmod(0o555)
     try:
         before = tree_digest(node)
-        argv = [*WITHOUT_DAC_OVERRIDE, *GPU_AIRGAP, *_install_argv(bundles["1.17.8"], test_key, node)]
+        argv = [*WITHOUT_DAC_OVERRIDE, *GPU_AIRGAP, *install_argv(bundles["1.17.8"], test_key, node)]
         done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
         errors = [line for line in done.stderr.splitlines() if line.startswith("gpu-airgap: error:")]
         _refused_before_anything(
@@ -354,7 +350,7 @@ def test_an_install_killed_after_dpkg_is_recorded_and_its_staging_is_cleaned_by_
 ) -> None:
     # dpkg is the real one, wrapped so that it SIGKILLs the installer the moment the packages are in.
     env = dpkg_killing_its_caller(tmp_path / "bin", "--install")
-    argv = [*GPU_AIRGAP, *_install_argv(bundles["1.17.8"], test_key, node)]
+    argv = [*GPU_AIRGAP, *install_argv(bundles["1.17.8"], test_key, node)]
     killed = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False, env=env)
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     assert dpkg_versions(node) == dict.fromkeys(TOOLKIT, "1.17.8-1")
@@ -391,12 +387,7 @@ def test_stale_staging_is_removed_by_the_next_run_but_never_while_another_run_ho
     try:
         fcntl.flock(holder, fcntl.LOCK_EX)
         busy = run_cli(
-            "install",
-            str(bundles["1.17.8"]),
-            "--keyring",
-            str(test_key.public),
-            "--root",
-            str(node),
+            *install_argv(bundles["1.17.8"], test_key, node),
             "--dry-run",
         )
         assert busy.exit_code == ExitCode.BUSY and stale.is_dir()

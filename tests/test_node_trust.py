@@ -21,7 +21,7 @@ import pytest
 
 from installer.nodecheck import HEAD, INSTALL_SH, NODE_SUMS, NODE_SUMS_SIGNATURE, NODE_TOOL, node_command
 from tests import bundle_tamper as tamper
-from tests.cli_runner import run_bundle_build, run_cli
+from tests.cli_runner import install_argv, run_bundle_build, run_cli
 from tests.gpgkeys import TestKey
 from tests.node_fixtures import node_tools_dir, seed_containerd_node
 
@@ -272,12 +272,7 @@ def test_an_older_bundle_without_the_node_check_verifies_with_a_note_and_the_com
     root = tmp_path / "root"
     seed_containerd_node(root)
     dry = run_cli(
-        "install",
-        str(old),
-        "--keyring",
-        str(operator_key.public),
-        "--root",
-        str(root),
+        *install_argv(old, operator_key, root),
         "--runtime",
         "containerd",
         "--dry-run",

@@ -21,7 +21,7 @@ import pytest
 
 from installer.state import load_state
 from installer.target import StagedTarget
-from tests.cli_runner import CliResult, run_cli
+from tests.cli_runner import CliResult, install_argv, run_cli
 from tests.gpgkeys import TestKey
 from tests.node_fixtures import (
     TOOLKIT,
@@ -309,12 +309,7 @@ def test_registry_options_on_a_file_install_are_a_usage_error(
     bundles: Dict[str, Path], test_key: TestKey, tmp_path: Path
 ) -> None:
     result = run_cli(
-        "install",
-        str(bundles["whole"]),
-        "--keyring",
-        str(test_key.public),
-        "--root",
-        str(tmp_path),
+        *install_argv(bundles["whole"], test_key, tmp_path),
         "--plain-http",
     )
     assert result.exit_code == 2 and "apply only to an oci:// bundle" in _one_sentence(result)

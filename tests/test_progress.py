@@ -18,7 +18,7 @@ from typing import List, Tuple
 import pytest
 
 from plumbing.progress import NoMeter, TerminalMeter, terminal_meter
-from tests.cli_runner import bundle_build_argv, run_cli
+from tests.cli_runner import bundle_build_argv, install_argv, run_cli
 from tests.gpgkeys import TestKey
 from tests.node_fixtures import seed_dpkg_root
 from tests.upstream import Fault, UpstreamServer, UpstreamTree
@@ -150,12 +150,7 @@ def test_install_shows_the_bundle_check_on_a_terminal(
     root = tmp_path / "node"
     seed_dpkg_root(root)
     argv = [
-        "install",
-        str(deb_bundle),
-        "--keyring",
-        str(operator_key.public),
-        "--root",
-        str(root),
+        *install_argv(deb_bundle, operator_key, root),
         "--runtime",
         "none",
         "--dry-run",

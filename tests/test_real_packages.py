@@ -31,7 +31,7 @@ from typing import Dict
 
 import pytest
 
-from tests.cli_runner import CliResult, run_bundle_build, run_cli, run_mirror_sync
+from tests.cli_runner import CliResult, install_argv, run_bundle_build, run_cli, run_mirror_sync
 from tests.gpgkeys import TestKey
 from tests.node_fixtures import TOOLKIT
 from tests.rpm_world import DBPATH, rpm_world_missing, rpm_world_tarball, unpack
@@ -137,12 +137,7 @@ def with_containerd(root: Path) -> bytes:
 
 def install(bundle: Path, key: TestKey, root: Path) -> CliResult:
     return run_cli(
-        "install",
-        str(bundle),
-        "--keyring",
-        str(key.public),
-        "--root",
-        str(root),
+        *install_argv(bundle, key, root),
         "--runtime",
         "containerd",
         "--json",

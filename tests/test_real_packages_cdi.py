@@ -27,7 +27,7 @@ import pytest
 
 from configure.containerd.engine import ContainerdEngine
 from plumbing.fsutil import rooted
-from tests.cli_runner import run_cli
+from tests.cli_runner import install_argv, run_cli
 from tests.gpgkeys import TestKey
 from tests.test_node_debootstrap import debian_root, debian_tarball  # noqa: F401 (fixtures)
 from tests.test_real_packages import (  # noqa: F401 (fixtures)
@@ -239,12 +239,7 @@ def test_a_dry_run_foresees_the_refresh_units_and_cdi_off_still_names_them(
 ) -> None:
     with_containerd(debian_root)
     dry = run_cli(
-        "install",
-        str(deb_bundle),
-        "--keyring",
-        str(operator_key.public),
-        "--root",
-        str(debian_root),
+        *install_argv(deb_bundle, operator_key, debian_root),
         "--runtime",
         "containerd",
         "--dry-run",
@@ -260,12 +255,7 @@ def test_a_dry_run_foresees_the_refresh_units_and_cdi_off_still_names_them(
     assert not (debian_root / "usr/bin/nvidia-ctk").exists()
 
     off = run_cli(
-        "install",
-        str(deb_bundle),
-        "--keyring",
-        str(operator_key.public),
-        "--root",
-        str(debian_root),
+        *install_argv(deb_bundle, operator_key, debian_root),
         "--runtime",
         "containerd",
         "--cdi",
