@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import json
 import os
 import re
@@ -35,7 +34,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Final
 
-from mirror.disk import store
+from mirror.disk import store, worklock
 from plumbing.errors import BusyError, NoSpaceError, ToolError, UsageError
 from plumbing.fsutil import atomic_write, fsync_dir, safe_join
 
@@ -116,27 +115,21 @@ def names(dest: Path) -> list[str]:
     )
 
 
-@contextlib.contextmanager
-def _changing(dest: Path) -> Iterator[Path]:
+def _changing(dest: Path) -> contextlib.AbstractContextManager[Path]:
     """Hold ``snapshots/.lock`` and remove temp dirs a killed create or delete left; yield the snapshots dir."""
-    top = root(dest)
-    try:
-        top.mkdir(parents=True, exist_ok=True)
-        fd = os.open(top / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError as exc:
+
+    def cannot(exc: OSError) -> ToolError:
         if NoSpaceError.matches(exc):
-            raise NoSpaceError(top) from exc
-        raise ToolError(f"cannot change the snapshots of {dest}: {exc.strerror or exc}") from exc
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError as exc:
-            raise BusyError(f"another snapshot create or delete is running on {dest}; wait for it") from exc
-        for stale in [*top.glob(".*.new-*"), *top.glob(".*.old-*")]:
-            shutil.rmtree(stale, ignore_errors=True)
-        yield top
-    finally:
-        os.close(fd)
+            return NoSpaceError(root(dest))
+        return ToolError(f"cannot change the snapshots of {dest}: {exc.strerror or exc}")
+
+    return worklock.exclusive(
+        root(dest),
+        ".lock",
+        ".*",
+        busy=f"another snapshot create or delete is running on {dest}; wait for it",
+        cannot=cannot,
+    )
 
 
 def create(dest: Path, name: str, *, now: datetime | None = None) -> SnapshotInfo:

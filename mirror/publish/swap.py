@@ -22,7 +22,6 @@ import contextlib
 import ctypes
 import ctypes.util
 import errno
-import fcntl
 import functools
 import os
 import shutil
@@ -32,7 +31,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Final
 
-from plumbing.errors import BusyError, ToolError, UsageError
+from mirror.disk import worklock
+from plumbing.errors import ToolError, UsageError
 from plumbing.fsutil import fsync_dir
 
 MARKER: Final = ".gpu-airgap-publish.json"
@@ -77,25 +77,15 @@ def previous(out: Path) -> Path:
     return out.parent / PREVIOUS.format(out.name)
 
 
-@contextlib.contextmanager
-def _publish_lock(out: Path) -> Iterator[Path]:
+def _publish_lock(out: Path) -> contextlib.AbstractContextManager[Path]:
     """Hold ``.OUT.publish-lock``, remove what a crashed publish left, and yield ``out``'s parent."""
-    parent = out.parent
-    try:
-        parent.mkdir(parents=True, exist_ok=True)
-        lock_fd = os.open(parent / f".{out.name}.publish-lock", os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError as exc:
-        raise ToolError(f"cannot publish to {out}: {exc.strerror or exc}") from exc
-    try:
-        try:
-            fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError as exc:
-            raise BusyError(f"another publish to {out} is running; wait for it to finish") from exc
-        for stale in [*parent.glob(f".{out.name}.new-*"), *parent.glob(f".{out.name}.old-*")]:
-            shutil.rmtree(stale, ignore_errors=True)  # left by a crashed publish; we hold the lock
-        yield parent
-    finally:
-        os.close(lock_fd)
+    return worklock.exclusive(
+        out.parent,
+        f".{out.name}.publish-lock",
+        f".{out.name}",
+        busy=f"another publish to {out} is running; wait for it to finish",
+        cannot=lambda exc: ToolError(f"cannot publish to {out}: {exc.strerror or exc}"),
+    )
 
 
 @contextlib.contextmanager
