@@ -8,6 +8,7 @@ import dataclasses
 import os
 import shutil
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -274,6 +275,17 @@ def other_key(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestKey]:
 def operator_key(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestKey]:
     """The bundle operator's throwaway signing key (ed25519, no passphrase, its own GNUPGHOME)."""
     key = make_key(tmp_path_factory.mktemp("operator-gpg"), "bundle operator <operator@example.invalid>")
+    yield key
+    stop_agent(key.home)
+
+
+@pytest.fixture(scope="session")
+def past_key(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestKey]:
+    """An operator key made two days ago: it can sign publishes dated in the past (SOURCE_DATE_EPOCH)."""
+    created = int(time.time()) - 2 * 86400
+    key = make_key(
+        tmp_path_factory.mktemp("past-gpg"), "past operator <past@example.invalid>", created=created
+    )
     yield key
     stop_agent(key.home)
 

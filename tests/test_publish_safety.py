@@ -156,7 +156,16 @@ def test_republishing_swaps_the_whole_tree_and_works_without_rename_exchange(
     assert sorted(p.name for p in tmp_path.iterdir()) == [".out.previous", ".out.publish-lock", "out"]
     kept = tmp_path / ".out.previous/stable/deb/nvidia-container-toolkit.list"
     assert "http://other.internal/nvct/stable/deb" in kept.read_text()
-    assert run_cli("mirror", "publish", "--rollback", "--output", str(out)).exit_code == 0
+    rollback = (
+        "mirror",
+        "publish",
+        "--rollback",
+        "--output",
+        str(out),
+        "--gnupghome",
+        str(operator_key.home),
+    )
+    assert run_cli(*rollback).exit_code == 0
     assert (
         "http://other.internal/nvct/stable/deb"
         in (out / "stable/deb/nvidia-container-toolkit.list").read_text()
@@ -317,6 +326,28 @@ def test_preserve_upstream_republishes_upstreams_signed_indexes_byte_for_byte(
             tmp_path / "dnf", (out / "stable/rpm/nvidia-container-toolkit.repo").read_text(), "makecache"
         )
         assert made.returncode == 0, made.stderr
+
+
+def test_a_rollback_of_upstreams_signed_indexes_needs_no_key_and_warns_when_apt_would_keep_newer_ones(
+    full_mirror: Path, upstream_tree: UpstreamTree, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    for _ in range(2):
+        assert (
+            publish(
+                full_mirror, out, URL, "--preserve-upstream", "--keyring", str(upstream_tree.public_key)
+            ).exit_code
+            == 0
+        )
+    rollback = ("mirror", "publish", "--rollback", "--output", str(out))
+    same = run_cli(*rollback)  # the same upstream InRelease on both sides: apt takes it
+    assert same.exit_code == 0 and same.stderr == "", same.stderr
+    kept = publish_swap.previous(out) / "stable/deb/amd64/InRelease"
+    kept.unlink()  # as if upstream had signed a newer InRelease between the two publishes
+    kept.write_bytes((out / "stable/deb/amd64/InRelease").read_bytes() + b"\n")
+    changed = run_cli(*rollback)
+    assert changed.exit_code == 0
+    assert "carry upstream's signatures, which cannot be dated again" in changed.stderr
 
 
 def test_preserve_upstream_refuses_a_filtered_mirror_naming_the_repo(

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -157,20 +158,25 @@ def test_promotion_publishes_a_snapshot_apt_reads_and_rollback_undoes_it_atomica
     mirror: Path,
     upstream_tree: UpstreamTree,
     upstream_server: UpstreamServer,
-    operator_key: TestKey,
+    past_key: TestKey,
     site: UpstreamServer,  # noqa: F811 - the fixture imported above
     tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     _sync(upstream_server, upstream_tree, mirror, "1.18.0")
     assert _snap("create", "test2", "--mirror", str(mirror)).exit_code == 0
     out = site.root / "prod"
     url = f"{site.url}/prod"
-    first = publish(mirror, out, url, "--snapshot", "test1", key=operator_key)
+    # test1 is dated a day before test2: apt keeps test2's indexes unless the rollback dates test1's again
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", str(int(time.time()) - 86400))
+    first = publish(mirror, out, url, "--snapshot", "test1", key=past_key)
     assert first.exit_code == 0 and "from snapshot test1" in first.stdout, first.stderr
-    second = publish(mirror, out, url, "--snapshot", "test2", "--json", key=operator_key)
+    monkeypatch.delenv("SOURCE_DATE_EPOCH", raising=False)
+    second = publish(mirror, out, url, "--snapshot", "test2", "--json", key=past_key)
     assert second.exit_code == 0 and json.loads(second.stdout)["snapshot"] == "test2", second.stderr
     assert "1.18.0-1" in (out / DEB / "Packages").read_text()
-    promoted = (out / DEB / "InRelease").read_bytes()
+    promoted = (out / DEB / "Packages").read_bytes()
+    roll = ("mirror", "publish", "--rollback", "--output", str(out), "--gnupghome", str(past_key.home))
 
     sandbox = apt_for(out, tmp_path)
     assert apt(sandbox, "update").returncode == 0
@@ -198,13 +204,13 @@ def test_promotion_publishes_a_snapshot_apt_reads_and_rollback_undoes_it_atomica
     reader.start()
     try:
         for _ in range(10):
-            assert run_cli("mirror", "publish", "--rollback", "--output", str(out)).exit_code == 0
+            assert run_cli(*roll).exit_code == 0
     finally:
         stop.set()
         reader.join()
     assert problems == [] and seen == {"test1", "test2"}  # always one whole tree, never none
 
-    back = run_cli("mirror", "publish", "--rollback", "--output", str(out), "--json")
+    back = run_cli(*roll, "--json")
     assert back.exit_code == 0, back.stderr
     assert json.loads(back.stdout) == {
         "ok": True,
@@ -220,9 +226,9 @@ def test_promotion_publishes_a_snapshot_apt_reads_and_rollback_undoes_it_atomica
     )
     assert _download(sandbox, "1.17.8-1").returncode == 0
 
-    undo = run_cli("mirror", "publish", "--rollback", "--output", str(out))
+    undo = run_cli(*roll)
     assert undo.exit_code == 0 and "serves snapshot test2 again (was snapshot test1)" in undo.stdout
-    assert (out / DEB / "InRelease").read_bytes() == promoted  # the very tree, signature and all
+    assert (out / DEB / "Packages").read_bytes() == promoted  # the very index (its InRelease is dated anew)
     refused = _snap("delete", "test2", "--mirror", str(mirror))
     assert refused.exit_code == 2 and f"snapshot 'test2' is published at {out};" in refused.stderr
     forced = _snap("delete", "test1", "--mirror", str(mirror), "--force")

@@ -27,7 +27,8 @@ _SNAPSHOT = typer.Option(
 _ROLLBACK = typer.Option(
     False,
     "--rollback",
-    help="Serve the tree the last publish to --output replaced again (atomic; run it again to undo).",
+    help="Serve the tree the last publish to --output replaced again (atomic; run it again to undo); "
+    "its apt indexes are signed again, dated now, by the key that published them (--gnupghome).",
 )
 _SIGN_KEY = typer.Option(
     None,
@@ -76,15 +77,12 @@ def publish_command(
 ) -> None:
     """Publish the mirror as a tree nodes' own apt and dnf trust (NVIDIA's layout at --base-url)."""
     if rollback:
-        if (
-            mirror is not None
-            or base_url is not None
-            or snapshot is not None
-            or sign_key
-            or preserve_upstream
-        ):
-            raise UsageError("--rollback takes only --output (it serves the tree kept from the last publish)")
-        _rollback(out, json_output=json_output, quiet=quiet)
+        if mirror is not None or base_url is not None or snapshot is not None or preserve_upstream:
+            raise UsageError(
+                "--rollback takes only --output (it serves the tree kept from the last publish), "
+                "and --gnupghome or --sign-key for the key that signs its indexes again"
+            )
+        _rollback(out, sign_key, gnupghome, json_output=json_output, quiet=quiet)
         return
     if mirror is None or base_url is None:
         raise UsageError("name the mirror with --mirror and where nodes reach --output with --base-url")
@@ -183,10 +181,17 @@ def publish_command(
         )
 
 
-def _rollback(out: Path, *, json_output: bool, quiet: bool) -> None:
-    from mirror.publish.promote import describe, undo
+def _rollback(
+    out: Path, sign_key: Optional[str], gnupghome: Optional[Path], *, json_output: bool, quiet: bool
+) -> None:
+    import time
 
-    was, now = undo(out)
+    from mirror.publish.promote import describe, undo
+    from mirror.publish.redate import for_rollback
+
+    warn = (lambda _: None) if quiet else output.warn
+    prepare = for_rollback(out, sign_key, gnupghome, at=lambda: int(time.time()), warn=warn)
+    was, now = undo(out, prepare)
     if json_output:
         output.emit_json(
             {

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
@@ -69,7 +70,9 @@ def describe(mark: dict[str, Any] | None) -> str:
     )
 
 
-def undo(out: Path) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+def undo(
+    out: Path, prepare: Callable[[Path], object] | None = None
+) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
     """Roll ``out`` back (:func:`mirror.publish.swap.rollback`); the markers of the tree replaced and now served."""
-    rollback(out)
+    rollback(out, prepare)
     return marker(previous(out)), marker(out)

@@ -116,10 +116,12 @@ def staged(out: Path) -> Iterator[Path]:
                 shutil.rmtree(old, ignore_errors=True)
 
 
-def rollback(out: Path) -> None:
+def rollback(out: Path, prepare: Callable[[Path], object] | None = None) -> None:
     """Serve the tree the last publish to ``out`` replaced again, in one atomic exchange.
 
     Afterwards :func:`previous` holds the tree that was served, so a second rollback undoes the first.
+    ``prepare`` gets the kept tree under the publish lock before it is served (signing its indexes
+    again, :mod:`mirror.publish.redate`); when it raises, nothing is swapped.
 
     :raises PublishTargetError: when ``out`` or the kept tree is missing or not a publish's tree.
     """
@@ -130,6 +132,8 @@ def rollback(out: Path) -> None:
                 raise PublishTargetError(
                     f"cannot roll back {out}: {what} is not there (only a publish that replaced a tree keeps one)"
                 )
+        if prepare is not None:
+            prepare(kept)
         _freshen(kept, out)
         _swap_in(kept, out)  # kept now holds the tree that was served
         fsync_dir(parent)
