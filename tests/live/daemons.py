@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Optional
 
-from tests.live.nodeview import DEFAULT_LAYERS, mount_namespace, node_view_argv, pids_in_namespace
+from tests.live.nodeview import DEFAULT_LAYERS, PinnedNamespace, node_view_argv
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 
@@ -94,10 +94,13 @@ def kill_until_gone(pids: Callable[[], Sequence[int]], timeout: float) -> None:
         time.sleep(0.1)
 
 
-def kill_namespace(namespace: str, timeout: float = 10) -> None:
-    """SIGKILL every process still in the mount namespace ``namespace`` (by PID), until none is left."""
-    if namespace:
-        kill_until_gone(lambda: pids_in_namespace(namespace), timeout)
+def kill_namespace(namespace: PinnedNamespace | None, timeout: float = 10) -> None:
+    """SIGKILL every process still in ``namespace`` (by PID) until none is left, then let it go."""
+    if namespace is not None:
+        try:
+            kill_until_gone(namespace.pids, timeout)
+        finally:
+            namespace.close()
 
 
 def _release_cgroups(names: Sequence[str], existed: set[Path]) -> None:
@@ -128,7 +131,7 @@ class Daemon:
         self.env = dict(os.environ, **(env or {}))
         self.log_path = self.dir / f"{self.name}.log"
         self.process: Optional[subprocess.Popen[bytes]] = None
-        self.namespace = ""
+        self.namespace: PinnedNamespace | None = None
         self._log: Optional[IO[bytes]] = None
         self._cgroups_before: set[Path] = set()
 
@@ -166,7 +169,7 @@ class Daemon:
             if self.process.poll() is not None:
                 raise RuntimeError(f"{self.name} exited with {self.process.returncode}: {self.log_tail()}")
             if self.ready():
-                self.namespace = mount_namespace(self.process.pid)
+                self.namespace = PinnedNamespace.of(self.process.pid)
                 return
             time.sleep(0.1)
         raise RuntimeError(f"{self.name} did not answer within {timeout} s: {self.log_tail()}")
@@ -189,8 +192,7 @@ class Daemon:
                 except subprocess.TimeoutExpired:
                     self.process.kill()
                     self.process.wait(timeout=10)
-            if self.namespace:
-                self._kill_leftovers()
+            self._kill_leftovers()
         finally:
             if self._log is not None:
                 self._log.close()
@@ -368,7 +370,7 @@ class PodmanView:
         self.cgroups = (self.cgroup_parent, "libpod_parent")
         self._before = existing_cgroups(self.cgroups)
         self.holder: Optional[subprocess.Popen[bytes]] = None
-        self.namespace = ""
+        self.namespace: PinnedNamespace | None = None
 
     def start(self, timeout: float = 10) -> None:
         """Build the view around a ``sleep`` and wait until it is in place (cleaning up if it is not)."""
@@ -385,7 +387,7 @@ class PodmanView:
         while time.monotonic() < deadline:
             with contextlib.suppress(OSError):
                 if Path(f"/proc/{self.holder.pid}/comm").read_text().strip() == "sleep":
-                    self.namespace = mount_namespace(self.holder.pid)
+                    self.namespace = PinnedNamespace.of(self.holder.pid)
                     return
             if self.holder.poll() is not None:
                 error = self.holder.stderr.read().decode(errors="replace") if self.holder.stderr else ""

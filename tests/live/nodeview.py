@@ -104,21 +104,43 @@ def node_view_argv(
     return ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", script, "node-view", *argv]
 
 
-def mount_namespace(pid: int) -> str:
-    """The mount namespace of ``pid`` (``mnt:[4026532177]``), or "" when it is gone."""
-    try:
-        return os.readlink(f"/proc/{pid}/ns/mnt")
-    except OSError:
-        return ""
+class PinnedNamespace:
+    """The mount namespace of a process, held open so that its name stays its own until :meth:`close`.
 
+    A namespace's name (``mnt:[4026532177]``) is an inode number the kernel gives to the next new
+    namespace as soon as the last process and reference are gone. Processes found by a name read
+    earlier could then be another test's: a daemon stopped on one worker killed the node view the
+    other worker had just made. The open descriptor keeps the namespace, and so its number, alive.
+    """
 
-def pids_in_namespace(namespace: str) -> list[int]:
-    """Every process whose mount namespace is ``namespace``: what a stopped daemon left behind."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and mount_namespace(int(entry)) == namespace:
-            found.append(int(entry))
-    return found
+    def __init__(self, fd: int) -> None:
+        self._fd: int | None = fd
+        self.name = os.readlink(f"/proc/self/fd/{fd}")
+
+    @classmethod
+    def of(cls, pid: int) -> PinnedNamespace | None:
+        """Pin the mount namespace of ``pid``; None when the process is gone."""
+        try:
+            fd = os.open(f"/proc/{pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return None
+        return cls(fd)
+
+    def pids(self) -> list[int]:
+        """Every process in the namespace: what a stopped daemon left behind."""
+        found = []
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                with contextlib.suppress(OSError):
+                    if os.readlink(f"/proc/{entry}/ns/mnt") == self.name:
+                        found.append(int(entry))
+        return found
+
+    def close(self) -> None:
+        """Let the namespace go (its mounts vanish once no process is left in it)."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
 
 @contextlib.contextmanager
