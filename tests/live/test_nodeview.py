@@ -8,6 +8,7 @@ while it came up). A pinned namespace keeps its number until it is let go.
 from __future__ import annotations
 
 import subprocess
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -26,13 +27,13 @@ def _namespace_holder() -> Iterator[subprocess.Popen[bytes]]:
 
 
 def _pinned(holder: subprocess.Popen[bytes]) -> PinnedNamespace:
-    for _ in range(500):  # until unshare has made the namespace and exec'd sleep
-        pinned = PinnedNamespace.of(holder.pid)
-        assert pinned is not None
+    for _ in range(500):  # until unshare has made the namespace and exec'd sleep: pinned earlier, it is ours
         with open(f"/proc/{holder.pid}/comm") as comm:
             if comm.read().strip() == "sleep":
+                pinned = PinnedNamespace.of(holder.pid)
+                assert pinned is not None
                 return pinned
-        pinned.close()
+        time.sleep(0.01)
     raise AssertionError("unshare did not exec sleep")
 
 
