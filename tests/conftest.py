@@ -21,6 +21,7 @@ from plumbing import clock
 from plumbing.gpg import Keyring
 from tests.cli_runner import run_bundle_build, run_mirror_sync
 from tests.gpgkeys import TestKey, make_key
+from tests.live.cgroups import SHARED_CGROUPS, existing_cgroups, release_shared_cgroups
 from tests.upstream import UpstreamServer, UpstreamTree, cached_upstream, stop_agent
 
 # -- the two tiers and the order of the files ----------------------------------------------------
@@ -146,6 +147,24 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if item.nodeid.split("::", 1)[0] in HEAVY_MODULES:
             item.add_marker(pytest.mark.slow)
     items.sort(key=lambda item: -SECONDS.get(unit_of(item.nodeid)[1], 0))
+
+
+_SHARED_BEFORE = pytest.StashKey[set[Path]]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The controller notes which shared cgroups were there before the session (see below)."""
+    if not hasattr(config, "workerinput"):
+        config.stash[_SHARED_BEFORE] = existing_cgroups(SHARED_CGROUPS)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Once every worker is done: kill what the live tests left in the shared cgroups and remove them.
+
+    Not earlier: a test's cleanup there would hit the other worker's containers.
+    """
+    if _SHARED_BEFORE in config.stash:
+        release_shared_cgroups(config.stash[_SHARED_BEFORE])
 
 
 @pytest.fixture(autouse=True)

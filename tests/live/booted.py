@@ -28,8 +28,9 @@ from typing import Callable, Optional
 
 from installer.nodecheck import HEAD
 from tests.live.cache import cached_dir, digest
+from tests.live.cgroups import remove_cgroup_tree
 from tests.live.cri import CriClient
-from tests.live.daemons import kill_until_gone, remove_cgroup_tree
+from tests.live.daemons import kill_until_gone
 from tests.upstream import UpstreamServer
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

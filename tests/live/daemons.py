@@ -21,64 +21,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Optional
 
+from tests.live.cgroups import existing_cgroups, release_cgroups, unique_cgroup
 from tests.live.nodeview import DEFAULT_LAYERS, PinnedNamespace, node_view_argv
-
-CGROUP_ROOT = Path("/sys/fs/cgroup")
 
 
 def short_dir(prefix: str) -> Path:
     """A private directory with a short path under /tmp (room for socket names)."""
     return Path(tempfile.mkdtemp(prefix=f"gal-{prefix}-", dir="/tmp"))
-
-
-def unique_cgroup(prefix: str = "gpu-airgap-live") -> str:
-    """A top-level cgroup name nobody else uses, for the containers of one test."""
-    return f"{prefix}-{os.getpid()}-{os.urandom(3).hex()}"
-
-
-def _hierarchies() -> list[Path]:
-    return (
-        [p for p in CGROUP_ROOT.iterdir() if p.is_dir() and not p.is_symlink()]
-        if CGROUP_ROOT.is_dir()
-        else []
-    )
-
-
-def remove_cgroups(names: Sequence[str], existed: Optional[set[Path]] = None) -> None:
-    """Remove the (empty) cgroups ``names`` in every hierarchy, deepest first; keep those in ``existed``."""
-    for hierarchy in _hierarchies():
-        for name in names:
-            top = hierarchy / name
-            if top.is_dir() and (existed is None or top not in existed):
-                remove_cgroup_tree(top)
-
-
-def remove_cgroup_tree(top: Path) -> None:
-    """Remove the cgroup ``top`` and the ones below it, deepest first; one that still has processes stays."""
-    for directory in sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
-        with contextlib.suppress(OSError):
-            directory.rmdir()
-    with contextlib.suppress(OSError):
-        top.rmdir()
-
-
-def kill_cgroup_members(names: Sequence[str], existed: Optional[set[Path]] = None) -> None:
-    """SIGKILL every process in the cgroups ``names`` (not those in ``existed``): containers left behind."""
-    for hierarchy in _hierarchies():
-        for name in names:
-            top = hierarchy / name
-            if not top.is_dir() or (existed is not None and top in existed):
-                continue
-            for procs in top.rglob("cgroup.procs"):
-                with contextlib.suppress(OSError):
-                    for pid in procs.read_text().split():
-                        with contextlib.suppress(ProcessLookupError):
-                            os.kill(int(pid), signal.SIGKILL)
-
-
-def existing_cgroups(names: Sequence[str]) -> set[Path]:
-    """Which of the top-level cgroups ``names`` exist now, in any hierarchy."""
-    return {h / n for h in _hierarchies() for n in names if (h / n).is_dir()}
 
 
 def kill_until_gone(pids: Callable[[], Sequence[int]], timeout: float) -> None:
@@ -101,13 +50,6 @@ def kill_namespace(namespace: PinnedNamespace | None, timeout: float = 10) -> No
             kill_until_gone(namespace.pids, timeout)
         finally:
             namespace.close()
-
-
-def _release_cgroups(names: Sequence[str], existed: set[Path]) -> None:
-    """Kill what still runs in our cgroups, then remove them (a moment for the kernel to empty them)."""
-    kill_cgroup_members(names, existed)
-    time.sleep(0.05)
-    remove_cgroups(names, existed)
 
 
 def _run(
@@ -196,7 +138,7 @@ class Daemon:
         finally:
             if self._log is not None:
                 self._log.close()
-            _release_cgroups(self.cgroups, self._cgroups_before)
+            release_cgroups(self.cgroups, self._cgroups_before)
             shutil.rmtree(self.dir, ignore_errors=True)
 
     def _kill_leftovers(self) -> None:
@@ -223,8 +165,8 @@ class Containerd(Daemon):
         super().__init__(node, env)
         self.socket = self.dir / "c.sock"
         self.cgroup_parent = cgroup_parent or unique_cgroup()
-        # ctr's own containers land in /<namespace>/<id>: the k8s.io namespace of CRI images
-        self.cgroups = (self.cgroup_parent, "k8s.io")
+        # a pod without a parent lands in /k8s.io/<id>, a shared cgroup the session removes
+        self.cgroups = (self.cgroup_parent,)
 
     def argv(self) -> list[str]:
         """containerd with flags that override root, state and address of whatever config it reads."""
@@ -366,8 +308,8 @@ class PodmanView:
         self.dir = short_dir("podman")
         self.env = dict(os.environ, **podman_config(self.dir))
         self.cgroup_parent = unique_cgroup()
-        # podman puts containers without --cgroup-parent under libpod_parent; keep one that was there
-        self.cgroups = (self.cgroup_parent, "libpod_parent")
+        # a container without --cgroup-parent lands in libpod_parent, a shared cgroup the session removes
+        self.cgroups = (self.cgroup_parent,)
         self._before = existing_cgroups(self.cgroups)
         self.holder: Optional[subprocess.Popen[bytes]] = None
         self.namespace: PinnedNamespace | None = None
@@ -415,7 +357,7 @@ class PodmanView:
                 self.holder.stderr.close()
             kill_namespace(self.namespace)
         finally:
-            _release_cgroups(self.cgroups, self._before)
+            release_cgroups(self.cgroups, self._before)
             shutil.rmtree(self.dir, ignore_errors=True)
 
     def __enter__(self) -> PodmanView:

@@ -6,7 +6,7 @@ container is done. Everything lives under one node directory that the mapped roo
 can traverse; LXC's hooks run as that uid, so whatever they write (a stand-in's record) must be in
 a directory it may write. Cleanup is by the container's own name and PID: a container still
 running at the timeout is stopped with ``lxc-stop -k`` and the cgroups LXC made for it
-(``lxc.payload.NAME``, ``lxc.monitor.NAME``, and ``lxc.pivot`` when it was not there before) are removed.
+(``lxc.payload.NAME``, ``lxc.monitor.NAME``) are removed; ``lxc.pivot`` is shared (:mod:`tests.live.cgroups`).
 """
 
 from __future__ import annotations
@@ -17,13 +17,11 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.live.daemons import existing_cgroups, remove_cgroups
+from tests.live.cgroups import existing_cgroups, remove_cgroups
 
 MAPPED_ROOT = 100000
 BUSYBOX = Path("/bin/busybox")
 HOOK = Path("/usr/share/lxc/hooks/nvidia")
-#: the cgroup lxc-start moves its monitor to while it cleans up; made on first use
-PIVOT = "lxc.pivot"
 
 
 @dataclass(frozen=True)
@@ -82,7 +80,8 @@ def start(
 ) -> subprocess.CompletedProcess[str]:
     """``lxc-start -F`` the container with ``path_first`` first on PATH (where the hook finds nvidia-container-cli)."""
     (container.rootfs / "ran").unlink(missing_ok=True)
-    cgroups = [f"lxc.payload.{container.name}", f"lxc.monitor.{container.name}", PIVOT]
+    # lxc.pivot, where lxc-start moves its monitor while it cleans up, is shared: the session removes it
+    cgroups = [f"lxc.payload.{container.name}", f"lxc.monitor.{container.name}"]
     before = existing_cgroups(cgroups)
     env = dict(os.environ, PATH=f"{path_first}:{os.environ.get('PATH', '/usr/bin:/bin')}")
     argv = [
@@ -109,5 +108,5 @@ def start(
         process.kill()
         out, err = process.communicate()
     finally:
-        remove_cgroups(cgroups, before)  # lxc.pivot too, unless it was there before (another LXC's)
+        remove_cgroups(cgroups, before)
     return subprocess.CompletedProcess(argv, process.returncode, out, err)

@@ -175,3 +175,33 @@ def test_podman_runs_nvidias_hook_from_the_hooks_dir_it_reads_and_not_from_anoth
         assert wrong.exit_code == 9 and f"{wrong_dir} is not a hooks directory podman reads" in wrong.stdout
         assert view.run(*run_args(view, image, "-e", "NVIDIA_VISIBLE_DEVICES=all")).returncode == 0
         assert len(record.read_text().splitlines()) == 1
+
+
+def test_a_podman_view_that_stops_spares_the_container_another_view_runs_in_the_shared_libpod_parent(
+    tmp_path: Path, image: LocalImage
+) -> None:
+    # the live check starts its container with no --cgroup-parent, so it lands in libpod_parent,
+    # which every worker shares; CI once saw it killed there by the other worker's view stopping
+    other = PodmanView(podman_node(tmp_path / "other"))
+    try:
+        with PodmanView(podman_node(tmp_path / "node")):
+            other.start()
+            assert other.run("load", "-i", str(image.archive)).returncode == 0
+            started = other.run("run", "-d", "--network", "none", "--pull", "never", image.ref, "sleep", "60")
+            assert started.returncode == 0, started.stderr
+            container = started.stdout.split()[-1]
+            pid = other.run("inspect", "--format", "{{.State.Pid}}", container).stdout.strip()
+            assert "/libpod_parent/" in Path(f"/proc/{pid}/cgroup").read_text()
+        # ask the kernel: podman's own state still says "running" when the cleanup took its conmon too
+        assert _alive(int(pid)), "the first view's cleanup killed the other view's container"
+    finally:
+        other.stop()
+
+
+def _alive(pid: int) -> bool:
+    """The process runs (a killed one nobody reaped yet is a zombie, still in /proc)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state not in ("Z", "X")
