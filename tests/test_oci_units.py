@@ -8,6 +8,7 @@ import functools
 import hashlib
 import io
 import json
+import os
 import re
 import socket
 import ssl
@@ -353,16 +354,37 @@ def test_an_upload_sent_to_other_storage_goes_without_the_registry_credentials(
     assert storage.seen == [(f"/upload?sig=1&digest={urllib.parse.quote(digest)}", None)]
 
 
+@pytest.mark.parametrize("kind", ["file", "fifo"])
 def test_a_redirect_to_a_local_file_is_refused_without_opening_it(
-    servers: Tuple[Scripted, str, Scripted, str], tmp_path: Path
+    kind: str, servers: Tuple[Scripted, str, Scripted, str], tmp_path: Path
 ) -> None:
     registry, reg_host, _, _ = servers
-    secret = tmp_path / "secret"
-    secret.write_bytes(b"x")
-    registry.routes[f"/v2/r/blobs/{DIGEST}"] = _redirecting(secret.as_uri())
-    with pytest.raises(RegistryError, match="only http and https redirects are followed") as info:
-        _client(reg_host).fetch_blob("r", DIGEST, 1, tmp_path / "blob")
-    assert secret.as_uri() in str(info.value) and info.value.exit_code == ExitCode.ERROR
+    target = tmp_path / "target"
+    if kind == "fifo":  # opened, it would wait forever for a writer
+        os.mkfifo(target)
+    else:
+        target.write_bytes(b"x")
+    registry.routes[f"/v2/r/blobs/{DIGEST}"] = _redirecting(target.as_uri())
+    refused: List[RegistryError] = []
+
+    def fetch() -> None:
+        try:
+            _client(reg_host).fetch_blob("r", DIGEST, 1, tmp_path / "blob")
+        except RegistryError as error:
+            refused.append(error)
+
+    worker = threading.Thread(target=fetch, daemon=True)
+    worker.start()
+    worker.join(30)
+    if worker.is_alive():  # it opened the FIFO: a writer lets it go, so the test ends
+        with open(target, "wb"):
+            pass
+        worker.join(10)
+        pytest.fail("the client followed the redirect into a local FIFO and waited on it")
+    assert refused, "the client followed the redirect to a local file"
+    error = refused[0]
+    assert "only http and https redirects are followed" in str(error)
+    assert target.as_uri() in str(error) and error.exit_code == ExitCode.ERROR
     assert not (tmp_path / "blob").exists()
 
 
