@@ -19,6 +19,7 @@ from xdist.scheduler import LoadScopeScheduling
 from mirror.disk.trust import open_keyring
 from plumbing import clock
 from plumbing.gpg import Keyring
+from tests import ramtemp
 from tests.cli_runner import run_bundle_build, run_mirror_sync
 from tests.gpgkeys import TestKey, make_key
 from tests.live.cgroups import SHARED_CGROUPS, existing_cgroups, release_shared_cgroups
@@ -150,21 +151,35 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 _SHARED_BEFORE = pytest.StashKey[set[Path]]()
+_RAM_TEMP = pytest.StashKey[Path]()
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest's tmp_path plugin reads --basetemp
 def pytest_configure(config: pytest.Config) -> None:
-    """The controller notes which shared cgroups were there before the session (see below)."""
-    if not hasattr(config, "workerinput"):
-        config.stash[_SHARED_BEFORE] = existing_cgroups(SHARED_CGROUPS)
+    """The controller notes which shared cgroups were there before the session (see below) and puts
+    the session's temporary files on tmpfs where there is room (tests/ramtemp.py); the workers it
+    starts later inherit both the ``--basetemp`` and the ``TMPDIR``."""
+    if hasattr(config, "workerinput"):
+        return
+    config.stash[_SHARED_BEFORE] = existing_cgroups(SHARED_CGROUPS)
+    if config.option.basetemp is None and ramtemp.has_room():
+        base = ramtemp.start()
+        config.option.basetemp = str(base / ramtemp.BASETEMP)
+        config.stash[_RAM_TEMP] = base
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    """Once every worker is done: kill what the live tests left in the shared cgroups and remove them.
+    """Once every worker is done: kill what the live tests left in the shared cgroups and remove them,
+    then the session's temporary files on tmpfs.
 
     Not earlier: a test's cleanup there would hit the other worker's containers.
     """
     if _SHARED_BEFORE in config.stash:
         release_shared_cgroups(config.stash[_SHARED_BEFORE])
+    if _RAM_TEMP in config.stash:
+        left = ramtemp.finish(config.stash[_RAM_TEMP])
+        if left:
+            config.get_terminal_writer().line(f"warning: {left}", yellow=True)
 
 
 @pytest.fixture(autouse=True)
