@@ -9,6 +9,7 @@ signatures can be kept.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -79,9 +80,12 @@ def test_a_missing_mirror_file_aborts_before_the_swap(
 
 
 @pytest.fixture
-def other_filesystem() -> Iterator[Path]:
-    """A scratch directory on tmpfs (/dev/shm), a different filesystem from the test's tmp_path."""
-    path = Path(tempfile.mkdtemp(dir="/dev/shm"))
+def other_filesystem(tmp_path: Path) -> Iterator[Path]:
+    """A scratch directory on another filesystem than the test's tmp_path: tmpfs (/dev/shm) or, where
+    the session's temporary files are on it already (tests/ramtemp.py), the disk's /var/tmp."""
+    here = tmp_path.stat().st_dev
+    (where,) = [d for d in ("/dev/shm", "/var/tmp") if os.stat(d).st_dev != here][:1]
+    path = Path(tempfile.mkdtemp(dir=where))
     yield path
     shutil.rmtree(path, ignore_errors=True)
 

@@ -74,7 +74,9 @@ def prepare_sites(work: Path, payload_mb: float) -> Sites:
         payload_mb=payload_mb, stable_versions=(OLD, NEW), experimental_versions=("1.20.0~rc.1-1",), workers=2
     )
     site_a = work / "site-a"
-    subprocess.run(["cp", "-al", str(tree.root), str(site_a)], check=True)
+    # hard links where the cache and the work directory share a filesystem, else a copy
+    linked = tree.root.stat().st_dev == work.stat().st_dev
+    subprocess.run(["cp", "-al" if linked else "-a", str(tree.root), str(site_a)], check=True)
     try:
         _drop_new_release(site_a, tree)
     finally:
