@@ -364,6 +364,17 @@ def _threads(pid: int) -> dict[int, tuple[str, int]]:
     return found
 
 
+#: python3 with SIGINT's default action, then exec'd as python3 ARGS: a pytest started in the
+#: background by a shell ignores SIGINT, its children inherit that, and Python then installs no
+#: handler (the sync would never see the Ctrl-C this test sends)
+_WITH_SIGINT = [
+    sys.executable,
+    "-c",
+    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+    "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])",
+]
+
+
 def _signal_bits(pid: int, field: str) -> int:
     """A signal mask of ``/proc/PID/status`` (``SigCgt``, ``ShdPnd``...) as an int."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -407,7 +418,7 @@ def test_ctrl_c_stops_the_sync_publishes_nothing_and_the_rerun_skips_what_had_ar
     ]
     held = server.inject(order[1], Fault.hold(500))
     argv = [
-        sys.executable,
+        *_WITH_SIGINT,
         "-m",
         "mirror",
         "mirror",
