@@ -361,10 +361,22 @@ def experimental_mirror(
 ) -> Path:
     dest = tmp_path_factory.mktemp("experimental-mirror")
     synced = run_cli(
-        "mirror", "sync", "--dest", str(dest), "--upstream", _upstream_session_server.url,
-        "--keyring", str(upstream_tree.public_key), "--channel", "experimental",
-        "--format", "deb", "--arch", "amd64", "--quiet",
-    )  # fmt: skip
+        "mirror",
+        "sync",
+        "--dest",
+        str(dest),
+        "--upstream",
+        _upstream_session_server.url,
+        "--keyring",
+        str(upstream_tree.public_key),
+        "--channel",
+        "experimental",
+        "--format",
+        "deb",
+        "--arch",
+        "amd64",
+        "--quiet",
+    )
     assert synced.exit_code == 0, synced.stderr
     return dest
 
@@ -378,10 +390,21 @@ def test_a_release_candidate_bundle_says_so_at_build_verify_install_and_status(
     assert built.exit_code == 0, built.stderr
     assert json.loads(built.stdout)["release_candidate"] is True
     plain = run_cli(
-        "bundle", "build", "--mirror", str(experimental_mirror), "--target", "deb/amd64", "--channel", "experimental",
-        "--sign-key", operator_key.fingerprint, "--gnupghome", str(operator_key.home),
-        "--output", str(tmp_path / "rc-text.tar.zst"),
-    )  # fmt: skip
+        "bundle",
+        "build",
+        "--mirror",
+        str(experimental_mirror),
+        "--target",
+        "deb/amd64",
+        "--channel",
+        "experimental",
+        "--sign-key",
+        operator_key.fingerprint,
+        "--gnupghome",
+        str(operator_key.home),
+        "--output",
+        str(tmp_path / "rc-text.tar.zst"),
+    )
     assert plain.exit_code == 0 and plain.stdout.count(note) == 1, plain.stdout
 
     verified = _verify(out, operator_key.public)
@@ -570,9 +593,15 @@ def test_install_refuses_a_short_key_id_and_a_key_file_of_two_keys_before_touchi
 ) -> None:
     root = seed_containerd_node(tmp_path / "root")
     short = run_cli(
-        "install", str(deb_bundle), "--keyring", str(operator_key.public), "--root", str(root),
-        "--fingerprint", operator_key.fingerprint[-16:],
-    )  # fmt: skip
+        "install",
+        str(deb_bundle),
+        "--keyring",
+        str(operator_key.public),
+        "--root",
+        str(root),
+        "--fingerprint",
+        operator_key.fingerprint[-16:],
+    )
     assert short.exit_code == ExitCode.USAGE and "is not a full 40-hex-digit fingerprint" in short.stderr
     assert not (root / "var/lib/gpu-airgap").exists()
     both = _two_keys(tmp_path, operator_key, other_key)

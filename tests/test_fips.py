@@ -33,10 +33,22 @@ def rpm_mirror(
     """Every stable release, rpm/x86_64 only (1.17.8 and 1.18.0 with MD5 digests, 1.20.1 with SHA256)."""
     dest = tmp_path_factory.mktemp("rpm-mirror")
     synced = run_cli(
-        "mirror", "sync", "--dest", str(dest), "--upstream", _upstream_session_server.url,
-        "--keyring", str(upstream_tree.public_key), "--format", "rpm", "--arch", "amd64", "--quiet",
-        "--version", "all",
-    )  # fmt: skip
+        "mirror",
+        "sync",
+        "--dest",
+        str(dest),
+        "--upstream",
+        _upstream_session_server.url,
+        "--keyring",
+        str(upstream_tree.public_key),
+        "--format",
+        "rpm",
+        "--arch",
+        "amd64",
+        "--quiet",
+        "--version",
+        "all",
+    )
     assert synced.exit_code == 0, synced.stderr
     return dest
 
@@ -44,9 +56,22 @@ def rpm_mirror(
 def _build(mirror: Path, version: str, key: TestKey, out: Path) -> tuple[Path, dict[str, object], str]:
     bundle = out / f"nvct-{version}.tar"
     built = run_cli(
-        "bundle", "build", "--mirror", str(mirror), "--version", version, "--target", "rpm/x86_64",
-        "--sign-key", key.fingerprint, "--gnupghome", str(key.home), "--output", str(bundle), "--json",
-    )  # fmt: skip
+        "bundle",
+        "build",
+        "--mirror",
+        str(mirror),
+        "--version",
+        version,
+        "--target",
+        "rpm/x86_64",
+        "--sign-key",
+        key.fingerprint,
+        "--gnupghome",
+        str(key.home),
+        "--output",
+        str(bundle),
+        "--json",
+    )
     assert built.exit_code == 0, built.stderr
     return bundle, json.loads(built.stdout), built.stderr
 

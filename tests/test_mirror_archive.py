@@ -43,9 +43,21 @@ def _release_debs(tree: UpstreamTree, version: str = VERSION) -> list[Path]:
 
 def _build(mirror: Path, target: str, key: TestKey, bundle: Path, *, version: str = VERSION) -> CliResult:
     return run_cli(
-        "bundle", "build", "--mirror", str(mirror), "--version", version, "--target", target,
-        "--sign-key", key.fingerprint, "--gnupghome", str(key.home), "--output", str(bundle),
-    )  # fmt: skip
+        "bundle",
+        "build",
+        "--mirror",
+        str(mirror),
+        "--version",
+        version,
+        "--target",
+        target,
+        "--sign-key",
+        key.fingerprint,
+        "--gnupghome",
+        str(key.home),
+        "--output",
+        str(bundle),
+    )
 
 
 @pytest.fixture

@@ -20,16 +20,40 @@ from tests.upstream import UpstreamServer, UpstreamTree
 
 def _sync(tree: UpstreamTree, server: UpstreamServer, dest: Path, *args: str) -> CliResult:
     return run_cli(
-        "mirror", "sync", "--dest", str(dest), "--upstream", server.url, "--keyring", str(tree.public_key),
-        "--format", "deb", "--arch", "amd64", "--quiet", *args,
-    )  # fmt: skip
+        "mirror",
+        "sync",
+        "--dest",
+        str(dest),
+        "--upstream",
+        server.url,
+        "--keyring",
+        str(tree.public_key),
+        "--format",
+        "deb",
+        "--arch",
+        "amd64",
+        "--quiet",
+        *args,
+    )
 
 
 def _build(mirror: Path, key: TestKey, out: Path, *args: str) -> CliResult:
     return run_cli(
-        "bundle", "build", "--mirror", str(mirror), "--target", "deb/amd64", "--sign-key", key.fingerprint,
-        "--gnupghome", str(key.home), "--output", str(out), "--json", *args,
-    )  # fmt: skip
+        "bundle",
+        "build",
+        "--mirror",
+        str(mirror),
+        "--target",
+        "deb/amd64",
+        "--sign-key",
+        key.fingerprint,
+        "--gnupghome",
+        str(key.home),
+        "--output",
+        str(out),
+        "--json",
+        *args,
+    )
 
 
 @pytest.fixture(scope="module")

@@ -61,9 +61,22 @@ def test_a_sync_from_a_cuda_repository_takes_only_the_toolkit_chain_and_builds(
     dest = tmp_path / "mirror"
     upstream = f"cuda:{cuda_server.url}/{REPO}"
     result = run_cli(
-        "mirror", "sync", "--dest", str(dest), "--upstream", upstream, "--keyring", str(_key_file(cuda_key, tmp_path)),
-        "--format", "deb", "--arch", "amd64", "--version", "1.17.8", "--json",
-    )  # fmt: skip
+        "mirror",
+        "sync",
+        "--dest",
+        str(dest),
+        "--upstream",
+        upstream,
+        "--keyring",
+        str(_key_file(cuda_key, tmp_path)),
+        "--format",
+        "deb",
+        "--arch",
+        "amd64",
+        "--version",
+        "1.17.8",
+        "--json",
+    )
     assert result.exit_code == 0, result.stderr
     assert "is none of NVIDIA's CUDA keys" in result.stderr  # a test key, not 3bf863cc
     state = MirrorState.load(dest)
@@ -86,15 +99,36 @@ def test_a_sync_from_a_cuda_repository_takes_only_the_toolkit_chain_and_builds(
     assert repo.provenance.fingerprint == cuda_key.fingerprint
     assert json.loads(result.stdout)["ok"]
     built = run_cli(
-        "bundle", "build", "--mirror", str(dest), "--version", "1.17.8", "--target", "deb/amd64",
-        "--sign-key", operator_key.fingerprint, "--gnupghome", str(operator_key.home),
-        "--output", str(tmp_path / "b.tar.zst"),
-    )  # fmt: skip
+        "bundle",
+        "build",
+        "--mirror",
+        str(dest),
+        "--version",
+        "1.17.8",
+        "--target",
+        "deb/amd64",
+        "--sign-key",
+        operator_key.fingerprint,
+        "--gnupghome",
+        str(operator_key.home),
+        "--output",
+        str(tmp_path / "b.tar.zst"),
+    )
     assert built.exit_code == 0, built.stderr
     published = run_cli(
-        "mirror", "publish", "--mirror", str(dest), "--output", str(tmp_path / "site"), "--base-url",
-        "http://mirror.internal/nvct", "--sign-key", operator_key.fingerprint, "--gnupghome", str(operator_key.home),
-    )  # fmt: skip
+        "mirror",
+        "publish",
+        "--mirror",
+        str(dest),
+        "--output",
+        str(tmp_path / "site"),
+        "--base-url",
+        "http://mirror.internal/nvct",
+        "--sign-key",
+        operator_key.fingerprint,
+        "--gnupghome",
+        str(operator_key.home),
+    )
     assert published.exit_code == 0, published.stderr
     served = (tmp_path / "site/stable/deb/amd64/Packages").read_text()
     assert served.count("Package: ") == 4 and "cuda-" not in served
@@ -105,9 +139,17 @@ def test_a_sync_from_a_cuda_repository_takes_only_the_toolkit_chain_and_builds(
 
 def test_a_cuda_repository_without_a_key_is_refused_naming_the_cuda_key(tmp_path: Path) -> None:
     result = run_cli(
-        "mirror", "sync", "--dest", str(tmp_path / "m"), "--upstream", "cuda:ubuntu2204/x86_64",
-        "--format", "deb", "--arch", "amd64",
-    )  # fmt: skip
+        "mirror",
+        "sync",
+        "--dest",
+        str(tmp_path / "m"),
+        "--upstream",
+        "cuda:ubuntu2204/x86_64",
+        "--format",
+        "deb",
+        "--arch",
+        "amd64",
+    )
     assert result.exit_code == 2
     assert "is signed with NVIDIA's CUDA key, not the toolkit's: pass it with --keyring" in result.stderr
     assert not (tmp_path / "m").exists()
@@ -115,9 +157,19 @@ def test_a_cuda_repository_without_a_key_is_refused_naming_the_cuda_key(tmp_path
 
 def test_a_cuda_repository_is_one_target(tmp_path: Path, cuda_key: SigningKey) -> None:
     result = run_cli(
-        "mirror", "sync", "--dest", str(tmp_path / "m"), "--upstream", "cuda:ubuntu2204/x86_64",
-        "--keyring", str(_key_file(cuda_key, tmp_path)), "--format", "deb,rpm", "--arch", "amd64",
-    )  # fmt: skip
+        "mirror",
+        "sync",
+        "--dest",
+        str(tmp_path / "m"),
+        "--upstream",
+        "cuda:ubuntu2204/x86_64",
+        "--keyring",
+        str(_key_file(cuda_key, tmp_path)),
+        "--format",
+        "deb,rpm",
+        "--arch",
+        "amd64",
+    )
     assert result.exit_code == 2
     assert "is one repository (one format and arch)" in result.stderr
 
@@ -126,9 +178,21 @@ def test_a_cuda_repository_signed_by_another_key_is_refused(
     cuda_server: UpstreamServer, upstream_tree: UpstreamTree, tmp_path: Path
 ) -> None:
     result = run_cli(
-        "mirror", "sync", "--dest", str(tmp_path / "m"), "--upstream", f"cuda:{cuda_server.url}/{REPO}",
-        "--keyring", str(upstream_tree.public_key), "--format", "deb", "--arch", "amd64", "--version", "1.17.8",
-    )  # fmt: skip
+        "mirror",
+        "sync",
+        "--dest",
+        str(tmp_path / "m"),
+        "--upstream",
+        f"cuda:{cuda_server.url}/{REPO}",
+        "--keyring",
+        str(upstream_tree.public_key),
+        "--format",
+        "deb",
+        "--arch",
+        "amd64",
+        "--version",
+        "1.17.8",
+    )
     assert result.exit_code == 3, result.stderr
 
 
@@ -156,15 +220,37 @@ def test_plan_and_list_read_a_cuda_repository_for_the_toolkit_chain(
 ) -> None:
     upstream, key = f"cuda:{cuda_server.url}/{REPO}", str(_key_file(cuda_key, tmp_path))
     planned = run_cli(
-        "mirror", "plan", "--upstream", upstream, "--keyring", key, "--format", "deb", "--arch", "amd64",
-        "--version", "1.18.0", "--json",
-    )  # fmt: skip
+        "mirror",
+        "plan",
+        "--upstream",
+        upstream,
+        "--keyring",
+        key,
+        "--format",
+        "deb",
+        "--arch",
+        "amd64",
+        "--version",
+        "1.18.0",
+        "--json",
+    )
     assert planned.exit_code == 0, planned.stderr
     assert "nvidia-container-toolkit_1.18.0-1_amd64.deb" in planned.stdout
     listed = run_cli(
-        "mirror", "list", "--upstream", upstream, "--keyring", key, "--format", "deb", "--arch", "amd64",
-        "--channel", "stable", "--json",
-    )  # fmt: skip
+        "mirror",
+        "list",
+        "--upstream",
+        upstream,
+        "--keyring",
+        key,
+        "--format",
+        "deb",
+        "--arch",
+        "amd64",
+        "--channel",
+        "stable",
+        "--json",
+    )
     assert listed.exit_code == 0, listed.stderr
     assert "1.20.1-1" in listed.stdout and "1.17.8-1" in listed.stdout
 
@@ -174,9 +260,21 @@ def test_a_sync_from_a_cuda_yum_repository_takes_the_toolkit_chain(
 ) -> None:
     dest = tmp_path / "mirror"
     result = run_cli(
-        "mirror", "sync", "--dest", str(dest), "--upstream", f"cuda:{cuda_server.url}/compute/cuda/repos/rhel9/x86_64",
-        "--keyring", str(_key_file(cuda_key, tmp_path)), "--format", "rpm", "--arch", "x86_64", "--version", "1.18.0",
-    )  # fmt: skip
+        "mirror",
+        "sync",
+        "--dest",
+        str(dest),
+        "--upstream",
+        f"cuda:{cuda_server.url}/compute/cuda/repos/rhel9/x86_64",
+        "--keyring",
+        str(_key_file(cuda_key, tmp_path)),
+        "--format",
+        "rpm",
+        "--arch",
+        "x86_64",
+        "--version",
+        "1.18.0",
+    )
     assert result.exit_code == 0, result.stderr
     repo = MirrorState.load(dest).repo("stable/rpm/x86_64")
     assert repo is not None and [r.toolkit_version for r in repo.releases] == ["1.18.0-1"]

@@ -27,9 +27,15 @@ def listed_mirror(
     """Stable 1.17.8 (locked in ``gpu-airgap.lock`` beside it) and experimental, deb/amd64 (read-only)."""
     dest = tmp_path_factory.mktemp("listed") / "mirror"
     first = (
-        "--upstream", _upstream_session_server.url, "--keyring", str(upstream_tree.public_key),
-        "--version", "1.17.8", "--write-lock", str(dest.parent / "gpu-airgap.lock"),
-    )  # fmt: skip
+        "--upstream",
+        _upstream_session_server.url,
+        "--keyring",
+        str(upstream_tree.public_key),
+        "--version",
+        "1.17.8",
+        "--write-lock",
+        str(dest.parent / "gpu-airgap.lock"),
+    )
     for args in (first, ("--channel", "experimental")):
         synced = run_cli("mirror", "sync", "--dest", str(dest), "--format", "deb", "--quiet", *args)
         assert synced.exit_code == 0, synced.stderr

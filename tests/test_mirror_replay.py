@@ -61,9 +61,21 @@ class Site:
 
     def sync(self, dest: Path, *extra: str, fmt: str = "deb") -> tuple[int, str]:
         result = run_cli(
-            "mirror", "sync", "--dest", str(dest), "--upstream", self.server.url,
-            "--keyring", str(self.tree.public_key), "--format", fmt, "--arch", "amd64", "--quiet", *extra,
-        )  # fmt: skip
+            "mirror",
+            "sync",
+            "--dest",
+            str(dest),
+            "--upstream",
+            self.server.url,
+            "--keyring",
+            str(self.tree.public_key),
+            "--format",
+            fmt,
+            "--arch",
+            "amd64",
+            "--quiet",
+            *extra,
+        )
         return result.exit_code, result.stderr
 
 
@@ -158,9 +170,21 @@ def test_allow_older_index_keeps_the_held_release_buildable_and_verify_checks_st
     assert site.sync(dest)[0] == 0
     site.publish(drop_version=NEWEST)
     accepted = run_cli(
-        "mirror", "sync", "--dest", str(dest), "--upstream", site.server.url, "--keyring", str(site.tree.public_key),
-        "--format", "deb", "--arch", "amd64", "--allow-older-index", "--json",
-    )  # fmt: skip
+        "mirror",
+        "sync",
+        "--dest",
+        str(dest),
+        "--upstream",
+        site.server.url,
+        "--keyring",
+        str(site.tree.public_key),
+        "--format",
+        "deb",
+        "--arch",
+        "amd64",
+        "--allow-older-index",
+        "--json",
+    )
     assert accepted.exit_code == 0, accepted.stderr
     assert f"no longer lists {NEWEST}; the mirror kept the index it replaced" in accepted.stderr
     assert json.loads(accepted.stdout)["targets"][0]["no_longer_listed"] == [NEWEST]
@@ -168,10 +192,22 @@ def test_allow_older_index_keeps_the_held_release_buildable_and_verify_checks_st
     verified = run_cli("mirror", "verify", "--mirror", str(dest))
     assert verified.exit_code == 0, verified.stdout + verified.stderr
     built = run_cli(
-        "bundle", "build", "--mirror", str(dest), "--version", NEWEST.split("-")[0], "--target", "deb/amd64",
-        "--sign-key", operator_key.fingerprint, "--gnupghome", str(operator_key.home),
-        "--output", str(tmp_path / "newest.tar"), "--json",
-    )  # fmt: skip
+        "bundle",
+        "build",
+        "--mirror",
+        str(dest),
+        "--version",
+        NEWEST.split("-")[0],
+        "--target",
+        "deb/amd64",
+        "--sign-key",
+        operator_key.fingerprint,
+        "--gnupghome",
+        str(operator_key.home),
+        "--output",
+        str(tmp_path / "newest.tar"),
+        "--json",
+    )
     assert built.exit_code == 0, built.stderr
     manifest = json.loads(run_cli("bundle", "inspect", str(tmp_path / "newest.tar"), "--json").stdout)
     (target,) = manifest["targets"]
@@ -202,10 +238,21 @@ def test_allow_older_index_keeps_the_held_release_buildable_and_verify_checks_st
         in broken.stderr
     ), broken.stderr
     stuck = run_cli(
-        "bundle", "build", "--mirror", str(dest), "--version", NEWEST.split("-")[0], "--target", "deb/amd64",
-        "--sign-key", operator_key.fingerprint, "--gnupghome", str(operator_key.home),
-        "--output", str(tmp_path / "stuck.tar"),
-    )  # fmt: skip
+        "bundle",
+        "build",
+        "--mirror",
+        str(dest),
+        "--version",
+        NEWEST.split("-")[0],
+        "--target",
+        "deb/amd64",
+        "--sign-key",
+        operator_key.fingerprint,
+        "--gnupghome",
+        str(operator_key.home),
+        "--output",
+        str(tmp_path / "stuck.tar"),
+    )
     assert (
         stuck.exit_code != 0
         and "sync again from an upstream that lists it, or build another --version" in (stuck.stderr)
@@ -272,15 +319,32 @@ def test_an_index_signed_before_the_mirrors_is_refused_even_with_the_same_frozen
     key = site.tree.signing_key
     listing = subprocess.run(
         ["gpg", "--homedir", str(key.gnupghome), "--with-colons", "--list-keys", key.fingerprint],
-        capture_output=True, text=True, check=True,
-    ).stdout  # fmt: skip
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     created = int(next(line.split(":")[5] for line in listing.splitlines() if line.startswith("pub:")))
     body = (site.deb / "InRelease").read_bytes().split(b"\n\n", 1)[1].split(b"-----BEGIN PGP SIGNATURE", 1)[0]
     frozen = subprocess.run(
-        ["gpg", "--homedir", str(key.gnupghome), "--batch", "--yes", "--quiet", "--faked-system-time",
-         f"{created + 1}!", "--local-user", key.fingerprint, "--digest-algo", "SHA512", "--clearsign"],
-        input=body, capture_output=True, check=True,
-    ).stdout  # fmt: skip
+        [
+            "gpg",
+            "--homedir",
+            str(key.gnupghome),
+            "--batch",
+            "--yes",
+            "--quiet",
+            "--faked-system-time",
+            f"{created + 1}!",
+            "--local-user",
+            key.fingerprint,
+            "--digest-algo",
+            "SHA512",
+            "--clearsign",
+        ],
+        input=body,
+        capture_output=True,
+        check=True,
+    ).stdout
     site.publish()  # signed now
     dest = tmp_path / "mirror"
     assert site.sync(dest)[0] == 0

@@ -29,8 +29,18 @@ from tests.upstream import (
 
 def _sync(dest: Path, *args: str) -> CliResult:
     return run_cli(
-        "mirror", "sync", "--dest", str(dest), "--version", "1.17.8", "--format", "deb", "--arch", "amd64", *args
-    )  # fmt: skip
+        "mirror",
+        "sync",
+        "--dest",
+        str(dest),
+        "--version",
+        "1.17.8",
+        "--format",
+        "deb",
+        "--arch",
+        "amd64",
+        *args,
+    )
 
 
 @pytest.fixture
@@ -134,9 +144,17 @@ def test_the_lockfile_upstream_is_used_and_a_flag_overrides_it(
     assert locked.exit_code == 0, locked.stderr
     assert json.loads(locked.stdout)["upstream"] == {"url": upstream_server.url, "source": "lockfile"}
     flagged = run_cli(
-        "mirror", "sync", "--dest", str(tmp_path / "c"), "--locked", str(lock), *keyring,
-        "--upstream", other_server.url, "--json",
-    )  # fmt: skip
+        "mirror",
+        "sync",
+        "--dest",
+        str(tmp_path / "c"),
+        "--locked",
+        str(lock),
+        *keyring,
+        "--upstream",
+        other_server.url,
+        "--json",
+    )
     assert flagged.exit_code == 0, flagged.stderr
     assert json.loads(flagged.stdout)["upstream"] == {"url": other_server.url, "source": "flag"}
 
@@ -165,9 +183,14 @@ def test_a_locked_sync_whose_keyring_lacks_the_lockfiles_key_is_refused_before_f
 ) -> None:
     lock = tmp_path / "gpu-airgap.lock"
     first = _sync(
-        tmp_path / "a", "--upstream", upstream_server.url, "--keyring", str(upstream_tree.public_key),
-        "--write-lock", str(lock),
-    )  # fmt: skip
+        tmp_path / "a",
+        "--upstream",
+        upstream_server.url,
+        "--keyring",
+        str(upstream_tree.public_key),
+        "--write-lock",
+        str(lock),
+    )
     assert first.exit_code == 0, first.stderr
     upstream_server.reset()
     refused = run_cli("mirror", "sync", "--dest", str(tmp_path / "b"), "--locked", str(lock))
@@ -184,14 +207,33 @@ def test_publish_preserve_upstream_checks_with_the_recorded_key(
 ) -> None:
     dest = tmp_path / "full"
     synced = run_cli(
-        "mirror", "sync", "--dest", str(dest), "--upstream", upstream_server.url,
-        "--keyring", str(upstream_tree.public_key), "--version", "all", "--format", "deb", "--quiet",
-    )  # fmt: skip
+        "mirror",
+        "sync",
+        "--dest",
+        str(dest),
+        "--upstream",
+        upstream_server.url,
+        "--keyring",
+        str(upstream_tree.public_key),
+        "--version",
+        "all",
+        "--format",
+        "deb",
+        "--quiet",
+    )
     assert synced.exit_code == 0, synced.stderr
     published = run_cli(
-        "mirror", "publish", "--mirror", str(dest), "--output", str(tmp_path / "web"),
-        "--base-url", "http://repo.example/nvct", "--preserve-upstream", "--json",
-    )  # fmt: skip
+        "mirror",
+        "publish",
+        "--mirror",
+        str(dest),
+        "--output",
+        str(tmp_path / "web"),
+        "--base-url",
+        "http://repo.example/nvct",
+        "--preserve-upstream",
+        "--json",
+    )
     assert published.exit_code == 0, published.stderr
     report = json.loads(published.stdout)
     assert report["preserved_upstream"] and report["signer"] == upstream_tree.key_fingerprint
@@ -238,9 +280,20 @@ def test_a_key_switch_with_replace_upstream_leaves_a_mirror_that_checks_and_buil
         assert status.exit_code == 0 and "upstream not checked" not in status.stdout, status.stdout
         assert f"checking upstream with key {rotated.fingerprint} (recorded in the mirror)" in status.stderr
     built = run_cli(
-        "bundle", "build", "--mirror", str(mirror), "--target", "deb/amd64", "--sign-key", operator_key.fingerprint,
-        "--gnupghome", str(operator_key.home), "--output", str(tmp_path / "b.tar.zst"), "--json",
-    )  # fmt: skip
+        "bundle",
+        "build",
+        "--mirror",
+        str(mirror),
+        "--target",
+        "deb/amd64",
+        "--sign-key",
+        operator_key.fingerprint,
+        "--gnupghome",
+        str(operator_key.home),
+        "--output",
+        str(tmp_path / "b.tar.zst"),
+        "--json",
+    )
     assert built.exit_code == 0, built.stderr
     assert json.loads(built.stdout)["toolkit_version"] == "1.17.8"
 

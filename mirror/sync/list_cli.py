@@ -113,9 +113,15 @@ def list_command(
         with keyring_for(keyring, state) as key, Downloader() as downloader:
             fetcher = downloader.fetcher(ReadOnlyCache(mirror) if mirror is not None else None)
             repos, unreachable = listing.list_releases(
-                channels, targets, upstream=chosen.value, state=state, lock=lock, selector=selector,
-                fetcher=fetcher, loader=make_loader(key.ring, names=cuda.names_for(chosen.value)),
-            )  # fmt: skip
+                channels,
+                targets,
+                upstream=chosen.value,
+                state=state,
+                lock=lock,
+                selector=selector,
+                fetcher=fetcher,
+                loader=make_loader(key.ring, names=cuda.names_for(chosen.value)),
+            )
         report["upstream"] = {"url": chosen.value, "source": chosen.source, "reachable": unreachable is None}
         report["key"] = {"fingerprints": list(key.fingerprints), "source": key.source}
         if unreachable is not None and state is None:
