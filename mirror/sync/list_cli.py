@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, List, Optional
 
@@ -96,32 +97,24 @@ def list_command(
     channels = [channel] if channel else list(CHANNELS)
     chosen = origin.choose_upstream(upstream, lock, state)
     report: dict[str, Any] = {"mirror": str(mirror) if mirror else None}
+    releases = functools.partial(
+        listing.list_releases,
+        channels,
+        targets,
+        upstream=chosen.value,
+        state=state,
+        lock=lock,
+        selector=selector,
+    )
     if offline:
-        repos, unreachable = listing.list_releases(
-            channels,
-            targets,
-            upstream=chosen.value,
-            state=state,
-            lock=lock,
-            selector=selector,
-            fetcher=None,
-            loader=None,
-        )
+        repos, unreachable = releases(fetcher=None, loader=None)
         report["upstream"] = {"url": chosen.value, "source": chosen.source, "reachable": None}
         report["key"] = None
     else:
         with keyring_for(keyring, state) as key, Downloader() as downloader:
             fetcher = downloader.fetcher(ReadOnlyCache(mirror) if mirror is not None else None)
-            repos, unreachable = listing.list_releases(
-                channels,
-                targets,
-                upstream=chosen.value,
-                state=state,
-                lock=lock,
-                selector=selector,
-                fetcher=fetcher,
-                loader=make_loader(key.ring, names=cuda.names_for(chosen.value)),
-            )
+            loader = make_loader(key.ring, names=cuda.names_for(chosen.value))
+            repos, unreachable = releases(fetcher=fetcher, loader=loader)
         report["upstream"] = {"url": chosen.value, "source": chosen.source, "reachable": unreachable is None}
         report["key"] = {"fingerprints": list(key.fingerprints), "source": key.source}
         if unreachable is not None and state is None:
