@@ -19,6 +19,8 @@ import tempfile
 from pathlib import Path
 from typing import Optional
 
+from tests.live.nodeview import submounts
+
 RAM = Path("/dev/shm")
 #: pytest's --basetemp under the directory of :func:`start`
 BASETEMP = "pt"
@@ -72,10 +74,7 @@ def start() -> Path:
 
 def finish(base: Path) -> Optional[str]:
     """Remove ``base``; or, if something is still mounted under it, leave it and say what."""
-    with open("/proc/self/mounts") as mounts:
-        inside = [
-            fields[1] for fields in (line.split() for line in mounts) if fields[1].startswith(f"{base}/")
-        ]
+    inside = submounts(str(base))
     if inside:
         return f"{base} was left in place: {', '.join(inside)} is still mounted there"
     shutil.rmtree(base, ignore_errors=True)
