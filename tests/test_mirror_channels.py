@@ -13,47 +13,17 @@ import pytest
 
 from mirror.disk import store
 from plumbing.errors import ExitCode
-from tests.cli_runner import CliResult, run_cli
+from tests.cli_runner import CliResult, run_bundle_build, run_cli, run_mirror_sync
 from tests.gpgkeys import TestKey
 from tests.upstream import UpstreamServer, UpstreamTree
 
 
 def _sync(tree: UpstreamTree, server: UpstreamServer, dest: Path, *args: str) -> CliResult:
-    return run_cli(
-        "mirror",
-        "sync",
-        "--dest",
-        str(dest),
-        "--upstream",
-        server.url,
-        "--keyring",
-        str(tree.public_key),
-        "--format",
-        "deb",
-        "--arch",
-        "amd64",
-        "--quiet",
-        *args,
-    )
+    return run_mirror_sync(dest, server.url, tree.public_key, "--quiet", *args, version=None)
 
 
 def _build(mirror: Path, key: TestKey, out: Path, *args: str) -> CliResult:
-    return run_cli(
-        "bundle",
-        "build",
-        "--mirror",
-        str(mirror),
-        "--target",
-        "deb/amd64",
-        "--sign-key",
-        key.fingerprint,
-        "--gnupghome",
-        str(key.home),
-        "--output",
-        str(out),
-        "--json",
-        *args,
-    )
+    return run_bundle_build(mirror, key, out, "--json", *args, version=None)
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from mirror.sync import freshness
-from tests.cli_runner import run_cli
+from tests.cli_runner import run_bundle_build, run_cli, run_mirror_sync
 from tests.gpgkeys import TestKey
 from tests.upstream import UpstreamServer, UpstreamTree, copy_upstream, resign_repomd, sign_clear
 from tests.upstream.debs import release_body
@@ -60,21 +60,8 @@ class Site:
         (self.deb / "InRelease").write_bytes(sign_clear(self.tree, body.encode()))
 
     def sync(self, dest: Path, *extra: str, fmt: str = "deb") -> tuple[int, str]:
-        result = run_cli(
-            "mirror",
-            "sync",
-            "--dest",
-            str(dest),
-            "--upstream",
-            self.server.url,
-            "--keyring",
-            str(self.tree.public_key),
-            "--format",
-            fmt,
-            "--arch",
-            "amd64",
-            "--quiet",
-            *extra,
+        result = run_mirror_sync(
+            dest, self.server.url, self.tree.public_key, "--quiet", *extra, version=None, fmt=fmt
         )
         return result.exit_code, result.stderr
 
@@ -169,21 +156,8 @@ def test_allow_older_index_keeps_the_held_release_buildable_and_verify_checks_st
     dest = tmp_path / "mirror"
     assert site.sync(dest)[0] == 0
     site.publish(drop_version=NEWEST)
-    accepted = run_cli(
-        "mirror",
-        "sync",
-        "--dest",
-        str(dest),
-        "--upstream",
-        site.server.url,
-        "--keyring",
-        str(site.tree.public_key),
-        "--format",
-        "deb",
-        "--arch",
-        "amd64",
-        "--allow-older-index",
-        "--json",
+    accepted = run_mirror_sync(
+        dest, site.server.url, site.tree.public_key, "--allow-older-index", "--json", version=None
     )
     assert accepted.exit_code == 0, accepted.stderr
     assert f"no longer lists {NEWEST}; the mirror kept the index it replaced" in accepted.stderr
@@ -191,22 +165,8 @@ def test_allow_older_index_keeps_the_held_release_buildable_and_verify_checks_st
     assert _releases(dest) == [OLDER, NEWEST]
     verified = run_cli("mirror", "verify", "--mirror", str(dest))
     assert verified.exit_code == 0, verified.stdout + verified.stderr
-    built = run_cli(
-        "bundle",
-        "build",
-        "--mirror",
-        str(dest),
-        "--version",
-        NEWEST.split("-")[0],
-        "--target",
-        "deb/amd64",
-        "--sign-key",
-        operator_key.fingerprint,
-        "--gnupghome",
-        str(operator_key.home),
-        "--output",
-        str(tmp_path / "newest.tar"),
-        "--json",
+    built = run_bundle_build(
+        dest, operator_key, tmp_path / "newest.tar", "--json", version=NEWEST.split("-")[0]
     )
     assert built.exit_code == 0, built.stderr
     manifest = json.loads(run_cli("bundle", "inspect", str(tmp_path / "newest.tar"), "--json").stdout)
@@ -237,22 +197,7 @@ def test_allow_older_index_keeps_the_held_release_buildable_and_verify_checks_st
         f"{REPO}: the state lists release {NEWEST}, but the mirror's signed index does not list"
         in broken.stderr
     ), broken.stderr
-    stuck = run_cli(
-        "bundle",
-        "build",
-        "--mirror",
-        str(dest),
-        "--version",
-        NEWEST.split("-")[0],
-        "--target",
-        "deb/amd64",
-        "--sign-key",
-        operator_key.fingerprint,
-        "--gnupghome",
-        str(operator_key.home),
-        "--output",
-        str(tmp_path / "stuck.tar"),
-    )
+    stuck = run_bundle_build(dest, operator_key, tmp_path / "stuck.tar", version=NEWEST.split("-")[0])
     assert (
         stuck.exit_code != 0
         and "sync again from an upstream that lists it, or build another --version" in (stuck.stderr)

@@ -15,7 +15,7 @@ import pytest
 from mirror.disk import store
 from mirror.disk.trust import NVIDIA_FINGERPRINT
 from plumbing.errors import ExitCode
-from tests.cli_runner import CliResult, run_cli
+from tests.cli_runner import CliResult, run_bundle_build, run_cli, run_mirror_sync
 from tests.gpgkeys import TestKey
 from tests.upstream import (
     UpstreamServer,
@@ -182,14 +182,8 @@ def test_a_locked_sync_whose_keyring_lacks_the_lockfiles_key_is_refused_before_f
     upstream_tree: UpstreamTree, upstream_server: UpstreamServer, tmp_path: Path
 ) -> None:
     lock = tmp_path / "gpu-airgap.lock"
-    first = _sync(
-        tmp_path / "a",
-        "--upstream",
-        upstream_server.url,
-        "--keyring",
-        str(upstream_tree.public_key),
-        "--write-lock",
-        str(lock),
+    first = run_mirror_sync(
+        tmp_path / "a", upstream_server.url, upstream_tree.public_key, "--write-lock", str(lock)
     )
     assert first.exit_code == 0, first.stderr
     upstream_server.reset()
@@ -206,20 +200,8 @@ def test_publish_preserve_upstream_checks_with_the_recorded_key(
     upstream_tree: UpstreamTree, upstream_server: UpstreamServer, tmp_path: Path
 ) -> None:
     dest = tmp_path / "full"
-    synced = run_cli(
-        "mirror",
-        "sync",
-        "--dest",
-        str(dest),
-        "--upstream",
-        upstream_server.url,
-        "--keyring",
-        str(upstream_tree.public_key),
-        "--version",
-        "all",
-        "--format",
-        "deb",
-        "--quiet",
+    synced = run_mirror_sync(
+        dest, upstream_server.url, upstream_tree.public_key, "--quiet", version="all", arch=None
     )
     assert synced.exit_code == 0, synced.stderr
     published = run_cli(
@@ -279,21 +261,7 @@ def test_a_key_switch_with_replace_upstream_leaves_a_mirror_that_checks_and_buil
         status = run_cli("mirror", "status", "--mirror", str(mirror))
         assert status.exit_code == 0 and "upstream not checked" not in status.stdout, status.stdout
         assert f"checking upstream with key {rotated.fingerprint} (recorded in the mirror)" in status.stderr
-    built = run_cli(
-        "bundle",
-        "build",
-        "--mirror",
-        str(mirror),
-        "--target",
-        "deb/amd64",
-        "--sign-key",
-        operator_key.fingerprint,
-        "--gnupghome",
-        str(operator_key.home),
-        "--output",
-        str(tmp_path / "b.tar.zst"),
-        "--json",
-    )
+    built = run_bundle_build(mirror, operator_key, tmp_path / "b.tar.zst", "--json", version=None)
     assert built.exit_code == 0, built.stderr
     assert json.loads(built.stdout)["toolkit_version"] == "1.17.8"
 
