@@ -16,7 +16,7 @@ import pytest
 from mirror.disk.store import MirrorState
 from mirror.index.apt import iter_packages
 from mirror.sync import cuda
-from tests.cli_runner import run_cli
+from tests.cli_runner import run_bundle_build, run_cli, run_mirror_sync
 from tests.gpgkeys import TestKey
 from tests.upstream import UpstreamServer, UpstreamTree, stop_agent
 from tests.upstream.cuda import build_cuda_repo, build_cuda_yum_repo
@@ -60,23 +60,7 @@ def test_a_sync_from_a_cuda_repository_takes_only_the_toolkit_chain_and_builds(
 ) -> None:
     dest = tmp_path / "mirror"
     upstream = f"cuda:{cuda_server.url}/{REPO}"
-    result = run_cli(
-        "mirror",
-        "sync",
-        "--dest",
-        str(dest),
-        "--upstream",
-        upstream,
-        "--keyring",
-        str(_key_file(cuda_key, tmp_path)),
-        "--format",
-        "deb",
-        "--arch",
-        "amd64",
-        "--version",
-        "1.17.8",
-        "--json",
-    )
+    result = run_mirror_sync(dest, upstream, _key_file(cuda_key, tmp_path), "--json")
     assert result.exit_code == 0, result.stderr
     assert "is none of NVIDIA's CUDA keys" in result.stderr  # a test key, not 3bf863cc
     state = MirrorState.load(dest)
@@ -98,22 +82,7 @@ def test_a_sync_from_a_cuda_repository_takes_only_the_toolkit_chain_and_builds(
     assert not any(name.startswith(("cuda-", "libcublas", "nvidia-driver")) for name in fetched)
     assert repo.provenance.fingerprint == cuda_key.fingerprint
     assert json.loads(result.stdout)["ok"]
-    built = run_cli(
-        "bundle",
-        "build",
-        "--mirror",
-        str(dest),
-        "--version",
-        "1.17.8",
-        "--target",
-        "deb/amd64",
-        "--sign-key",
-        operator_key.fingerprint,
-        "--gnupghome",
-        str(operator_key.home),
-        "--output",
-        str(tmp_path / "b.tar.zst"),
-    )
+    built = run_bundle_build(dest, operator_key, tmp_path / "b.tar.zst")
     assert built.exit_code == 0, built.stderr
     published = run_cli(
         "mirror",
@@ -156,19 +125,8 @@ def test_a_cuda_repository_without_a_key_is_refused_naming_the_cuda_key(tmp_path
 
 
 def test_a_cuda_repository_is_one_target(tmp_path: Path, cuda_key: SigningKey) -> None:
-    result = run_cli(
-        "mirror",
-        "sync",
-        "--dest",
-        str(tmp_path / "m"),
-        "--upstream",
-        "cuda:ubuntu2204/x86_64",
-        "--keyring",
-        str(_key_file(cuda_key, tmp_path)),
-        "--format",
-        "deb,rpm",
-        "--arch",
-        "amd64",
+    result = run_mirror_sync(
+        tmp_path / "m", "cuda:ubuntu2204/x86_64", _key_file(cuda_key, tmp_path), version=None, fmt="deb,rpm"
     )
     assert result.exit_code == 2
     assert "is one repository (one format and arch)" in result.stderr
@@ -177,22 +135,7 @@ def test_a_cuda_repository_is_one_target(tmp_path: Path, cuda_key: SigningKey) -
 def test_a_cuda_repository_signed_by_another_key_is_refused(
     cuda_server: UpstreamServer, upstream_tree: UpstreamTree, tmp_path: Path
 ) -> None:
-    result = run_cli(
-        "mirror",
-        "sync",
-        "--dest",
-        str(tmp_path / "m"),
-        "--upstream",
-        f"cuda:{cuda_server.url}/{REPO}",
-        "--keyring",
-        str(upstream_tree.public_key),
-        "--format",
-        "deb",
-        "--arch",
-        "amd64",
-        "--version",
-        "1.17.8",
-    )
+    result = run_mirror_sync(tmp_path / "m", f"cuda:{cuda_server.url}/{REPO}", upstream_tree.public_key)
     assert result.exit_code == 3, result.stderr
 
 
@@ -219,38 +162,11 @@ def test_plan_and_list_read_a_cuda_repository_for_the_toolkit_chain(
     cuda_server: UpstreamServer, cuda_key: SigningKey, tmp_path: Path
 ) -> None:
     upstream, key = f"cuda:{cuda_server.url}/{REPO}", str(_key_file(cuda_key, tmp_path))
-    planned = run_cli(
-        "mirror",
-        "plan",
-        "--upstream",
-        upstream,
-        "--keyring",
-        key,
-        "--format",
-        "deb",
-        "--arch",
-        "amd64",
-        "--version",
-        "1.18.0",
-        "--json",
-    )
+    deb_amd64 = ("--upstream", upstream, "--keyring", key, "--format", "deb", "--arch", "amd64")
+    planned = run_cli("mirror", "plan", *deb_amd64, "--version", "1.18.0", "--json")
     assert planned.exit_code == 0, planned.stderr
     assert "nvidia-container-toolkit_1.18.0-1_amd64.deb" in planned.stdout
-    listed = run_cli(
-        "mirror",
-        "list",
-        "--upstream",
-        upstream,
-        "--keyring",
-        key,
-        "--format",
-        "deb",
-        "--arch",
-        "amd64",
-        "--channel",
-        "stable",
-        "--json",
-    )
+    listed = run_cli("mirror", "list", *deb_amd64, "--channel", "stable", "--json")
     assert listed.exit_code == 0, listed.stderr
     assert "1.20.1-1" in listed.stdout and "1.17.8-1" in listed.stdout
 
@@ -259,21 +175,13 @@ def test_a_sync_from_a_cuda_yum_repository_takes_the_toolkit_chain(
     cuda_server: UpstreamServer, cuda_key: SigningKey, tmp_path: Path
 ) -> None:
     dest = tmp_path / "mirror"
-    result = run_cli(
-        "mirror",
-        "sync",
-        "--dest",
-        str(dest),
-        "--upstream",
+    result = run_mirror_sync(
+        dest,
         f"cuda:{cuda_server.url}/compute/cuda/repos/rhel9/x86_64",
-        "--keyring",
-        str(_key_file(cuda_key, tmp_path)),
-        "--format",
-        "rpm",
-        "--arch",
-        "x86_64",
-        "--version",
-        "1.18.0",
+        _key_file(cuda_key, tmp_path),
+        version="1.18.0",
+        fmt="rpm",
+        arch="x86_64",
     )
     assert result.exit_code == 0, result.stderr
     repo = MirrorState.load(dest).repo("stable/rpm/x86_64")
