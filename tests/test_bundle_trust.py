@@ -29,7 +29,7 @@ from installer.state import load_state
 from plumbing.errors import ExitCode, SignatureError, VerificationError
 from plumbing.gpg import judge_status
 from tests import bundle_tamper as tamper
-from tests.cli_runner import CliResult, run_cli
+from tests.cli_runner import CliResult, install_argv, run_bundle_build, run_cli, run_mirror_sync
 from tests.gpgkeys import TestKey, make_key
 from tests.node_fixtures import node_python, seed_containerd_node
 from tests.oci_registry import Registry
@@ -360,22 +360,14 @@ def experimental_mirror(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Path:
     dest = tmp_path_factory.mktemp("experimental-mirror")
-    synced = run_cli(
-        "mirror",
-        "sync",
-        "--dest",
-        str(dest),
-        "--upstream",
+    synced = run_mirror_sync(
+        dest,
         _upstream_session_server.url,
-        "--keyring",
-        str(upstream_tree.public_key),
+        upstream_tree.public_key,
         "--channel",
         "experimental",
-        "--format",
-        "deb",
-        "--arch",
-        "amd64",
         "--quiet",
+        version=None,
     )
     assert synced.exit_code == 0, synced.stderr
     return dest
@@ -389,21 +381,13 @@ def test_a_release_candidate_bundle_says_so_at_build_verify_install_and_status(
     built = _build(experimental_mirror, out, operator_key, extra=("--channel", "experimental"))
     assert built.exit_code == 0, built.stderr
     assert json.loads(built.stdout)["release_candidate"] is True
-    plain = run_cli(
-        "bundle",
-        "build",
-        "--mirror",
-        str(experimental_mirror),
-        "--target",
-        "deb/amd64",
+    plain = run_bundle_build(
+        experimental_mirror,
+        operator_key,
+        tmp_path / "rc-text.tar.zst",
         "--channel",
         "experimental",
-        "--sign-key",
-        operator_key.fingerprint,
-        "--gnupghome",
-        str(operator_key.home),
-        "--output",
-        str(tmp_path / "rc-text.tar.zst"),
+        version=None,
     )
     assert plain.exit_code == 0 and plain.stdout.count(note) == 1, plain.stdout
 
@@ -593,14 +577,7 @@ def test_install_refuses_a_short_key_id_and_a_key_file_of_two_keys_before_touchi
 ) -> None:
     root = seed_containerd_node(tmp_path / "root")
     short = run_cli(
-        "install",
-        str(deb_bundle),
-        "--keyring",
-        str(operator_key.public),
-        "--root",
-        str(root),
-        "--fingerprint",
-        operator_key.fingerprint[-16:],
+        *install_argv(deb_bundle, operator_key, root, "--fingerprint", operator_key.fingerprint[-16:])
     )
     assert short.exit_code == ExitCode.USAGE and "is not a full 40-hex-digit fingerprint" in short.stderr
     assert not (root / "var/lib/gpu-airgap").exists()

@@ -18,7 +18,7 @@ from installer import fips
 from installer.target import StagedPackage
 from mirror.index.header import read_header
 from plumbing.errors import ExitCode
-from tests.cli_runner import run_cli
+from tests.cli_runner import run_bundle_build, run_cli, run_mirror_sync
 from tests.gpgkeys import TestKey
 from tests.node_fixtures import TOOLKIT, seed_rpm_root
 from tests.upstream import UpstreamServer, UpstreamTree
@@ -32,22 +32,8 @@ def rpm_mirror(
 ) -> Path:
     """Every stable release, rpm/x86_64 only (1.17.8 and 1.18.0 with MD5 digests, 1.20.1 with SHA256)."""
     dest = tmp_path_factory.mktemp("rpm-mirror")
-    synced = run_cli(
-        "mirror",
-        "sync",
-        "--dest",
-        str(dest),
-        "--upstream",
-        _upstream_session_server.url,
-        "--keyring",
-        str(upstream_tree.public_key),
-        "--format",
-        "rpm",
-        "--arch",
-        "amd64",
-        "--quiet",
-        "--version",
-        "all",
+    synced = run_mirror_sync(
+        dest, _upstream_session_server.url, upstream_tree.public_key, "--quiet", version="all", fmt="rpm"
     )
     assert synced.exit_code == 0, synced.stderr
     return dest
@@ -55,23 +41,7 @@ def rpm_mirror(
 
 def _build(mirror: Path, version: str, key: TestKey, out: Path) -> tuple[Path, dict[str, object], str]:
     bundle = out / f"nvct-{version}.tar"
-    built = run_cli(
-        "bundle",
-        "build",
-        "--mirror",
-        str(mirror),
-        "--version",
-        version,
-        "--target",
-        "rpm/x86_64",
-        "--sign-key",
-        key.fingerprint,
-        "--gnupghome",
-        str(key.home),
-        "--output",
-        str(bundle),
-        "--json",
-    )
+    built = run_bundle_build(mirror, key, bundle, "--json", version=version, target="rpm/x86_64")
     assert built.exit_code == 0, built.stderr
     return bundle, json.loads(built.stdout), built.stderr
 

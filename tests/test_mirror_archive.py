@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from mirror.disk.store import MirrorState
-from tests.cli_runner import CliResult, run_cli
+from tests.cli_runner import CliResult, run_bundle_build, run_cli
 from tests.gpgkeys import TestKey
 from tests.node_fixtures import build_target, dpkg_versions, seed_containerd_node
 from tests.upstream import UpstreamTree
@@ -42,22 +42,7 @@ def _release_debs(tree: UpstreamTree, version: str = VERSION) -> list[Path]:
 
 
 def _build(mirror: Path, target: str, key: TestKey, bundle: Path, *, version: str = VERSION) -> CliResult:
-    return run_cli(
-        "bundle",
-        "build",
-        "--mirror",
-        str(mirror),
-        "--version",
-        version,
-        "--target",
-        target,
-        "--sign-key",
-        key.fingerprint,
-        "--gnupghome",
-        str(key.home),
-        "--output",
-        str(bundle),
-    )
+    return run_bundle_build(mirror, key, bundle, version=version, target=target)
 
 
 @pytest.fixture
