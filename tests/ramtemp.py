@@ -28,7 +28,8 @@ BASETEMP = "pt"
 NEEDS = 3 << 30
 
 
-def _is_tmpfs(path: Path) -> bool:
+def is_tmpfs(path: Path) -> bool:
+    """Whether ``path`` is the mount point of a tmpfs."""
     with open("/proc/self/mounts") as mounts:
         return any(
             fields[1] == str(path) and fields[2] == "tmpfs"
@@ -47,7 +48,7 @@ def _memory_available() -> int:
 
 def has_room() -> bool:
     """Whether the session's files may go to :data:`RAM`."""
-    if os.environ.get("GPU_AIRGAP_TEST_TMP") == "disk" or not _is_tmpfs(RAM):
+    if os.environ.get("GPU_AIRGAP_TEST_TMP") == "disk" or not is_tmpfs(RAM):
         return False
     return shutil.disk_usage(RAM).free >= NEEDS and _memory_available() >= NEEDS
 
