@@ -24,6 +24,7 @@ import pytest
 from plumbing.errors import ExitCode
 from tests.cli_runner import CliResult, run_bundle_build, run_cli, run_mirror_sync
 from tests.gpgkeys import TestKey
+from tests.test_publish import publish as publish_mirror
 from tests.upstream import UpstreamServer, UpstreamTree, copy_upstream, resign_inrelease
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -265,20 +266,7 @@ def test_publish_on_a_full_disk_says_so_and_leaves_the_published_tree_as_it_was(
     out = small_disk.root / "www"
 
     def publish() -> CliResult:
-        return run_cli(
-            "mirror",
-            "publish",
-            "--mirror",
-            str(deb_mirror),
-            "--output",
-            str(out),
-            "--base-url",
-            "http://mirror.internal/nvct",
-            "--sign-key",
-            operator_key.fingerprint,
-            "--gnupghome",
-            str(operator_key.home),
-        )
+        return publish_mirror(deb_mirror, out, "http://mirror.internal/nvct", key=operator_key)
 
     assert publish().exit_code == 0
     before = _mirror_hash(out)

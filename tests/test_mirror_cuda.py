@@ -18,6 +18,7 @@ from mirror.index.apt import iter_packages
 from mirror.sync import cuda
 from tests.cli_runner import run_bundle_build, run_cli, run_mirror_sync
 from tests.gpgkeys import TestKey
+from tests.test_publish import publish
 from tests.upstream import UpstreamServer, UpstreamTree, stop_agent
 from tests.upstream.cuda import build_cuda_repo, build_cuda_yum_repo
 from tests.upstream.keys import SigningKey, generate_key
@@ -84,20 +85,7 @@ def test_a_sync_from_a_cuda_repository_takes_only_the_toolkit_chain_and_builds(
     assert json.loads(result.stdout)["ok"]
     built = run_bundle_build(dest, operator_key, tmp_path / "b.tar.zst")
     assert built.exit_code == 0, built.stderr
-    published = run_cli(
-        "mirror",
-        "publish",
-        "--mirror",
-        str(dest),
-        "--output",
-        str(tmp_path / "site"),
-        "--base-url",
-        "http://mirror.internal/nvct",
-        "--sign-key",
-        operator_key.fingerprint,
-        "--gnupghome",
-        str(operator_key.home),
-    )
+    published = publish(dest, tmp_path / "site", "http://mirror.internal/nvct", key=operator_key)
     assert published.exit_code == 0, published.stderr
     served = (tmp_path / "site/stable/deb/amd64/Packages").read_text()
     assert served.count("Package: ") == 4 and "cuda-" not in served
