@@ -84,7 +84,7 @@ def other_filesystem(tmp_path: Path) -> Iterator[Path]:
     """A scratch directory on another filesystem than the test's tmp_path: tmpfs (/dev/shm) or, where
     the session's temporary files are on it already (tests/ramtemp.py), the disk's /var/tmp."""
     here = tmp_path.stat().st_dev
-    (where,) = [d for d in ("/dev/shm", "/var/tmp") if os.stat(d).st_dev != here][:1]
+    where = next(d for d in ("/dev/shm", "/var/tmp") if os.stat(d).st_dev != here)
     path = Path(tempfile.mkdtemp(dir=where))
     yield path
     shutil.rmtree(path, ignore_errors=True)
